@@ -1,0 +1,1 @@
+"""Whole-backup operations over a storage location: manifests, listing, validation, rebuild."""

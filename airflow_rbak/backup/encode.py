@@ -1,0 +1,44 @@
+"""Seals a queue's staged chunks into its final segments (the encode job's unit of work).
+
+Records keep capture order; segments are cut by the writer's rotation rules,
+which depend only on the records, so encoding the same staging again yields
+the same keys and the same bytes: a re-run after a crash overwrites segments
+with identical copies and never leaves a gap or a duplicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from airflow_rbak.backup.writer import QueueSegmentSink
+from airflow_rbak.codec import QueueBackup, SegmentWriter
+from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
+from airflow_rbak.codec.layout import staging_prefix
+from airflow_rbak.codec.records import decode_record
+from airflow_rbak.codec.segment import decode_payload, iter_payload
+from airflow_rbak.storage.base import Storage
+
+
+def staged_chunk_keys(storage: Storage, backup_id: str, vhost: str, queue: str) -> list[str]:
+    """A queue's staged chunk keys, in capture order (their names sort that way)."""
+    return sorted(info.key for info in storage.list(staging_prefix(backup_id, vhost, queue)) if "/chunk-" in info.key)
+
+
+def iter_staged_json(storage: Storage, keys: list[str], cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> Iterator[tuple[memoryview, int]]:
+    """Yield each staged record's JSON and ``backed_up_at``, every chunk fully checked first."""
+    for key in keys:
+        header, payload = decode_payload(storage.get(key), key, cap)
+        for raw in iter_payload(payload, header.record_count, key):
+            yield raw, decode_record(raw).backed_up_at
+
+
+def encode_queue(
+    storage: Storage, backup_id: str, queue: QueueBackup, writer: SegmentWriter, chunk_keys: list[str] | None = None
+) -> QueueBackup:
+    """Encode one queue's staging into ``queues/{vhost}/{queue}/segment-NNNN``; return its manifest entry."""
+    keys = chunk_keys if chunk_keys is not None else staged_chunk_keys(storage, backup_id, queue.vhost, queue.name)
+    queue.segments.clear()
+    sink = QueueSegmentSink(storage, backup_id, queue, writer)
+    for raw, backed_up_at in iter_staged_json(storage, keys):
+        sink.add_encoded(raw, backed_up_at)
+    return sink.close()

@@ -1,0 +1,183 @@
+"""Rebuilds a lost or damaged manifest from the self-describing segments.
+
+Like kafka-backup's index, the manifest must never be the only record of what
+a backup holds: segment keys give vhost, queue and sequence, headers give
+counts and timestamps, records give ``source_vhost``/``source_queue``, and the
+definitions export (when present) gives queue types and the broker version.
+What only the original run knew is estimated and marked as such in the
+manifest's ``rebuilt`` field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from airflow_rbak import __version__
+from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.backup.writer import now_ms
+from airflow_rbak.codec import BackupManifest, CodecError, DefinitionsBackup, QueueBackup, SegmentMetadata
+from airflow_rbak.codec.compression import decompress
+from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
+from airflow_rbak.codec.layout import check_backup_id, compression_from_key, manifest_key, parse_segment_key
+from airflow_rbak.codec.segment import decode_payload, iter_payload_records
+from airflow_rbak.storage.base import Storage, StorageError
+
+REBUILT_KEY_SUFFIX = "manifest.rebuilt.json"
+
+
+@dataclass
+class RebuildResult:
+    """The rebuilt manifest, where it was written, and what could not be recovered."""
+
+    manifest: BackupManifest
+    key: str
+    unrecovered: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backup_id": self.manifest.backup_id,
+            "written_to": self.key,
+            "queues": len(self.manifest.queues),
+            "segments": self.manifest.total_segments,
+            "messages": self.manifest.total_messages,
+            "unrecovered": self.unrecovered,
+        }
+
+
+def rebuild_manifest(
+    storage: Storage, backup_id: str, *, replace: bool = False, max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+) -> RebuildResult:
+    """Rebuild ``manifest.json`` from the segments.
+
+    Writes ``manifest.json`` when there is none. When one exists it is kept and
+    the result goes to ``manifest.rebuilt.json`` beside it, unless ``replace``
+    is set (then the old one is kept as ``manifest.json.replaced-<ms>``).
+    """
+    check_backup_id(backup_id)
+    unrecovered: list[str] = []
+    definitions, types, version = _read_definitions(storage, backup_id, unrecovered, max_decompressed_bytes)
+    queues = _read_queues(storage, backup_id, types, unrecovered, max_decompressed_bytes)
+    manifest = _assemble(backup_id, queues, definitions, version, unrecovered)
+    key = _target_key(storage, backup_id, replace)
+    ManifestStore(storage).save(manifest, key)
+    return RebuildResult(manifest, key, unrecovered)
+
+
+def _target_key(storage: Storage, backup_id: str, replace: bool) -> str:
+    key = manifest_key(backup_id)
+    if not storage.exists(key):
+        return key
+    if not replace:
+        return f"{backup_id}/{REBUILT_KEY_SUFFIX}"
+    storage.put(f"{key}.replaced-{now_ms()}", storage.get(key))
+    return key
+
+
+def _read_queues(
+    storage: Storage, backup_id: str, types: dict[tuple[str, str], str], unrecovered: list[str], cap: int
+) -> list[QueueBackup]:
+    grouped: dict[tuple[str, str], list[SegmentMetadata]] = defaultdict(list)
+    for info in storage.list(f"{backup_id}/queues/"):
+        parsed = parse_segment_key(info.key)
+        if parsed is None:
+            unrecovered.append(f"{info.key}: not a segment key; left out")
+            continue
+        metadata = _segment_metadata(storage, info.key, parsed, unrecovered, cap)
+        if metadata is not None:
+            grouped[(parsed[1], parsed[2])].append(metadata)
+    queues = []
+    for (vhost, name), segments in sorted(grouped.items()):
+        queue = QueueBackup(vhost=vhost, name=name, queue_type=types.get((vhost, name), "classic"), segments=segments)
+        queue.refresh_totals()
+        sequences = [s.sequence for s in queue.segments]
+        if sequences != list(range(1, len(sequences) + 1)):
+            unrecovered.append(f"queue {vhost!r}/{name!r}: segment sequences {sequences[:10]} have gaps")
+        if (vhost, name) not in types:
+            queue.extensions["queue_type_unknown"] = True
+        queues.append(queue)
+    return queues
+
+
+def _segment_metadata(
+    storage: Storage, key: str, parsed: tuple, unrecovered: list[str], cap: int
+) -> SegmentMetadata | None:
+    _, vhost, name, sequence, _ = parsed
+    try:
+        data = storage.get(key)
+        header, payload = decode_payload(data, key, cap)
+        records = list(iter_payload_records(payload, header.record_count, key))
+    except (CodecError, StorageError) as exc:
+        unrecovered.append(f"{key}: {exc.reason if isinstance(exc, CodecError) else exc}; segment left out")
+        return None
+    strangers = sum(1 for r in records if (r.source_vhost, r.source_queue) != (vhost, name))
+    if strangers:
+        unrecovered.append(f"{key}: {strangers} records name another queue than its key; segment left out")
+        return None
+    return SegmentMetadata(
+        key=key,
+        sequence=sequence,
+        record_count=header.record_count,
+        size_bytes=len(data),
+        uncompressed_bytes=len(payload),
+        first_timestamp=header.first_timestamp if header.record_count else None,
+        last_timestamp=header.last_timestamp if header.record_count else None,
+        checksum=hashlib.sha256(data).hexdigest(),
+    )
+
+
+def _read_definitions(
+    storage: Storage, backup_id: str, unrecovered: list[str], cap: int
+) -> tuple[DefinitionsBackup | None, dict[tuple[str, str], str], str | None]:
+    keys = [i.key for i in storage.list(f"{backup_id}/definitions/definitions.json")]
+    if not keys:
+        unrecovered.append("definitions: no export found; queue types default to classic")
+        return None, {}, None
+    key = keys[0]
+    try:
+        text = decompress(storage.get(key), compression_from_key(key), cap, key)
+        parsed = orjson.loads(text)
+        queues = parsed.get("queues") or []
+    except (CodecError, StorageError, orjson.JSONDecodeError, AttributeError) as exc:
+        unrecovered.append(f"{key}: cannot be read ({exc}); queue types default to classic")
+        return None, {}, None
+    types = {(q.get("vhost", "/"), q.get("name", "")): (q.get("arguments") or {}).get("x-queue-type", "classic") for q in queues}
+    definitions = DefinitionsBackup(
+        key=key,
+        vhost_count=len(parsed.get("vhosts") or []),
+        queue_count=len(queues),
+        exchange_count=len(parsed.get("exchanges") or []),
+        user_count=len(parsed.get("users") or []),
+        size_bytes=len(text),
+    )
+    return definitions, types, parsed.get("rabbitmq_version") or parsed.get("rabbit_version")
+
+
+def _assemble(
+    backup_id: str, queues: list[QueueBackup], definitions: DefinitionsBackup | None, version: str | None, unrecovered: list[str]
+) -> BackupManifest:
+    firsts = [q.first_message_timestamp for q in queues if q.first_message_timestamp is not None]
+    lasts = [q.last_message_timestamp for q in queues if q.last_message_timestamp is not None]
+    rebuilt_at = now_ms()
+    manifest = BackupManifest(
+        backup_id=backup_id,
+        created_at=min(firsts) if firsts else rebuilt_at,
+        completed_at=max(lasts) if lasts else rebuilt_at,
+        backup_tool_version=__version__,
+        rabbitmq_version=version,
+        definitions=definitions,
+        queues=queues,
+    )
+    manifest.refresh_totals()
+    manifest.extensions["rebuilt"] = {
+        "rebuilt_at": rebuilt_at,
+        "unknown_fields": ["created_at", "completed_at", "source_cluster", "backup_tool_version"]
+        + ([] if version else ["rabbitmq_version"]),
+        "note": "created_at/completed_at are estimated from the first and last record's backed_up_at",
+        "unrecovered": list(unrecovered),
+    }
+    return manifest

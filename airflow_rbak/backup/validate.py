@@ -1,0 +1,208 @@
+"""Validation of a stored backup: every defect collected, not just the first.
+
+Quick validation checks the manifest and that each segment exists with its
+recorded size. Deep validation also reads every segment: CRC-32, SHA-256
+against the manifest, record counts, header and manifest timestamps, records
+in ``backed_up_at`` order, and the definitions export.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.codec import BackupManifest, CodecError, QueueBackup, SegmentMetadata
+from airflow_rbak.codec.compression import decompress
+from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
+from airflow_rbak.codec.layout import compression_from_key, manifest_key, parse_segment_key
+from airflow_rbak.codec.segment import decode_payload, iter_payload_records
+from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
+
+
+@dataclass(frozen=True)
+class Defect:
+    """One thing wrong with a backup: the object it concerns and a one-line reason."""
+
+    key: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.reason}"
+
+
+@dataclass
+class ValidationReport:
+    """What validation found; ``valid`` is true only when ``defects`` is empty."""
+
+    backup_id: str
+    deep: bool
+    segments_checked: int = 0
+    records_checked: int = 0
+    bytes_checked: int = 0
+    defects: list[Defect] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.defects
+
+    def add(self, key: str, reason: str) -> None:
+        self.defects.append(Defect(key, reason))
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["valid"] = self.valid
+        return body
+
+
+def validate_backup(
+    storage: Storage, backup_id: str, *, deep: bool = False, max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+) -> ValidationReport:
+    """Validate one backup and return every defect found."""
+    report = ValidationReport(backup_id, deep)
+    try:
+        manifest = ManifestStore(storage).load(backup_id)
+    except (ManifestNotFoundError, CodecError) as exc:
+        report.add(manifest_key(backup_id), str(exc).split(": ", 1)[-1] if isinstance(exc, CodecError) else "missing")
+        return report
+    _check_manifest(manifest, report)
+    for queue in manifest.queues:
+        _check_queue_listing(manifest.backup_id, queue, report)
+        for segment in queue.segments:
+            if deep:
+                _check_segment_deep(storage, queue, segment, report, max_decompressed_bytes)
+            else:
+                _check_segment_quick(storage, segment, report)
+    if manifest.definitions is not None:
+        _check_definitions(storage, manifest, report, deep, max_decompressed_bytes)
+    return report
+
+
+def _check_manifest(manifest: BackupManifest, report: ValidationReport) -> None:
+    key = manifest_key(manifest.backup_id)
+    if manifest.backup_id != report.backup_id:
+        report.add(key, f"backup_id is {manifest.backup_id!r}, expected {report.backup_id!r}")
+    if manifest.completed_at is None:
+        report.add(key, "backup did not complete (completed_at is null)")
+    expected = {
+        "total_messages": sum(q.message_count for q in manifest.queues),
+        "total_segments": sum(len(q.segments) for q in manifest.queues),
+        "total_bytes": sum(s.size_bytes for q in manifest.queues for s in q.segments),
+    }
+    for name, value in expected.items():
+        if getattr(manifest, name) != value:
+            report.add(key, f"{name} is {getattr(manifest, name)}, the queues add up to {value}")
+
+
+def _check_queue_listing(backup_id: str, queue: QueueBackup, report: ValidationReport) -> None:
+    where = f"{manifest_key(backup_id)} queue {queue.vhost!r}/{queue.name!r}"
+    sequences = [s.sequence for s in queue.segments]
+    if sequences != list(range(1, len(sequences) + 1)):
+        report.add(where, f"segment sequences are {sequences[:10]}, expected 1..{len(sequences)} without gaps")
+    if queue.message_count != sum(s.record_count for s in queue.segments):
+        report.add(where, f"message_count is {queue.message_count}, its segments hold {sum(s.record_count for s in queue.segments)}")
+    stamped = [s for s in queue.segments if s.record_count]
+    first = stamped[0].first_timestamp if stamped else None
+    last = stamped[-1].last_timestamp if stamped else None
+    if (queue.first_message_timestamp, queue.last_message_timestamp) != (first, last):
+        report.add(where, "first/last message timestamps disagree with its segments")
+    for segment in queue.segments:
+        parsed = parse_segment_key(segment.key)
+        if parsed is None or parsed[0] != backup_id or parsed[1:4] != (queue.vhost, queue.name, segment.sequence):
+            report.add(segment.key, "key does not follow {backup_id}/queues/{vhost}/{queue}/segment-NNNN for this queue")
+
+
+def _check_segment_quick(storage: Storage, segment: SegmentMetadata, report: ValidationReport) -> None:
+    try:
+        info = storage.stat(segment.key)
+    except ObjectNotFoundError:
+        report.add(segment.key, "missing")
+        return
+    except StorageError as exc:
+        report.add(segment.key, f"cannot be read: {exc}")
+        return
+    report.segments_checked += 1
+    report.bytes_checked += info.size
+    if info.size != segment.size_bytes:
+        report.add(segment.key, f"size is {info.size} bytes, manifest says {segment.size_bytes}")
+
+
+def _check_segment_deep(
+    storage: Storage, queue: QueueBackup, segment: SegmentMetadata, report: ValidationReport, cap: int
+) -> None:
+    try:
+        data = storage.get(segment.key)
+    except ObjectNotFoundError:
+        report.add(segment.key, "missing")
+        return
+    except StorageError as exc:
+        report.add(segment.key, f"cannot be read: {exc}")
+        return
+    report.segments_checked += 1
+    report.bytes_checked += len(data)
+    if len(data) != segment.size_bytes:
+        report.add(segment.key, f"size is {len(data)} bytes, manifest says {segment.size_bytes}")
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != segment.checksum:
+        report.add(segment.key, f"SHA-256 is {digest}, manifest says {segment.checksum}")
+    try:
+        _check_segment_contents(data, queue, segment, report, cap)
+    except CodecError as exc:
+        report.add(segment.key, exc.reason + (f" at byte {exc.offset}" if exc.offset is not None else ""))
+
+
+def _check_segment_contents(data: bytes, queue: QueueBackup, segment: SegmentMetadata, report: ValidationReport, cap: int) -> None:
+    header, payload = decode_payload(data, segment.key, cap)
+    if header.record_count != segment.record_count:
+        report.add(segment.key, f"header holds {header.record_count} records, manifest says {segment.record_count}")
+    if len(payload) != segment.uncompressed_bytes:
+        report.add(segment.key, f"payload is {len(payload)} bytes uncompressed, manifest says {segment.uncompressed_bytes}")
+    manifest_stamps = (segment.first_timestamp or 0, segment.last_timestamp or 0)
+    if (header.first_timestamp, header.last_timestamp) != manifest_stamps:
+        report.add(segment.key, f"header timestamps {header.first_timestamp}..{header.last_timestamp} disagree with the manifest's")
+    stamps = _record_stamps(payload, header.record_count, segment.key, queue, report)
+    report.records_checked += len(stamps)
+    if stamps and (stamps[0], stamps[-1]) != (header.first_timestamp, header.last_timestamp):
+        report.add(segment.key, "header timestamps disagree with its first and last records")
+    if any(b < a for a, b in zip(stamps, stamps[1:])):
+        report.add(segment.key, "records are not in backed_up_at order")
+
+
+def _record_stamps(payload: bytes, count: int, key: str, queue: QueueBackup, report: ValidationReport) -> list[int]:
+    stamps = []
+    foreign = 0
+    for record in iter_payload_records(payload, count, key):
+        stamps.append(record.backed_up_at)
+        if record.source_queue != queue.name or record.source_vhost != queue.vhost:
+            foreign += 1
+    if foreign:
+        report.add(key, f"{foreign} records name another queue than {queue.vhost!r}/{queue.name!r}")
+    return stamps
+
+
+def _check_definitions(storage: Storage, manifest: BackupManifest, report: ValidationReport, deep: bool, cap: int) -> None:
+    definitions = manifest.definitions
+    try:
+        data = storage.get(definitions.key) if deep else storage.stat(definitions.key)
+    except ObjectNotFoundError:
+        report.add(definitions.key, "definitions export is missing")
+        return
+    if not deep:
+        return
+    compression = compression_from_key(definitions.key)
+    try:
+        text = decompress(data, compression, cap, definitions.key)
+        parsed = orjson.loads(text)
+    except (CodecError, orjson.JSONDecodeError) as exc:
+        report.add(definitions.key, f"definitions export cannot be read: {exc}")
+        return
+    if len(text) != definitions.size_bytes:
+        report.add(definitions.key, f"definitions are {len(text)} bytes, manifest says {definitions.size_bytes}")
+    for name in ("vhost", "queue", "exchange", "user"):
+        found = len(parsed.get(f"{name}s") or []) if isinstance(parsed, dict) else 0
+        if found != getattr(definitions, f"{name}_count"):
+            report.add(definitions.key, f"{name}_count is {getattr(definitions, f'{name}_count')}, the export holds {found}")
+

@@ -1,0 +1,330 @@
+"""AMQP 0-9-1 properties and header tables <-> BackupRecord, with every wire type kept.
+
+pika's own table decoder loses information (it returns ``float``/``double``
+fields as ``int``, and every integer width as a plain ``int``), so header
+tables are decoded here from the wire bytes, and
+:class:`TypedBasicProperties` (registered as pika's class for
+``basic`` content headers) keeps the typed result beside pika's.
+
+Wire type -> spec variant (``airflow_rbak.codec.headers``):
+
+=====================  ==========================================================
+``t`` boolean          ``Bool``
+``b`` i8, ``B`` u8,    ``Short`` (value exact; the wire width is widened)
+``s``/``U`` i16
+``u`` u16, ``I`` i32,  ``Long`` (value exact; the wire width is widened)
+``i`` u32, ``l``/``L``
+i64
+``f`` float32          ``Float`` (bit-exact, shortest decimal form)
+``d`` float64          ``Double``
+``T`` timestamp        ``Timestamp`` (seconds, u64)
+``S`` long string      ``LongString`` when UTF-8
+``x`` byte array       ``Bytes``
+``F`` table            ``Table`` (order and duplicate keys kept)
+``A`` array            ``Array``
+``V`` void             ``Void``
+``D`` decimal          ``Table [["rbak:type", ShortString "decimal"],
+                       ["scale", Short], ["value", Long]]``: value = value * 10^-scale
+non-UTF-8 ``S``        ``Table [["rbak:type", ShortString "longstr"], ["value", Bytes]]``
+=====================  ==========================================================
+
+The two tagged tables are the only extensions: the spec has no decimal and no
+binary long string. :func:`encode_table` turns them back into ``D`` and ``S``,
+so a capture -> restore round trip republishes identical bytes for every type
+but the widened integers. Integers are written back as ``s`` (Short) and
+``l`` (Long), as RabbitMQ itself writes them.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from pika import spec
+
+from airflow_rbak.codec.headers import HeaderValue
+from airflow_rbak.codec.records import BackupProperties, BackupRecord
+
+TYPE_TAG = "rbak:type"
+DECIMAL_TAG = "decimal"
+BINARY_LONGSTR_TAG = "longstr"
+_INT_FORMATS = {b"b": ">b", b"B": ">B", b"s": ">h", b"U": ">h", b"u": ">H", b"I": ">i", b"i": ">I", b"l": ">q", b"L": ">q"}
+_SHORT_TAGS = (b"b", b"B", b"s", b"U")
+_MAX_DEPTH = 64
+
+
+class FieldTableError(ValueError):
+    """A header table on the wire is malformed or nested too deep."""
+
+
+def decode_table(data: bytes | memoryview, offset: int = 0, depth: int = 0) -> tuple[tuple[tuple[str, HeaderValue], ...], int]:
+    """Decode a length-prefixed field table at ``offset``; return its pairs and the offset after it."""
+    if depth > _MAX_DEPTH:
+        raise FieldTableError("header table nested too deep")
+    (size,) = struct.unpack_from(">I", data, offset)
+    offset += 4
+    end = offset + size
+    pairs: list[tuple[str, HeaderValue]] = []
+    while offset < end:
+        klen = data[offset]
+        key = bytes(data[offset + 1 : offset + 1 + klen]).decode("utf-8", "replace")
+        value, offset = decode_value(data, offset + 1 + klen, depth)
+        pairs.append((key, value))
+    if offset != end:
+        raise FieldTableError("header table length does not match its fields")
+    return tuple(pairs), offset
+
+
+def decode_value(data: bytes | memoryview, offset: int, depth: int = 0) -> tuple[HeaderValue, int]:
+    """Decode one tagged field value (see the module table)."""
+    tag = bytes(data[offset : offset + 1])
+    offset += 1
+    if tag in _INT_FORMATS:
+        fmt = _INT_FORMATS[tag]
+        (n,) = struct.unpack_from(fmt, data, offset)
+        kind = HeaderValue.short if tag in _SHORT_TAGS else HeaderValue.long
+        return kind(n), offset + struct.calcsize(fmt)
+    if tag == b"t":
+        return HeaderValue.bool_(bool(data[offset])), offset + 1
+    if tag == b"f":
+        return HeaderValue.float32(struct.unpack_from(">f", data, offset)[0]), offset + 4
+    if tag == b"d":
+        return HeaderValue.double(struct.unpack_from(">d", data, offset)[0]), offset + 8
+    if tag == b"T":
+        return HeaderValue.timestamp(struct.unpack_from(">Q", data, offset)[0]), offset + 8
+    if tag == b"V":
+        return HeaderValue.void(), offset
+    if tag == b"D":
+        scale, raw = struct.unpack_from(">Bi", data, offset)
+        return decimal_value(scale, raw), offset + 5
+    if tag in (b"S", b"x", b"A"):
+        (length,) = struct.unpack_from(">I", data, offset)
+        start, end = offset + 4, offset + 4 + length
+        if end > len(data):
+            raise FieldTableError("header value runs past the table")
+        if tag == b"x":
+            return HeaderValue.bytes_(bytes(data[start:end])), end
+        if tag == b"S":
+            return _long_string(bytes(data[start:end])), end
+        return HeaderValue.array(_decode_array(data, start, end, depth + 1)), end
+    if tag == b"F":
+        pairs, end = decode_table(data, offset, depth + 1)
+        return HeaderValue.table(pairs), end
+    raise FieldTableError(f"unknown header field type {tag!r}")
+
+
+def _decode_array(data: bytes | memoryview, offset: int, end: int, depth: int) -> list[HeaderValue]:
+    values = []
+    while offset < end:
+        value, offset = decode_value(data, offset, depth)
+        values.append(value)
+    return values
+
+
+def _long_string(raw: bytes) -> HeaderValue:
+    try:
+        return HeaderValue.long_string(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return HeaderValue.table([(TYPE_TAG, HeaderValue.short_string(BINARY_LONGSTR_TAG)), ("value", HeaderValue.bytes_(raw))])
+
+
+def decimal_value(scale: int, raw: int) -> HeaderValue:
+    """The tagged-table form of an AMQP decimal ``raw * 10**-scale``."""
+    return HeaderValue.table(
+        [(TYPE_TAG, HeaderValue.short_string(DECIMAL_TAG)), ("scale", HeaderValue.short(scale)), ("value", HeaderValue.long(raw))]
+    )
+
+
+def _tag_of(value: HeaderValue) -> str | None:
+    if value.kind == "Table" and value.value and value.value[0][0] == TYPE_TAG:
+        return value.value[0][1].value
+    return None
+
+
+def encode_value(value: HeaderValue) -> bytes:
+    """Encode one value for the wire (inverse of :func:`decode_value`, integers as ``s``/``l``)."""
+    kind, v = value.kind, value.value
+    if kind in ("LongString", "ShortString"):
+        raw = v.encode("utf-8")
+        return b"S" + struct.pack(">I", len(raw)) + raw
+    simple = {"Long": ">cq", "Short": ">ch", "Bool": ">cB", "Timestamp": ">cQ", "Float": ">cf", "Double": ">cd"}
+    tags = {"Long": b"l", "Short": b"s", "Bool": b"t", "Timestamp": b"T", "Float": b"f", "Double": b"d"}
+    if kind in simple:
+        return struct.pack(simple[kind], tags[kind], int(v) if kind == "Bool" else v)
+    if kind == "Void":
+        return b"V"
+    if kind == "Bytes":
+        return b"x" + struct.pack(">I", len(v)) + v
+    if kind == "Array":
+        inner = b"".join(encode_value(x) for x in v)
+        return b"A" + struct.pack(">I", len(inner)) + inner
+    tag = _tag_of(value)
+    fields = dict(v)
+    if tag == DECIMAL_TAG:
+        return struct.pack(">cBi", b"D", fields["scale"].value, fields["value"].value)
+    if tag == BINARY_LONGSTR_TAG:
+        raw = fields["value"].value
+        return b"S" + struct.pack(">I", len(raw)) + raw
+    return b"F" + encode_table(v)
+
+
+def encode_table(pairs: tuple[tuple[str, HeaderValue], ...] | list[tuple[str, HeaderValue]]) -> bytes:
+    """Encode a field table with its u32 length prefix."""
+    body = bytearray()
+    for key, value in pairs:
+        raw = key.encode("utf-8")
+        body += bytes([len(raw)]) + raw + encode_value(value)
+    return struct.pack(">I", len(body)) + bytes(body)
+
+
+_SHORTSTR_FIELDS = ("content_type", "content_encoding")
+_FLAG_HEADERS = 1 << 13
+_FLAG_CONTENT_TYPE = 1 << 15
+_FLAG_CONTENT_ENCODING = 1 << 14
+
+
+class TypedBasicProperties(spec.BasicProperties):
+    """pika's BasicProperties plus ``typed_headers``: the header table decoded without loss.
+
+    Set ``typed_headers`` before publishing to send exactly those wire types
+    (pika's encoder would turn every ``int`` into ``I``/``l``).
+    """
+
+    def __init__(
+        self, *args: Any, typed_headers: tuple[tuple[str, HeaderValue], ...] | None = None, raw_headers: bytes | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.typed_headers = typed_headers
+        #: An already encoded field table (length prefix included) to send as is: tests use it for every wire type.
+        self.raw_headers = raw_headers
+
+    def decode(self, encoded: bytes, offset: int = 0) -> TypedBasicProperties:
+        super().decode(encoded, offset)
+        self.typed_headers = None
+        (flags,) = struct.unpack_from(">H", encoded, offset)
+        if not flags & _FLAG_HEADERS:
+            return self
+        pos = offset + 2
+        while flags & 1:  # continuation flag words (none are defined for basic, but allowed)
+            (flags,) = struct.unpack_from(">H", encoded, pos)
+            pos += 2
+        (first,) = struct.unpack_from(">H", encoded, offset)
+        for flag in (_FLAG_CONTENT_TYPE, _FLAG_CONTENT_ENCODING):
+            if first & flag:
+                pos += 1 + encoded[pos]
+        self.typed_headers, _ = decode_table(encoded, pos)
+        return self
+
+    def encode(self) -> list[bytes]:
+        raw = getattr(self, "raw_headers", None)
+        if raw is None and self.typed_headers is None:
+            return super().encode()
+        marker = object.__new__(spec.BasicProperties)
+        marker.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("typed_headers", "raw_headers")})
+        marker.headers = {"__rbak__": 0}  # placeholder: one S-free int field, replaced below
+        pieces = spec.BasicProperties.encode(marker)
+        placeholder = b"".join(pieces)
+        encoded_placeholder = _placeholder_table()
+        index = placeholder.index(encoded_placeholder)
+        table = raw if raw is not None else encode_table(self.typed_headers or ())
+        return [placeholder[:index] + table + placeholder[index + len(encoded_placeholder) :]]
+
+
+def _placeholder_table() -> bytes:
+    key = b"__rbak__"
+    body = bytes([len(key)]) + key + struct.pack(">ci", b"I", 0)
+    return struct.pack(">I", len(body)) + body
+
+
+def install() -> None:
+    """Make pika build :class:`TypedBasicProperties` for every incoming basic content header.
+
+    Idempotent. The subclass behaves exactly like pika's class for other code
+    in the process; it only adds the ``typed_headers`` attribute.
+    """
+    spec.props[spec.BasicProperties.INDEX] = TypedBasicProperties
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return bytes(value).decode("utf-8", "replace")
+
+
+def properties_to_backup(props: spec.BasicProperties) -> BackupProperties:
+    """The spec's BackupProperties from pika's properties (``type`` becomes ``type_field``)."""
+    return BackupProperties(
+        content_type=_text(props.content_type),
+        content_encoding=_text(props.content_encoding),
+        delivery_mode=props.delivery_mode,
+        priority=props.priority,
+        correlation_id=_text(props.correlation_id),
+        reply_to=_text(props.reply_to),
+        expiration=_text(props.expiration),
+        message_id=_text(props.message_id),
+        timestamp=props.timestamp,
+        type_field=_text(props.type),
+        user_id=_text(props.user_id),
+        app_id=_text(props.app_id),
+        cluster_id=_text(props.cluster_id),
+    )
+
+
+def headers_of(props: spec.BasicProperties) -> tuple[tuple[str, HeaderValue], ...]:
+    """The typed header table of delivered properties (empty when the message has none)."""
+    typed = getattr(props, "typed_headers", None)
+    if typed is not None:
+        return typed
+    if props.headers:
+        raise FieldTableError("properties were decoded without amqp_types.install(); header types would be lost")
+    return ()
+
+
+def record_from_delivery(
+    method: spec.Basic.Deliver,
+    props: spec.BasicProperties,
+    body: bytes,
+    *,
+    queue: str,
+    vhost: str,
+    backed_up_at: int,
+    drop_headers: frozenset[str] = frozenset(),
+    delivery_tag: int | None = None,
+) -> BackupRecord:
+    """Build the BackupRecord of one delivery; ``drop_headers`` removes broker-owned headers."""
+    headers = headers_of(props)
+    if drop_headers and headers:
+        headers = tuple(p for p in headers if p[0] not in drop_headers)
+    return BackupRecord(
+        body=bytes(body),
+        properties=properties_to_backup(props),
+        headers=headers,
+        exchange=method.exchange,
+        routing_key=method.routing_key,
+        delivery_tag=method.delivery_tag if delivery_tag is None else delivery_tag,
+        redelivered=bool(method.redelivered),
+        backed_up_at=backed_up_at,
+        source_queue=queue,
+        source_vhost=vhost,
+    )
+
+
+def properties_from_record(record: BackupRecord) -> TypedBasicProperties:
+    """Properties to republish a record with (restore, tests): typed headers, same wire types."""
+    p = record.properties
+    return TypedBasicProperties(
+        content_type=p.content_type,
+        content_encoding=p.content_encoding,
+        delivery_mode=p.delivery_mode,
+        priority=p.priority,
+        correlation_id=p.correlation_id,
+        reply_to=p.reply_to,
+        expiration=p.expiration,
+        message_id=p.message_id,
+        timestamp=p.timestamp,
+        type=p.type_field,
+        user_id=p.user_id,
+        app_id=p.app_id,
+        cluster_id=p.cluster_id,
+        typed_headers=record.headers if record.headers else None,
+    )

@@ -1,0 +1,132 @@
+"""Which queues a backup covers, and what it must know about each (type, arguments, delivery limit)."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.exceptions import ConfigurationError
+
+QUEUE_TYPES = ("classic", "quorum", "stream")
+#: RabbitMQ 4.0 gave quorum queues a default delivery limit of 20.
+DEFAULT_QUORUM_DELIVERY_LIMIT_4X = 20
+
+
+def parse_version(version: str) -> tuple[int, int, int]:
+    """``3.10.8`` -> (3, 10, 8); pre-release and build suffixes are ignored."""
+    nums = [int(n) for n in re.findall(r"\d+", version.split("+")[0].split("-")[0])[:3]]
+    if not nums:
+        raise ConfigurationError(f"cannot read RabbitMQ version {version!r}")
+    return tuple((nums + [0, 0, 0])[:3])  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """One queue as the management API describes it."""
+
+    vhost: str
+    name: str
+    queue_type: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    effective_policy: dict[str, Any] = field(default_factory=dict)
+    operator_policy: dict[str, Any] = field(default_factory=dict)
+    messages: int = 0
+    durable: bool = True
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any], operator_policy: dict[str, Any] | None = None) -> QueueInfo:
+        return cls(
+            vhost=data["vhost"],
+            name=data["name"],
+            queue_type=str(data.get("type") or data.get("arguments", {}).get("x-queue-type") or "classic"),
+            arguments=dict(data.get("arguments") or {}),
+            effective_policy=dict(data.get("effective_policy_definition") or {}),
+            operator_policy=dict(operator_policy or {}),
+            messages=int(data.get("messages") or 0),
+            durable=bool(data.get("durable", True)),
+        )
+
+
+def effective_delivery_limit(info: QueueInfo, version: tuple[int, int, int]) -> int | None:
+    """The delivery limit RabbitMQ enforces on a quorum queue, or None for no limit.
+
+    RabbitMQ takes the smallest of the ``x-delivery-limit`` argument, the
+    policy's and the operator policy's ``delivery-limit``; from 4.0 a quorum
+    queue without any has a limit of 20, and a negative value means none.
+    """
+    if info.queue_type != "quorum":
+        return None
+    candidates = [
+        int(v)
+        for v in (info.arguments.get("x-delivery-limit"), info.effective_policy.get("delivery-limit"), info.operator_policy.get("delivery-limit"))
+        if v is not None
+    ]
+    if version >= (4, 0, 0):
+        if any(c < 0 for c in candidates) and not [c for c in candidates if c >= 0]:
+            return None
+        candidates = [c for c in candidates if c >= 0]
+        return min(candidates) if candidates else DEFAULT_QUORUM_DELIVERY_LIMIT_4X
+    return min(candidates) if candidates else None
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+@dataclass(frozen=True)
+class QueueSelector:
+    """Which queues to back up: vhosts, include/exclude globs, types and a minimum depth."""
+
+    vhosts: tuple[str, ...] | None = None
+    include: tuple[str, ...] = ("*",)
+    exclude: tuple[str, ...] = ()
+    queue_types: tuple[str, ...] = QUEUE_TYPES
+    min_messages: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = set(self.queue_types) - set(QUEUE_TYPES)
+        if unknown:
+            raise ConfigurationError(f"unknown queue types {sorted(unknown)}; expected some of {list(QUEUE_TYPES)}")
+        if self.min_messages < 0:
+            raise ConfigurationError("min_messages must be >= 0")
+
+    def accepts(self, info: QueueInfo) -> bool:
+        if self.vhosts is not None and info.vhost not in self.vhosts:
+            return False
+        if not _matches(info.name, self.include) or _matches(info.name, self.exclude):
+            return False
+        return info.queue_type in self.queue_types and info.messages >= self.min_messages
+
+
+def _operator_policies(client: ManagementClient, vhost: str) -> dict[str, dict[str, Any]]:
+    try:
+        return {p["name"]: p.get("definition", {}) for p in client.operator_policies(vhost)}
+    except Exception:  # noqa: BLE001 - older brokers or missing permission: no operator policies
+        return {}
+
+
+def describe_queue(client: ManagementClient, vhost: str, name: str) -> QueueInfo:
+    """The one queue's info, with its operator policy's definition resolved."""
+    data = client.queue(vhost, name)
+    op_name = data.get("operator_policy")
+    return QueueInfo.from_api(data, _operator_policies(client, vhost).get(op_name, {}) if op_name else None)
+
+
+def discover_queues(client: ManagementClient, selector: QueueSelector | None = None) -> list[QueueInfo]:
+    """Every queue the selector accepts, sorted by vhost then name (internal ``amq.*`` queues excluded)."""
+    selector = selector or QueueSelector()
+    vhosts = selector.vhosts if selector.vhosts is not None else tuple(client.vhosts())
+    found: list[QueueInfo] = []
+    for vhost in vhosts:
+        op = _operator_policies(client, vhost)
+        for data in client.queues(vhost):
+            if data["name"].startswith("amq."):
+                continue
+            info = QueueInfo.from_api(data, op.get(data.get("operator_policy") or "", None))
+            if selector.accepts(info):
+                found.append(info)
+    return sorted(found, key=lambda q: (q.vhost, q.name))

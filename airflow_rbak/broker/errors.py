@@ -1,0 +1,46 @@
+"""Errors of the broker layer: each says what failed and what to do, and never carries a secret."""
+
+from __future__ import annotations
+
+from airflow_rbak.exceptions import RbakError
+
+
+class BrokerError(RbakError):
+    """A RabbitMQ operation failed."""
+
+
+class BrokerUnreachableError(BrokerError):
+    """The broker (AMQP, management or stream port) could not be reached or the connection was lost."""
+
+
+class BrokerAuthError(BrokerError):
+    """The broker refused the credentials (HTTP 401 or AMQP access refused)."""
+
+
+class BrokerApiError(BrokerError):
+    """The Management HTTP API answered with an unexpected status."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class QueueNotFoundError(BrokerError):
+    """The queue named for capture does not exist in its vhost."""
+
+
+class DeliveryLimitRiskError(BrokerError):
+    """Returning captured messages would count toward the queue's delivery limit.
+
+    Raised before a single message is consumed (unless the user allowed the
+    increase), or during an allowed capture as soon as a message is seen whose
+    count would reach the limit.
+    """
+
+
+class CaptureInterruptedError(BrokerError):
+    """The capture stopped part-way (connection lost, broker stopped); a re-run resumes it."""
+
+
+class CaptureIntegrityError(BrokerError):
+    """What the queue holds no longer matches what an interrupted run staged; resuming would corrupt the backup."""

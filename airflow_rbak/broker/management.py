@@ -1,0 +1,123 @@
+"""A small client of the RabbitMQ Management HTTP API.
+
+Only what backup needs: version, vhosts, queues (with type, arguments and
+effective policy), policies and definitions. Errors name the endpoint and
+never the credentials.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.broker.errors import BrokerApiError, BrokerAuthError, BrokerUnreachableError, QueueNotFoundError
+
+
+def _q(name: str) -> str:
+    return quote(name, safe="")
+
+
+class ManagementClient:
+    """Talks to ``/api`` of one node; one HTTP session per client."""
+
+    def __init__(self, connection: RabbitMQConnection) -> None:
+        self.connection = connection
+        self._session = requests.Session()
+        self._session.auth = (connection.username, connection.password)
+        if connection.tls:
+            self._session.verify = connection.ca_file or connection.tls_verify
+            if connection.cert_file:
+                self._session.cert = (connection.cert_file, connection.key_file)
+
+    def close(self) -> None:
+        self._session.close()
+
+    def __enter__(self) -> ManagementClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        """GET ``/api/{path}`` and return the parsed JSON; typed errors for unreachable, 401 and others."""
+        url = f"{self.connection.management_base_url}/api/{path}"
+        try:
+            response = self._session.get(url, params=params, timeout=self.connection.timeout)
+        except requests.RequestException as exc:
+            raise BrokerUnreachableError(
+                f"management API at {self.connection.management_base_url} is unreachable "
+                f"({type(exc).__name__}); check management_port/management_url and that the "
+                "rabbitmq_management plugin is enabled"
+            ) from None
+        if response.status_code == 401:
+            raise BrokerAuthError(
+                f"management API refused user {self.connection.username!r} (HTTP 401); "
+                "check the password and that the user has the 'monitoring' or 'administrator' tag"
+            )
+        if response.status_code == 404:
+            raise BrokerApiError(f"management API: /api/{path} not found (HTTP 404)", 404)
+        if response.status_code >= 400:
+            raise BrokerApiError(f"management API: GET /api/{path} failed with HTTP {response.status_code}", response.status_code)
+        try:
+            return response.json()
+        except ValueError:
+            raise BrokerApiError(f"management API: /api/{path} did not return JSON") from None
+
+    def get_text(self, path: str) -> bytes:
+        """GET ``/api/{path}`` and return the raw body (definitions are saved byte for byte)."""
+        url = f"{self.connection.management_base_url}/api/{path}"
+        try:
+            response = self._session.get(url, timeout=max(self.connection.timeout, 60))
+        except requests.RequestException as exc:
+            raise BrokerUnreachableError(f"management API unreachable while reading /api/{path} ({type(exc).__name__})") from None
+        if response.status_code == 401:
+            raise BrokerAuthError(f"management API refused user {self.connection.username!r} (HTTP 401)")
+        if response.status_code >= 400:
+            raise BrokerApiError(f"management API: GET /api/{path} failed with HTTP {response.status_code}", response.status_code)
+        return response.content
+
+    def overview(self) -> dict[str, Any]:
+        return self.get("overview")
+
+    def version(self) -> str:
+        """The broker's version, e.g. ``3.10.8``."""
+        return str(self.overview()["rabbitmq_version"])
+
+    def cluster_name(self) -> str | None:
+        return self.overview().get("cluster_name")
+
+    def vhosts(self) -> list[str]:
+        return [v["name"] for v in self.get("vhosts")]
+
+    def queues(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        """Every queue (of one vhost, or all), with type, arguments and effective policy."""
+        path = "queues" if vhost is None else f"queues/{_q(vhost)}"
+        return list(self.get(path))
+
+    def queue(self, vhost: str, name: str) -> dict[str, Any]:
+        try:
+            return self.get(f"queues/{_q(vhost)}/{_q(name)}")
+        except BrokerApiError as exc:
+            if exc.status == 404:
+                raise QueueNotFoundError(f"queue {name!r} not found in vhost {vhost!r}") from None
+            raise
+
+    def policies(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        return list(self.get("policies" if vhost is None else f"policies/{_q(vhost)}"))
+
+    def operator_policies(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        return list(self.get("operator-policies" if vhost is None else f"operator-policies/{_q(vhost)}"))
+
+    def definitions_raw(self) -> bytes:
+        """``GET /api/definitions`` exactly as the broker sends it."""
+        return self.get_text("definitions")
+
+    def stream_consumers(self, vhost: str) -> list[dict[str, Any]]:
+        """Stream-protocol consumers of a vhost (rabbitmq_stream_management); empty when the plugin is off."""
+        try:
+            return list(self.get(f"stream/consumers/{_q(vhost)}"))
+        except BrokerApiError:
+            return []

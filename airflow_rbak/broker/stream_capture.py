@@ -1,0 +1,155 @@
+"""Stream capture: from the last checkpointed offset to the stream's tail at start.
+
+Reads over AMQP with ``x-stream-offset`` (the broker converts messages back
+to AMQP 0-9-1, so properties and header types arrive as published); the
+tail comes from the stream protocol (:mod:`stream_protocol`). Reading a
+stream is not destructive and acks only grant credit. ``delivery_tag`` in a
+record is the stream offset. The stored offsets of the stream's named
+consumers are saved beside (checkpoint database and result), like
+kafka-backup's consumer-group offsets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import pika
+
+from airflow_rbak.broker import amqp_types, stream_protocol
+from airflow_rbak.broker.capture import (
+    _CONNECTION_ERRORS,
+    CaptureOptions,
+    CaptureResult,
+    _close_quietly,
+    _result_from,
+    open_connection,
+)
+from airflow_rbak.broker.checkpoints import CheckpointStore, QueueProgress
+from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.broker.discovery import QueueInfo
+from airflow_rbak.broker.errors import CaptureInterruptedError
+from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.broker.staging import StagedChunk, StagingWriter
+from airflow_rbak.codec.records import encode_record
+from airflow_rbak.storage.base import Storage
+
+STREAM_BROKER_HEADERS = frozenset({"x-stream-offset"})
+_PREFETCH = 2000
+_ACK_EVERY = 500
+
+
+def _offset_of(props: pika.spec.BasicProperties) -> int:
+    for key, value in amqp_types.headers_of(props):
+        if key == "x-stream-offset":
+            return int(value.value)
+    raise CaptureInterruptedError("a stream delivery carried no x-stream-offset header")
+
+
+class StreamCapture:
+    """Captures one stream's new messages into staging, resumably."""
+
+    def __init__(self, connection: RabbitMQConnection, storage: Storage, checkpoints: CheckpointStore, options: CaptureOptions) -> None:
+        self.connection, self.storage, self.checkpoints, self.options = connection, storage, checkpoints, options
+
+    def capture(
+        self,
+        info: QueueInfo,
+        start_offset: int = 0,
+        consumer_names: Iterable[str] = (),
+        management: ManagementClient | None = None,
+    ) -> CaptureResult:
+        """Capture offsets ``[checkpoint or start_offset, tail at start]`` and save named consumers' offsets."""
+        started = time.monotonic()
+        progress = self.checkpoints.get(self.options.backup_id, info.vhost, info.name)
+        if progress is not None and progress.completed:
+            return _result_from(progress, 0.0, skipped=True)
+        if progress is None:
+            tail = stream_protocol.stream_tail(self.connection, info.vhost, info.name)
+            end = -1 if tail is None else tail
+            progress = QueueProgress(
+                self.options.backup_id, info.vhost, info.name, "stream", target_count=max(0, end - start_offset + 1),
+                stream_start_offset=start_offset, stream_end_offset=end, stream_next_offset=start_offset,
+            )
+            self.checkpoints.save(progress)
+        offsets = self._consumer_offsets(info, consumer_names, management)
+        self.checkpoints.save_consumer_offsets(self.options.backup_id, info.vhost, info.name, offsets)
+        progress = self._read(info, progress)
+        result = _result_from(progress, time.monotonic() - started)
+        return CaptureResult(**{**result.__dict__, "consumer_offsets": offsets, "last_offset": progress.stream_end_offset})
+
+    def _consumer_offsets(self, info: QueueInfo, names: Iterable[str], management: ManagementClient | None) -> dict[str, int]:
+        refs = set(names)
+        if management is not None:
+            for consumer in management.stream_consumers(info.vhost):
+                props = consumer.get("properties") or {}
+                if consumer.get("queue", {}).get("name") == info.name and props.get("name"):
+                    refs.add(str(props["name"]))
+        return stream_protocol.query_consumer_offsets(self.connection, info.vhost, info.name, refs)
+
+    def _read(self, info: QueueInfo, progress: QueueProgress) -> QueueProgress:
+        end, next_offset = progress.stream_end_offset, progress.stream_next_offset
+        assert end is not None and next_offset is not None
+        state = {"progress": progress, "next": next_offset, "staged": progress.staged_records, "bytes": progress.staged_bytes}
+
+        def on_chunk(chunk: StagedChunk) -> None:
+            state["progress"] = QueueProgress(**{**state["progress"].__dict__, "staged_records": state["staged"],
+                                                 "staged_bytes": state["bytes"], "last_chunk": chunk.sequence,
+                                                 "stream_next_offset": state["next"]})
+            self.checkpoints.save(state["progress"])
+
+        writer = StagingWriter(self.storage, self.options.backup_id, info.vhost, info.name,
+                               next_sequence=progress.last_chunk + 1, compression=self.options.compression,
+                               max_records=self.options.chunk_max_records, max_bytes=self.options.chunk_max_bytes,
+                               on_chunk=on_chunk)
+        if next_offset <= end:
+            self._consume(info, end, state, writer)
+        writer.flush()
+        final = QueueProgress(**{**state["progress"].__dict__, "staged_records": state["staged"], "staged_bytes": state["bytes"],
+                                 "stream_next_offset": state["next"], "completed": True})
+        self.checkpoints.save(final)
+        return final
+
+    def _consume(self, info: QueueInfo, end: int, state: dict, writer: StagingWriter) -> None:
+        conn = open_connection(self.connection, info.vhost)
+        try:
+            channel = conn.channel()
+            channel.basic_qos(prefetch_count=_PREFETCH)
+            unacked = [0]
+
+            def on_message(ch: object, method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes) -> None:
+                offset = _offset_of(props)
+                unacked[0] += 1
+                if unacked[0] >= _ACK_EVERY:  # acks only grant credit on a stream
+                    channel.basic_ack(method.delivery_tag, multiple=True)
+                    unacked[0] = 0
+                if offset < state["next"] or offset > end:
+                    return
+                now_ms = int(time.time() * 1000)
+                record = amqp_types.record_from_delivery(method, props, body, queue=info.name, vhost=info.vhost,
+                                                         backed_up_at=now_ms, drop_headers=STREAM_BROKER_HEADERS,
+                                                         delivery_tag=offset)
+                state["next"] = offset + 1
+                state["staged"] += 1
+                state["bytes"] += len(body)
+                writer.add(encode_record(record), now_ms)
+
+            channel.basic_consume(info.name, on_message, auto_ack=False, arguments={"x-stream-offset": state["next"]})
+            idle_since = time.monotonic()
+            while state["next"] <= end:
+                before = state["next"]
+                conn.process_data_events(time_limit=0.25)
+                if state["next"] != before:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > self.options.idle_timeout:
+                    raise CaptureInterruptedError(
+                        f"stream {info.name!r} in vhost {info.vhost!r} stopped delivering at offset {state['next']} "
+                        f"(tail at start {end}); the offsets may have been truncated by retention. Re-run to resume."
+                    )
+        except _CONNECTION_ERRORS as exc:
+            raise CaptureInterruptedError(
+                f"capture of stream {info.name!r} in vhost {info.vhost!r} was interrupted ({type(exc).__name__}) at "
+                f"offset {state['next']}; a stream is not changed by reading. Re-run the same backup_id to resume."
+            ) from None
+        finally:
+            _close_quietly(conn)

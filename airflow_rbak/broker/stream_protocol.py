@@ -1,0 +1,110 @@
+"""The few stream-protocol (port 5552) calls AMQP cannot make: the stream's tail and stored consumer offsets.
+
+Uses ``rstream`` (optional dependency) through its low-level client; all
+calls are synchronous wrappers around one short-lived asyncio connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.broker.errors import BrokerUnreachableError
+from airflow_rbak.exceptions import ConfigurationError
+
+
+def _require_rstream() -> Any:
+    try:
+        import rstream
+    except ImportError:  # pragma: no cover - depends on the installation
+        raise ConfigurationError("stream capture needs the 'rstream' package: pip install rstream") from None
+    return rstream
+
+
+async def _with_client(connection: RabbitMQConnection, vhost: str, work: Any) -> Any:
+    rstream = _require_rstream()
+    consumer = rstream.Consumer(
+        host=connection.host, port=connection.stream_port, vhost=vhost, username=connection.username,
+        password=connection.password, ssl_context=connection.ssl_context(), connection_name="airflow-rbak",
+    )
+    try:
+        await asyncio.wait_for(consumer.start(), connection.timeout)
+        client = await consumer.default_client
+        return await work(client, rstream)
+    finally:
+        try:
+            await asyncio.wait_for(consumer.close(), connection.timeout)
+        except Exception:  # noqa: BLE001 - closing a failed connection
+            pass
+
+
+def _run(connection: RabbitMQConnection, vhost: str, work: Any) -> Any:
+    try:
+        return asyncio.run(_with_client(connection, vhost, work))
+    except (OSError, asyncio.TimeoutError) as exc:
+        raise BrokerUnreachableError(
+            f"stream port {connection.host}:{connection.stream_port} unreachable ({type(exc).__name__}); "
+            "check stream_port and that the rabbitmq_stream plugin is enabled"
+        ) from None
+
+
+def stream_tail(connection: RabbitMQConnection, vhost: str, stream: str, wait: float = 3.0) -> int | None:
+    """The offset of the stream's last message now, or None when the stream is empty.
+
+    Subscribing at ``last`` delivers the last chunk first; its header gives
+    the first offset and the number of records, hence the exact tail.
+    """
+
+    async def work(client: Any, rstream: Any) -> int | None:
+        from rstream import schema
+        from rstream.constants import OffsetType
+
+        found: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def on_deliver(frame: Any) -> None:
+            if not found.done():
+                found.set_result(frame.chunk_first_offset + frame.num_records - 1)
+
+        sub = 200  # rstream routes Deliver frames by the handler's name, which must be the subscription id
+        client.add_handler(schema.Deliver, on_deliver, name=str(sub))
+        await client.run_queue_listener_task(sub, on_deliver)
+        await client.subscribe(stream, subscription_id=sub, offset_spec=schema.OffsetSpec.from_params(OffsetType.LAST, None), initial_credit=1)
+        try:
+            return await asyncio.wait_for(found, wait)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            client.remove_handler(schema.Deliver, name=str(sub))
+            await client.unsubscribe(sub)
+            await client.stop_queue_listener_task(sub)
+
+    return _run(connection, vhost, work)
+
+
+def query_consumer_offsets(connection: RabbitMQConnection, vhost: str, stream: str, references: Iterable[str]) -> dict[str, int]:
+    """Stored offsets of named consumers (``store_offset`` references); names without one are left out."""
+    names = sorted(set(references))
+    if not names:
+        return {}
+
+    async def work(client: Any, rstream: Any) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for name in names:
+            try:
+                found[name] = await client.query_offset(stream, name)
+            except Exception:  # noqa: BLE001 - rstream raises ServerError when nothing is stored
+                continue
+        return found
+
+    return _run(connection, vhost, work)
+
+
+def store_consumer_offset(connection: RabbitMQConnection, vhost: str, stream: str, reference: str, offset: int) -> None:
+    """Store a named consumer's offset (tests and restore)."""
+
+    async def work(client: Any, rstream: Any) -> None:
+        await client.store_offset(stream, reference, offset)
+
+    _run(connection, vhost, work)

@@ -1,0 +1,1 @@
+"""The ``rbak`` command line."""

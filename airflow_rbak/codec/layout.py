@@ -1,0 +1,134 @@
+"""Storage keys of a backup (spec 001), and the reversible encoding of names in them.
+
+Vhost ``/`` is stored as ``_default``. A vhost or queue name that cannot be
+a path segment as it is (``/``, ``.``/``..``, ``%``, ``\\``, control
+characters, or a vhost literally named ``_default``) is percent-encoded, so
+every name maps to exactly one segment and no key can leave ``{backup_id}/``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from airflow_rbak.codec.constants import Compression
+from airflow_rbak.exceptions import ConfigurationError
+
+DEFAULT_VHOST_DIR = "_default"
+MANIFEST_NAME = "manifest.json"
+
+_UNSAFE = re.compile(r"[%/\\\x00-\x1f\x7f]")
+_SEGMENT_RE = re.compile(r"^segment-(\d{4,})(\.zst|\.lz4)?$")
+_BACKUP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$")
+
+
+def encode_name(name: str) -> str:
+    """Encode a queue or vhost name as one path segment, reversibly."""
+    if name in ("", ".", ".."):
+        return "".join(f"%{b:02X}" for b in name.encode()) or "%"
+    return _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), name)
+
+
+def decode_name(segment: str) -> str:
+    """Invert :func:`encode_name`."""
+    if segment == "%":
+        return ""
+    if "%" not in segment:
+        return segment
+    out = bytearray()
+    i = 0
+    raw = segment.encode()
+    while i < len(raw):
+        if raw[i] == 0x25 and i + 2 < len(raw) and _is_hex(raw[i + 1 : i + 3]):
+            out.append(int(raw[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.append(raw[i])
+            i += 1
+    return out.decode("utf-8", errors="surrogateescape")
+
+
+def _is_hex(pair: bytes) -> bool:
+    return len(pair) == 2 and all(c in b"0123456789ABCDEFabcdef" for c in pair)
+
+
+def vhost_dir(vhost: str) -> str:
+    """The path segment of a vhost: ``_default`` for ``/``."""
+    if vhost == "/":
+        return DEFAULT_VHOST_DIR
+    if vhost == DEFAULT_VHOST_DIR:
+        return "%5Fdefault"
+    return encode_name(vhost)
+
+
+def vhost_from_dir(segment: str) -> str:
+    """Invert :func:`vhost_dir`."""
+    return "/" if segment == DEFAULT_VHOST_DIR else decode_name(segment)
+
+
+def check_backup_id(backup_id: str) -> str:
+    """Return ``backup_id`` if it is usable as a key prefix, else raise ConfigurationError."""
+    if not isinstance(backup_id, str) or not _BACKUP_ID_RE.match(backup_id) or ".." in backup_id:
+        raise ConfigurationError(
+            f"invalid backup_id {backup_id!r}: use 1-200 characters from letters, digits and . _ : + -, "
+            "starting with a letter or digit"
+        )
+    return backup_id
+
+
+def manifest_key(backup_id: str) -> str:
+    return f"{check_backup_id(backup_id)}/{MANIFEST_NAME}"
+
+
+def queue_prefix(backup_id: str, vhost: str, queue: str) -> str:
+    """The folder of one queue's segments, ending in ``/``."""
+    return f"{check_backup_id(backup_id)}/queues/{vhost_dir(vhost)}/{encode_name(queue)}/"
+
+
+def segment_key(backup_id: str, vhost: str, queue: str, sequence: int, compression: Compression) -> str:
+    """``{backup_id}/queues/{vhost}/{queue}/segment-NNNN.ext`` (four digits, more past 9999)."""
+    if sequence < 1:
+        raise ConfigurationError(f"segment sequence numbers start at 1, got {sequence}")
+    return f"{queue_prefix(backup_id, vhost, queue)}segment-{sequence:04d}{compression.extension}"
+
+
+def staging_prefix(backup_id: str, vhost: str, queue: str) -> str:
+    """The folder where capture stages one queue's records for the encode job, ending in ``/``."""
+    return f"{check_backup_id(backup_id)}/staging/{vhost_dir(vhost)}/{encode_name(queue)}/"
+
+
+def definitions_key(backup_id: str, compression: Compression) -> str:
+    return f"{check_backup_id(backup_id)}/definitions/definitions.json{compression.extension}"
+
+
+def rollback_definitions_key(backup_id: str, timestamp: str, compression: Compression) -> str:
+    return f"{check_backup_id(backup_id)}/definitions/rollback-before-import-{timestamp}{compression.extension}"
+
+
+def state_key(backup_id: str) -> str:
+    return f"{check_backup_id(backup_id)}/state/offsets.db"
+
+
+def reports_prefix(backup_id: str) -> str:
+    return f"{check_backup_id(backup_id)}/reports/"
+
+
+def compression_from_key(key: str) -> Compression:
+    """The compression a stored object's extension names (``.zst``, ``.lz4``, or none)."""
+    if key.endswith(".zst"):
+        return Compression.ZSTD
+    if key.endswith(".lz4"):
+        return Compression.LZ4
+    return Compression.NONE
+
+
+def parse_segment_key(key: str) -> tuple[str, str, str, int, Compression] | None:
+    """Split a segment key into (backup_id, vhost, queue, sequence, compression), or None."""
+    parts = key.split("/")
+    if len(parts) != 5 or parts[1] != "queues":
+        return None
+    match = _SEGMENT_RE.match(parts[4])
+    if not match:
+        return None
+    ext = match.group(2) or ""
+    compression = {"": Compression.NONE, ".zst": Compression.ZSTD, ".lz4": Compression.LZ4}[ext]
+    return parts[0], vhost_from_dir(parts[2]), decode_name(parts[3]), int(match.group(1)), compression

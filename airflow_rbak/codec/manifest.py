@@ -1,0 +1,268 @@
+"""The manifest models of spec 001, written in the schema's field order.
+
+Fields this tool adds beyond the schema (stream consumer offsets, a rebuilt
+manifest's notes) live in ``extensions`` and are written after the schema's
+fields; unknown fields read from a manifest are kept there too, so a manifest
+written by a newer tool survives a round trip through this one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import orjson
+
+from airflow_rbak.codec.errors import ManifestError
+
+QUEUE_TYPES = ("classic", "quorum", "stream")
+
+
+def _int(obj: dict[str, Any], name: str, path: str, *, nullable: bool = False, unsigned: bool = True) -> int | None:
+    if name not in obj:
+        if nullable:
+            return None
+        raise ManifestError(f"{path}.{name} is missing", segment="manifest.json")
+    value = obj[name]
+    if value is None and nullable:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or (unsigned and value < 0):
+        kind = "a non-negative integer" if unsigned else "an integer"
+        raise ManifestError(f"{path}.{name} must be {kind}, got {value!r:.40}", segment="manifest.json")
+    return value
+
+
+def _str(obj: dict[str, Any], name: str, path: str, *, nullable: bool = False) -> str | None:
+    value = obj.get(name)
+    if value is None and nullable:
+        return None
+    if not isinstance(value, str):
+        raise ManifestError(f"{path}.{name} must be a string, got {value!r:.40}", segment="manifest.json")
+    return value
+
+
+def _object(value: Any, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ManifestError(f"{path} must be an object", segment="manifest.json")
+    return value
+
+
+def _extensions(obj: dict[str, Any], cls: type) -> dict[str, Any]:
+    known = {f.name for f in fields(cls)}
+    return {k: v for k, v in obj.items() if k not in known}
+
+
+def _with_extensions(body: dict[str, Any], extensions: dict[str, Any]) -> dict[str, Any]:
+    for key, value in extensions.items():
+        body.setdefault(key, value)
+    return body
+
+
+@dataclass
+class SegmentMetadata:
+    """One segment as the manifest lists it; ``checksum`` is the SHA-256 hex of the whole file."""
+
+    key: str
+    sequence: int
+    record_count: int
+    size_bytes: int
+    uncompressed_bytes: int
+    first_timestamp: int | None
+    last_timestamp: int | None
+    checksum: str
+    extensions: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        body = {
+            "key": self.key,
+            "sequence": self.sequence,
+            "record_count": self.record_count,
+            "size_bytes": self.size_bytes,
+            "uncompressed_bytes": self.uncompressed_bytes,
+            "first_timestamp": self.first_timestamp,
+            "last_timestamp": self.last_timestamp,
+            "checksum": self.checksum,
+        }
+        return _with_extensions(body, self.extensions)
+
+    @classmethod
+    def from_json(cls, obj: Any, path: str = "segment") -> SegmentMetadata:
+        obj = _object(obj, path)
+        checksum = _str(obj, "checksum", path)
+        if len(checksum) != 64 or any(c not in "0123456789abcdefABCDEF" for c in checksum):
+            raise ManifestError(f"{path}.checksum must be 64 hex digits", segment="manifest.json")
+        return cls(
+            key=_str(obj, "key", path),
+            sequence=_int(obj, "sequence", path),
+            record_count=_int(obj, "record_count", path),
+            size_bytes=_int(obj, "size_bytes", path),
+            uncompressed_bytes=_int(obj, "uncompressed_bytes", path),
+            first_timestamp=_int(obj, "first_timestamp", path, nullable=True, unsigned=False),
+            last_timestamp=_int(obj, "last_timestamp", path, nullable=True, unsigned=False),
+            checksum=checksum.lower(),
+            extensions=_extensions(obj, cls),
+        )
+
+
+@dataclass
+class QueueBackup:
+    """One queue's part of a backup: its segments in sequence order and their totals."""
+
+    vhost: str
+    name: str
+    queue_type: str
+    segments: list[SegmentMetadata] = field(default_factory=list)
+    message_count: int = 0
+    first_message_timestamp: int | None = None
+    last_message_timestamp: int | None = None
+    extensions: dict[str, Any] = field(default_factory=dict)
+
+    def refresh_totals(self) -> None:
+        """Derive the message count and timestamps from the segments."""
+        self.segments.sort(key=lambda s: s.sequence)
+        self.message_count = sum(s.record_count for s in self.segments)
+        stamped = [s for s in self.segments if s.record_count]
+        self.first_message_timestamp = stamped[0].first_timestamp if stamped else None
+        self.last_message_timestamp = stamped[-1].last_timestamp if stamped else None
+
+    def to_json(self) -> dict[str, Any]:
+        body = {
+            "vhost": self.vhost,
+            "name": self.name,
+            "queue_type": self.queue_type,
+            "segments": [s.to_json() for s in self.segments],
+            "message_count": self.message_count,
+            "first_message_timestamp": self.first_message_timestamp,
+            "last_message_timestamp": self.last_message_timestamp,
+        }
+        return _with_extensions(body, self.extensions)
+
+    @classmethod
+    def from_json(cls, obj: Any, path: str = "queue") -> QueueBackup:
+        obj = _object(obj, path)
+        segments = obj.get("segments")
+        if not isinstance(segments, list):
+            raise ManifestError(f"{path}.segments must be an array", segment="manifest.json")
+        return cls(
+            vhost=_str(obj, "vhost", path),
+            name=_str(obj, "name", path),
+            queue_type=_str(obj, "queue_type", path),
+            segments=[SegmentMetadata.from_json(s, f"{path}.segments[{i}]") for i, s in enumerate(segments)],
+            message_count=_int(obj, "message_count", path),
+            first_message_timestamp=_int(obj, "first_message_timestamp", path, nullable=True, unsigned=False),
+            last_message_timestamp=_int(obj, "last_message_timestamp", path, nullable=True, unsigned=False),
+            extensions=_extensions(obj, cls),
+        )
+
+
+@dataclass
+class DefinitionsBackup:
+    """Where the definitions export is stored and what it holds; ``size_bytes`` is uncompressed."""
+
+    key: str
+    vhost_count: int
+    queue_count: int
+    exchange_count: int
+    user_count: int
+    size_bytes: int
+    extensions: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        body = {
+            "key": self.key,
+            "vhost_count": self.vhost_count,
+            "queue_count": self.queue_count,
+            "exchange_count": self.exchange_count,
+            "user_count": self.user_count,
+            "size_bytes": self.size_bytes,
+        }
+        return _with_extensions(body, self.extensions)
+
+    @classmethod
+    def from_json(cls, obj: Any, path: str = "definitions") -> DefinitionsBackup:
+        obj = _object(obj, path)
+        counts = {n: _int(obj, n, path) for n in ("vhost_count", "queue_count", "exchange_count", "user_count", "size_bytes")}
+        return cls(key=_str(obj, "key", path), **counts, extensions=_extensions(obj, cls))
+
+
+@dataclass
+class BackupManifest:
+    """The manifest of one backup; ``completed_at`` stays ``None`` until the backup has finished."""
+
+    backup_id: str
+    created_at: int
+    backup_tool_version: str
+    completed_at: int | None = None
+    source_cluster: str | None = None
+    rabbitmq_version: str | None = None
+    definitions: DefinitionsBackup | None = None
+    queues: list[QueueBackup] = field(default_factory=list)
+    total_messages: int = 0
+    total_bytes: int = 0
+    total_segments: int = 0
+    extensions: dict[str, Any] = field(default_factory=dict)
+
+    def refresh_totals(self) -> None:
+        """Derive every total from the queues' segments."""
+        for queue in self.queues:
+            queue.refresh_totals()
+        self.total_messages = sum(q.message_count for q in self.queues)
+        self.total_bytes = sum(s.size_bytes for q in self.queues for s in q.segments)
+        self.total_segments = sum(len(q.segments) for q in self.queues)
+
+    def queue(self, vhost: str, name: str) -> QueueBackup | None:
+        return next((q for q in self.queues if q.vhost == vhost and q.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        body = {
+            "backup_id": self.backup_id,
+            "created_at": self.created_at,
+            "completed_at": self.completed_at,
+            "source_cluster": self.source_cluster,
+            "rabbitmq_version": self.rabbitmq_version,
+            "backup_tool_version": self.backup_tool_version,
+            "definitions": self.definitions.to_json() if self.definitions else None,
+            "queues": [q.to_json() for q in self.queues],
+            "total_messages": self.total_messages,
+            "total_bytes": self.total_bytes,
+            "total_segments": self.total_segments,
+        }
+        return _with_extensions(body, self.extensions)
+
+    def to_bytes(self) -> bytes:
+        """Pretty JSON, as the reference tool writes its manifest."""
+        return orjson.dumps(self.to_json(), option=orjson.OPT_INDENT_2) + b"\n"
+
+    @classmethod
+    def from_json(cls, obj: Any) -> BackupManifest:
+        obj = _object(obj, "manifest")
+        queues = obj.get("queues")
+        if not isinstance(queues, list):
+            raise ManifestError("manifest.queues must be an array", segment="manifest.json")
+        definitions = obj.get("definitions")
+        return cls(
+            backup_id=_str(obj, "backup_id", "manifest"),
+            created_at=_int(obj, "created_at", "manifest", unsigned=False),
+            completed_at=_int(obj, "completed_at", "manifest", nullable=True, unsigned=False),
+            source_cluster=_str(obj, "source_cluster", "manifest", nullable=True),
+            rabbitmq_version=_str(obj, "rabbitmq_version", "manifest", nullable=True),
+            backup_tool_version=_str(obj, "backup_tool_version", "manifest"),
+            definitions=DefinitionsBackup.from_json(definitions) if definitions is not None else None,
+            queues=[QueueBackup.from_json(q, f"manifest.queues[{i}]") for i, q in enumerate(queues)],
+            total_messages=_int(obj, "total_messages", "manifest"),
+            total_bytes=_int(obj, "total_bytes", "manifest"),
+            total_segments=_int(obj, "total_segments", "manifest"),
+            extensions=_extensions(obj, cls),
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, name: str = "manifest.json") -> BackupManifest:
+        """Parse a manifest file; :class:`ManifestError` names what is wrong."""
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise ManifestError(f"not valid JSON: {exc}", segment=name) from None
+        try:
+            return cls.from_json(obj)
+        except ManifestError as exc:
+            raise ManifestError(exc.reason, segment=name) from None

@@ -1,0 +1,210 @@
+"""BackupRecord and BackupProperties, and their JSON form as the reference tool writes it.
+
+Writing follows serde's output exactly: compact JSON, fields in the spec's
+order, ``body`` as an array of byte values or ``null`` when empty. Reading
+accepts the fields in any order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy
+import orjson
+
+from airflow_rbak.codec.headers import HeaderValue, HeaderValueError, headers_from_json, headers_to_json
+
+PROPERTY_NAMES = (
+    "content_type",
+    "content_encoding",
+    "delivery_mode",
+    "priority",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "timestamp",
+    "type_field",
+    "user_id",
+    "app_id",
+    "cluster_id",
+)
+_U8_PROPERTIES = ("delivery_mode", "priority")
+_PROPERTY_TYPES = tuple(int if n in (*_U8_PROPERTIES, "timestamp") else str for n in PROPERTY_NAMES)
+_U64_MAX = 2**64 - 1
+_I64 = (-(2**63), 2**63 - 1)
+
+
+class RecordError(ValueError):
+    """A record's JSON is not a valid BackupRecord; the codec wraps it with the segment's name."""
+
+
+@dataclass(frozen=True, slots=True)
+class BackupProperties:
+    """The AMQP basic properties of a message (headers are kept on the record)."""
+
+    content_type: str | None = None
+    content_encoding: str | None = None
+    delivery_mode: int | None = None
+    priority: int | None = None
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    expiration: str | None = None
+    message_id: str | None = None
+    timestamp: int | None = None
+    type_field: str | None = None
+    user_id: str | None = None
+    app_id: str | None = None
+    cluster_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The properties object, every field present, in the spec's order."""
+        return {
+            "content_type": self.content_type,
+            "content_encoding": self.content_encoding,
+            "delivery_mode": self.delivery_mode,
+            "priority": self.priority,
+            "correlation_id": self.correlation_id,
+            "reply_to": self.reply_to,
+            "expiration": self.expiration,
+            "message_id": self.message_id,
+            "timestamp": self.timestamp,
+            "type_field": self.type_field,
+            "user_id": self.user_id,
+            "app_id": self.app_id,
+            "cluster_id": self.cluster_id,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> BackupProperties:
+        """Parse a properties object; absent fields are ``None``, unknown ones ignored."""
+        if not isinstance(data, dict):
+            raise RecordError(f"properties: expected an object, got {type(data).__name__}")
+        values = [data.get(name) for name in PROPERTY_NAMES]
+        for name, value, expected in zip(PROPERTY_NAMES, values, _PROPERTY_TYPES):
+            if value is not None and type(value) is not expected:
+                raise RecordError(f"properties.{name}: invalid value {value!r:.40}")
+        for name in _U8_PROPERTIES:
+            value = data.get(name)
+            if value is not None and not 0 <= value <= 255:
+                raise RecordError(f"properties.{name}: invalid value {value!r:.40}")
+        timestamp = data.get("timestamp")
+        if timestamp is not None and not _I64[0] <= timestamp <= _I64[1]:
+            raise RecordError(f"properties.timestamp: invalid value {timestamp!r:.40}")
+        return cls(*values)
+
+
+_NO_PROPERTIES = BackupProperties()
+
+
+@dataclass(frozen=True, slots=True)
+class BackupRecord:
+    """One captured message, as stored in a segment."""
+
+    body: bytes
+    properties: BackupProperties = _NO_PROPERTIES
+    headers: tuple[tuple[str, HeaderValue], ...] = ()
+    exchange: str = ""
+    routing_key: str = ""
+    delivery_tag: int = 0
+    redelivered: bool = False
+    backed_up_at: int = 0
+    source_queue: str = ""
+    source_vhost: str = "/"
+
+    def to_json(self) -> dict[str, Any]:
+        """The record object in the spec's field order."""
+        return {
+            # orjson writes a uint8 array straight from its buffer: no Python int per byte.
+            "body": numpy.frombuffer(self.body, numpy.uint8) if self.body else None,
+            "properties": self.properties.to_json(),
+            "headers": headers_to_json(self.headers),
+            "exchange": self.exchange,
+            "routing_key": self.routing_key,
+            "delivery_tag": self.delivery_tag,
+            "redelivered": self.redelivered,
+            "backed_up_at": self.backed_up_at,
+            "source_queue": self.source_queue,
+            "source_vhost": self.source_vhost,
+        }
+
+
+def encode_record(record: BackupRecord) -> bytes:
+    """Serialise one record as compact JSON (no length prefix)."""
+    try:
+        return orjson.dumps(record.to_json(), option=orjson.OPT_SERIALIZE_NUMPY)
+    except (orjson.JSONEncodeError, TypeError) as exc:
+        raise RecordError(f"record cannot be written as JSON: {exc}") from None
+
+
+def decode_record(data: bytes | memoryview) -> BackupRecord:
+    """Parse one record's JSON; :class:`RecordError` says what is wrong."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise RecordError(f"record is not valid JSON: {exc}") from None
+    return record_from_json(obj)
+
+
+def record_from_json(obj: Any) -> BackupRecord:
+    """Build a record from its parsed JSON object, checking every field's type."""
+    if not isinstance(obj, dict):
+        raise RecordError(f"record: expected an object, got {type(obj).__name__}")
+    try:
+        body = obj["body"]
+        if body is None:
+            body_bytes = b""
+        elif isinstance(body, list):
+            body_bytes = bytes(body)
+        else:
+            raise RecordError("body: expected an array of bytes or null")
+        record = BackupRecord(
+            body=body_bytes,
+            properties=BackupProperties.from_json(obj["properties"]),
+            headers=headers_from_json(obj["headers"]),
+            exchange=_str(obj, "exchange"),
+            routing_key=_str(obj, "routing_key"),
+            delivery_tag=_uint(obj, "delivery_tag"),
+            redelivered=_bool(obj, "redelivered"),
+            backed_up_at=_i64(obj, "backed_up_at"),
+            source_queue=_str(obj, "source_queue"),
+            source_vhost=_str(obj, "source_vhost"),
+        )
+    except KeyError as exc:
+        raise RecordError(f"record: missing field {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, RecordError):
+            raise
+        if isinstance(exc, HeaderValueError):
+            raise RecordError(f"headers: {exc}") from None
+        raise RecordError(f"body: {exc}") from None
+    return record
+
+
+def _str(obj: dict[str, Any], name: str) -> str:
+    value = obj[name]
+    if not isinstance(value, str):
+        raise RecordError(f"{name}: expected a string")
+    return value
+
+
+def _uint(obj: dict[str, Any], name: str) -> int:
+    value = obj[name]
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _U64_MAX:
+        raise RecordError(f"{name}: expected an unsigned 64-bit integer")
+    return value
+
+
+def _i64(obj: dict[str, Any], name: str) -> int:
+    value = obj[name]
+    if not isinstance(value, int) or isinstance(value, bool) or not _I64[0] <= value <= _I64[1]:
+        raise RecordError(f"{name}: expected a signed 64-bit integer")
+    return value
+
+
+def _bool(obj: dict[str, Any], name: str) -> bool:
+    value = obj[name]
+    if not isinstance(value, bool):
+        raise RecordError(f"{name}: expected true or false")
+    return value

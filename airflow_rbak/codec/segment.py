@@ -1,0 +1,238 @@
+"""RBAK segments (spec 000): a 32-byte header, a compressed payload of
+length-prefixed JSON records, and a CRC-32 + ``KABR`` footer.
+
+The reader checks every length before it allocates and raises a typed
+:class:`~airflow_rbak.codec.errors.CodecError` naming the segment for each
+defect; it never trusts the header's record count or a length prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from airflow_rbak.codec import errors
+from airflow_rbak.codec.compression import compress, decompress
+from airflow_rbak.codec.constants import (
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    DEFAULT_ZSTD_LEVEL,
+    END_MAGIC,
+    FOOTER_SIZE,
+    FORMAT_VERSION,
+    HEADER_SIZE,
+    LENGTH_PREFIX_SIZE,
+    MAGIC,
+    Compression,
+)
+from airflow_rbak.codec.manifest import SegmentMetadata
+from airflow_rbak.codec.records import BackupRecord, RecordError, decode_record, encode_record
+from airflow_rbak.exceptions import ConfigurationError
+
+_HEADER = struct.Struct("<4sBB2sQqq")
+_FOOTER = struct.Struct("<I4s")
+_LEN = struct.Struct("<I")
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentHeader:
+    """The fixed 32-byte header; timestamps are ``backed_up_at`` of the first and last record."""
+
+    compression: Compression
+    record_count: int
+    first_timestamp: int
+    last_timestamp: int
+    version: int = FORMAT_VERSION
+
+    def pack(self) -> bytes:
+        """The header's 32 bytes, reserved bytes zero."""
+        return _HEADER.pack(
+            MAGIC, self.version, int(self.compression), b"\0\0", self.record_count, self.first_timestamp, self.last_timestamp
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedSegment:
+    """A finished segment's bytes and what the manifest needs to know of them."""
+
+    data: bytes
+    header: SegmentHeader
+    uncompressed_bytes: int
+    sha256: str
+
+    @property
+    def record_count(self) -> int:
+        return self.header.record_count
+
+    @property
+    def first_timestamp(self) -> int | None:
+        return self.header.first_timestamp if self.header.record_count else None
+
+    @property
+    def last_timestamp(self) -> int | None:
+        return self.header.last_timestamp if self.header.record_count else None
+
+    def metadata(self, key: str, sequence: int) -> SegmentMetadata:
+        """The manifest entry for this segment stored at ``key``."""
+        return SegmentMetadata(
+            key=key,
+            sequence=sequence,
+            record_count=self.record_count,
+            size_bytes=len(self.data),
+            uncompressed_bytes=self.uncompressed_bytes,
+            first_timestamp=self.first_timestamp,
+            last_timestamp=self.last_timestamp,
+            checksum=self.sha256,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedSegment:
+    """A segment read back: its header and its records in stored order."""
+
+    header: SegmentHeader
+    records: list[BackupRecord]
+    uncompressed_bytes: int
+
+
+def check_level(compression: Compression, level: int) -> int:
+    """Validate a compression level (zstd 1-22); other algorithms take none and ignore it."""
+    if compression is Compression.ZSTD and not (isinstance(level, int) and 1 <= level <= 22):
+        raise ConfigurationError(f"zstd compression level must be 1-22, got {level!r}")
+    return level
+
+
+def frame_record(record: BackupRecord) -> bytes:
+    """One record with its u32 length prefix, as it sits in a payload."""
+    body = encode_record(record)
+    return _LEN.pack(len(body)) + body
+
+
+def encode_payload(
+    payload: bytes | bytearray,
+    record_count: int,
+    first_timestamp: int,
+    last_timestamp: int,
+    compression: Compression = Compression.ZSTD,
+    level: int = DEFAULT_ZSTD_LEVEL,
+) -> EncodedSegment:
+    """Seal an already framed payload into a segment: compress, header, CRC-32, footer, SHA-256."""
+    compression = Compression.parse(compression)
+    check_level(compression, level)
+    header = SegmentHeader(compression, record_count, first_timestamp, last_timestamp)
+    body = header.pack() + compress(bytes(payload), compression, level)
+    data = body + _FOOTER.pack(zlib.crc32(body), END_MAGIC)
+    return EncodedSegment(data, header, len(payload), hashlib.sha256(data).hexdigest())
+
+
+def encode_segment(
+    records: Iterable[BackupRecord], compression: Compression = Compression.ZSTD, level: int = DEFAULT_ZSTD_LEVEL
+) -> EncodedSegment:
+    """Encode records, in the order given, into one segment."""
+    payload = bytearray()
+    count = 0
+    first = last = 0
+    for record in records:
+        payload += frame_record(record)
+        if not count:
+            first = record.backed_up_at
+        last = record.backed_up_at
+        count += 1
+    return encode_payload(payload, count, first, last, compression, level)
+
+
+def read_header(data: bytes | memoryview, name: str = "<segment>") -> SegmentHeader:
+    """Check size, both magics, CRC-32, version and compression byte; return the header.
+
+    This is everything short of decompressing: enough for a quick verify.
+    """
+    size = len(data)
+    if size < HEADER_SIZE + FOOTER_SIZE:
+        raise errors.SegmentTooShortError(
+            f"{size} bytes is shorter than a header and footer ({HEADER_SIZE + FOOTER_SIZE})", segment=name, offset=size
+        )
+    magic, version, comp, _reserved, count, first, last = _HEADER.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise errors.BadMagicError(f"start magic is {bytes(magic)!r}, expected b'RBAK'", segment=name, offset=0)
+    crc, end_magic = _FOOTER.unpack_from(data, size - FOOTER_SIZE)
+    if end_magic != END_MAGIC:
+        raise errors.BadMagicError(
+            f"end magic is {bytes(end_magic)!r}, expected b'KABR' (truncated or not a segment)", segment=name, offset=size - 4
+        )
+    actual = zlib.crc32(memoryview(data)[: size - FOOTER_SIZE])
+    if actual != crc:
+        raise errors.ChecksumMismatchError(
+            f"CRC-32 mismatch: footer says {crc:08x}, bytes give {actual:08x}", segment=name, offset=size - FOOTER_SIZE
+        )
+    if version != FORMAT_VERSION:
+        raise errors.UnsupportedVersionError(f"format version {version} is not supported (this reader knows 1)", segment=name, offset=4)
+    try:
+        compression = Compression(comp)
+    except ValueError:
+        raise errors.UnsupportedCompressionError(
+            f"compression byte {comp} is unknown (0 none, 1 zstd, 2 lz4)", segment=name, offset=5
+        ) from None
+    return SegmentHeader(compression, count, first, last, version)
+
+
+def iter_payload(payload: bytes, expected: int, name: str = "<segment>") -> Iterator[memoryview]:
+    """Yield each record's JSON bytes, checking every length prefix against what remains."""
+    view = memoryview(payload)
+    size = len(payload)
+    if expected > size // LENGTH_PREFIX_SIZE:
+        raise errors.RecordCountMismatchError(
+            f"header claims {expected} records, more than a {size}-byte payload can hold", segment=name, offset=8
+        )
+    pos = index = 0
+    while pos < size:
+        if size - pos < LENGTH_PREFIX_SIZE:
+            raise errors.RecordFramingError(f"{size - pos} stray bytes after record {index}", segment=name, offset=pos)
+        (length,) = _LEN.unpack_from(payload, pos)
+        if length > size - pos - LENGTH_PREFIX_SIZE:
+            raise errors.RecordFramingError(
+                f"record {index} declares {length} bytes but {size - pos - LENGTH_PREFIX_SIZE} remain", segment=name, offset=pos
+            )
+        if index == expected:
+            raise errors.RecordCountMismatchError(f"payload holds more than the {expected} records the header states", segment=name, offset=pos)
+        pos += LENGTH_PREFIX_SIZE
+        yield view[pos : pos + length]
+        pos += length
+        index += 1
+    if index != expected:
+        raise errors.RecordCountMismatchError(f"header states {expected} records, payload holds {index}", segment=name, offset=8)
+
+
+def decode_payload(data: bytes | memoryview, name: str = "<segment>", max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> tuple[SegmentHeader, bytes]:
+    """Check a segment and return its header and decompressed payload."""
+    header = read_header(data, name)
+    compressed = memoryview(data)[HEADER_SIZE : len(data) - FOOTER_SIZE]
+    return header, decompress(compressed, header.compression, max_decompressed_bytes, name)
+
+
+def iter_records(
+    data: bytes | memoryview, name: str = "<segment>", max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+) -> Iterator[BackupRecord]:
+    """Yield a segment's records in order; the count is checked when the iterator ends."""
+    header, payload = decode_payload(data, name, max_decompressed_bytes)
+    yield from iter_payload_records(payload, header.record_count, name)
+
+
+def decode_segment(
+    data: bytes | memoryview, *, name: str = "<segment>", max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+) -> DecodedSegment:
+    """Read a whole segment, checking everything the spec's read algorithm checks."""
+    header, payload = decode_payload(data, name, max_decompressed_bytes)
+    return DecodedSegment(header, list(iter_payload_records(payload, header.record_count, name)), len(payload))
+
+
+def iter_payload_records(payload: bytes, expected: int, name: str = "<segment>") -> Iterator[BackupRecord]:
+    """Yield the records of a decompressed payload, each checked as it is parsed."""
+    offset = LENGTH_PREFIX_SIZE
+    for index, raw in enumerate(iter_payload(payload, expected, name)):
+        try:
+            yield decode_record(raw)
+        except RecordError as exc:
+            raise errors.RecordDecodeError(f"record {index}: {exc}", segment=name, offset=offset) from None
+        offset += len(raw) + LENGTH_PREFIX_SIZE

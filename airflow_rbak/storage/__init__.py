@@ -1,0 +1,86 @@
+"""Storage backends for RBAK backups: one interface, several places to keep bytes.
+
+``open_storage(url)`` is the usual entry point. The S3 backend is imported
+only when needed, so using file or memory storage does not pay for boto3.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow_rbak.storage.base import (
+    InvalidKeyError,
+    ObjectInfo,
+    ObjectNotFoundError,
+    Storage,
+    StorageError,
+    TransientStorageError,
+    check_key,
+    check_prefix,
+)
+from airflow_rbak.storage.file import FileStorage
+from airflow_rbak.storage.memory import MemoryStorage
+from airflow_rbak.storage.retry import DEFAULT_RETRIES, RetryingStorage
+from airflow_rbak.storage.url import (
+    FileStorageConfig,
+    MemoryStorageConfig,
+    S3StorageConfig,
+    StorageConfig,
+    parse_storage_url,
+)
+
+if TYPE_CHECKING:
+    from airflow_rbak.storage.s3 import S3Storage
+
+__all__ = [
+    "DEFAULT_RETRIES",
+    "FileStorage",
+    "FileStorageConfig",
+    "InvalidKeyError",
+    "MemoryStorage",
+    "MemoryStorageConfig",
+    "ObjectInfo",
+    "ObjectNotFoundError",
+    "RetryingStorage",
+    "S3Storage",
+    "S3StorageConfig",
+    "Storage",
+    "StorageConfig",
+    "StorageError",
+    "TransientStorageError",
+    "check_key",
+    "check_prefix",
+    "open_backend",
+    "open_storage",
+    "parse_storage_url",
+]
+
+
+def open_storage(url: str, *, retries: int = DEFAULT_RETRIES) -> Storage:
+    """Open the backend a URL names, wrapped so transient failures are retried.
+
+    ``retries`` is how many times one call may be retried after its first
+    attempt (0 disables retrying). Bad URLs raise ``ConfigurationError``
+    here, before any I/O.
+    """
+    return RetryingStorage(open_backend(parse_storage_url(url)), retries=retries)
+
+
+def open_backend(config: StorageConfig) -> Storage:
+    """Build the bare backend for a parsed configuration, without retries."""
+    if isinstance(config, FileStorageConfig):
+        return FileStorage.from_config(config)
+    if isinstance(config, MemoryStorageConfig):
+        return MemoryStorage.from_config(config)
+    from airflow_rbak.storage.s3 import S3Storage
+
+    return S3Storage.from_config(config)
+
+
+def __getattr__(name: str) -> Any:
+    """Import ``S3Storage`` (and with it boto3) only when someone asks for it."""
+    if name == "S3Storage":
+        from airflow_rbak.storage.s3 import S3Storage
+
+        return S3Storage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,139 @@
+"""The storage backend interface: a flat key space of immutable objects.
+
+Backends know nothing of segments or manifests (the codec and the backup
+engines do); they only move bytes, atomically, under keys relative to the
+storage root named by the URL.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from airflow_rbak.exceptions import RbakError
+from airflow_rbak.storage.atomic import atomic_write
+
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class StorageError(RbakError):
+    """A storage operation failed; ``key`` names the object when there is one."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class ObjectNotFoundError(StorageError):
+    """The object does not exist (final: retrying will not help)."""
+
+
+class TransientStorageError(StorageError):
+    """A failure that may pass (timeout, throttling, 5xx): worth retrying."""
+
+
+class InvalidKeyError(StorageError, ValueError):
+    """A key that could escape the storage root or is otherwise not a valid key."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a listing or stat tells about one stored object."""
+
+    key: str
+    size: int
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` if it is a safe relative key, else raise :class:`InvalidKeyError`.
+
+    Keys are ``/``-separated, relative, with no empty, ``.`` or ``..``
+    components, so no key can leave the storage root on any backend; control
+    characters are refused too, as they forge log lines and some S3-compatible
+    servers mishandle them.
+    """
+    if not key or key.startswith("/") or "\\" in key or _CONTROL_CHARS.search(key):
+        raise InvalidKeyError(f"invalid storage key {key!r}", key)
+    for part in key.split("/"):
+        if part in ("", ".", ".."):
+            raise InvalidKeyError(f"invalid storage key {key!r}", key)
+    return key
+
+
+def check_prefix(prefix: str) -> str:
+    """Return ``prefix`` if it can start a valid key, else raise :class:`InvalidKeyError`.
+
+    A prefix may end inside a segment (``seg-0``) or with ``/``; it is a
+    string prefix, so ``a/b`` also matches ``a/bc`` while ``a/b/`` does not.
+    """
+    if prefix:
+        check_key(prefix[:-1] if prefix.endswith("/") else prefix)
+    return prefix
+
+
+class Storage(abc.ABC):
+    """One backup location: put, get, stat, list and delete objects by key."""
+
+    #: The location as a URL without credentials, safe to log.
+    url: str
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` at ``key`` atomically: readers see the old object or all of the new one."""
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes:
+        """Return the whole object; :class:`ObjectNotFoundError` if there is none."""
+
+    @abc.abstractmethod
+    def stat(self, key: str) -> ObjectInfo:
+        """Return the object's size; :class:`ObjectNotFoundError` if there is none."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Yield every object whose key starts with ``prefix``, recursively, sorted by key."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove the object; removing a missing object is not an error."""
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        """Return up to ``length`` bytes from ``offset``: fewer at the object's end, none past it.
+
+        Lets a reader fetch a footer or an index without the whole object;
+        backends override this when they can read less than everything.
+        """
+        check_range(offset, length)
+        return self.get(key)[offset : offset + length]
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        """Store the local file at ``path`` under ``key``, atomically like :meth:`put`.
+
+        For files too large to hold twice in memory (a SQLite index, say),
+        backends override this to stream.
+        """
+        with open(path, "rb") as source:
+            self.put(key, source.read())
+
+    def get_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        """Write the object to the local ``path``, replacing it only once complete."""
+        data = self.get(key)
+        with atomic_write(path) as target:
+            target.write(data)
+
+    def exists(self, key: str) -> bool:
+        """Tell whether an object is stored at ``key``."""
+        try:
+            self.stat(key)
+        except ObjectNotFoundError:
+            return False
+        return True
+
+
+def check_range(offset: int, length: int) -> None:
+    """Refuse negative offsets and lengths, which are caller bugs, not storage failures."""
+    if offset < 0 or length < 0:
+        raise ValueError(f"offset and length must be >= 0, got {offset} and {length}")

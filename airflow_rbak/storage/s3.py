@@ -1,0 +1,301 @@
+"""A storage backend on S3 or an S3-compatible server, through boto3.
+
+Credentials come from boto3's usual chain (environment, profile, instance
+role), never from the storage URL. botocore retries a little on its own;
+:class:`~airflow_rbak.storage.retry.RetryingStorage` retries the rest, so
+this module's job is to tell transient failures from final ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import botocore.session
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ChecksumError,
+    ClientError,
+    HTTPClientError,
+    IncompleteReadError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
+)
+from botocore.loaders import create_loader
+from s3transfer.exceptions import RetriesExceededError
+
+from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.storage.atomic import atomic_write
+from airflow_rbak.storage.base import (
+    ObjectInfo,
+    ObjectNotFoundError,
+    Storage,
+    StorageError,
+    TransientStorageError,
+    check_key,
+    check_prefix,
+    check_range,
+)
+from airflow_rbak.storage.url import S3StorageConfig
+
+MIB = 1024 * 1024
+#: Bodies above this go up in parts; S3 still shows the object only when complete.
+DEFAULT_MULTIPART_THRESHOLD = 64 * MIB
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+_DENIED_CODES = frozenset(
+    {"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+     "ExpiredToken", "InvalidToken", "AllAccessDisabled", "AccountProblem"}
+)
+_TRANSIENT_CODES = frozenset(
+    {"SlowDown", "Throttling", "ThrottlingException", "ThrottledException",
+     "RequestThrottled", "RequestLimitExceeded", "TooManyRequestsException",
+     "BandwidthLimitExceeded", "RequestTimeout", "RequestTimeoutException",
+     "InternalError", "ServiceUnavailable", "PriorRequestNotComplete"}
+)
+# Parsed service models are immutable; sharing them makes a new client ~5x cheaper.
+_SHARED_LOADER = create_loader()
+_CLIENT_LOCK = threading.Lock()
+_TRANSIENT_EXCEPTIONS = (
+    BotoConnectionError, HTTPClientError, IncompleteReadError, ChecksumError, RetriesExceededError,
+)
+
+
+class S3Storage(Storage):
+    """Objects live at ``<prefix>/<key>`` in one bucket; keys are reported relative to the prefix.
+
+    Bucket keys under the prefix that are not valid storage keys (console
+    "folder" markers ending in ``/``, ``a//b``) are skipped by :meth:`list`.
+    """
+
+    def __init__(
+        self,
+        config: S3StorageConfig,
+        *,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 60.0,
+        max_attempts: int = 3,
+        multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
+        multipart_chunksize: int = 16 * MIB,
+        list_page_size: int | None = None,
+        client: Any = None,
+    ) -> None:
+        if multipart_chunksize < 5 * MIB or multipart_threshold < multipart_chunksize:
+            raise ConfigurationError(
+                "S3 parts must be at least 5 MiB and the multipart threshold at least one part"
+            )
+        self.config = config
+        self.bucket = config.bucket
+        self.url = config.url
+        self._base = config.prefix + "/" if config.prefix else ""
+        self._bucket_known = False
+        self._pagination = {"PageSize": list_page_size} if list_page_size else {}
+        self._transfer = TransferConfig(
+            multipart_threshold=multipart_threshold,
+            multipart_chunksize=multipart_chunksize,
+            max_concurrency=4,
+        )
+        self._client = client or _make_client(config, connect_timeout, read_timeout, max_attempts)
+
+    @classmethod
+    def from_config(cls, config: S3StorageConfig, **options: Any) -> S3Storage:
+        """Build the backend an ``s3://`` URL describes; ``options`` tune timeouts and parts."""
+        return cls(config, **options)
+
+    def __repr__(self) -> str:
+        return f"S3Storage({self.url!r})"
+
+    def put(self, key: str, data: bytes) -> None:
+        """Upload in one PutObject, or in parts above the threshold; both appear atomically."""
+        full = self._full_key(key)
+        with self._errors("write", key):
+            if len(data) <= self._transfer.multipart_threshold:
+                self._client.put_object(Bucket=self.bucket, Key=full, Body=data)
+            else:
+                self._client.upload_fileobj(io.BytesIO(data), self.bucket, full, Config=self._transfer)
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        """Stream a local file up, in parts when it is large."""
+        full = self._full_key(key)
+        with open(path, "rb") as source, self._errors("write", key):
+            self._client.upload_fileobj(source, self.bucket, full, Config=self._transfer)
+
+    def get(self, key: str) -> bytes:
+        """Download the whole object; a broken-off body counts as transient."""
+        full = self._full_key(key)
+        with self._errors("read", key):
+            body = self._client.get_object(Bucket=self.bucket, Key=full)["Body"]
+            with contextlib.closing(body):
+                return body.read()
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        """Fetch only the bytes asked for with an HTTP Range request."""
+        check_range(offset, length)
+        full = self._full_key(key)
+        if length == 0:
+            self.stat(key)
+            return b""
+        byte_range = f"bytes={offset}-{offset + length - 1}"
+        try:
+            with self._errors("read", key):
+                body = self._client.get_object(Bucket=self.bucket, Key=full, Range=byte_range)["Body"]
+                with contextlib.closing(body):
+                    return body.read()
+        except StorageError as error:
+            if _error_code(error.__cause__) == "InvalidRange":  # offset at or past the end
+                return b""
+            raise
+
+    def get_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        """Stream the object into ``path``, replacing it only once the download is complete."""
+        full = self._full_key(key)
+        with self._errors("read", key), atomic_write(path) as handle:
+            self._client.download_fileobj(self.bucket, full, handle, Config=self._transfer)
+
+    def stat(self, key: str) -> ObjectInfo:
+        """Ask HeadObject for the size."""
+        full = self._full_key(key)
+        with self._errors("stat", key):
+            response = self._client.head_object(Bucket=self.bucket, Key=full)
+        return ObjectInfo(key, int(response["ContentLength"]))
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Page through ListObjectsV2 and yield keys sorted, relative to the storage prefix."""
+        check_prefix(prefix)
+        found: list[ObjectInfo] = []
+        with self._errors("list", None, prefix):
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self._base + prefix, PaginationConfig=self._pagination
+            )
+            for page in pages:
+                found.extend(self._page_objects(page))
+        found.sort(key=lambda info: info.key)
+        yield from found
+
+    def delete(self, key: str) -> None:
+        """DeleteObject, which S3 already treats as a success for a missing key."""
+        full = self._full_key(key)
+        with self._errors("delete", key):
+            self._client.delete_object(Bucket=self.bucket, Key=full)
+
+    def _page_objects(self, page: dict[str, Any]) -> Iterator[ObjectInfo]:
+        for item in page.get("Contents", ()):
+            key = item["Key"][len(self._base):]
+            try:
+                check_key(key)
+            except StorageError:
+                continue
+            yield ObjectInfo(key, int(item["Size"]))
+
+    def _full_key(self, key: str) -> str:
+        return self._base + check_key(key)
+
+    def _where(self, key: str | None, prefix: str = "") -> str:
+        """Name the bucket and key (and endpoint, if custom) for error messages."""
+        where = f"s3://{self.bucket}/{self._base}{prefix if key is None else key}"
+        return f"{where} at {self.config.endpoint}" if self.config.endpoint else where
+
+    @contextlib.contextmanager
+    def _errors(self, action: str, key: str | None, prefix: str = "") -> Iterator[None]:
+        """Translate boto3 and botocore failures into the storage error hierarchy."""
+        try:
+            yield
+        except ClientError as error:
+            raise self._client_error(error, action, key, prefix) from error
+        except _TRANSIENT_EXCEPTIONS as error:
+            message = f"cannot {action} {self._where(key, prefix)}: {error}"
+            raise TransientStorageError(message, key) from error
+        except (NoCredentialsError, PartialCredentialsError) as error:
+            raise StorageError(
+                f"cannot {action} {self._where(key, prefix)}: {error}; set AWS_ACCESS_KEY_ID "
+                "and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or run with an instance role",
+                key,
+            ) from error
+        except BotoCoreError as error:
+            raise StorageError(f"cannot {action} {self._where(key, prefix)}: {error}", key) from error
+
+    def _client_error(
+        self, error: ClientError, action: str, key: str | None, prefix: str
+    ) -> StorageError:
+        """Pick the storage error for an S3 error response."""
+        code = _error_code(error)
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        where = self._where(key, prefix)
+        # HEAD answers a bare 404 for a missing bucket too; a wrong bucket must not read as "no backup".
+        if code == "NoSuchBucket" or (code in ("404", "NotFound") and not self._bucket_exists()):
+            return StorageError(
+                f"S3 bucket {self.bucket!r} does not exist ({where}); check the storage URL", key
+            )
+        if code in _NOT_FOUND_CODES and action in ("read", "stat"):
+            return ObjectNotFoundError(f"no object {key!r} in {self.url}", key)
+        if code in _DENIED_CODES or status == 403:
+            return StorageError(
+                f"access denied to {action} {where} ({code}): check the credentials and the "
+                "bucket policy (S3 also answers 403 for a missing key when s3:ListBucket is not granted)",
+                key,
+            )
+        if code in _TRANSIENT_CODES or status >= 500 or status == 429:
+            return TransientStorageError(f"cannot {action} {where}: {code} (HTTP {status})", key)
+        detail = error.response.get("Error", {}).get("Message") or code
+        return StorageError(f"cannot {action} {where}: {code}: {detail}", key)
+
+    def _bucket_exists(self) -> bool:
+        """Check the bucket once, since a HEAD on a missing bucket looks like a missing key."""
+        if self._bucket_known:
+            return True
+        try:
+            self._client.head_bucket(Bucket=self.bucket)
+        except ClientError as error:
+            if _error_code(error) in ("404", "NoSuchBucket", "NotFound"):
+                return False
+        except BotoCoreError:
+            return True  # cannot tell now; the not-found answer stands
+        self._bucket_known = True
+        return True
+
+
+def _error_code(error: BaseException | None) -> str:
+    """Return the S3 error code of a ClientError ('' for anything else)."""
+    if isinstance(error, ClientError):
+        return str(error.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def _make_client(
+    config: S3StorageConfig, connect_timeout: float, read_timeout: float, max_attempts: int
+) -> Any:
+    """Create a client with bounded timeouts and few retries of its own.
+
+    Each storage gets its own session, so credentials are resolved afresh
+    (boto3's default session would pin the first ones it found).
+    """
+    # S3-compatible servers vary in support for the CRC trailers botocore sends by
+    # default since 1.36; send checksums only where required there (RBAK
+    # segments carry their own CRC and SHA-256).
+    checksums = "when_required" if config.endpoint else "when_supported"
+    botocore_config = Config(
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        retries={"max_attempts": max_attempts, "mode": "standard"},
+        s3={"addressing_style": "path" if config.path_style else "auto"},
+        request_checksum_calculation=checksums,
+        response_checksum_validation=checksums,
+    )
+    try:
+        with _CLIENT_LOCK:
+            core = botocore.session.get_session()
+            core.register_component("data_loader", _SHARED_LOADER)
+            return boto3.session.Session(botocore_session=core).client(
+                "s3", region_name=config.region, endpoint_url=config.endpoint, config=botocore_config
+            )
+    except BotoCoreError as error:
+        raise ConfigurationError(f"cannot set up S3 client for {config.url}: {error}") from error

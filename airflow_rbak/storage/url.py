@@ -1,0 +1,234 @@
+"""Parse storage URLs into frozen, validated backend configurations.
+
+Parsing does no I/O, so a mistyped URL fails at construction with a message
+that says how to fix it, before any backup work starts. Credentials never come
+from the URL: a URL is logged, and secrets in logs outlive any rotation.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+
+from airflow_rbak.exceptions import ConfigurationError
+
+SUPPORTED_SCHEMES = ("file", "s3", "memory")
+_PLANNED_SCHEMES = ("azure", "gcs")
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+# Bucket names as S3 accepts them for new buckets (no uppercase, no underscores).
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_REGION_RE = re.compile(r"^[a-z0-9-]+$")
+_MEMORY_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+_S3_PARAMS = ("region", "endpoint", "path_style")
+
+
+@dataclass(frozen=True)
+class FileStorageConfig:
+    """A directory on a local or mounted filesystem; ``path`` is absolute."""
+
+    path: str
+
+    def __post_init__(self) -> None:
+        if not self.path or not os.path.isabs(self.path):
+            raise ConfigurationError(
+                f"file storage needs an absolute path, got {self.path!r}"
+            )
+        object.__setattr__(self, "path", os.path.normpath(self.path))
+
+    @property
+    def url(self) -> str:
+        """The location as a ``file://`` URL, safe to log."""
+        return "file://" + quote(self.path)
+
+
+@dataclass(frozen=True)
+class S3StorageConfig:
+    """A bucket and an optional key prefix on S3 or an S3-compatible server."""
+
+    bucket: str
+    prefix: str = ""
+    region: str | None = None
+    endpoint: str | None = None
+    path_style: bool = False
+
+    def __post_init__(self) -> None:
+        if not _BUCKET_RE.match(self.bucket) or ".." in self.bucket:
+            raise ConfigurationError(
+                f"invalid S3 bucket name {self.bucket!r}: use 3-63 lowercase "
+                "letters, digits, '.' or '-', starting and ending with a letter or digit"
+            )
+        prefix = self.prefix.strip("/")
+        if prefix and any(p in ("", ".", "..") for p in prefix.split("/")):
+            raise ConfigurationError(
+                f"invalid S3 key prefix {self.prefix!r}: no empty, '.' or '..' segments"
+            )
+        object.__setattr__(self, "prefix", prefix)
+        if self.region is not None and not _REGION_RE.match(self.region):
+            raise ConfigurationError(
+                f"invalid S3 region {self.region!r}: expected something like 'us-east-1'"
+            )
+        if self.endpoint is not None:
+            _check_endpoint(self.endpoint)
+
+    @property
+    def url(self) -> str:
+        """The location as an ``s3://`` URL, safe to log (it never holds credentials)."""
+        path = "/" + quote(self.prefix) if self.prefix else ""
+        params = [(k, v) for k, v in (("region", self.region), ("endpoint", self.endpoint)) if v]
+        if self.path_style:
+            params.append(("path_style", "true"))
+        query = "?" + urlencode(params, safe=":/") if params else ""
+        return f"s3://{self.bucket}{path}{query}"
+
+
+@dataclass(frozen=True)
+class MemoryStorageConfig:
+    """An in-process store; a non-empty ``name`` is shared by every opener."""
+
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.name and not _MEMORY_NAME_RE.match(self.name):
+            raise ConfigurationError(
+                f"invalid memory store name {self.name!r}: use letters, digits, '.', '_' or '-'"
+            )
+
+    @property
+    def url(self) -> str:
+        """The location as a ``memory://`` URL."""
+        return f"memory://{self.name}"
+
+
+StorageConfig = FileStorageConfig | S3StorageConfig | MemoryStorageConfig
+
+
+def parse_storage_url(url: str) -> StorageConfig:
+    """Turn a storage URL or a plain filesystem path into a backend configuration.
+
+    Raises :class:`ConfigurationError` naming the problem and the accepted form.
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigurationError(
+            "storage URL is empty: use file:///path, s3://bucket/prefix or memory://"
+        )
+    scheme = _supported_scheme(url)
+    if scheme is None:
+        return FileStorageConfig(os.path.abspath(url))
+    parts = urlsplit(url)
+    if parts.fragment:
+        raise ConfigurationError(f"storage URL {_redact(url)!r} must not have a '#fragment'")
+    if "@" in parts.netloc:
+        raise ConfigurationError(
+            f"storage URL {_redact(url)!r} must not hold credentials; for S3 use "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or an instance role"
+        )
+    if scheme == "s3":
+        return _parse_s3(parts.netloc, parts.path, parts.query, url)
+    _reject_query(parts.query, scheme, url)
+    if scheme == "file":
+        return _parse_file(parts.netloc, parts.path, url)
+    if parts.path not in ("", "/"):
+        raise ConfigurationError(f"memory URL {url!r} takes only a name: use memory:// or memory://NAME")
+    return MemoryStorageConfig(parts.netloc)
+
+
+def _supported_scheme(url: str) -> str | None:
+    """Return the URL's scheme, ``None`` for a plain path, or raise for schemes we cannot serve."""
+    match = _SCHEME_RE.match(url)
+    if match is None:
+        return None
+    scheme = match.group(1).lower()
+    choices = ", ".join(s + "://" for s in SUPPORTED_SCHEMES)
+    if scheme in _PLANNED_SCHEMES:
+        raise ConfigurationError(f"{scheme}:// storage is not supported yet; use one of: {choices}")
+    if scheme not in SUPPORTED_SCHEMES:
+        raise ConfigurationError(
+            f"unknown storage URL scheme {scheme!r} in {_redact(url)!r}; use one of: {choices}"
+        )
+    return scheme
+
+
+def _parse_file(netloc: str, path: str, url: str) -> FileStorageConfig:
+    """Accept ``file:///abs`` and ``file://localhost/abs``, as RFC 8089 does."""
+    if netloc not in ("", "localhost"):
+        raise ConfigurationError(
+            f"file URL {url!r} names host {netloc!r}; a file URL needs three slashes "
+            f"(file:///absolute/path), or give a plain path such as {netloc}{path}"
+        )
+    if not path:
+        raise ConfigurationError(f"file URL {url!r} has no path; use file:///absolute/path")
+    return FileStorageConfig(unquote(path))
+
+
+def _parse_s3(netloc: str, path: str, query: str, url: str) -> S3StorageConfig:
+    """Read bucket, prefix and the three supported query parameters."""
+    if not netloc:
+        raise ConfigurationError(f"S3 URL {url!r} has no bucket; use s3://bucket/optional/prefix")
+    params = _query_params(query, url)
+    unknown = sorted(set(params) - set(_S3_PARAMS))
+    if unknown:
+        raise ConfigurationError(
+            f"unknown S3 URL parameter(s) {', '.join(unknown)} in {_redact(url)!r}; "
+            f"supported: {', '.join(_S3_PARAMS)}"
+        )
+    return S3StorageConfig(
+        bucket=netloc,
+        prefix=unquote(path),
+        region=params.get("region") or None,
+        endpoint=params.get("endpoint") or None,
+        path_style=_parse_bool(params.get("path_style", "false"), "path_style"),
+    )
+
+
+def _query_params(query: str, url: str) -> dict[str, str]:
+    """Parse the query string, refusing repeated parameters (which one would win?)."""
+    params: dict[str, str] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key in params:
+            raise ConfigurationError(f"parameter {key!r} is repeated in {_redact(url)!r}")
+        params[key] = value
+    return params
+
+
+def _reject_query(query: str, scheme: str, url: str) -> None:
+    if query:
+        raise ConfigurationError(
+            f"{scheme}:// storage takes no parameters, got {query!r} in {_redact(url)!r}"
+        )
+
+
+def _parse_bool(value: str, name: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ConfigurationError(f"{name} must be true or false, got {value!r}")
+
+
+def _check_endpoint(endpoint: str) -> None:
+    """Accept only ``http(s)://host[:port][/path]`` without credentials."""
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigurationError(
+            f"invalid S3 endpoint {_redact(endpoint)!r}: expected http(s)://host[:port]"
+        )
+    if "@" in parts.netloc:
+        raise ConfigurationError(
+            "S3 endpoint must not hold credentials; use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+        )
+    try:
+        _ = parts.port  # urllib validates the port only when it is read
+    except ValueError:
+        raise ConfigurationError(f"invalid port in S3 endpoint {_redact(endpoint)!r}") from None
+    if parts.query or parts.fragment:
+        raise ConfigurationError(
+            f"S3 endpoint {_redact(endpoint)!r} must not have a query or fragment"
+        )
+
+
+def _redact(url: str) -> str:
+    """Hide any ``user:password@`` so error messages are safe to log."""
+    return re.sub(r"(?<=://)[^/?#@]*@", "***@", unquote(url))

@@ -1,0 +1,125 @@
+"""Codec throughput: encode and decode MB/s beside the floor measured in the same run.
+
+The floor does only what no encoder can skip: for encode, compress + CRC-32 +
+SHA-256 of the very payload bytes the encoder produced; for decode,
+decompress + CRC-32 + SHA-256 of the same segments. Figures are medians of
+``--repeat`` runs; MB/s counts message body bytes (what users back up) and,
+in brackets, framed payload bytes (what the compressor sees).
+
+    .venv/bin/python bench/codec.py [--mib 32] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import statistics
+import time
+import zlib
+
+from airflow_rbak.codec import BackupProperties, BackupRecord, Compression, HeaderValue, SegmentWriter, decode_segment
+from airflow_rbak.codec.compression import compress, decompress
+from airflow_rbak.codec.constants import FOOTER_SIZE, HEADER_SIZE
+
+_WORDS = "order customer invoice amount currency status created shipped sku quantity price region warehouse".split()
+
+
+def realistic_messages(total_bytes: int, seed: int = 7) -> list[BackupRecord]:
+    """JSON bodies of 200 B to 8 KiB, one in ten binary, with typical properties and headers."""
+    rng = random.Random(seed)
+    records, size, tag = [], 0, 0
+    now = 1_712_756_400_000
+    while size < total_bytes:
+        target = int(rng.lognormvariate(7.0, 0.8))
+        target = max(200, min(8192, target))
+        if rng.random() < 0.1:
+            body = rng.randbytes(target)
+            ctype = "application/octet-stream"
+        else:
+            parts, length = [], 0
+            while length < target:
+                item = f'{{"{rng.choice(_WORDS)}": "{rng.choice(_WORDS)}-{rng.randrange(10**6)}", "n": {rng.random():.6f}}}'
+                parts.append(item)
+                length += len(item) + 1
+            body = ("[" + ",".join(parts) + "]").encode()[:target]
+            ctype = "application/json"
+        tag += 1
+        records.append(
+            BackupRecord(
+                body=body,
+                properties=BackupProperties(content_type=ctype, delivery_mode=2, message_id=f"msg-{tag}", app_id="bench"),
+                headers=(("x-retry-count", HeaderValue.long(rng.randrange(5))), ("x-source", HeaderValue.long_string("api"))),
+                exchange="orders.exchange",
+                routing_key="order.created",
+                delivery_tag=tag,
+                backed_up_at=now + tag,
+                source_queue="orders",
+                source_vhost="/",
+            )
+        )
+        size += len(body)
+    return records
+
+
+def encode_all(records, compression):
+    writer = SegmentWriter(compression, segment_max_bytes=16 * 1024**2)
+    segments = []
+    for record in records:
+        segments += writer.add(record)
+    last = writer.flush()
+    return segments + ([last] if last else [])
+
+
+def timed(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def payloads_of(segments, compression):
+    return [decompress(s.data[HEADER_SIZE:-FOOTER_SIZE], compression, 1 << 31, "bench") for s in segments]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=int, default=32, help="message body MiB to encode")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args(argv)
+    records = realistic_messages(args.mib * 1024**2)
+    body_bytes = sum(len(r.body) for r in records)
+    print(f"{len(records)} messages, {body_bytes / 1e6:.1f} MB of bodies; medians of {args.repeat} runs")
+    print(f"{'codec':8} {'encode MB/s':>22} {'floor':>8} {'ratio':>6} | {'decode MB/s':>22} {'floor':>8} {'ratio':>6}")
+    for compression, level in ((Compression.ZSTD, 3), (Compression.LZ4, 0), (Compression.NONE, 0)):
+        segments = encode_all(records, compression)
+        payloads = payloads_of(segments, compression)
+        payload_bytes = sum(len(p) for p in payloads)
+        enc = timed(lambda: encode_all(records, compression), args.repeat)
+        enc_floor = timed(lambda: [_seal_floor(p, compression, 3) for p in payloads], args.repeat)
+        dec = timed(lambda: [decode_segment(s.data) for s in segments], args.repeat)
+        dec_floor = timed(lambda: [_open_floor(s.data, compression) for s in segments], args.repeat)
+        name = {Compression.ZSTD: "zstd-3", Compression.LZ4: "lz4", Compression.NONE: "none"}[compression]
+        print(
+            f"{name:8} {body_bytes / enc / 1e6:9.0f} ({payload_bytes / enc / 1e6:5.0f} payload) {body_bytes / enc_floor / 1e6:8.0f} "
+            f"{enc / enc_floor:5.2f}x | {body_bytes / dec / 1e6:9.0f} ({payload_bytes / dec / 1e6:5.0f} payload) "
+            f"{body_bytes / dec_floor / 1e6:8.0f} {dec / dec_floor:5.2f}x"
+        )
+
+
+def _seal_floor(payload, compression, level):
+    data = compress(payload, compression, level)
+    zlib.crc32(data)
+    hashlib.sha256(data).digest()
+
+
+def _open_floor(data, compression):
+    zlib.crc32(data)
+    hashlib.sha256(data).digest()
+    decompress(memoryview(data)[HEADER_SIZE:-FOOTER_SIZE], compression, 1 << 31, "bench")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Private RabbitMQ node on loopback for tests, the demo and CI.
+#   scripts/rabbitmq.sh start|stop|status|env
+# Ports: RBAK_AMQP_PORT (5672), RBAK_MGMT_PORT (15672), RBAK_STREAM_PORT (5552).
+# Folder: RBAK_RABBIT_DIR (default <repo>/.run/rabbitmq). Node: RBAK_RABBIT_NODE (rabbit@localhost).
+# Needs root (the server drops to the rabbitmq user), as in FIELD-NOTES.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DIR="${RBAK_RABBIT_DIR:-$REPO/.run/rabbitmq}"
+AMQP_PORT="${RBAK_AMQP_PORT:-5672}"
+MGMT_PORT="${RBAK_MGMT_PORT:-15672}"
+STREAM_PORT="${RBAK_STREAM_PORT:-5552}"
+NODE="${RBAK_RABBIT_NODE:-rabbit@localhost}"
+# Distribution port = AMQP + 20000 by default; keep it on loopback too.
+DIST_PORT="${RBAK_DIST_PORT:-$((AMQP_PORT + 20000))}"
+
+export RABBITMQ_CONFIG_FILE="$DIR/rabbitmq.conf"
+export RABBITMQ_ENABLED_PLUGINS_FILE="$DIR/enabled_plugins"
+export RABBITMQ_MNESIA_BASE="$DIR/mnesia"
+export RABBITMQ_LOG_BASE="$DIR/log"
+export RABBITMQ_NODENAME="$NODE"
+export RABBITMQ_PID_FILE="$DIR/rabbit.pid"
+export RABBITMQ_DIST_PORT="$DIST_PORT"
+export RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+export ERL_EPMD_ADDRESS=127.0.0.1
+
+ctl() { rabbitmqctl -n "$NODE" "$@"; }
+
+is_running() { ctl status >/dev/null 2>&1; }
+
+write_config() {
+  mkdir -p "$DIR/mnesia" "$DIR/log"
+  cat >"$DIR/rabbitmq.conf" <<CONF
+listeners.tcp.default = 127.0.0.1:$AMQP_PORT
+management.tcp.ip = 127.0.0.1
+management.tcp.port = $MGMT_PORT
+stream.listeners.tcp.1 = 127.0.0.1:$STREAM_PORT
+loopback_users = none
+CONF
+  echo '[rabbitmq_management,rabbitmq_stream,rabbitmq_stream_management].' >"$DIR/enabled_plugins"
+  chown -R rabbitmq:rabbitmq "$DIR"
+}
+
+start() {
+  if is_running; then echo "rabbitmq: already running ($NODE)"; return 0; fi
+  write_config
+  nohup rabbitmq-server >"$DIR/log/stdout.log" 2>&1 &
+  if ! ctl wait "$RABBITMQ_PID_FILE" --timeout 60 >/dev/null 2>&1; then
+    echo "rabbitmq: failed to start; see $DIR/log" >&2; tail -n 20 "$DIR/log/stdout.log" >&2 || true; exit 1
+  fi
+  # Management listener comes up after the node reports ready.
+  for _ in $(seq 1 60); do
+    if curl -fsS -o /dev/null "http://127.0.0.1:$MGMT_PORT/api/overview" -u guest:guest 2>/dev/null; then break; fi
+    sleep 0.5
+  done
+  echo "rabbitmq: running ($NODE amqp=$AMQP_PORT mgmt=$MGMT_PORT stream=$STREAM_PORT)"
+}
+
+stop() {
+  if is_running; then ctl stop "$RABBITMQ_PID_FILE" >/dev/null 2>&1 || true; fi
+  if [[ "${1:-}" == "--purge" ]]; then rm -rf "$DIR"; fi
+  echo "rabbitmq: stopped"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) shift; stop "$@" ;;
+  status) if is_running; then echo "running"; else echo "stopped"; exit 3; fi ;;
+  env) echo "RBAK_AMQP_PORT=$AMQP_PORT RBAK_MGMT_PORT=$MGMT_PORT RBAK_STREAM_PORT=$STREAM_PORT RBAK_RABBIT_DIR=$DIR" ;;
+  *) echo "usage: $0 start|stop [--purge]|status|env" >&2; exit 2 ;;
+esac

@@ -1,0 +1,81 @@
+"""Shared pytest fixtures for the airflow_rbak test suite."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+# --- Loopback S3 (moto server, driven by real boto3 over HTTP) -------------------
+
+S3_TEST_REGION = "us-east-1"
+_S3_TEST_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": S3_TEST_REGION,
+    # Never read the developer's real profile, and never wait on instance metadata.
+    "AWS_CONFIG_FILE": "/dev/null",
+    "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """Start one moto S3 server on a free loopback port for the session; yield its endpoint URL.
+
+    Dummy credentials are set in the environment for the session so that no
+    test can reach a real AWS account by accident.
+    """
+    from moto.server import ThreadedMotoServer
+
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("AWS_PROFILE", raising=False)
+        env.delenv("AWS_ENDPOINT_URL", raising=False)
+        env.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+        for name, value in _S3_TEST_ENV.items():
+            env.setenv(name, value)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        try:
+            yield f"http://{host}:{port}"
+        finally:
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_client(s3_server: str) -> Any:
+    """A boto3 S3 client on the loopback server, for arranging and inspecting buckets directly."""
+    import boto3
+
+    return boto3.session.Session().client("s3", endpoint_url=s3_server, region_name=S3_TEST_REGION)
+
+
+@pytest.fixture
+def s3_bucket(s3_client: Any) -> str:
+    """Create a fresh, empty bucket on the loopback server and return its name."""
+    name = f"rbak-test-{uuid.uuid4().hex[:16]}"
+    s3_client.create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def s3_storage_url(s3_server: str, s3_bucket: str) -> str:
+    """Return an ``s3://`` URL for a fresh bucket (with a key prefix) on the loopback server."""
+    return f"s3://{s3_bucket}/backups?region={S3_TEST_REGION}&endpoint={s3_server}&path_style=true"
+
+
+# --- Backup locations: every storage-facing test runs on a folder and on loopback S3 ---
+
+
+@pytest.fixture(params=["file", "s3"])
+def location(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """A fresh, empty storage URL: a ``file://`` folder, then a loopback S3 bucket."""
+    if request.param == "file":
+        return (tmp_path / "backups").as_uri()
+    return request.getfixturevalue("s3_storage_url")

@@ -1,0 +1,150 @@
+"""Storage URL parsing: the accepted forms, and actionable errors for everything else."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.storage import (
+    FileStorage,
+    FileStorageConfig,
+    MemoryStorage,
+    MemoryStorageConfig,
+    RetryingStorage,
+    S3StorageConfig,
+    open_storage,
+    parse_storage_url,
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("file:///var/lib/rabbitmq-backup/data", FileStorageConfig("/var/lib/rabbitmq-backup/data")),
+        ("file://localhost/srv/rbak", FileStorageConfig("/srv/rbak")),
+        ("file:///srv/my%20backups/", FileStorageConfig("/srv/my backups")),
+        ("/srv/rbak/../plain", FileStorageConfig("/srv/plain")),
+        ("s3://my-bucket", S3StorageConfig("my-bucket")),
+        ("s3://my-bucket?region=us-east-1", S3StorageConfig("my-bucket", region="us-east-1")),
+        ("s3://my-bucket/", S3StorageConfig("my-bucket")),
+        ("s3://my-bucket/team/rbak/", S3StorageConfig("my-bucket", prefix="team/rbak")),
+        (
+            "s3://b.example/p?region=eu-west-3&endpoint=http://127.0.0.1:9000&path_style=true",
+            S3StorageConfig("b.example", "p", "eu-west-3", "http://127.0.0.1:9000", True),
+        ),
+        ("s3://bkt?path_style=FALSE", S3StorageConfig("bkt", path_style=False)),
+        ("S3://bkt", S3StorageConfig("bkt")),
+        ("memory://", MemoryStorageConfig("")),
+        ("memory://shared-1", MemoryStorageConfig("shared-1")),
+    ],
+)
+def test_given_a_supported_url_when_parsed_then_the_config_holds_its_parts(url: str, expected: object) -> None:
+    assert parse_storage_url(url) == expected
+
+
+def test_given_a_relative_path_when_parsed_then_it_is_made_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    assert parse_storage_url("backups/here") == FileStorageConfig(str(tmp_path / "backups" / "here"))
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("ftp://host/x", "unknown storage URL scheme 'ftp'"),
+        ("azure://myaccount.blob.core.windows.net/backups", "azure:// storage is not supported yet"),
+        ("gcs://my-gcs-bucket", "gcs:// storage is not supported yet"),
+        ("file://relative/path", "needs three slashes"),
+        ("file://", "no path"),
+        ("file:///x?mode=1", "takes no parameters"),
+        ("file:///x#frag", "fragment"),
+        ("memory://name/extra", "takes only a name"),
+        ("memory://bad name", "invalid memory store name"),
+        ("memory://?x=1", "takes no parameters"),
+        ("s3://", "no bucket"),
+        ("s3:///prefix", "no bucket"),
+        ("s3://My_Bucket", "invalid S3 bucket name"),
+        ("s3://ab", "invalid S3 bucket name"),
+        ("s3://bucket:9000", "invalid S3 bucket name"),
+        ("s3://bucket/a//b", "invalid S3 key prefix"),
+        ("s3://bucket/a/../b", "invalid S3 key prefix"),
+        ("s3://bucket?regoin=us-east-1", "unknown S3 URL parameter(s) regoin"),
+        ("s3://bucket?region=us-east-1&region=eu-west-1", "'region' is repeated"),
+        ("s3://bucket?region=US_EAST", "invalid S3 region"),
+        ("s3://bucket?path_style=maybe", "path_style must be true or false"),
+        ("s3://bucket?endpoint=localhost:9000", "expected http(s)://host[:port]"),
+        ("s3://bucket?endpoint=http://host:notaport", "invalid port"),
+    ],
+)
+def test_given_a_bad_url_when_parsed_then_configuration_error_says_what_to_fix(url: str, message: str) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        parse_storage_url(url)
+
+    assert message in str(raised.value)
+    assert isinstance(raised.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "s3://AKIAEXAMPLE:hunter2@bucket/prefix",
+        "s3://bucket?endpoint=http://minio:hunter2@127.0.0.1:9000",
+        "s3://bucket?endpoint=http%3A%2F%2Fminio%3Ahunter2%40127.0.0.1%3A9000&oops=1",
+        "ftp://user:hunter2@host/x",
+    ],
+)
+def test_given_credentials_in_a_url_when_parsed_then_refused_without_echoing_the_secret(url: str) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        parse_storage_url(url)
+
+    assert "hunter2" not in str(raised.value)
+
+
+def test_given_a_parsed_s3_url_when_logged_then_url_round_trips_and_has_only_public_parts() -> None:
+    url = "s3://bkt/a/b?region=us-east-1&endpoint=http://127.0.0.1:9000&path_style=true"
+
+    config = parse_storage_url(url)
+
+    assert config.url == url
+    assert parse_storage_url(config.url) == config
+
+
+def test_given_a_file_path_with_a_space_when_logged_then_url_round_trips() -> None:
+    config = parse_storage_url("/srv/my backups")
+
+    assert config.url == "file:///srv/my%20backups"
+    assert parse_storage_url(config.url) == config
+
+
+def test_given_each_scheme_when_opened_then_the_backend_matches_and_retries_wrap_it(tmp_path: Path) -> None:
+    file_storage = open_storage(f"file://{tmp_path}", retries=2)
+    memory_storage = open_storage("memory://", retries=0)
+
+    assert isinstance(file_storage, RetryingStorage)
+    assert isinstance(file_storage.inner, FileStorage)
+    assert file_storage.retries == 2
+    assert file_storage.url == f"file://{tmp_path}"
+    assert isinstance(memory_storage, RetryingStorage)
+    assert isinstance(memory_storage.inner, MemoryStorage)
+
+
+def test_given_an_s3_url_when_opened_then_no_network_io_happens_yet() -> None:
+    """Opening must not contact the endpoint: a closed port still opens fine."""
+    storage = open_storage("s3://bucket/p?region=us-east-1&endpoint=http://127.0.0.1:1")
+
+    assert storage.url == "s3://bucket/p?region=us-east-1&endpoint=http://127.0.0.1:1"
+
+
+def test_given_a_config_built_in_code_when_invalid_then_configuration_error_at_construction() -> None:
+    with pytest.raises(ConfigurationError):
+        FileStorageConfig("relative")
+    with pytest.raises(ConfigurationError):
+        S3StorageConfig("bucket", endpoint="ftp://x")
+    assert os.path.isabs(FileStorageConfig("/a/./b/").path)
