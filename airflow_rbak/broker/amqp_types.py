@@ -38,6 +38,8 @@ but the widened integers. Integers are written back as ``s`` (Short) and
 from __future__ import annotations
 
 import struct
+from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any
 
 from pika import spec
@@ -61,15 +63,20 @@ def decode_table(data: bytes | memoryview, offset: int = 0, depth: int = 0) -> t
     """Decode a length-prefixed field table at ``offset``; return its pairs and the offset after it."""
     if depth > _MAX_DEPTH:
         raise FieldTableError("header table nested too deep")
-    (size,) = struct.unpack_from(">I", data, offset)
-    offset += 4
-    end = offset + size
-    pairs: list[tuple[str, HeaderValue]] = []
-    while offset < end:
-        klen = data[offset]
-        key = bytes(data[offset + 1 : offset + 1 + klen]).decode("utf-8", "replace")
-        value, offset = decode_value(data, offset + 1 + klen, depth)
-        pairs.append((key, value))
+    try:
+        (size,) = struct.unpack_from(">I", data, offset)
+        offset += 4
+        end = offset + size
+        if end > len(data):
+            raise FieldTableError("header table runs past the end of its frame")
+        pairs: list[tuple[str, HeaderValue]] = []
+        while offset < end:
+            klen = data[offset]
+            key = bytes(data[offset + 1 : offset + 1 + klen]).decode("utf-8", "replace")
+            value, offset = decode_value(data, offset + 1 + klen, depth)
+            pairs.append((key, value))
+    except (struct.error, IndexError):
+        raise FieldTableError("header table is truncated") from None
     if offset != end:
         raise FieldTableError("header table length does not match its fields")
     return tuple(pairs), offset
@@ -114,6 +121,8 @@ def decode_value(data: bytes | memoryview, offset: int, depth: int = 0) -> tuple
 
 
 def _decode_array(data: bytes | memoryview, offset: int, end: int, depth: int) -> list[HeaderValue]:
+    if depth > _MAX_DEPTH:
+        raise FieldTableError("header array nested too deep")
     values = []
     while offset < end:
         value, offset = decode_value(data, offset, depth)
@@ -186,8 +195,13 @@ _FLAG_CONTENT_ENCODING = 1 << 14
 class TypedBasicProperties(spec.BasicProperties):
     """pika's BasicProperties plus ``typed_headers``: the header table decoded without loss.
 
-    Set ``typed_headers`` before publishing to send exactly those wire types
-    (pika's encoder would turn every ``int`` into ``I``/``l``).
+    The table is decoded once, by :func:`decode_table`, never by pika: pika's
+    decoder loses types, costs as much again per message, and raises
+    ``OverflowError`` on a timestamp past year 9999 (one such message would
+    stop every capture of its queue). ``headers`` is a plain-dict view built
+    from ``typed_headers`` on first use. Set ``typed_headers`` before
+    publishing to send exactly those wire types (pika's encoder would turn
+    every ``int`` into ``I``/``l``).
     """
 
     def __init__(
@@ -198,21 +212,34 @@ class TypedBasicProperties(spec.BasicProperties):
         #: An already encoded field table (length prefix included) to send as is: tests use it for every wire type.
         self.raw_headers = raw_headers
 
+    @property  # type: ignore[override]
+    def headers(self) -> dict[str, Any] | None:
+        plain = self.__dict__.get("_plain_headers", _UNSET)
+        if plain is _UNSET:
+            typed = self.__dict__.get("typed_headers")
+            plain = None if typed is None else plain_table(typed)
+            self.__dict__["_plain_headers"] = plain
+        return plain
+
+    @headers.setter
+    def headers(self, value: dict[str, Any] | None) -> None:
+        self.__dict__["_plain_headers"] = value
+
     def decode(self, encoded: bytes, offset: int = 0) -> TypedBasicProperties:
-        super().decode(encoded, offset)
-        self.typed_headers = None
         (flags,) = struct.unpack_from(">H", encoded, offset)
-        if not flags & _FLAG_HEADERS:
+        if not flags & _FLAG_HEADERS or flags & 1:  # no table (or continuation words, never used by basic)
+            super().decode(encoded, offset)
+            self.typed_headers = None
             return self
         pos = offset + 2
-        while flags & 1:  # continuation flag words (none are defined for basic, but allowed)
-            (flags,) = struct.unpack_from(">H", encoded, pos)
-            pos += 2
-        (first,) = struct.unpack_from(">H", encoded, offset)
         for flag in (_FLAG_CONTENT_TYPE, _FLAG_CONTENT_ENCODING):
-            if first & flag:
+            if flags & flag:
                 pos += 1 + encoded[pos]
-        self.typed_headers, _ = decode_table(encoded, pos)
+        typed, end = decode_table(encoded, pos)
+        rest = struct.pack(">H", flags & ~_FLAG_HEADERS) + encoded[offset + 2 : pos] + encoded[end:]
+        super().decode(rest, 0)
+        self.typed_headers = typed
+        self.__dict__["_plain_headers"] = _UNSET
         return self
 
     def encode(self) -> list[bytes]:
@@ -220,7 +247,7 @@ class TypedBasicProperties(spec.BasicProperties):
         if raw is None and self.typed_headers is None:
             return super().encode()
         marker = object.__new__(spec.BasicProperties)
-        marker.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("typed_headers", "raw_headers")})
+        marker.__dict__.update({k: v for k, v in self.__dict__.items() if k not in _OWN_ATTRIBUTES})
         marker.headers = {"__rbak__": 0}  # placeholder: one S-free int field, replaced below
         pieces = spec.BasicProperties.encode(marker)
         placeholder = b"".join(pieces)
@@ -228,6 +255,35 @@ class TypedBasicProperties(spec.BasicProperties):
         index = placeholder.index(encoded_placeholder)
         table = raw if raw is not None else encode_table(self.typed_headers or ())
         return [placeholder[:index] + table + placeholder[index + len(encoded_placeholder) :]]
+
+
+_UNSET: Any = object()
+_OWN_ATTRIBUTES = frozenset({"typed_headers", "raw_headers", "_plain_headers"})
+
+
+def plain_value(value: HeaderValue) -> Any:
+    """A header value as pika would give it (int, str, float, bytes, Decimal, dict, list, datetime)."""
+    kind, v = value.kind, value.value
+    if kind == "Array":
+        return [plain_value(x) for x in v]
+    if kind == "Timestamp":
+        try:
+            return datetime.fromtimestamp(v, timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            return v
+    if kind != "Table":
+        return v
+    tag, fields = _tag_of(value), dict(v)
+    if tag == DECIMAL_TAG:
+        return Decimal(fields["value"].value).scaleb(-fields["scale"].value)
+    if tag == BINARY_LONGSTR_TAG:
+        return fields["value"].value
+    return plain_table(v)
+
+
+def plain_table(pairs: tuple[tuple[str, HeaderValue], ...]) -> dict[str, Any]:
+    """A typed table as a plain dict (the last of duplicate keys wins, as in pika)."""
+    return {k: plain_value(v) for k, v in pairs}
 
 
 def _placeholder_table() -> bytes:

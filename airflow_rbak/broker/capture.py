@@ -252,7 +252,7 @@ class _Run:
         """Ready messages now (exact, unlike the management API's sampled figure)."""
         return int(self.channel.queue_declare(self.info.name, passive=True).method.message_count)
 
-    def settled_depth(self, wait: float = 5.0) -> int:
+    def settled_depth(self, wait: float = 30.0) -> int:
         """Depth after the return; quorum queues apply returns asynchronously, so wait for them briefly."""
         deadline = time.monotonic() + wait
         depth = self.depth()

@@ -1,0 +1,161 @@
+"""One backup from start to finish, as separate steps the DAG runs as separate tasks.
+
+``discover`` → ``begin`` (a manifest with ``completed_at: null``, so an
+interrupted backup says so) → ``export_definitions`` → ``capture`` per queue
+(staging + checkpoints) → ``encode`` per queue (in process here; the Spark
+job distributes the same unit of work) → ``finish`` (segments and totals in
+the manifest, ``completed_at`` set, staging removed). :meth:`BackupRun.run`
+does them all in order, for the demo, the tests and small installations.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_rbak import __version__
+from airflow_rbak.backup.catalog import latest_complete
+from airflow_rbak.backup.encode import encode_queue, staged_chunk_keys
+from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.backup.writer import now_ms
+from airflow_rbak.broker.capture import CaptureOptions, CaptureResult, QueueCapture
+from airflow_rbak.broker.checkpoints import CheckpointStore
+from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.broker.definitions import export_definitions
+from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
+from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.broker.stream_capture import StreamCapture
+from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentWriter
+from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, Compression
+from airflow_rbak.codec.layout import check_backup_id
+from airflow_rbak.storage import open_storage
+from airflow_rbak.storage.base import Storage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BackupSettings:
+    """What to back up and how; validated at construction (before any I/O)."""
+
+    backup_id: str
+    storage_url: str
+    selector: QueueSelector = field(default_factory=QueueSelector)
+    compression: Compression | str = Compression.ZSTD
+    compression_level: int = 3
+    segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES
+    segment_max_interval_ms: int = DEFAULT_SEGMENT_MAX_INTERVAL_MS
+    include_definitions: bool = True
+    allow_delivery_count_increase: bool = False
+    #: Streams continue after the offset the latest complete backup in the same location reached.
+    incremental_streams: bool = True
+    state_dir: str = field(default_factory=lambda: str(Path(tempfile.gettempdir()) / "rbak-state"))
+
+    def __post_init__(self) -> None:
+        check_backup_id(self.backup_id)
+        object.__setattr__(self, "compression", Compression.parse(self.compression))
+        self.segment_writer()  # validates level and rotation limits
+
+    def segment_writer(self) -> SegmentWriter:
+        return SegmentWriter(self.compression, self.compression_level, self.segment_max_bytes, self.segment_max_interval_ms)
+
+
+class BackupRun:
+    """The steps of one backup against one broker and one storage location."""
+
+    def __init__(self, connection: RabbitMQConnection, settings: BackupSettings, storage: Storage | None = None) -> None:
+        self.connection = connection
+        self.settings = settings
+        self.storage = storage or open_storage(settings.storage_url)
+        self.manifests = ManifestStore(self.storage)
+
+    def run(self) -> BackupManifest:
+        """Every step in order; returns the completed manifest."""
+        with ManagementClient(self.connection) as client:
+            queues = discover_queues(client, self.settings.selector)
+            self.begin(client)
+            if self.settings.include_definitions:
+                self.export_definitions(client)
+        captures = [self.capture(info) for info in queues]
+        entries = [self.encode(info, result) for info, result in zip(queues, captures)]
+        return self.finish(entries)
+
+    def begin(self, client: ManagementClient) -> BackupManifest:
+        """Write the manifest with ``completed_at: null`` unless this backup already has one (a re-run)."""
+        try:
+            return self.manifests.load(self.settings.backup_id)
+        except ManifestNotFoundError:
+            pass
+        manifest = BackupManifest(
+            backup_id=self.settings.backup_id,
+            created_at=now_ms(),
+            backup_tool_version=__version__,
+            source_cluster=client.cluster_name(),
+            rabbitmq_version=client.version(),
+        )
+        self.manifests.save(manifest)
+        return manifest
+
+    def export_definitions(self, client: ManagementClient) -> None:
+        manifest = self.manifests.load(self.settings.backup_id)
+        manifest.definitions = export_definitions(client, self.storage, self.settings.backup_id, self.settings.compression)
+        self.manifests.save(manifest)
+
+    def capture(self, info: QueueInfo) -> CaptureResult:
+        """Capture one queue into staging; resumes from its checkpoint when re-run."""
+        options = CaptureOptions(
+            backup_id=self.settings.backup_id,
+            compression=self.settings.compression,
+            allow_delivery_count_increase=self.settings.allow_delivery_count_increase,
+        )
+        checkpoints = self._checkpoints()
+        try:
+            if info.queue_type == "stream":
+                with ManagementClient(self.connection) as client:
+                    capture = StreamCapture(self.connection, self.storage, checkpoints, options)
+                    return capture.capture(info, start_offset=self._stream_start(info), management=client)
+            with ManagementClient(self.connection) as client:
+                version = client.version()
+            return QueueCapture(self.connection, self.storage, checkpoints, options).capture(info, version)
+        finally:
+            checkpoints.close()
+
+    def encode(self, info: QueueInfo, capture: CaptureResult | None = None) -> QueueBackup:
+        """Seal one queue's staging into final segments; stream offsets go into its manifest entry."""
+        entry = QueueBackup(vhost=info.vhost, name=info.name, queue_type=info.queue_type)
+        encode_queue(self.storage, self.settings.backup_id, entry, self.settings.segment_writer())
+        if capture is not None and info.queue_type == "stream":
+            entry.extensions["stream_offsets"] = {"first": capture.first_offset, "last": capture.last_offset}
+            entry.extensions["consumer_offsets"] = capture.consumer_offsets or {}
+        return entry
+
+    def finish(self, entries: list[QueueBackup]) -> BackupManifest:
+        """Write the completed manifest, then remove the staging it no longer needs."""
+        manifest = self.manifests.load(self.settings.backup_id)
+        manifest.queues = entries
+        manifest.refresh_totals()
+        manifest.completed_at = now_ms()
+        self.manifests.save(manifest)
+        for entry in entries:
+            for key in staged_chunk_keys(self.storage, self.settings.backup_id, entry.vhost, entry.name):
+                self.storage.delete(key)
+        return manifest
+
+    def _checkpoints(self) -> CheckpointStore:
+        path = Path(self.settings.state_dir) / f"{self.settings.backup_id}.offsets.db"
+        return CheckpointStore(path, self.storage, self.settings.backup_id)
+
+    def _stream_start(self, info: QueueInfo) -> int:
+        """Where a stream's capture starts: after the latest complete backup's last offset, or at 0."""
+        if not self.settings.incremental_streams:
+            return 0
+        previous = latest_complete(self.storage)
+        if previous is None or previous.backup_id == self.settings.backup_id:
+            return 0
+        entry = self.manifests.load(previous.backup_id).queue(info.vhost, info.name)
+        offsets: dict[str, Any] = entry.extensions.get("stream_offsets", {}) if entry else {}
+        last = offsets.get("last")
+        return int(last) + 1 if isinstance(last, int) and last >= 0 else 0

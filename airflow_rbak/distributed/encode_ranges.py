@@ -1,0 +1,267 @@
+"""Encode staging into final segments in ranges that run in parallel yet number contiguously.
+
+A queue's staged chunks (capture order) are cut into *ranges* of whole
+chunks, about ``range_bytes`` of staging each, decided from the chunk
+listing alone. Each range is encoded by a fresh :class:`SegmentWriter`, so a
+range boundary is a forced segment cut and a range's segments depend only on
+its own records. That makes two passes enough:
+
+1. count: for every range but a queue's last, run the writer's rotation over
+   the range's records without compressing (``Compression.NONE`` cuts at the
+   same places) and return the number of segments it will seal;
+2. write: a prefix sum over those counts gives each range its first sequence
+   number; each range then writes ``segment-{first+i}`` for its segments.
+
+A queue of one range (most queues) skips pass 1 and is encoded exactly as
+:func:`airflow_rbak.backup.encode.encode_queue` would encode it. The result
+depends on the staging and the settings only, never on the cluster, so a
+re-run writes the same keys and bytes; a segment already stored with the
+same bytes is left untouched, and segments a previous run with other
+settings left past the new end are removed once every write succeeded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_rbak import __version__
+from airflow_rbak.backup.encode import iter_staged_json
+from airflow_rbak.codec import BackupManifest, EncodedSegment, QueueBackup, SegmentMetadata, SegmentWriter
+from airflow_rbak.codec.constants import (
+    DEFAULT_SEGMENT_MAX_BYTES,
+    DEFAULT_SEGMENT_MAX_INTERVAL_MS,
+    DEFAULT_ZSTD_LEVEL,
+    Compression,
+)
+from airflow_rbak.codec.layout import check_backup_id, decode_name, parse_segment_key, queue_prefix, segment_key, vhost_from_dir
+from airflow_rbak.codec.manifest import QUEUE_TYPES
+from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.storage import open_storage
+from airflow_rbak.storage.base import ObjectInfo, ObjectNotFoundError, Storage
+
+DEFAULT_RANGE_BYTES = 256 * 1024**2
+
+
+class EncodeError(RbakError):
+    """The encode's results do not add up (a bug or a concurrent writer), so nothing is reported as done."""
+
+
+@dataclass(frozen=True)
+class EncodeSettings:
+    """How segments are cut and compressed; part of what makes a re-run identical."""
+
+    compression: str = "zstd"
+    level: int = DEFAULT_ZSTD_LEVEL
+    segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES
+    segment_max_interval_ms: int = DEFAULT_SEGMENT_MAX_INTERVAL_MS
+    range_bytes: int = DEFAULT_RANGE_BYTES
+
+    def __post_init__(self) -> None:
+        self.writer()  # the codec validates compression, level and rotation limits
+        if not isinstance(self.range_bytes, int) or self.range_bytes < 1:
+            raise ConfigurationError(f"range_bytes must be a positive integer, got {self.range_bytes!r}")
+
+    @property
+    def codec(self) -> Compression:
+        return Compression.parse(self.compression)
+
+    def writer(self, compression: Compression | None = None) -> SegmentWriter:
+        return SegmentWriter(compression or self.codec, self.level, self.segment_max_bytes, self.segment_max_interval_ms)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class QueueRef:
+    """A queue to encode: identity from the staging folders, type from ``--queues-json``."""
+
+    vhost: str
+    name: str
+    queue_type: str = "classic"
+
+    def __post_init__(self) -> None:
+        if self.queue_type not in QUEUE_TYPES:
+            raise ConfigurationError(f"queue {self.vhost!r}/{self.name!r}: queue_type must be one of {QUEUE_TYPES}")
+
+
+@dataclass(frozen=True)
+class StagingRange:
+    """Consecutive whole chunks of one queue's staging, encoded by one task."""
+
+    vhost: str
+    queue: str
+    index: int
+    chunk_keys: tuple[str, ...]
+    staged_bytes: int
+
+
+@dataclass
+class RangeResult:
+    """The segments one range sealed, and how many it had to store."""
+
+    vhost: str
+    queue: str
+    index: int
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    written: int = 0
+    unchanged: int = 0
+
+
+def discover_staging(storage: Storage, backup_id: str) -> dict[tuple[str, str], list[ObjectInfo]]:
+    """Every staged chunk under ``{backup_id}/staging/``, grouped by (vhost, queue), in capture order."""
+    prefix = f"{check_backup_id(backup_id)}/staging/"
+    found: dict[tuple[str, str], list[ObjectInfo]] = {}
+    for info in storage.list(prefix):
+        parts = info.key[len(prefix) :].split("/")
+        if len(parts) == 3 and parts[2].startswith("chunk-"):
+            found.setdefault((vhost_from_dir(parts[0]), decode_name(parts[1])), []).append(info)
+    for chunks in found.values():
+        chunks.sort(key=lambda c: c.key)
+    return found
+
+
+def parse_queue_refs(queues: Iterable[dict[str, Any]]) -> list[QueueRef]:
+    """Read ``[{"vhost": "/", "name": "orders", "queue_type": "quorum"}, ...]`` (``--queues-json``)."""
+    refs = []
+    for entry in queues:
+        if not isinstance(entry, dict) or not isinstance(entry.get("vhost"), str) or not isinstance(entry.get("name"), str):
+            raise ConfigurationError(f"each queue needs string 'vhost' and 'name', got {entry!r:.80}")
+        refs.append(QueueRef(entry["vhost"], entry["name"], entry.get("queue_type", "classic")))
+    return refs
+
+
+def queues_to_encode(staged: dict[tuple[str, str], list[ObjectInfo]], declared: list[QueueRef]) -> list[QueueRef]:
+    """Staged queues (classic unless declared) plus declared queues with nothing staged, sorted."""
+    by_id = {(q.vhost, q.name): q for q in declared}
+    for vhost, name in staged:
+        by_id.setdefault((vhost, name), QueueRef(vhost, name))
+    return sorted(by_id.values(), key=lambda q: (q.vhost, q.name))
+
+
+def plan_ranges(vhost: str, queue: str, chunks: list[ObjectInfo], range_bytes: int) -> list[StagingRange]:
+    """Cut a queue's chunks into ranges of about ``range_bytes`` (at least one chunk each)."""
+    ranges: list[StagingRange] = []
+    keys: list[str] = []
+    size = 0
+    for chunk in chunks:
+        if keys and size + chunk.size > range_bytes:
+            ranges.append(StagingRange(vhost, queue, len(ranges), tuple(keys), size))
+            keys, size = [], 0
+        keys.append(chunk.key)
+        size += chunk.size
+    if keys:
+        ranges.append(StagingRange(vhost, queue, len(ranges), tuple(keys), size))
+    return ranges
+
+
+def count_range_segments(storage_url: str, rng: StagingRange, settings: EncodeSettings) -> int:
+    """Pass 1: how many segments this range seals (rotation only; nothing is compressed or stored)."""
+    storage = open_storage(storage_url)
+    writer = settings.writer(Compression.NONE)
+    count = 0
+    for raw, backed_up_at in iter_staged_json(storage, list(rng.chunk_keys)):
+        count += len(writer.add_encoded(raw, backed_up_at))
+    return count + (1 if writer.flush() is not None else 0)
+
+
+def first_sequences(ranges: list[StagingRange], counts: dict[tuple[str, str, int], int]) -> dict[tuple[str, str, int], int]:
+    """Prefix sums: each range's first sequence number; ``counts`` lacks each queue's last range."""
+    firsts: dict[tuple[str, str, int], int] = {}
+    following: dict[tuple[str, str], int] = {}
+    for rng in sorted(ranges, key=lambda r: (r.vhost, r.queue, r.index)):
+        ident = (rng.vhost, rng.queue, rng.index)
+        firsts[ident] = following.get((rng.vhost, rng.queue), 1)
+        if ident in counts:
+            following[(rng.vhost, rng.queue)] = firsts[ident] + counts[ident]
+    return firsts
+
+
+def encode_range(storage_url: str, backup_id: str, rng: StagingRange, first_sequence: int, settings: EncodeSettings) -> RangeResult:
+    """Pass 2: seal a range's records into segments numbered from ``first_sequence`` and store them."""
+    storage = open_storage(storage_url)
+    writer = settings.writer()
+    result = RangeResult(rng.vhost, rng.queue, rng.index)
+    for segment in _sealed(writer, iter_staged_json(storage, list(rng.chunk_keys))):
+        sequence = first_sequence + len(result.segments)
+        key = segment_key(backup_id, rng.vhost, rng.queue, sequence, writer.compression)
+        if put_if_changed(storage, key, segment):
+            result.written += 1
+        else:
+            result.unchanged += 1
+        result.segments.append(segment.metadata(key, sequence).to_json())
+    return result
+
+
+def _sealed(writer: SegmentWriter, records: Iterator[tuple[memoryview, int]]) -> Iterator[EncodedSegment]:
+    for raw, backed_up_at in records:
+        yield from writer.add_encoded(raw, backed_up_at)
+    last = writer.flush()
+    if last is not None:
+        yield last
+
+
+def put_if_changed(storage: Storage, key: str, segment: EncodedSegment) -> bool:
+    """Store a segment unless the same bytes are already there; True when it wrote."""
+    try:
+        if storage.stat(key).size == len(segment.data) and hashlib.sha256(storage.get(key)).hexdigest() == segment.sha256:
+            return False
+    except ObjectNotFoundError:
+        pass
+    storage.put(key, segment.data)
+    return True
+
+
+def assemble_queue(ref: QueueRef, results: Iterable[RangeResult]) -> QueueBackup:
+    """A queue's manifest entry from its ranges' results, checking sequences run 1..n."""
+    ordered = sorted((r for r in results if (r.vhost, r.queue) == (ref.vhost, ref.name)), key=lambda r: r.index)
+    segments = [SegmentMetadata.from_json(s) for r in ordered for s in r.segments]
+    sequences = [s.sequence for s in segments]
+    if sequences != list(range(1, len(segments) + 1)):
+        raise EncodeError(f"queue {ref.vhost!r}/{ref.name!r}: encoded sequences {sequences[:10]} are not 1..n")
+    queue = QueueBackup(vhost=ref.vhost, name=ref.name, queue_type=ref.queue_type, segments=segments)
+    queue.refresh_totals()
+    return queue
+
+
+def remove_stale_segments(storage: Storage, backup_id: str, queue: QueueBackup) -> list[str]:
+    """Delete the queue's segment objects this encode did not produce (left by a run with other settings)."""
+    keep = {s.key for s in queue.segments}
+    stale = [
+        info.key
+        for info in storage.list(queue_prefix(backup_id, queue.vhost, queue.name))
+        if info.key not in keep and parse_segment_key(info.key) is not None
+    ]
+    for key in stale:
+        storage.delete(key)
+    return stale
+
+
+def manifest_from_encode_report(
+    report: dict[str, Any],
+    *,
+    created_at: int | None = None,
+    completed_at: int | None = None,
+    source_cluster: str | None = None,
+    rabbitmq_version: str | None = None,
+) -> BackupManifest:
+    """Build the backup's manifest from an encode report (what the finalize step calls).
+
+    ``created_at`` defaults to the encode job's start. The manifest has no
+    definitions; finalize adds them, sets ``completed_at`` and saves it last.
+    """
+    queues = [QueueBackup.from_json(q, f"report.queues[{i}]") for i, q in enumerate(report["details"]["queues"])]
+    manifest = BackupManifest(
+        backup_id=report["backup_id"],
+        created_at=created_at if created_at is not None else report["started_at"],
+        backup_tool_version=__version__,
+        completed_at=completed_at,
+        source_cluster=source_cluster,
+        rabbitmq_version=rabbitmq_version,
+        queues=queues,
+    )
+    manifest.refresh_totals()
+    return manifest

@@ -1,0 +1,1 @@
+"""Airflow hooks of airflow-rbak (the only modules besides operators that import Airflow)."""

@@ -1,0 +1,97 @@
+"""What every RBAK Spark job shares: common arguments, the session, the report and the exit code.
+
+Exit codes: 0 the job did its work and found nothing wrong; 1 it ran but
+found defects (verify) or could not finish some of its work; 2 it failed
+(bad arguments, unreadable input, storage errors). Every run that gets past
+argument parsing stores a report and prints its key as the only stdout line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from airflow_rbak.codec.layout import check_backup_id
+from airflow_rbak.distributed.reports import JobReport
+from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.storage import open_storage
+
+EXIT_OK, EXIT_DEFECTS, EXIT_FAILED = 0, 1, 2
+
+
+def base_parser(job: str, description: str) -> argparse.ArgumentParser:
+    """A parser with the options every job takes: where the backup is and where the report goes."""
+    parser = argparse.ArgumentParser(prog=job, description=description)
+    parser.add_argument("--storage-url", required=True, help="backup location: file:///path, s3://bucket/prefix?..., memory://")
+    parser.add_argument("--backup-id", required=True, type=_backup_id, help="the backup to work on")
+    parser.add_argument("--report-key", help="store the report here instead of {backup_id}/reports/<job>-<time>.json")
+    parser.add_argument("--partitions", type=_positive, help="Spark partitions (default: from the cluster's parallelism)")
+    return parser
+
+
+def _backup_id(value: str) -> str:
+    try:
+        return check_backup_id(value)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return number
+
+
+def positive_int(value: str) -> int:
+    """argparse type for byte and millisecond limits."""
+    return _positive(value)
+
+
+def spark_session(app_name: str) -> Any:
+    """The job's SparkSession (pyspark imported here, so the job modules import without it)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(app_name).getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def slices(spark: Any, items: int, requested: int | None, per_core: int = 1) -> int:
+    """How many partitions to cut ``items`` work items into: at most one item each."""
+    wanted = requested or spark.sparkContext.defaultParallelism * per_core
+    return max(1, min(items, wanted))
+
+
+def main(
+    job: str,
+    parse_args: Callable[[Sequence[str] | None], argparse.Namespace],
+    run: Callable[[Any, argparse.Namespace], JobReport],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Parse, run in a fresh session, store the report, print its key; return the exit code."""
+    args = parse_args(argv)
+    spark = spark_session(f"rbak-{job}-{args.backup_id}")
+    try:
+        report = run(spark, args)
+        code = EXIT_OK if report.ok else EXIT_DEFECTS
+    except Exception as exc:  # the report must say why, whatever failed
+        traceback.print_exc(file=sys.stderr)
+        report = JobReport(job, args.backup_id, _safe_url(args.storage_url), ok=False)
+        report.summary = {"error": f"{type(exc).__name__}: {exc}"}
+        code = EXIT_FAILED
+    finally:
+        spark.stop()
+    key = report.save(open_storage(args.storage_url), args.report_key)
+    print(key, flush=True)
+    return code
+
+
+def _safe_url(url: str) -> str:
+    try:
+        return open_storage(url).url
+    except Exception:  # noqa: BLE001 - an unusable URL is what the error already says
+        return "<unusable storage url>"

@@ -1,0 +1,88 @@
+"""RabbitMQConnection: URL parsing, validation at construction, and a password that never shows."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.exceptions import ConfigurationError
+
+SECRET = "s3cr3t/p@ss"
+
+
+def test_url_gives_every_field():
+    conn = RabbitMQConnection.from_url(
+        "amqp://backup:s3cr3t%2Fp%40ss@mq.example:5673/?management_port=15673&stream_port=5553"
+        "&heartbeat=30&timeout=2.5&management_url=https://mq.example/rabbitmq/"
+    )
+
+    assert (conn.host, conn.amqp_port, conn.management_port, conn.stream_port) == ("mq.example", 5673, 15673, 5553)
+    assert (conn.username, conn.password) == ("backup", SECRET)
+    assert (conn.heartbeat, conn.timeout, conn.tls) == (30, 2.5, False)
+    assert conn.management_base_url == "https://mq.example/rabbitmq"
+
+
+def test_amqps_url_turns_tls_on_with_its_default_port_and_https_management():
+    conn = RabbitMQConnection.from_url("amqps://u:p@mq.example/?tls_verify=false&ca_file=/etc/ca.pem")
+
+    assert (conn.tls, conn.amqp_port, conn.tls_verify, conn.ca_file) == (True, 5671, False, "/etc/ca.pem")
+    assert conn.management_base_url == "https://mq.example:15672"
+
+
+def test_url_without_credentials_keeps_the_defaults_and_overrides_win():
+    conn = RabbitMQConnection.from_url("amqp://localhost", stream_port=6000)
+
+    assert (conn.username, conn.password, conn.amqp_port, conn.stream_port) == ("guest", "guest", 5672, 6000)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://h/", "amqp:// or amqps://"),
+        ("amqp://h/?management_port=0", "management_port must be 1-65535"),
+        ("amqp://h/?stream_port=abc", "stream_port must be a port number"),
+        ("amqp://h/?management_url=ftp://x", "management_url must start with"),
+        ("amqp://h/?cert_file=/c.pem", "cert_file and key_file go together"),
+        ("amqp://h/?timeout=0", "timeout must be > 0"),
+    ],
+)
+def test_bad_settings_are_refused_at_construction(url, message):
+    with pytest.raises(ConfigurationError, match=message):
+        RabbitMQConnection.from_url(url)
+
+
+@pytest.mark.parametrize("host", ["", "a/b", "user@host", "two words"])
+def test_a_host_must_be_a_bare_name(host):
+    with pytest.raises(ConfigurationError, match="host must be"):
+        RabbitMQConnection(host=host)
+
+
+def test_password_never_appears_in_repr_str_or_errors():
+    conn = RabbitMQConnection.from_url(f"amqp://backup:{SECRET.replace('/', '%2F').replace('@', '%40')}@mq.example/")
+
+    assert SECRET not in repr(conn) and SECRET not in str(conn)
+    assert "password='***'" in repr(conn)
+    with pytest.raises(ConfigurationError) as refused:
+        conn.with_changes(amqp_port=70000)
+    assert SECRET not in str(refused.value)
+
+
+def test_with_changes_validates_again_and_keeps_the_rest():
+    conn = RabbitMQConnection(username="u", password=SECRET).with_changes(host="mq2")
+
+    assert (conn.host, conn.username, conn.password) == ("mq2", "u", SECRET)
+
+
+def test_ssl_context_only_with_tls_and_verification_can_be_turned_off():
+    assert RabbitMQConnection().ssl_context() is None
+    context = RabbitMQConnection(tls=True, tls_verify=False).ssl_context()
+    assert context is not None and context.check_hostname is False
+
+
+def test_pika_parameters_carry_vhost_credentials_and_tls():
+    params = RabbitMQConnection(host="mq", amqp_port=5671, username="u", password=SECRET, tls=True).pika_parameters("prod")
+
+    assert (params.host, params.port, params.virtual_host) == ("mq", 5671, "prod")
+    assert (params.credentials.username, params.credentials.password) == ("u", SECRET)
+    assert params.ssl_options is not None
+    assert SECRET not in repr(params)

@@ -1,0 +1,101 @@
+"""Discovery without a broker: versions, the effective delivery limit, and queue selection."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_rbak.broker.capture import check_delivery_limit, return_plan
+from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, effective_delivery_limit, parse_version
+from airflow_rbak.broker.errors import DeliveryLimitRiskError
+from airflow_rbak.exceptions import ConfigurationError
+
+
+def quorum(arg=None, policy=None, operator=None) -> QueueInfo:
+    return QueueInfo(
+        vhost="/", name="q", queue_type="quorum",
+        arguments={} if arg is None else {"x-delivery-limit": arg},
+        effective_policy={} if policy is None else {"delivery-limit": policy},
+        operator_policy={} if operator is None else {"delivery-limit": operator},
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("3.10.8", (3, 10, 8)), ("4.1", (4, 1, 0)), ("4.0.0-rc.1", (4, 0, 0)), ("3.13.2+12.g1234", (3, 13, 2))],
+)
+def test_versions_are_read_leniently(text, expected):
+    assert parse_version(text) == expected
+
+
+def test_an_unreadable_version_is_a_configuration_error():
+    with pytest.raises(ConfigurationError, match="cannot read RabbitMQ version"):
+        parse_version("unknown")
+
+
+@pytest.mark.parametrize(
+    ("info", "version", "expected"),
+    [
+        (quorum(), (3, 10, 8), None),  # 3.x: no limit unless one is set
+        (quorum(arg=5), (3, 10, 8), 5),
+        (quorum(arg=5, policy=3), (3, 10, 8), 3),  # the smallest of argument, policy and operator policy
+        (quorum(arg=5, policy=7, operator=4), (3, 13, 0), 4),
+        (quorum(), (4, 0, 0), 20),  # 4.0 gave quorum queues a default of 20
+        (quorum(policy=50), (4, 1, 0), 50),
+        (quorum(arg=-1), (4, 2, 0), None),  # a negative value switches the limit off
+        (quorum(arg=-1, policy=8), (4, 2, 0), 8),
+        (QueueInfo("/", "c", "classic", arguments={"x-delivery-limit": 2}), (4, 2, 0), None),  # only quorum queues
+        (QueueInfo("/", "s", "stream"), (4, 2, 0), None),
+    ],
+)
+def test_effective_delivery_limit(info, version, expected):
+    assert effective_delivery_limit(info, version) == expected
+
+
+@pytest.mark.parametrize(
+    ("version", "limit", "counts"),
+    [("3.10.8", 3, True), ("4.2.1", 20, True), ("4.3.0", 20, False)],
+)
+def test_returns_count_toward_the_limit_before_4_3(version, limit, counts):
+    plan = return_plan(quorum(arg=3) if version.startswith("3") else quorum(), version)
+
+    assert (plan.limit, plan.counts) == (limit, counts)
+
+
+def test_a_counting_limit_is_refused_unless_allowed_and_the_message_says_how_to_proceed():
+    info, version = quorum(arg=3), "3.10.8"
+    plan = return_plan(info, version)
+
+    with pytest.raises(DeliveryLimitRiskError, match="allow_delivery_count_increase=True") as refused:
+        check_delivery_limit(info, version, plan, allow=False)
+    assert "delivery limit of 3" in str(refused.value)
+    check_delivery_limit(info, version, plan, allow=True)
+    check_delivery_limit(quorum(), version, return_plan(quorum(), version), allow=False)  # no limit: nothing to refuse
+
+
+def test_queue_info_reads_the_management_api_shape():
+    info = QueueInfo.from_api(
+        {"vhost": "v", "name": "n", "type": "quorum", "arguments": {"x-delivery-limit": 3},
+         "effective_policy_definition": {"delivery-limit": 9}, "messages": 12, "durable": True},
+        {"delivery-limit": 2},
+    )
+
+    assert (info.queue_type, info.messages, effective_delivery_limit(info, (3, 10, 8))) == ("quorum", 12, 2)
+
+
+def test_selector_filters_by_vhost_glob_type_and_depth():
+    selector = QueueSelector(vhosts=("prod",), include=("orders.*",), exclude=("*.dlq",), queue_types=("classic",), min_messages=1)
+
+    def accepted(vhost="prod", name="orders.eu", queue_type="classic", messages=1) -> bool:
+        return selector.accepts(QueueInfo(vhost, name, queue_type, messages=messages))
+
+    assert accepted()
+    assert not accepted(vhost="dev")
+    assert not accepted(name="payments")
+    assert not accepted(name="orders.dlq")
+    assert not accepted(queue_type="quorum")
+    assert not accepted(messages=0)
+
+
+def test_selector_refuses_unknown_queue_types():
+    with pytest.raises(ConfigurationError, match="unknown queue types"):
+        QueueSelector(queue_types=("classic", "kafka"))
