@@ -148,7 +148,7 @@ class HeaderValue:
         if depth > MAX_DEPTH:
             raise HeaderValueError(f"header values nested deeper than {MAX_DEPTH}")
         if data == VOID:
-            return cls(VOID, None)
+            return _VOID
         if not isinstance(data, dict) or len(data) != 1:
             raise HeaderValueError(f"expected a one-key object or \"Void\", got {_brief(data)}")
         ((kind, value),) = data.items()
@@ -164,7 +164,8 @@ class HeaderValue:
             value = _shortest_f32(float(value))
         elif kind == DOUBLE and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        return cls(kind, value)
+        _check(kind, value)
+        return _trusted(kind, value)
 
 
 def headers_to_json(headers: tuple[tuple[str, HeaderValue], ...]) -> list[list[Any]]:
@@ -211,32 +212,42 @@ def _in(v: Any, bounds: tuple[int, int]) -> bool:
     return _is_int(v) and bounds[0] <= v <= bounds[1]
 
 
+def _table_ok(value: Any) -> bool:
+    return isinstance(value, tuple) and all(
+        isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], HeaderValue) for p in value
+    )
+
+
+_CHECKS = {
+    LONG_STRING: lambda v: isinstance(v, str),
+    SHORT_STRING: lambda v: isinstance(v, str),
+    LONG: lambda v: _in(v, _I64),
+    SHORT: lambda v: _in(v, _I16),
+    TIMESTAMP: lambda v: _in(v, _U64),
+    BOOL: lambda v: isinstance(v, bool),
+    BYTES: lambda v: isinstance(v, bytes),
+    FLOAT: lambda v: isinstance(v, float),
+    DOUBLE: lambda v: isinstance(v, float),
+    VOID: lambda v: v is None,
+    TABLE: _table_ok,
+    ARRAY: lambda v: isinstance(v, tuple) and all(isinstance(x, HeaderValue) for x in v),
+}
+
+
 def _check(kind: str, value: Any) -> None:
-    ok: bool
-    if kind in (LONG_STRING, SHORT_STRING):
-        ok = isinstance(value, str)
-    elif kind == LONG:
-        ok = _in(value, _I64)
-    elif kind == SHORT:
-        ok = _in(value, _I16)
-    elif kind == TIMESTAMP:
-        ok = _in(value, _U64)
-    elif kind == BOOL:
-        ok = isinstance(value, bool)
-    elif kind == BYTES:
-        ok = isinstance(value, bytes)
-    elif kind in (FLOAT, DOUBLE):
-        ok = isinstance(value, float)
-    elif kind == VOID:
-        ok = value is None
-    elif kind == TABLE:
-        ok = isinstance(value, tuple) and all(
-            isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], HeaderValue)
-            for p in value
-        )
-    elif kind == ARRAY:
-        ok = isinstance(value, tuple) and all(isinstance(v, HeaderValue) for v in value)
-    else:
+    check = _CHECKS.get(kind)
+    if check is None:
         raise HeaderValueError(f"unknown header variant {kind!r}")
-    if not ok:
+    if not check(value):
         raise HeaderValueError(f"{kind}: invalid value {_brief(value)}")
+
+
+def _trusted(kind: str, value: Any) -> HeaderValue:
+    """Build a value already checked by the parser, skipping the constructor's second check (hot on read)."""
+    hv = object.__new__(HeaderValue)
+    object.__setattr__(hv, "kind", kind)
+    object.__setattr__(hv, "value", value)
+    return hv
+
+
+_VOID = HeaderValue(VOID, None)

@@ -27,6 +27,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import orjson
+
 from airflow_rbak import __version__
 from airflow_rbak.backup.encode import iter_staged_json
 from airflow_rbak.codec import BackupManifest, EncodedSegment, QueueBackup, SegmentMetadata, SegmentWriter
@@ -38,6 +40,7 @@ from airflow_rbak.codec.constants import (
 )
 from airflow_rbak.codec.layout import check_backup_id, decode_name, parse_segment_key, queue_prefix, segment_key, vhost_from_dir
 from airflow_rbak.codec.manifest import QUEUE_TYPES
+from airflow_rbak.codec.segment import decode_payload, iter_payload
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectInfo, ObjectNotFoundError, Storage
@@ -163,9 +166,20 @@ def count_range_segments(storage_url: str, rng: StagingRange, settings: EncodeSe
     storage = open_storage(storage_url)
     writer = settings.writer(Compression.NONE)
     count = 0
-    for raw, backed_up_at in iter_staged_json(storage, list(rng.chunk_keys)):
+    for raw, backed_up_at in _staged_stamps(storage, rng.chunk_keys):
         count += len(writer.add_encoded(raw, backed_up_at))
     return count + (1 if writer.flush() is not None else 0)
+
+
+def _staged_stamps(storage: Storage, keys: Iterable[str]) -> Iterator[tuple[memoryview, int]]:
+    """Each staged record's JSON and ``backed_up_at``, read without building records (pass 2 validates them)."""
+    for key in keys:
+        header, payload = decode_payload(storage.get(key), key)
+        for raw in iter_payload(payload, header.record_count, key):
+            stamp = orjson.loads(raw).get("backed_up_at") if raw[:1] == b"{" else None
+            if not isinstance(stamp, int):
+                raise EncodeError(f"{key}: a staged record has no integer backed_up_at")
+            yield raw, stamp
 
 
 def first_sequences(ranges: list[StagingRange], counts: dict[tuple[str, str, int], int]) -> dict[tuple[str, str, int], int]:

@@ -51,9 +51,14 @@ def _score(seed: str, key: str) -> float:
 
 
 def balanced_groups(items: list[VerifyItem], groups: int) -> list[list[VerifyItem]]:
-    """Deal segments, largest first, round-robin into ``groups`` groups of similar total size."""
-    ordered = sorted(items, key=lambda item: -item.size)
-    return [group for group in (ordered[i::groups] for i in range(max(1, groups))) if group]
+    """Split segments into ``groups`` groups of similar total size (largest first, each to the lightest group)."""
+    buckets: list[list[VerifyItem]] = [[] for _ in range(max(1, groups))]
+    totals = [0] * len(buckets)
+    for item in sorted(items, key=lambda item: -item.size):
+        lightest = totals.index(min(totals))
+        buckets[lightest].append(item)
+        totals[lightest] += item.size
+    return [bucket for bucket in buckets if bucket]
 
 
 def check_group(storage_url: str, items: list[VerifyItem], cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> list[dict[str, Any]]:

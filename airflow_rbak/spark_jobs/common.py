@@ -85,7 +85,11 @@ def main(
         code = EXIT_FAILED
     finally:
         spark.stop()
-    key = report.save(open_storage(args.storage_url), args.report_key)
+    try:
+        key = report.save(open_storage(args.storage_url), args.report_key)
+    except Exception as exc:  # storage gone: the exit code still tells, stderr says why
+        print(f"{job}: could not store the report: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     print(key, flush=True)
     return code
 

@@ -1,0 +1,139 @@
+"""Operators for the broker-facing steps of a backup, thin over :class:`BackupRun`.
+
+discover (``discover_queues`` + ``begin``) → export definitions → capture
+(one mapped task per queue) → [Spark encode and verify, in
+``operators/spark.py``] → finalize (:func:`airflow_rbak.finalize.finalize_backup`,
+retention, the Asset event). Each returns a small JSON summary as its XCom;
+errors of the layers below become Airflow errors that say what failed and
+what to do, configuration errors without retries.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TypeVar
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_rbak.backup.run import BackupRun, BackupSettings
+from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
+from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.hooks.rabbitmq import RabbitMQHook
+from airflow_rbak.links import RabbitMQQueueLink, queue_url
+from airflow_rbak.progress import ProgressReporter, checkpoint_sampler
+
+T = TypeVar("T")
+DEFAULT_STATE_DIR = str(Path(tempfile.gettempdir()) / "rbak-state")
+
+
+def run_step(step: str, action: Callable[[], T]) -> T:
+    """Run one step; turn RBAK errors into Airflow errors naming the step (no retry for bad settings)."""
+    try:
+        return action()
+    except ConfigurationError as exc:
+        raise AirflowFailException(f"rbak {step} failed: invalid setting: {exc}") from exc
+    except RbakError as exc:
+        raise AirflowException(f"rbak {step} failed: {exc}. A re-run resumes where this one stopped.") from exc
+
+
+class RbakBrokerOperator(BaseOperator):
+    """Base of the broker-facing operators: connection id, backup location and id."""
+
+    template_fields: Sequence[str] = ("rabbitmq_conn_id", "storage_url", "backup_id")
+
+    def __init__(self, *, storage_url: str, backup_id: str, rabbitmq_conn_id: str = "rabbitmq_default",
+                 state_dir: str = DEFAULT_STATE_DIR, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.storage_url, self.backup_id, self.rabbitmq_conn_id, self.state_dir = storage_url, backup_id, rabbitmq_conn_id, state_dir
+
+    def backup_run(self, **settings: Any) -> BackupRun:
+        """The :class:`BackupRun` for this task's connection and settings (validated before any I/O)."""
+        return run_step("setup", lambda: BackupRun(
+            RabbitMQHook(self.rabbitmq_conn_id).get_conn(),
+            BackupSettings(str(self.backup_id), str(self.storage_url), state_dir=self.state_dir, **settings),
+        ))
+
+
+class RbakDiscoverQueuesOperator(RbakBrokerOperator):
+    """List the queues to back up and write the manifest with ``completed_at: null``.
+
+    Pushes ``queues`` (one JSON object per queue, for ``expand``) and returns a summary.
+    The broker is contacted before anything is written, so an unreachable broker leaves no manifest.
+    """
+
+    template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "vhosts", "include", "exclude", "queue_types")
+
+    def __init__(self, *, vhosts: list[str] | None = None, include: list[str] | None = None, exclude: list[str] | None = None,
+                 queue_types: list[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.vhosts, self.include, self.exclude, self.queue_types = vhosts, include, exclude, queue_types
+
+    def selector(self) -> QueueSelector:
+        return QueueSelector(
+            vhosts=tuple(self.vhosts) if self.vhosts else None,
+            include=tuple(self.include or ("*",)),
+            exclude=tuple(self.exclude or ()),
+            **({"queue_types": tuple(self.queue_types)} if self.queue_types else {}),
+        )
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        run = self.backup_run()
+        selector = run_step("discover", self.selector)
+        with ManagementClient(run.connection) as client:
+            queues = run_step("discover", lambda: discover_queues(client, selector))
+            manifest = run_step("begin", lambda: run.begin(client))
+        context["ti"].xcom_push(key="queues", value=[asdict(q) for q in queues])
+        self.log.info("backup %s: %d queues to capture from %s", run.settings.backup_id, len(queues), manifest.source_cluster)
+        return {"backup_id": run.settings.backup_id, "queues": len(queues), "messages": sum(q.messages for q in queues),
+                "rabbitmq_version": manifest.rabbitmq_version, "source_cluster": manifest.source_cluster}
+
+
+class RbakExportDefinitionsOperator(RbakBrokerOperator):
+    """Store the broker's definitions (exchanges, queues, bindings, policies, users) in the backup."""
+
+    template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "include_definitions", "compression")
+
+    def __init__(self, *, include_definitions: bool = True, compression: str = "zstd", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.include_definitions, self.compression = include_definitions, compression
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        if not self.include_definitions:
+            return {"included": False}
+        run = self.backup_run(compression=self.compression)
+        with ManagementClient(run.connection) as client:
+            run_step("export definitions", lambda: run.export_definitions(client))
+        definitions = run.manifests.load(run.settings.backup_id).definitions
+        return {"included": True, **(definitions.to_json() if definitions else {})}
+
+
+class RbakCaptureQueueOperator(RbakBrokerOperator):
+    """Capture one queue into the backup's staging without changing it; logs progress while it runs."""
+
+    template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "queue", "compression",
+                                      "allow_delivery_count_increase")
+    operator_extra_links = (RabbitMQQueueLink(),)
+
+    def __init__(self, *, queue: dict[str, Any], compression: str = "zstd", allow_delivery_count_increase: bool = False,
+                 progress_interval: float = 10.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.queue, self.compression = queue, compression
+        self.allow_delivery_count_increase, self.progress_interval = allow_delivery_count_increase, progress_interval
+        self.rbak_queue_url: str | None = None
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        run = self.backup_run(compression=self.compression, allow_delivery_count_increase=self.allow_delivery_count_increase)
+        info = QueueInfo(**self.queue)
+        self.rbak_queue_url = queue_url(run.connection.management_base_url, info.vhost, info.name)
+        db = Path(self.state_dir) / f"{run.settings.backup_id}.offsets.db"
+        sample = checkpoint_sampler(db, run.settings.backup_id, info.vhost, info.name)
+        with ProgressReporter(f"{info.vhost}/{info.name}", sample, info.messages, interval=self.progress_interval, logger=self.log):
+            result = run_step(f"capture of queue {info.name!r} in vhost {info.vhost!r}", lambda: run.capture(info))
+        self.log.info("captured %s/%s: %d messages, %.1f MB in %.1fs", info.vhost, info.name, result.messages,
+                      result.bytes / 1e6, result.duration_s)
+        return asdict(result)

@@ -1,0 +1,54 @@
+"""The last task of a backup: the completed manifest, retention, and the backup location's Asset event."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import Asset, AssetAlias, BaseOperator
+
+from airflow_rbak.finalize import finalize_backup, manifest_summary
+from airflow_rbak.links import RbakManifestLink, manifest_url
+from airflow_rbak.operators.backup import run_step
+from airflow_rbak.retention import RetentionPolicy, apply_retention
+from airflow_rbak.storage import open_storage
+
+#: Every backup location's Asset is attached through this alias (locations are only known at run time).
+BACKUP_ASSET_ALIAS = "rbak-backups"
+
+
+def backup_asset(safe_storage_url: str) -> Asset:
+    """The Asset of one backup location: its storage URL without credentials."""
+    return Asset(uri=safe_storage_url, name=f"rbak:{safe_storage_url}", group="rbak")
+
+
+class RbakFinalizeManifestOperator(BaseOperator):
+    """Write ``manifest.json`` last (segments from the encode report, totals, ``completed_at``), drop staging,
+    apply retention, and record an Asset event with the backup's metadata."""
+
+    template_fields: Sequence[str] = ("storage_url", "backup_id", "encode_report_key", "captures", "retention")
+    operator_extra_links = (RbakManifestLink(),)
+
+    def __init__(self, *, storage_url: str, backup_id: str, encode_report_key: str,
+                 captures: list[dict[str, Any]] | None = None, retention: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("outlets", [AssetAlias(BACKUP_ASSET_ALIAS)])
+        super().__init__(**kwargs)
+        self.storage_url, self.backup_id, self.encode_report_key = storage_url, backup_id, encode_report_key
+        self.captures, self.retention = captures, retention
+        self.rbak_manifest_url: str | None = None
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        storage = open_storage(str(self.storage_url))
+        backup_id = str(self.backup_id)
+        policy = run_step("retention settings", lambda: RetentionPolicy.from_json(self.retention))
+        manifest = run_step("finalize", lambda: finalize_backup(storage, backup_id, str(self.encode_report_key),
+                                                                 list(self.captures or [])))
+        self.rbak_manifest_url = manifest_url(str(self.storage_url), backup_id)
+        summary = manifest_summary(manifest, storage.url)
+        summary["retention_deleted"] = run_step("retention", lambda: apply_retention(
+            storage, policy, now_ms=int(time.time() * 1000), protect=backup_id))
+        context["outlet_events"][AssetAlias(BACKUP_ASSET_ALIAS)].add(backup_asset(storage.url), extra=summary)
+        self.log.info("backup %s complete: %d messages, %.1f MB, %d segments, %s s", backup_id, summary["total_messages"],
+                      summary["total_bytes"] / 1e6, summary["total_segments"], summary["duration_s"])
+        return summary

@@ -1,0 +1,9 @@
+"""Builds the codec's optional C accelerator; everything else is declared in pyproject.toml.
+
+``optional=True``: where no compiler is available the install still succeeds
+and the codec uses its pure-Python path, which gives identical results.
+"""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("airflow_rbak.codec._speedups", ["airflow_rbak/codec/_speedups.c"], optional=True)])
