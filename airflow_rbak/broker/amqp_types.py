@@ -37,6 +37,7 @@ but the widened integers. Integers are written back as ``s`` (Short) and
 
 from __future__ import annotations
 
+import functools
 import struct
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -82,42 +83,63 @@ def decode_table(data: bytes | memoryview, offset: int = 0, depth: int = 0) -> t
     return tuple(pairs), offset
 
 
+def _trusted(kind: str, value: Any) -> HeaderValue:
+    """A HeaderValue whose value the wire format already bounds (skips the constructor's check: hot path)."""
+    hv = object.__new__(HeaderValue)
+    object.__setattr__(hv, "kind", kind)
+    object.__setattr__(hv, "value", value)
+    return hv
+
+
+@functools.lru_cache(maxsize=4096)
+def _float32(bits: bytes) -> HeaderValue:
+    # The shortest decimal of an f32 (what serde writes) costs up to nine round trips; a cache by bit pattern
+    # makes a header that repeats across messages nearly free.
+    return HeaderValue.float32(struct.unpack(">f", bits)[0])
+
+
+#: Fixed-size scalars: tag -> (struct, size, variant).
+_SCALARS: dict[int, tuple[struct.Struct, int, str]] = {
+    **{tag[0]: (struct.Struct(fmt), struct.calcsize(fmt), "Short" if tag in _SHORT_TAGS else "Long") for tag, fmt in _INT_FORMATS.items()},
+    ord("d"): (struct.Struct(">d"), 8, "Double"),
+    ord("T"): (struct.Struct(">Q"), 8, "Timestamp"),
+}
+_U32 = struct.Struct(">I")
+_VOID = HeaderValue.void()
+_TRUE_VALUE, _FALSE_VALUE = HeaderValue.bool_(True), HeaderValue.bool_(False)
+
+
 def decode_value(data: bytes | memoryview, offset: int, depth: int = 0) -> tuple[HeaderValue, int]:
     """Decode one tagged field value (see the module table)."""
-    tag = bytes(data[offset : offset + 1])
+    tag = data[offset]
     offset += 1
-    if tag in _INT_FORMATS:
-        fmt = _INT_FORMATS[tag]
-        (n,) = struct.unpack_from(fmt, data, offset)
-        kind = HeaderValue.short if tag in _SHORT_TAGS else HeaderValue.long
-        return kind(n), offset + struct.calcsize(fmt)
-    if tag == b"t":
-        return HeaderValue.bool_(bool(data[offset])), offset + 1
-    if tag == b"f":
-        return HeaderValue.float32(struct.unpack_from(">f", data, offset)[0]), offset + 4
-    if tag == b"d":
-        return HeaderValue.double(struct.unpack_from(">d", data, offset)[0]), offset + 8
-    if tag == b"T":
-        return HeaderValue.timestamp(struct.unpack_from(">Q", data, offset)[0]), offset + 8
-    if tag == b"V":
-        return HeaderValue.void(), offset
-    if tag == b"D":
+    scalar = _SCALARS.get(tag)
+    if scalar is not None:
+        fmt, size, kind = scalar
+        return _trusted(kind, fmt.unpack_from(data, offset)[0]), offset + size
+    if tag == 0x74:  # t
+        return (_TRUE_VALUE if data[offset] else _FALSE_VALUE), offset + 1
+    if tag == 0x66:  # f
+        return _float32(bytes(data[offset : offset + 4])), offset + 4
+    if tag == 0x56:  # V
+        return _VOID, offset
+    if tag == 0x44:  # D
         scale, raw = struct.unpack_from(">Bi", data, offset)
         return decimal_value(scale, raw), offset + 5
-    if tag in (b"S", b"x", b"A"):
-        (length,) = struct.unpack_from(">I", data, offset)
+    if tag in (0x53, 0x78, 0x41):  # S x A
+        (length,) = _U32.unpack_from(data, offset)
         start, end = offset + 4, offset + 4 + length
         if end > len(data):
             raise FieldTableError("header value runs past the table")
-        if tag == b"x":
-            return HeaderValue.bytes_(bytes(data[start:end])), end
-        if tag == b"S":
+        if tag == 0x78:
+            return _trusted("Bytes", bytes(data[start:end])), end
+        if tag == 0x53:
             return _long_string(bytes(data[start:end])), end
-        return HeaderValue.array(_decode_array(data, start, end, depth + 1)), end
-    if tag == b"F":
+        return _trusted("Array", tuple(_decode_array(data, start, end, depth + 1))), end
+    if tag == 0x46:  # F
         pairs, end = decode_table(data, offset, depth + 1)
-        return HeaderValue.table(pairs), end
-    raise FieldTableError(f"unknown header field type {tag!r}")
+        return _trusted("Table", pairs), end
+    raise FieldTableError(f"unknown header field type {bytes([tag])!r}")
 
 
 def _decode_array(data: bytes | memoryview, offset: int, end: int, depth: int) -> list[HeaderValue]:
@@ -127,12 +149,14 @@ def _decode_array(data: bytes | memoryview, offset: int, end: int, depth: int) -
     while offset < end:
         value, offset = decode_value(data, offset, depth)
         values.append(value)
+    if offset != end:
+        raise FieldTableError("header array length does not match its values")
     return values
 
 
 def _long_string(raw: bytes) -> HeaderValue:
     try:
-        return HeaderValue.long_string(raw.decode("utf-8"))
+        return _trusted("LongString", raw.decode("utf-8"))
     except UnicodeDecodeError:
         return HeaderValue.table([(TYPE_TAG, HeaderValue.short_string(BINARY_LONGSTR_TAG)), ("value", HeaderValue.bytes_(raw))])
 

@@ -62,7 +62,8 @@ class RbakBrokerOperator(BaseOperator):
 class RbakDiscoverQueuesOperator(RbakBrokerOperator):
     """List the queues to back up and write the manifest with ``completed_at: null``.
 
-    Pushes ``queues`` (one JSON object per queue, for ``expand``) and returns a summary.
+    Returns the queues (one JSON object each: Airflow maps only over a task's return value)
+    and pushes its summary as the ``summary`` XCom.
     The broker is contacted before anything is written, so an unreachable broker leaves no manifest.
     """
 
@@ -81,16 +82,17 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
             **({"queue_types": tuple(self.queue_types)} if self.queue_types else {}),
         )
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Any) -> list[dict[str, Any]]:
         run = self.backup_run()
         selector = run_step("discover", self.selector)
         with ManagementClient(run.connection) as client:
             queues = run_step("discover", lambda: discover_queues(client, selector))
             manifest = run_step("begin", lambda: run.begin(client))
-        context["ti"].xcom_push(key="queues", value=[asdict(q) for q in queues])
+        summary = {"backup_id": run.settings.backup_id, "queues": len(queues), "messages": sum(q.messages for q in queues),
+                   "rabbitmq_version": manifest.rabbitmq_version, "source_cluster": manifest.source_cluster}
+        context["ti"].xcom_push(key="summary", value=summary)
         self.log.info("backup %s: %d queues to capture from %s", run.settings.backup_id, len(queues), manifest.source_cluster)
-        return {"backup_id": run.settings.backup_id, "queues": len(queues), "messages": sum(q.messages for q in queues),
-                "rabbitmq_version": manifest.rabbitmq_version, "source_cluster": manifest.source_cluster}
+        return [asdict(q) for q in queues]
 
 
 class RbakExportDefinitionsOperator(RbakBrokerOperator):
@@ -115,20 +117,20 @@ class RbakExportDefinitionsOperator(RbakBrokerOperator):
 class RbakCaptureQueueOperator(RbakBrokerOperator):
     """Capture one queue into the backup's staging without changing it; logs progress while it runs."""
 
-    template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "queue", "compression",
+    template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "queue_info", "compression",
                                       "allow_delivery_count_increase")
     operator_extra_links = (RabbitMQQueueLink(),)
 
-    def __init__(self, *, queue: dict[str, Any], compression: str = "zstd", allow_delivery_count_increase: bool = False,
+    def __init__(self, *, queue_info: dict[str, Any], compression: str = "zstd", allow_delivery_count_increase: bool = False,
                  progress_interval: float = 10.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.queue, self.compression = queue, compression
+        self.queue_info, self.compression = queue_info, compression
         self.allow_delivery_count_increase, self.progress_interval = allow_delivery_count_increase, progress_interval
         self.rbak_queue_url: str | None = None
 
     def execute(self, context: Any) -> dict[str, Any]:
         run = self.backup_run(compression=self.compression, allow_delivery_count_increase=self.allow_delivery_count_increase)
-        info = QueueInfo(**self.queue)
+        info = QueueInfo(**self.queue_info)
         self.rbak_queue_url = queue_url(run.connection.management_base_url, info.vhost, info.name)
         db = Path(self.state_dir) / f"{run.settings.backup_id}.offsets.db"
         sample = checkpoint_sampler(db, run.settings.backup_id, info.vhost, info.name)

@@ -42,8 +42,10 @@ class RbakFinalizeManifestOperator(BaseOperator):
         storage = open_storage(str(self.storage_url))
         backup_id = str(self.backup_id)
         policy = run_step("retention settings", lambda: RetentionPolicy.from_json(self.retention))
-        manifest = run_step("finalize", lambda: finalize_backup(storage, backup_id, str(self.encode_report_key),
-                                                                 list(self.captures or [])))
+        captures = self.captures or []
+        # Index by length: iterating Airflow's lazy XCom sequence probes one past the end (a logged 404).
+        captures = [captures[i] for i in range(len(captures))]
+        manifest = run_step("finalize", lambda: finalize_backup(storage, backup_id, str(self.encode_report_key), captures))
         self.rbak_manifest_url = manifest_url(str(self.storage_url), backup_id)
         summary = manifest_summary(manifest, storage.url)
         summary["retention_deleted"] = run_step("retention", lambda: apply_retention(

@@ -1,69 +1,56 @@
-"""Publishing and reading helpers shared by the broker tests."""
+"""Publishing and capturing helpers shared by the broker tests."""
 
 from __future__ import annotations
 
-import struct
 import tempfile
 import time
-from collections.abc import Callable
 
 import pika
 
-from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.capture import CaptureOptions, CaptureResult, QueueCapture
 from airflow_rbak.broker.checkpoints import CheckpointStore
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import describe_queue
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.broker.staging import list_chunks
-from airflow_rbak.codec import BackupRecord, decode_segment
 from airflow_rbak.storage.base import Storage
 
+from .messages import WireProperties, body_of, wire_properties
 
-def body_of(i: int, size: int) -> bytes:
-    """A deterministic body of ``size`` bytes for message ``i`` (all byte values occur)."""
-    head = struct.pack(">Q", i)
-    return (head + bytes((i * 7 + k) % 256 for k in range(64)) * (size // 64 + 1))[:size]
-
-
-def props_of(i: int) -> amqp_types.TypedBasicProperties:
-    """Every basic property set, and typed headers, varying with ``i``."""
-    from airflow_rbak.codec.headers import HeaderValue as H
-
-    headers = (
-        ("seq", H.long(i)),
-        ("small", H.short(i % 30000)),
-        ("name", H.long_string(f"msg-{i}")),
-        ("ok", H.bool_(i % 2 == 0)),
-        ("ratio", H.double(i / 3)),
-        ("f32", H.float32(i / 8)),
-        ("blob", H.bytes_(bytes([i % 256, 0, 255]))),
-        ("when", H.timestamp(1_700_000_000 + i)),
-        ("nested", H.table([("list", H.array([H.long(i), H.void(), H.long_string("x")]))])),
-        ("price", amqp_types.decimal_value(2, i)),
-    )
-    return amqp_types.TypedBasicProperties(
-        content_type="application/octet-stream", content_encoding="identity", delivery_mode=2, priority=i % 10,
-        correlation_id=f"c-{i}", reply_to="replies", expiration="86400000", message_id=f"m-{i}",
-        timestamp=1_700_000_000 + i, type="test.event", user_id="guest", app_id="rbak-tests", cluster_id="c1",
-        typed_headers=headers,
-    )
+PLAIN = pika.BasicProperties(delivery_mode=2)
 
 
 def publish(
-    connection: RabbitMQConnection, vhost: str, queue: str, count: int, size: int = 1024,
-    props: Callable[[int], pika.BasicProperties] | None = props_of, start: int = 0,
+    connection: RabbitMQConnection, vhost: str, queue: str, count: int, size: int = 1024, *,
+    start: int = 0, rich: bool = True, stream: bool = False, properties: pika.BasicProperties | None = None,
+    settle: float = 60.0,
 ) -> None:
-    """Publish ``count`` messages with confirms in batches (fast, and durable before returning)."""
-    amqp_types.install()
+    """Publish messages ``start .. start+count-1`` and return once the queue holds them all.
+
+    No publisher confirms: a confirm per message costs a round trip each
+    (hours for the deep tests). Instead the queue's depth, which counts only
+    enqueued messages, must reach its old depth + ``count`` within ``settle``
+    seconds. ``rich`` messages carry every property and typed header
+    (:mod:`.messages`); ``stream`` limits them to what 3.10 streams keep.
+    """
     conn = pika.BlockingConnection(connection.pika_parameters(vhost))
     try:
-        ch = conn.channel()  # no per-message confirms (one round trip each); callers wait for the depth
+        ch = conn.channel()
+        expected = ch.queue_declare(queue, passive=True).method.message_count + count
         for i in range(start, start + count):
-            p = props(i) if props else pika.BasicProperties(delivery_mode=2)
-            ch.basic_publish("", queue, body_of(i, size), p, mandatory=False)
+            props = properties or (WireProperties(wire_properties(i, connection.username, stream)) if rich else PLAIN)
+            ch.basic_publish("", queue, body_of(i, size), props)
+        wait_for_depth(ch, queue, expected, settle)
     finally:
         conn.close()
+
+
+def wait_for_depth(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str, expected: int, settle: float) -> int:
+    """Poll the exact depth (passive declare) until it is ``expected``; fail the test after ``settle`` seconds."""
+    deadline = time.monotonic() + settle
+    while (found := channel.queue_declare(queue, passive=True).method.message_count) != expected:
+        assert time.monotonic() < deadline, f"queue {queue!r} holds {found} messages after {settle}s, expected {expected}"
+        time.sleep(0.05)
+    return found
 
 
 def declare(connection: RabbitMQConnection, vhost: str, queue: str, queue_type: str, **arguments: object) -> None:
@@ -86,10 +73,6 @@ def depth(connection: RabbitMQConnection, vhost: str, queue: str, expect: int | 
         if expect is None or n == expect or time.monotonic() > deadline:
             return n
         time.sleep(0.2)
-
-
-def staged_records(storage: Storage, backup_id: str, vhost: str, queue: str) -> list[BackupRecord]:
-    return [r for key in list_chunks(storage, backup_id, vhost, queue) for r in decode_segment(storage.get(key), name=key).records]
 
 
 def capture_queue(

@@ -10,9 +10,11 @@ import pytest
 
 from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.errors import CaptureInterruptedError, DeliveryLimitRiskError
+from airflow_rbak.codec.records import decode_record
 from airflow_rbak.storage import open_storage
 
-from .helpers import body_of, capture_queue, declare, depth, props_of, publish, staged_records
+from .helpers import capture_queue, declare, depth, publish
+from .messages import expected_prefix, sequence_of, split_record, staged_json
 
 pytestmark = pytest.mark.broker
 
@@ -41,45 +43,42 @@ class PeakRss:
         return self.peak - self.start
 
 
-def _expected_record_fields(i: int) -> tuple:
-    p = props_of(i)
-    return body_of(i, 1024), amqp_types.properties_to_backup(p), p.typed_headers
+def assert_first_capture_exact(storage, backup_id: str, vhost: str, queue: str, count: int, size: int, window: tuple[int, int]) -> None:
+    """Every staged record equals its published message byte for byte, in queue order, first delivery."""
+    n = -1
+    for n, raw in enumerate(staged_json(storage, backup_id, vhost, queue)):
+        prefix, state = split_record(raw)
+        assert prefix == expected_prefix(n, size, queue), f"record {n} differs from message {n}"
+        assert state["delivery_tag"] == n + 1 and state["redelivered"] is False, (n, state)
+        assert window[0] <= state["backed_up_at"] <= window[1], (n, state)
+        assert (state["source_queue"], state["source_vhost"]) == (queue, vhost), (n, state)
+    assert n + 1 == count
 
 
 @pytest.mark.parametrize(("queue_type", "count"), [("classic", 100_000), ("quorum", 70_000)])
-def test_deep_queue_captured_exactly_and_left_unchanged(broker, vhost, queue_type, count):
+def test_deep_queue_captured_exactly_and_left_unchanged(broker, vhost, tmp_path, queue_type, count):
     # Given a queue deeper than the 16-bit prefetch (and, for quorum, far past its 2,000 default)
     declare(broker.connection, vhost, "deep", queue_type)
     publish(broker.connection, vhost, "deep", count)
-    assert depth(broker.connection, vhost, "deep", count) == count
-    storage = open_storage("memory://")
+    storage = open_storage((tmp_path / "store").as_uri())
 
     # When it is captured
+    started = int(time.time() * 1000)
     with PeakRss() as rss:
         result = capture_queue(broker.connection, storage, "b1", vhost, "deep", chunk_max_bytes=2 * 1024 * 1024)
+    window = (started, int(time.time() * 1000))
 
-    # Then every message is staged in queue order, byte-exact, with every property and header
-    assert (result.messages, result.target, result.depth_after) == (count, count, count)
-    assert result.bytes == count * 1024
-    records = staged_records(storage, "b1", vhost, "deep")
-    assert len(records) == count
-    for i, record in enumerate(records):
-        body, props, headers = _expected_record_fields(i)
-        assert record.body == body, i
-        assert record.properties == props, i
-        assert record.headers == headers, i
-        assert (record.source_queue, record.source_vhost, record.redelivered) == ("deep", vhost, False)
-    del records
+    # Then every message is staged in queue order, byte-exact, with every property and typed header
+    assert (result.messages, result.target, result.depth_after, result.bytes) == (count, count, count, count * 1024)
+    assert_first_capture_exact(storage, "b1", vhost, "deep", count, 1024, window)
     # and the client held far less than the data (bodies alone are count KiB; JSON records ~4x that)
     assert rss.growth < count * 1024 / 3, f"peak RSS grew {rss.growth / 1e6:.1f} MB"
 
-    # and the queue is unchanged: same depth, and a second capture sees the same order, all redelivered
-    assert depth(broker.connection, vhost, "deep", count) == count
-    again = capture_queue(broker.connection, storage, "b2", vhost, "deep", chunk_max_bytes=2 * 1024 * 1024)
-    assert again.messages == count
-    second = staged_records(storage, "b2", vhost, "deep")
-    assert [r.body[:8] for r in second] == [body_of(i, 8) for i in range(count)]
-    assert all(r.redelivered for r in second)
+    # and the queue is unchanged: same depth, and another capture sees the same order, every message returned once
+    again = capture_queue(broker.connection, storage, "b2", vhost, "deep", chunk_max_bytes=4 * 1024 * 1024)
+    assert (again.messages, again.depth_after) == (count, count)
+    second = staged_json(storage, "b2", vhost, "deep")
+    assert [(sequence_of(raw), b'"redelivered":true' in raw) for raw in second] == [(i, True) for i in range(count)]
     assert depth(broker.connection, vhost, "deep", count) == count
 
 
@@ -104,14 +103,14 @@ def test_every_wire_type_survives(broker, vhost):
     ])
     raw = struct.pack(">I", len(table)) + table
     declare(broker.connection, vhost, "types", "classic")
-    publish(broker.connection, vhost, "types", 1, props=lambda i: amqp_types.TypedBasicProperties(raw_headers=raw))
+    publish(broker.connection, vhost, "types", 1, properties=amqp_types.TypedBasicProperties(raw_headers=raw))
     storage = open_storage("memory://")
 
     # When it is captured
     capture_queue(broker.connection, storage, "b1", vhost, "types")
 
     # Then each value keeps its value and a variant that re-encodes to the same wire type (integers widened)
-    (record,) = staged_records(storage, "b1", vhost, "types")
+    (record,) = [decode_record(raw) for raw in staged_json(storage, "b1", vhost, "types")]
     got = dict(record.headers)
     assert [(k, got[k].kind) for k in ("t", "b", "B", "s", "u", "I", "i", "l", "f", "d", "S", "x", "T", "V", "F", "A")] == [
         ("t", "Bool"), ("b", "Short"), ("B", "Short"), ("s", "Short"), ("u", "Long"), ("I", "Long"), ("i", "Long"),
@@ -177,9 +176,10 @@ def test_broker_stopped_mid_capture_then_rerun_completes_without_duplicates(brok
 
     # Then no message was lost
     assert depth(broker.connection, vhost, "crash", count, wait=30) == count
-    # And a re-run of the same backup completes with every message exactly once, in order
+    # And a re-run of the same backup completes with every message exactly once, in order, byte-exact
     result = capture_queue(broker.connection, storage, "b1", vhost, "crash", db_path=db, chunk_max_records=2000)
-    assert result.resumed_from > 0
-    records = staged_records(storage, "b1", vhost, "crash")
-    assert [r.body for r in records] == [body_of(i, 512) for i in range(count)]
-    assert depth(broker.connection, vhost, "crash", count) == count
+    assert 0 < result.resumed_from < count and result.messages == count and result.depth_after == count
+    staged = [split_record(raw)[0] for raw in staged_json(storage, "b1", vhost, "crash")]
+    assert len(staged) == count
+    first_wrong = next((i for i, prefix in enumerate(staged) if prefix != expected_prefix(i, 512, "crash")), None)
+    assert first_wrong is None, f"staged record {first_wrong} is not message {first_wrong}"

@@ -1,0 +1,37 @@
+"""Errors of the restore engine: each names what failed and what to do; none carries a secret."""
+
+from __future__ import annotations
+
+from airflow_rbak.exceptions import RbakError
+
+
+class RestoreError(RbakError):
+    """A restore step failed."""
+
+
+class BackupNotRestorableError(RestoreError):
+    """The chosen backup cannot be restored as it is (incomplete, missing, or no such queue)."""
+
+
+class DamagedSegmentsError(RestoreError):
+    """Segments the restore would use failed verification; ``defects`` maps each key to its reasons."""
+
+    def __init__(self, message: str, defects: dict[str, list[str]]) -> None:
+        super().__init__(message)
+        self.defects = defects
+
+
+class DefinitionsImportError(RestoreError):
+    """The definitions could not be read, saved for rollback or imported; nothing was published."""
+
+
+class PublishError(RestoreError):
+    """Publishing stopped part-way (nack, channel closed, connection lost); a re-run resumes after the checkpoint."""
+
+
+class TargetChangedError(RestoreError):
+    """The target queue holds fewer messages than the checkpoint expects: someone consumed or purged it."""
+
+
+class UnroutableMessagesError(RestoreError):
+    """Some records were returned unroutable by the broker; the report lists their positions."""

@@ -1,0 +1,231 @@
+"""The restore plan: which segments of which queues go where, verified, with counts inside the window.
+
+Planning reads the manifest, picks the selected queues, drops segments whose
+header timestamps lie outside the window, then fetches and fully verifies
+every segment it keeps (SHA-256 against the manifest, CRC-32, framing,
+record count, order: the checks of ``backup.segment_check``) and counts the
+records inside the window. Damaged segments stop the restore, naming them,
+unless ``skip_damaged_segments`` is set; then the plan lists exactly what
+it skipped. The plan is plain JSON, so it travels between tasks as XCom.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_rbak.backup.catalog import latest_complete
+from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.backup.segment_check import SegmentCheck, check_segment_bytes
+from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata, iter_records
+from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
+from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SegmentPlan:
+    """One segment the restore reads; ``first_ordinal`` is its first record's position in the queue."""
+
+    key: str
+    sequence: int
+    record_count: int
+    first_ordinal: int
+    in_window: int
+    checksum: str
+    first_timestamp: int | None = None
+    last_timestamp: int | None = None
+
+
+@dataclass(frozen=True)
+class SkippedSegment:
+    """A damaged segment left out because the user allowed it: what it held and why it was skipped."""
+
+    vhost: str
+    queue: str
+    key: str
+    sequence: int
+    record_count: int
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class QueuePlan:
+    """One source queue, where it goes, and how many of its records the window keeps."""
+
+    source_vhost: str
+    source_queue: str
+    target_vhost: str
+    target_queue: str
+    queue_type: str
+    records_total: int
+    records_in_window: int
+    segments: tuple[SegmentPlan, ...]
+    exchanges: tuple[str, ...] = ()
+    consumer_offsets: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def task_id(self) -> str:
+        """A stable label for logs and mapped-task names."""
+        return f"{self.source_vhost}/{self.source_queue}"
+
+
+@dataclass(frozen=True)
+class RestorePlan:
+    """Everything a restore will do, computed without touching the target broker."""
+
+    backup_id: str
+    storage_url: str
+    window_start: int | None
+    window_end: int | None
+    queues: tuple[QueuePlan, ...]
+    skipped_segments: tuple[SkippedSegment, ...] = ()
+    definitions_key: str | None = None
+    segments_verified: int = 0
+    segments_outside_window: int = 0
+
+    @property
+    def records_in_window(self) -> int:
+        return sum(q.records_in_window for q in self.queues)
+
+    def queue(self, source_vhost: str, source_queue: str) -> QueuePlan:
+        for q in self.queues:
+            if (q.source_vhost, q.source_queue) == (source_vhost, source_queue):
+                return q
+        raise BackupNotRestorableError(f"queue {source_queue!r} of vhost {source_vhost!r} is not in the restore plan")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> RestorePlan:
+        queues = tuple(
+            QueuePlan(**{**q, "segments": tuple(SegmentPlan(**s) for s in q["segments"]), "exchanges": tuple(q.get("exchanges", ()))})
+            for q in obj["queues"]
+        )
+        skipped = tuple(SkippedSegment(**{**s, "reasons": tuple(s["reasons"])}) for s in obj.get("skipped_segments", ()))
+        return cls(**{**obj, "queues": queues, "skipped_segments": skipped})
+
+    def summary_lines(self) -> list[str]:
+        """The plan as a few log lines (no secrets: the storage URL is already credential-free)."""
+        lines = [f"restore plan for backup {self.backup_id} from {self.storage_url}, window "
+                 f"{self.window_start}..{self.window_end}: {len(self.queues)} queues, {self.records_in_window} records"]
+        for q in self.queues:
+            lines.append(f"  {q.source_vhost}/{q.source_queue} ({q.queue_type}) -> {q.target_vhost}/{q.target_queue}: "
+                         f"{q.records_in_window} of {q.records_total} records in {len(q.segments)} segments")
+        for s in self.skipped_segments:
+            lines.append(f"  SKIPPED damaged segment {s.key} ({s.record_count} records): {'; '.join(s.reasons)}")
+        return lines
+
+
+def resolve_manifest(storage: Storage, backup_id: str) -> BackupManifest:
+    """Load the named backup's manifest (``latest``: the newest complete one); refuse incomplete backups."""
+    if backup_id == "latest":
+        latest = latest_complete(storage)
+        if latest is None:
+            raise BackupNotRestorableError(f"{storage.url} holds no complete backup; give backup_id explicitly")
+        backup_id = latest.backup_id
+    try:
+        manifest = ManifestStore(storage).load(backup_id)
+    except ManifestNotFoundError as exc:
+        raise BackupNotRestorableError(str(exc)) from None
+    if manifest.completed_at is None:
+        raise BackupNotRestorableError(
+            f"backup {backup_id!r} did not complete (completed_at is null); re-run that backup or choose another"
+        )
+    return manifest
+
+
+def plan_restore(storage: Storage, settings: RestoreSettings) -> RestorePlan:
+    """Read the manifest, verify the segments the window needs, count what will be published."""
+    manifest = resolve_manifest(storage, settings.backup_id)
+    selected = [q for q in manifest.queues if settings.selects(q.vhost, q.name)]
+    _check_targets_unique(selected, settings)
+    queues, skipped, defects = [], [], {}
+    verified = outside = 0
+    for entry in selected:
+        plan, queue_skipped, queue_defects, queue_verified, queue_outside = _plan_queue(storage, entry, settings)
+        queues.append(plan)
+        skipped += queue_skipped
+        defects.update(queue_defects)
+        verified += queue_verified
+        outside += queue_outside
+    if defects and not settings.skip_damaged_segments:
+        names = "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(defects.items()))
+        raise DamagedSegmentsError(
+            f"backup {manifest.backup_id!r}: {len(defects)} segments failed verification ({names}); "
+            "restore from another backup, or set skip_damaged_segments to restore the rest", defects)
+    return RestorePlan(
+        backup_id=manifest.backup_id, storage_url=storage.url, window_start=settings.time_window_start,
+        window_end=settings.time_window_end, queues=tuple(queues), skipped_segments=tuple(skipped),
+        definitions_key=manifest.definitions.key if manifest.definitions else None,
+        segments_verified=verified, segments_outside_window=outside,
+    )
+
+
+def _check_targets_unique(selected: list[QueueBackup], settings: RestoreSettings) -> None:
+    seen: dict[tuple[str, str], str] = {}
+    for q in selected:
+        target = (settings.target_vhost(q.vhost), settings.target_queue(q.name))
+        if target in seen:
+            raise BackupNotRestorableError(
+                f"queues {seen[target]} and {q.vhost}/{q.name} would both restore into {target[0]}/{target[1]}; "
+                "narrow the selection or change queue_map/vhost_map")
+        seen[target] = f"{q.vhost}/{q.name}"
+
+
+def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreSettings) -> tuple:
+    segments, skipped, defects = [], [], {}
+    exchanges: set[str] = set()
+    ordinal = verified = outside = 0
+    for meta in sorted(entry.segments, key=lambda s: s.sequence):
+        first_ordinal, ordinal = ordinal, ordinal + meta.record_count
+        if not settings.overlaps(meta.first_timestamp, meta.last_timestamp):
+            outside += 1
+            continue
+        check, in_window = verify_and_count(storage, entry, meta, settings, exchanges)
+        verified += 1
+        if not check.ok:
+            defects[meta.key] = check.defects
+            skipped.append(SkippedSegment(entry.vhost, entry.name, meta.key, meta.sequence, meta.record_count, tuple(check.defects)))
+            continue
+        segments.append(SegmentPlan(meta.key, meta.sequence, meta.record_count, first_ordinal, in_window, meta.checksum,
+                                    meta.first_timestamp, meta.last_timestamp))
+    offsets = entry.extensions.get("consumer_offsets") or {}
+    plan = QueuePlan(
+        source_vhost=entry.vhost, source_queue=entry.name, target_vhost=settings.target_vhost(entry.vhost),
+        target_queue=settings.target_queue(entry.name), queue_type=entry.queue_type, records_total=entry.message_count,
+        records_in_window=sum(s.in_window for s in segments), segments=tuple(segments), exchanges=tuple(sorted(exchanges)),
+        consumer_offsets={str(k): int(v) for k, v in offsets.items()} if isinstance(offsets, dict) else {},
+    )
+    return plan, skipped, defects, verified, outside
+
+
+def verify_and_count(
+    storage: Storage, entry: QueueBackup, meta: SegmentMetadata, settings: RestoreSettings, exchanges: set[str]
+) -> tuple[SegmentCheck, int]:
+    """Verify one segment completely; count its records inside the window and note their exchanges."""
+    check = SegmentCheck(meta.key, entry.vhost, entry.name, meta.sequence)
+    try:
+        data = storage.get(meta.key)
+    except ObjectNotFoundError:
+        check.defects.append("missing")
+        return check, 0
+    except StorageError as exc:
+        check.defects.append(f"cannot be read: {exc}")
+        return check, 0
+    check_segment_bytes(data, entry.vhost, entry.name, meta, check)
+    if not check.ok:
+        return check, 0
+    whole = settings.time_window_start is None and settings.time_window_end is None
+    if whole and settings.publish_mode == "queue":
+        return check, meta.record_count
+    count = 0
+    for record in iter_records(data, meta.key):
+        if settings.in_window(record.backed_up_at):
+            count += 1
+            exchanges.add(record.exchange)
+    return check, count

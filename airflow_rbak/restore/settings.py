@@ -1,0 +1,179 @@
+"""What to restore and how: one frozen, validated settings object (no I/O, no Airflow).
+
+Times in a window are epoch milliseconds or ISO 8601 strings (a string of
+digits is read as epoch ms; an ISO time without a zone is UTC). Either end
+may be left open. Selection uses shell globs on source names; maps rename
+source vhosts and queues in the target.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from airflow_rbak.exceptions import ConfigurationError
+
+PUBLISH_MODES = ("queue", "exchange")
+DEFAULT_CHECKPOINT_STATE = str(Path(tempfile.gettempdir()) / "rbak-restore" / "checkpoints.db")
+
+
+def parse_time(value: Any, name: str) -> int | None:
+    """Epoch milliseconds from an int, a digit string or an ISO 8601 string; None stays None."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be epoch milliseconds or ISO 8601, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, datetime):
+        return _datetime_ms(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+        try:
+            return _datetime_ms(datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00")))
+        except ValueError:
+            pass
+    raise ConfigurationError(
+        f"{name} must be epoch milliseconds (1732240800000) or ISO 8601 (2024-11-22T02:00:00Z), got {value!r:.60}"
+    )
+
+
+def _datetime_ms(moment: datetime) -> int:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+def _globs(value: Any, name: str) -> tuple[str, ...]:
+    if value is None:
+        return ("*",)
+    if isinstance(value, str):
+        value = [v for v in (p.strip() for p in value.split(",")) if v]
+    if not isinstance(value, Iterable) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigurationError(f"{name} must be a list of glob patterns (or one comma-separated string)")
+    found = tuple(value)
+    if not found:
+        raise ConfigurationError(f"{name} must name at least one pattern; use ['*'] for everything")
+    return found
+
+
+def _mapping(value: Any, name: str) -> Mapping[str, str]:
+    value = value or {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and k and v for k, v in value.items()):
+        raise ConfigurationError(f"{name} must map non-empty source names to non-empty target names")
+    return MappingProxyType(dict(value))
+
+
+def matches(name: str, patterns: Iterable[str]) -> bool:
+    """True when ``name`` matches any of the shell globs (case-sensitive, as RabbitMQ names are)."""
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+@dataclass(frozen=True)
+class DefinitionsSelection:
+    """Which parts of the saved definitions to import; selected queues pull in what routes to them."""
+
+    vhosts: tuple[str, ...] = ("*",)
+    queues: tuple[str, ...] = ("*",)
+    exchanges: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "vhosts", _globs(self.vhosts, "definitions_selection.vhosts"))
+        object.__setattr__(self, "queues", _globs(self.queues, "definitions_selection.queues"))
+        exchanges = () if not self.exchanges else _globs(self.exchanges, "definitions_selection.exchanges")
+        object.__setattr__(self, "exchanges", exchanges)
+
+    @classmethod
+    def from_value(cls, value: Any) -> DefinitionsSelection:
+        if isinstance(value, DefinitionsSelection):
+            return value
+        if value is None:
+            return cls()
+        if not isinstance(value, Mapping) or set(value) - {"vhosts", "queues", "exchanges"}:
+            raise ConfigurationError("definitions_selection must be an object with 'vhosts', 'queues' and/or 'exchanges'")
+        return cls(**{k: v for k, v in value.items() if v is not None})
+
+
+@dataclass(frozen=True)
+class RestoreSettings:
+    """One restore, validated at construction (before any I/O); see the module docstring for formats."""
+
+    storage_url: str
+    backup_id: str = "latest"
+    vhosts: tuple[str, ...] = ("*",)
+    queues: tuple[str, ...] = ("*",)
+    vhost_map: Mapping[str, str] = field(default_factory=dict)
+    queue_map: Mapping[str, str] = field(default_factory=dict)
+    time_window_start: int | str | None = None
+    time_window_end: int | str | None = None
+    restore_definitions: bool = False
+    definitions_selection: DefinitionsSelection | Mapping[str, Any] | None = None
+    publish_mode: str = "queue"
+    dry_run: bool = False
+    max_publish_rate: float | None = None
+    checkpoint_state: str = DEFAULT_CHECKPOINT_STATE
+    skip_damaged_segments: bool = False
+    restore_consumer_offsets: bool = False
+    #: RabbitMQ refuses a ``user_id`` other than the publishing user's; set to publish such records without it.
+    strip_user_id: bool = False
+    allow_unroutable: bool = False
+    max_in_flight: int = 1000
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.storage_url, str) or not self.storage_url:
+            raise ConfigurationError("storage_url is required (file:///path, s3://bucket/prefix?..., memory://)")
+        if not isinstance(self.backup_id, str) or not self.backup_id:
+            raise ConfigurationError("backup_id must be a backup id or 'latest'")
+        object.__setattr__(self, "vhosts", _globs(self.vhosts, "vhosts"))
+        object.__setattr__(self, "queues", _globs(self.queues, "queues"))
+        object.__setattr__(self, "vhost_map", _mapping(self.vhost_map, "vhost_map"))
+        object.__setattr__(self, "queue_map", _mapping(self.queue_map, "queue_map"))
+        object.__setattr__(self, "time_window_start", parse_time(self.time_window_start, "time_window_start"))
+        object.__setattr__(self, "time_window_end", parse_time(self.time_window_end, "time_window_end"))
+        start, end = self.time_window_start, self.time_window_end
+        if start is not None and end is not None and start > end:
+            raise ConfigurationError(f"time_window_start ({start}) is after time_window_end ({end})")
+        object.__setattr__(self, "definitions_selection", DefinitionsSelection.from_value(self.definitions_selection))
+        if self.publish_mode not in PUBLISH_MODES:
+            raise ConfigurationError(f"publish_mode must be one of {list(PUBLISH_MODES)}, got {self.publish_mode!r}")
+        if self.max_publish_rate is not None and not self.max_publish_rate > 0:
+            raise ConfigurationError("max_publish_rate must be > 0 messages per second, or None for no limit")
+        if not isinstance(self.max_in_flight, int) or not 1 <= self.max_in_flight <= 65535:
+            raise ConfigurationError("max_in_flight must be 1-65535 unconfirmed messages")
+        if not self.checkpoint_state:
+            raise ConfigurationError("checkpoint_state must be a local file path for the SQLite checkpoint database")
+
+    def in_window(self, stamp: int) -> bool:
+        """True when a ``backed_up_at`` lies in the window (both ends inclusive)."""
+        start, end = self.time_window_start, self.time_window_end
+        return (start is None or stamp >= start) and (end is None or stamp <= end)
+
+    def overlaps(self, first: int | None, last: int | None) -> bool:
+        """True when a segment's [first, last] timestamps can hold a record inside the window."""
+        if first is None or last is None:
+            return True
+        start, end = self.time_window_start, self.time_window_end
+        return (start is None or last >= start) and (end is None or first <= end)
+
+    def window_label(self) -> str:
+        """The window as text, for checkpoints (a resumed run must use the same window) and logs."""
+        return f"{self.time_window_start}..{self.time_window_end}"
+
+    def selects(self, vhost: str, queue: str) -> bool:
+        return matches(vhost, self.vhosts) and matches(queue, self.queues)
+
+    def target_vhost(self, vhost: str) -> str:
+        return self.vhost_map.get(vhost, vhost)
+
+    def target_queue(self, queue: str) -> str:
+        return self.queue_map.get(queue, queue)

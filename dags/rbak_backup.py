@@ -1,0 +1,107 @@
+"""Scheduled RabbitMQ backup: discover → definitions → capture (one task per queue) → encode (Spark)
+→ verify (Spark) → finalize (manifest last, retention, Asset event).
+
+Parsing makes no broker, storage or database call; every setting is a
+validated ``Param`` (the trigger form and ``-c`` conf are checked against
+its JSON schema before a task runs). The schedule comes from the
+``RBAK_BACKUP_SCHEDULE`` environment variable (default ``@daily``; ``none``
+for manual runs only).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+
+from airflow.sdk import DAG, Param
+
+from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS
+from airflow_rbak.operators.backup import RbakCaptureQueueOperator, RbakDiscoverQueuesOperator, RbakExportDefinitionsOperator
+from airflow_rbak.operators.finalize import RbakFinalizeManifestOperator
+from airflow_rbak.operators.spark_steps import RbakEncodeStepOperator, RbakVerifyStepOperator
+
+QUEUE_TYPES = ["classic", "quorum", "stream"]
+BACKUP_ID = ("{{ params.backup_id or 'rbak-' ~ (logical_date or dag_run.run_after)"
+             ".strftime('%Y%m%dT%H%M%SZ') }}")
+ENCODE_REPORT = "{{ ti.xcom_pull(task_ids='encode')['report_key'] }}"
+
+
+def default_storage_url() -> str:
+    """``$AIRFLOW_HOME/rbak-backups`` as a file URL (no I/O: the folder is created by the first backup)."""
+    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
+    return Path(home, "rbak-backups").resolve().as_uri()
+
+
+def _strings(default: list[str] | None, description: str, **schema: object) -> Param:
+    kind = ["array"] if default is not None else ["null", "array"]
+    return Param(default, type=kind, items={"type": "string", "minLength": 1, **schema}, description=description)
+
+
+PARAMS = {
+    "rabbitmq_conn_id": Param("rabbitmq_default", type="string", minLength=1, description="Airflow connection of type rabbitmq"),
+    "spark_conn_id": Param("spark_default", type="string", minLength=1, description="Spark connection (local[*] if missing)"),
+    "storage_url": Param(default_storage_url(), type="string", minLength=1,
+                         description="file:///path or s3://bucket/prefix?region=...&endpoint=..."),
+    "backup_id": Param(None, type=["null", "string"], pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$",
+                       description="default: rbak-<logical date, UTC>"),
+    "vhosts": _strings(None, "vhosts to back up (null: all)"),
+    "include": _strings(["*"], "queue name globs to include"),
+    "exclude": _strings([], "queue name globs to exclude"),
+    "queue_types": Param(QUEUE_TYPES, type="array", items={"type": "string", "enum": QUEUE_TYPES}, minItems=1, uniqueItems=True),
+    "compression": Param("zstd", type="string", enum=["zstd", "lz4", "none"]),
+    "compression_level": Param(3, type="integer", minimum=1, maximum=22, description="zstd level"),
+    "segment_max_bytes": Param(DEFAULT_SEGMENT_MAX_BYTES, type="integer", minimum=1),
+    "segment_max_interval_ms": Param(DEFAULT_SEGMENT_MAX_INTERVAL_MS, type="integer", minimum=1),
+    "include_definitions": Param(True, type="boolean"),
+    "verify": Param("deep", type="string", enum=["none", "quick", "deep"]),
+    "allow_delivery_count_increase": Param(False, type="boolean",
+                                           description="back up quorum queues whose returns count toward a delivery limit"),
+    "retention": Param(None, type=["null", "object"], additionalProperties=False,
+                       properties={"keep_last": {"type": ["null", "integer"], "minimum": 1},
+                                   "max_age_days": {"type": ["null", "number"], "exclusiveMinimum": 0}},
+                       description='e.g. {"keep_last": 7, "max_age_days": 30}; only complete, superseded backups go'),
+}
+
+
+def _schedule() -> str | None:
+    value = os.environ.get("RBAK_BACKUP_SCHEDULE", "@daily")
+    return None if value.lower() in ("", "none") else value
+
+
+with DAG(
+    dag_id="rbak_backup",
+    schedule=_schedule(),
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    params=PARAMS,
+    render_template_as_native_obj=True,
+    tags=["rbak", "rabbitmq", "backup"],
+    doc_md=__doc__,
+):
+    common = {"storage_url": "{{ params.storage_url }}", "backup_id": BACKUP_ID}
+    broker = {**common, "rabbitmq_conn_id": "{{ params.rabbitmq_conn_id }}"}
+    spark = {**common, "conn_id": "{{ params.spark_conn_id }}"}
+
+    discover = RbakDiscoverQueuesOperator(
+        task_id="discover", vhosts="{{ params.vhosts }}", include="{{ params.include }}", exclude="{{ params.exclude }}",
+        queue_types="{{ params.queue_types }}", **broker)
+    definitions = RbakExportDefinitionsOperator(
+        task_id="export_definitions", include_definitions="{{ params.include_definitions }}",
+        compression="{{ params.compression }}", **broker)
+    capture = RbakCaptureQueueOperator.partial(
+        task_id="capture", compression="{{ params.compression }}",
+        allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}",
+        map_index_template="{{ task.queue_info['vhost'] }}/{{ task.queue_info['name'] }}", **broker,
+    ).expand(queue_info=discover.output)
+    encode = RbakEncodeStepOperator(
+        task_id="encode", compression="{{ params.compression }}", level="{{ params.compression_level }}",
+        segment_max_bytes="{{ params.segment_max_bytes }}", segment_max_interval_ms="{{ params.segment_max_interval_ms }}",
+        queues=discover.output, **spark)
+    verify = RbakVerifyStepOperator(task_id="verify", verify="{{ params.verify }}", encode_report=ENCODE_REPORT, **spark)
+    finalize = RbakFinalizeManifestOperator(
+        task_id="finalize", encode_report_key=ENCODE_REPORT, captures=capture.output, retention="{{ params.retention }}",
+        **common)
+
+    discover >> definitions >> capture >> encode >> verify >> finalize

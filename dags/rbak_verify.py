@@ -1,0 +1,54 @@
+"""Re-verify a stored backup deeply with Spark (every segment, or a sample): ``backup_id`` or ``latest``.
+
+Manual by default (``RBAK_VERIFY_SCHEDULE`` sets a schedule, e.g. ``@weekly``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+
+from airflow.sdk import DAG, Param, task
+
+from airflow_rbak.operators.spark_steps import RbakVerifyStepOperator
+
+
+def default_storage_url() -> str:
+    """The backup DAG's default location, ``$AIRFLOW_HOME/rbak-backups`` (no I/O)."""
+    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
+    return Path(home, "rbak-backups").resolve().as_uri()
+
+with DAG(
+    dag_id="rbak_verify",
+    schedule=os.environ.get("RBAK_VERIFY_SCHEDULE") or None,
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    catchup=False,
+    params={
+        "storage_url": Param(default_storage_url(), type="string", minLength=1),
+        "backup_id": Param("latest", type="string", pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$",
+                           description="a backup id, or latest (the newest complete backup)"),
+        "sample_percent": Param(100, type="number", exclusiveMinimum=0, maximum=100),
+        "spark_conn_id": Param("spark_default", type="string", minLength=1),
+    },
+    tags=["rbak", "rabbitmq", "verify"],
+    doc_md=__doc__,
+):
+
+    @task
+    def resolve_backup(params: dict | None = None) -> str:
+        """The backup to verify: the given id, or the newest complete one for ``latest``."""
+        from airflow_rbak.backup.catalog import latest_complete
+        from airflow_rbak.storage import open_storage
+
+        if params["backup_id"] != "latest":
+            return params["backup_id"]
+        found = latest_complete(open_storage(params["storage_url"]))
+        if found is None:
+            raise ValueError(f"no complete backup under {open_storage(params['storage_url']).url}; run rbak_backup first")
+        return found.backup_id
+
+    backup_id = resolve_backup()
+    RbakVerifyStepOperator(
+        task_id="verify", verify="deep", storage_url="{{ params.storage_url }}", backup_id=backup_id,
+        sample_percent="{{ params.sample_percent }}", conn_id="{{ params.spark_conn_id }}")

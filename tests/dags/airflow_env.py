@@ -1,0 +1,84 @@
+"""An isolated Airflow for the DAG tests: its own AIRFLOW_HOME and SQLite DB, driven through subprocesses.
+
+Airflow reads its configuration when first imported, so every Airflow
+command runs in a child process with this environment; the test process
+itself never imports Airflow with the developer's settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+
+
+def rabbitmq_conn(host: str = "127.0.0.1", amqp_port: int = 5672, management_port: int = 15672, stream_port: int = 5552,
+                  login: str = "guest", password: str = "guest") -> str:
+    """An ``AIRFLOW_CONN_*`` value (JSON form) for a rabbitmq connection."""
+    return json.dumps({"conn_type": "rabbitmq", "host": host, "port": amqp_port, "login": login, "password": password,
+                       "extra": {"management_port": management_port, "stream_port": stream_port, "timeout": 5}})
+
+
+def airflow_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of every Airflow child process (inherits the loopback S3 credentials the fixtures set)."""
+    env = dict(os.environ)
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "AIRFLOW_CONN_RABBITMQ_DEFAULT": rabbitmq_conn(),
+        "RBAK_BACKUP_SCHEDULE": "none",
+        "RBAK_SPARK_PACKAGE_DIR": str(home / "spark-package"),
+        "PATH": os.pathsep.join([str(VENV_BIN), env.get("PATH", "")]),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
+    })
+    env.update(extra)
+    return env
+
+
+def run(args: list[str], env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run a command in the Airflow environment; output captured as text."""
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def dags_test(env: dict[str, str], conf: dict[str, Any], dag_id: str = "rbak_backup") -> subprocess.CompletedProcess[str]:
+    """``airflow dags test <dag_id> -c '<conf>'``."""
+    return run([str(VENV_BIN / "airflow"), "dags", "test", dag_id, "-c", json.dumps(conf)], env)
+
+
+_RUN_FACTS = r'''
+import json, sys
+from airflow.models.asset import AssetEvent
+from airflow.models.dagrun import DagRun
+from airflow.models.taskinstance import TaskInstance
+from airflow.models.xcom import XComModel
+from airflow.utils.session import create_session
+
+dag_id = sys.argv[1]
+with create_session() as s:
+    run = s.query(DagRun).filter(DagRun.dag_id == dag_id).order_by(DagRun.id.desc()).first()
+    tis = s.query(TaskInstance).filter(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run.run_id)
+    xcoms = s.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run.run_id)
+    events = s.query(AssetEvent).filter(AssetEvent.source_run_id == run.run_id)
+    print(json.dumps({
+        "state": str(run.state),
+        "tasks": {f"{t.task_id}[{t.map_index}]": str(t.state) for t in tis},
+        "xcom": {f"{x.task_id}[{x.map_index}].{x.key}": x.value for x in xcoms},
+        "events": [{"uri": e.asset.uri, "name": e.asset.name, "extra": e.extra, "task": e.source_task_id} for e in events],
+    }, default=str))
+'''
+
+
+def run_facts(env: dict[str, str], dag_id: str = "rbak_backup") -> dict[str, Any]:
+    """The latest run of ``dag_id``: its state, task states, XComs (by ``task[map_index].key``) and Asset events."""
+    done = run([sys.executable, "-c", _RUN_FACTS, dag_id], env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

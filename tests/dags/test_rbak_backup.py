@@ -1,0 +1,124 @@
+"""``airflow dags test rbak_backup`` end to end: real broker, Spark local[2], file and loopback S3 storage."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pika
+import pytest
+
+from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.codec import BackupManifest
+from airflow_rbak.storage import open_storage
+from tests.backup.test_run import QUEUES, expected_json, publish, settled_depths
+from tests.codec.independent_reader import read_segment
+from tests.dags.airflow_env import VENV_BIN, airflow_env, dags_test, rabbitmq_conn, run, run_facts
+
+# Queues beyond tests/backup/test_run.py's: a classic queue with arguments (priority, TTL, length limit).
+EXTRA = {"prio": ({"x-queue-type": "classic", "x-max-priority": 10, "x-message-ttl": 3_600_000, "x-max-length": 10_000}, 40)}
+DAY_MS = 86_400_000
+
+
+@pytest.fixture
+def seeded_queues(broker, vhost):
+    with pika.BlockingConnection(broker.connection.pika_parameters(vhost)) as conn:
+        channel = conn.channel()
+        for name, (queue_type, _) in QUEUES.items():
+            channel.queue_declare(name, durable=True, arguments={"x-queue-type": queue_type})
+        for name, (arguments, _) in EXTRA.items():
+            channel.queue_declare(name, durable=True, arguments=arguments)
+    counts = {**{n: c for n, (_, c) in QUEUES.items()}, **{n: c for n, (_, c) in EXTRA.items()}}
+    for name, count in counts.items():
+        publish(broker, vhost, name, 0, count)
+    assert settled_depths(broker, vhost, counts) == counts
+    return counts
+
+
+def _old_backups(location: str) -> None:
+    """An old complete backup (retention removes it) and an old incomplete one (retention never touches it)."""
+    store, old = ManifestStore(open_storage(location)), int(time.time() * 1000) - 30 * DAY_MS
+    store.save(BackupManifest("old-complete", old, "0", completed_at=old + 1000))
+    store.save(BackupManifest("old-incomplete", old, "0"))
+
+
+@pytest.mark.broker
+@pytest.mark.spark
+def test_the_backup_dag_keeps_every_message_reports_its_work_and_leaves_the_queues_alone(
+    broker, vhost, seeded_queues, location, airflow_home
+):
+    # Given seeded queues of every type, and two older backups in the location
+    _old_backups(location)
+    c = broker.connection
+    env = airflow_env(airflow_home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(c.host, c.amqp_port, c.management_port, c.stream_port))
+    conf = {"storage_url": location, "backup_id": "dag-1", "vhosts": [vhost], "segment_max_bytes": 65536,
+            "verify": "deep", "retention": {"keep_last": 1}}
+
+    # When the DAG runs
+    done = dags_test(env, conf)
+
+    # Then it succeeds, the backup validates deeply and holds every message byte-exact
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    validated = run([str(VENV_BIN / "rbak"), "validate", "--path", location, "--backup-id", "dag-1", "--deep"], env)
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+    storage = open_storage(location)
+    manifest = ManifestStore(storage).load("dag-1")
+    assert manifest.completed_at is not None
+    assert {q.name: q.message_count for q in manifest.queues} == seeded_queues
+    for queue in manifest.queues:
+        records = [r for s in queue.segments for r in read_segment(storage.get(s.key))[1]]
+        found = [(r["body"], r["properties"], sorted(map(repr, r["headers"]))) for r in records]
+        assert found == [expected_json(queue.name, i) for i in range(queue.message_count)], queue.name
+    events = next(q for q in manifest.queues if q.name == "events")
+    assert events.extensions["stream_offsets"] == {"first": 0, "last": QUEUES["events"][1] - 1}
+    assert settled_depths(broker, vhost, seeded_queues) == seeded_queues
+    assert not list(storage.list("dag-1/staging/"))
+    # retention removed the superseded complete backup only
+    assert ManifestStore(storage).backup_ids() == ["dag-1", "old-incomplete"]
+    _assert_reports(run_facts(env), storage.url, vhost, seeded_queues, manifest)
+
+
+def _assert_reports(facts: dict, safe_url: str, vhost: str, counts: dict[str, int], manifest: BackupManifest) -> None:
+    """XCom summaries, extra links and the Asset event of the run."""
+    x = facts["xcom"]
+    assert facts["state"] == "success" and set(facts["tasks"].values()) == {"success"}
+    assert x["discover[-1].summary"]["queues"] == len(counts) and x["discover[-1].summary"]["backup_id"] == "dag-1"
+    assert x["export_definitions[-1].return_value"]["included"] is True
+    captures = {v["queue"]: v for k, v in x.items() if k.startswith("capture[") and k.endswith(".return_value")}
+    assert {q: v["messages"] for q, v in captures.items()} == counts
+    assert x["encode[-1].return_value"]["messages"] == sum(counts.values())
+    assert x["verify[-1].return_value"]["segments_failed"] == 0 and x["verify[-1].return_value"]["mode"] == "deep"
+    summary = x["finalize[-1].return_value"]
+    assert summary["total_messages"] == manifest.total_messages == sum(counts.values())
+    assert summary["retention_deleted"] == ["old-complete"]
+    assert "password" not in json.dumps(x) and "guest:guest" not in json.dumps(x)
+    links = {k: v for k, v in x.items() if "._link_" in k}
+    assert links["finalize[-1]._link_RbakManifestLink"].endswith("/dag-1/manifest.json")
+    queue_links = sorted(v for k, v in links.items() if k.startswith("capture["))
+    assert any(link.endswith(f"/#/queues/{vhost}/eu%2Freturns") for link in queue_links)
+    (event,) = facts["events"]
+    assert event["uri"] == safe_url and event["task"] == "finalize"
+    assert event["extra"]["backup_id"] == "dag-1" and event["extra"]["total_messages"] == sum(counts.values())
+    assert event["extra"]["duration_s"] > 0 and event["extra"]["completed_at"] == manifest.completed_at
+
+
+def test_an_unknown_compression_is_rejected_by_the_param_schema(airflow_home, tmp_path):
+    done = dags_test(airflow_env(airflow_home), {"storage_url": (tmp_path / "b").as_uri(), "compression": "brotli"})
+
+    assert done.returncode != 0
+    assert "'brotli' is not one of ['zstd', 'lz4', 'none']" in done.stdout + done.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_an_unreachable_broker_fails_the_first_task_clearly_and_writes_no_manifest(airflow_home, tmp_path):
+    env = airflow_env(airflow_home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(amqp_port=1, management_port=1))
+    location = (tmp_path / "b").as_uri()
+
+    done = dags_test(env, {"storage_url": location, "backup_id": "unreachable-1"})
+
+    assert done.returncode != 0
+    assert "rbak discover failed: management API at http://127.0.0.1:1 is unreachable" in done.stdout + done.stderr
+    facts = run_facts(env)
+    assert facts["tasks"]["discover[-1]"] == "failed"
+    assert {t for t, s in facts["tasks"].items() if s == "success"} == set()
+    assert not [i.key for i in open_storage(location).list("")]
