@@ -8,18 +8,17 @@ in ``backed_up_at`` order, and the definitions export.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import orjson
 
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.backup.segment_check import check_segment
 from airflow_rbak.codec import BackupManifest, CodecError, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.layout import compression_from_key, manifest_key, parse_segment_key
-from airflow_rbak.codec.segment import decode_payload, iter_payload_records
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 
@@ -130,57 +129,14 @@ def _check_segment_quick(storage: Storage, segment: SegmentMetadata, report: Val
         report.add(segment.key, f"size is {info.size} bytes, manifest says {segment.size_bytes}")
 
 
-def _check_segment_deep(
-    storage: Storage, queue: QueueBackup, segment: SegmentMetadata, report: ValidationReport, cap: int
-) -> None:
-    try:
-        data = storage.get(segment.key)
-    except ObjectNotFoundError:
-        report.add(segment.key, "missing")
-        return
-    except StorageError as exc:
-        report.add(segment.key, f"cannot be read: {exc}")
-        return
-    report.segments_checked += 1
-    report.bytes_checked += len(data)
-    if len(data) != segment.size_bytes:
-        report.add(segment.key, f"size is {len(data)} bytes, manifest says {segment.size_bytes}")
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != segment.checksum:
-        report.add(segment.key, f"SHA-256 is {digest}, manifest says {segment.checksum}")
-    try:
-        _check_segment_contents(data, queue, segment, report, cap)
-    except CodecError as exc:
-        report.add(segment.key, exc.reason + (f" at byte {exc.offset}" if exc.offset is not None else ""))
-
-
-def _check_segment_contents(data: bytes, queue: QueueBackup, segment: SegmentMetadata, report: ValidationReport, cap: int) -> None:
-    header, payload = decode_payload(data, segment.key, cap)
-    if header.record_count != segment.record_count:
-        report.add(segment.key, f"header holds {header.record_count} records, manifest says {segment.record_count}")
-    if len(payload) != segment.uncompressed_bytes:
-        report.add(segment.key, f"payload is {len(payload)} bytes uncompressed, manifest says {segment.uncompressed_bytes}")
-    manifest_stamps = (segment.first_timestamp or 0, segment.last_timestamp or 0)
-    if (header.first_timestamp, header.last_timestamp) != manifest_stamps:
-        report.add(segment.key, f"header timestamps {header.first_timestamp}..{header.last_timestamp} disagree with the manifest's")
-    stamps = _record_stamps(payload, header.record_count, segment.key, queue, report)
-    report.records_checked += len(stamps)
-    if stamps and (stamps[0], stamps[-1]) != (header.first_timestamp, header.last_timestamp):
-        report.add(segment.key, "header timestamps disagree with its first and last records")
-    if any(b < a for a, b in zip(stamps, stamps[1:])):
-        report.add(segment.key, "records are not in backed_up_at order")
-
-
-def _record_stamps(payload: bytes, count: int, key: str, queue: QueueBackup, report: ValidationReport) -> list[int]:
-    stamps = []
-    foreign = 0
-    for record in iter_payload_records(payload, count, key):
-        stamps.append(record.backed_up_at)
-        if record.source_queue != queue.name or record.source_vhost != queue.vhost:
-            foreign += 1
-    if foreign:
-        report.add(key, f"{foreign} records name another queue than {queue.vhost!r}/{queue.name!r}")
-    return stamps
+def _check_segment_deep(storage: Storage, queue: QueueBackup, segment: SegmentMetadata, report: ValidationReport, cap: int) -> None:
+    check = check_segment(storage, queue.vhost, queue.name, segment, cap)
+    if not any(d == "missing" or d.startswith("cannot be read") for d in check.defects):
+        report.segments_checked += 1
+    report.bytes_checked += check.bytes_checked
+    report.records_checked += check.records_checked
+    for reason in check.defects:
+        report.add(segment.key, reason)
 
 
 def _check_definitions(storage: Storage, manifest: BackupManifest, report: ValidationReport, deep: bool, cap: int) -> None:

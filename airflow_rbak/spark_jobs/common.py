@@ -9,7 +9,9 @@ argument parsing stores a report and prints its key as the only stdout line.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -58,6 +60,18 @@ def spark_session(app_name: str) -> Any:
     spark = SparkSession.builder.appName(app_name).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def warm_up(spark: Any, module: str) -> float:
+    """Start every Python worker and import ``module`` there; return the seconds it took.
+
+    The first action of a session pays for starting the Python workers (several
+    seconds); doing it apart lets a report tell that fixed cost from the work.
+    """
+    started = time.perf_counter()
+    workers = spark.sparkContext.defaultParallelism
+    spark.sparkContext.parallelize(range(workers), workers).map(lambda _: bool(importlib.import_module(module))).collect()
+    return round(time.perf_counter() - started, 3)
 
 
 def slices(spark: Any, items: int, requested: int | None, per_core: int = 1) -> int:

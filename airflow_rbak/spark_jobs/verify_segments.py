@@ -29,7 +29,7 @@ from airflow_rbak.codec.layout import manifest_key
 from airflow_rbak.distributed import verification as vf
 from airflow_rbak.distributed.encode_ranges import manifest_from_encode_report
 from airflow_rbak.distributed.reports import JobReport, load_report
-from airflow_rbak.spark_jobs.common import base_parser, main, positive_int, slices
+from airflow_rbak.spark_jobs.common import base_parser, main, positive_int, slices, warm_up
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 
@@ -74,6 +74,7 @@ def run(spark: Any, args: argparse.Namespace) -> JobReport:
     settings = {"sample_percent": args.sample_percent, "sample_seed": seed,
                 "source": args.encode_report or args.manifest_key or manifest_key(args.backup_id)}
     report = JobReport(JOB, args.backup_id, storage.url, settings=settings)
+    warmup = warm_up(spark, vf.__name__) if chosen else 0.0
     started = time.perf_counter()
     results = _check(spark, args, chosen)
     seconds = time.perf_counter() - started
@@ -87,6 +88,7 @@ def run(spark: Any, args: argparse.Namespace) -> JobReport:
         "defects": [{"key": r["key"], "reason": d} for r in failed for d in r["defects"]][:100],
         "records_checked": sum(r["records_checked"] for r in results),
         "bytes_checked": sum(r["bytes_checked"] for r in results),
+        "warmup_seconds": warmup,
         "seconds": round(seconds, 3),
         "mb_per_s": round(sum(r["bytes_checked"] for r in results) / 1e6 / seconds, 1) if seconds > 0 else None,
     }

@@ -1,0 +1,49 @@
+"""The records a restore publishes for one queue: segments in sequence order, window applied, checked again.
+
+A segment is skipped by its header timestamps before its records are
+decoded; records are then filtered by ``backed_up_at``. The bytes are
+checked against the plan's SHA-256 once more, so a segment changed between
+plan and publish is refused, not replayed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from airflow_rbak.codec import BackupRecord, iter_records, read_header
+from airflow_rbak.restore.errors import DamagedSegmentsError
+from airflow_rbak.restore.plan import QueuePlan
+from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.storage.base import Storage
+
+
+@dataclass(frozen=True, slots=True)
+class Positioned:
+    """A record and its place in the backup: queue ordinal, segment key, index within the segment."""
+
+    ordinal: int
+    segment_key: str
+    index: int
+    record: BackupRecord
+
+
+def iter_window_records(storage: Storage, queue: QueuePlan, settings: RestoreSettings, start_ordinal: int = 0) -> Iterator[Positioned]:
+    """Yield the queue's records inside the window from ``start_ordinal`` on, in backup order."""
+    for segment in queue.segments:
+        if segment.first_ordinal + segment.record_count <= start_ordinal:
+            continue
+        data = storage.get(segment.key)
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != segment.checksum:
+            raise DamagedSegmentsError(
+                f"{segment.key} changed since the plan verified it (SHA-256 {digest}); plan the restore again",
+                {segment.key: ["SHA-256 differs from the plan's"]})
+        header = read_header(data, segment.key)
+        if header.record_count and not settings.overlaps(header.first_timestamp, header.last_timestamp):
+            continue
+        for index, record in enumerate(iter_records(data, segment.key)):
+            ordinal = segment.first_ordinal + index
+            if ordinal >= start_ordinal and settings.in_window(record.backed_up_at):
+                yield Positioned(ordinal, segment.key, index, record)
