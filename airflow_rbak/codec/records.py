@@ -7,7 +7,7 @@ accepts the fields in any order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy
@@ -97,7 +97,7 @@ class BackupProperties:
         timestamp = data.get("timestamp")
         if timestamp is not None and not _I64[0] <= timestamp <= _I64[1]:
             raise RecordError(f"properties.timestamp: invalid value {timestamp!r:.40}")
-        return cls(*values)
+        return _build(cls, _PROPERTY_SETTERS, values)
 
 
 _NO_PROPERTIES = BackupProperties()
@@ -133,6 +133,27 @@ class BackupRecord:
             "source_queue": self.source_queue,
             "source_vhost": self.source_vhost,
         }
+
+
+def _setters(cls: type) -> tuple:
+    return tuple(cls.__dict__[f.name].__set__ for f in fields(cls))
+
+
+_PROPERTY_SETTERS = _setters(BackupProperties)
+_RECORD_SETTERS = _setters(BackupRecord)
+
+
+def _build(cls: type, setters: tuple, values: Any) -> Any:
+    """Fill a frozen, slotted instance through its slot descriptors.
+
+    The generated ``__init__`` of a frozen dataclass goes through
+    ``object.__setattr__`` once per field, which dominated decoding; the
+    values here were checked by the parser already.
+    """
+    obj = object.__new__(cls)
+    for setter, value in zip(setters, values):
+        setter(obj, value)
+    return obj
 
 
 def encode_record(record: BackupRecord) -> bytes:
@@ -194,18 +215,19 @@ def record_from_json(obj: Any, parsed_body: bytes | None = None) -> BackupRecord
             body_bytes = bytes(body)
         else:
             raise RecordError("body: expected an array of bytes or null")
-        record = BackupRecord(
-            body=body_bytes,
-            properties=BackupProperties.from_json(obj["properties"]),
-            headers=headers_from_json(obj["headers"]),
-            exchange=_str(obj, "exchange"),
-            routing_key=_str(obj, "routing_key"),
-            delivery_tag=_uint(obj, "delivery_tag"),
-            redelivered=_bool(obj, "redelivered"),
-            backed_up_at=_i64(obj, "backed_up_at"),
-            source_queue=_str(obj, "source_queue"),
-            source_vhost=_str(obj, "source_vhost"),
+        values = (
+            body_bytes,
+            BackupProperties.from_json(obj["properties"]),
+            headers_from_json(obj["headers"]),
+            _str(obj, "exchange"),
+            _str(obj, "routing_key"),
+            _uint(obj, "delivery_tag"),
+            _bool(obj, "redelivered"),
+            _i64(obj, "backed_up_at"),
+            _str(obj, "source_queue"),
+            _str(obj, "source_vhost"),
         )
+        record = _build(BackupRecord, _RECORD_SETTERS, values)
     except KeyError as exc:
         raise RecordError(f"record: missing field {exc.args[0]!r}") from None
     except (TypeError, ValueError) as exc:
