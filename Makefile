@@ -26,6 +26,7 @@ test: setup
 
 bench: setup
 	$(PY) bench/codec.py
+	$(PY) bench/spark_verify.py
 
 broker-start:
 	scripts/rabbitmq.sh start

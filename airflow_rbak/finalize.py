@@ -12,9 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_rbak.backup.encode import staged_chunk_keys
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.writer import now_ms
+from airflow_rbak.backup.run import finish_backup, record_stream_offsets
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.layout import manifest_key
 from airflow_rbak.distributed.encode_ranges import manifest_from_encode_report
@@ -26,33 +24,14 @@ def finalize_backup(
     storage: Storage, backup_id: str, encode_report_key: str, captures: Iterable[Mapping[str, Any]] = ()
 ) -> BackupManifest:
     """Write the completed manifest for ``backup_id`` and remove its staging; return the manifest."""
-    store = ManifestStore(storage)
-    begun = store.load(backup_id)  # written by discover: created_at, cluster, version, definitions
     report = load_report(storage, encode_report_key, "encode")
-    manifest = manifest_from_encode_report(
-        report, created_at=begun.created_at, source_cluster=begun.source_cluster, rabbitmq_version=begun.rabbitmq_version
-    )
-    manifest.backup_id = backup_id
-    manifest.definitions = begun.definitions
-    _add_stream_offsets(manifest, captures)
-    manifest.refresh_totals()
-    manifest.completed_at = now_ms()
-    store.save(manifest)
-    for queue in manifest.queues:
-        for key in staged_chunk_keys(storage, backup_id, queue.vhost, queue.name):
-            storage.delete(key)
-    return manifest
-
-
-def _add_stream_offsets(manifest: BackupManifest, captures: Iterable[Mapping[str, Any]]) -> None:
-    """The same ``stream_offsets``/``consumer_offsets`` extensions ``BackupRun.encode`` records."""
+    entries = manifest_from_encode_report(report, created_at=0).queues
+    by_name = {(e.vhost, e.name): e for e in entries}
     for capture in captures:
-        if capture.get("queue_type") != "stream":
-            continue
-        entry = manifest.queue(capture["vhost"], capture["queue"])
-        if entry is not None:
-            entry.extensions["stream_offsets"] = {"first": capture.get("first_offset"), "last": capture.get("last_offset")}
-            entry.extensions["consumer_offsets"] = capture.get("consumer_offsets") or {}
+        entry = by_name.get((capture["vhost"], capture["queue"]))
+        if entry is not None and capture.get("queue_type") == "stream":
+            record_stream_offsets(entry, capture.get("first_offset"), capture.get("last_offset"), capture.get("consumer_offsets"))
+    return finish_backup(storage, backup_id, entries)
 
 
 def manifest_summary(manifest: BackupManifest, storage_url: str) -> dict[str, Any]:

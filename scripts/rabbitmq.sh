@@ -46,7 +46,7 @@ start() {
   if is_running; then echo "rabbitmq: already running ($NODE)"; return 0; fi
   write_config
   nohup rabbitmq-server >"$DIR/log/stdout.log" 2>&1 &
-  if ! ctl wait "$RABBITMQ_PID_FILE" --timeout 60 >/dev/null 2>&1; then
+  if ! timeout 90 rabbitmqctl -n "$NODE" wait "$RABBITMQ_PID_FILE" --timeout 60 >/dev/null 2>&1; then
     echo "rabbitmq: failed to start; see $DIR/log" >&2; tail -n 20 "$DIR/log/stdout.log" >&2 || true; exit 1
   fi
   # Management listener comes up after the node reports ready.
@@ -58,7 +58,17 @@ start() {
 }
 
 stop() {
-  if is_running; then ctl stop "$RABBITMQ_PID_FILE" >/dev/null 2>&1 || true; fi
+  if is_running; then
+    # With a pid file, rabbitmqctl also waits for the OS process to exit; without one (a node whose file was
+    # removed) it would wait for the file forever, so stop by name and poll. Never wait unbounded either way.
+    if [[ -f "$RABBITMQ_PID_FILE" ]]; then
+      timeout 120 rabbitmqctl -n "$NODE" stop "$RABBITMQ_PID_FILE" >/dev/null 2>&1 || true
+    else
+      timeout 120 rabbitmqctl -n "$NODE" stop >/dev/null 2>&1 || true
+    fi
+    for _ in $(seq 1 120); do is_running || break; sleep 0.5; done
+    if is_running; then echo "rabbitmq: $NODE did not stop within 2 minutes" >&2; exit 1; fi
+  fi
   if [[ "${1:-}" == "--purge" ]]; then rm -rf "$DIR"; fi
   echo "rabbitmq: stopped"
 }

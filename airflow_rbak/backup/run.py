@@ -10,6 +10,7 @@ does them all in order, for the demo, the tests and small installations.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import tempfile
 from dataclasses import dataclass, field
@@ -128,24 +129,17 @@ class BackupRun:
         entry = QueueBackup(vhost=info.vhost, name=info.name, queue_type=info.queue_type)
         encode_queue(self.storage, self.settings.backup_id, entry, self.settings.segment_writer())
         if capture is not None and info.queue_type == "stream":
-            entry.extensions["stream_offsets"] = {"first": capture.first_offset, "last": capture.last_offset}
-            entry.extensions["consumer_offsets"] = capture.consumer_offsets or {}
+            record_stream_offsets(entry, capture.first_offset, capture.last_offset, capture.consumer_offsets)
         return entry
 
     def finish(self, entries: list[QueueBackup]) -> BackupManifest:
         """Write the completed manifest, then remove the staging it no longer needs."""
-        manifest = self.manifests.load(self.settings.backup_id)
-        manifest.queues = entries
-        manifest.refresh_totals()
-        manifest.completed_at = now_ms()
-        self.manifests.save(manifest)
-        for entry in entries:
-            for key in staged_chunk_keys(self.storage, self.settings.backup_id, entry.vhost, entry.name):
-                self.storage.delete(key)
-        return manifest
+        return finish_backup(self.storage, self.settings.backup_id, entries)
 
     def _checkpoints(self) -> CheckpointStore:
-        path = Path(self.settings.state_dir) / f"{self.settings.backup_id}.offsets.db"
+        # Keyed by location too: the same backup_id in two locations must not share progress.
+        location = hashlib.sha256(self.storage.url.encode()).hexdigest()[:12]
+        path = Path(self.settings.state_dir) / location / f"{self.settings.backup_id}.offsets.db"
         return CheckpointStore(path, self.storage, self.settings.backup_id)
 
     def _stream_start(self, info: QueueInfo) -> int:
@@ -159,3 +153,28 @@ class BackupRun:
         offsets: dict[str, Any] = entry.extensions.get("stream_offsets", {}) if entry else {}
         last = offsets.get("last")
         return int(last) + 1 if isinstance(last, int) and last >= 0 else 0
+
+
+def record_stream_offsets(
+    entry: QueueBackup, first: int | None, last: int | None, consumer_offsets: dict[str, int] | None
+) -> None:
+    """Keep a stream's captured offset range and its named consumers' offsets in its manifest entry."""
+    entry.extensions["stream_offsets"] = {"first": first, "last": last}
+    entry.extensions["consumer_offsets"] = dict(consumer_offsets or {})
+
+
+def finish_backup(storage: Storage, backup_id: str, entries: list[QueueBackup]) -> BackupManifest:
+    """Complete the manifest ``begin`` wrote (totals, ``completed_at``), save it, then remove staging.
+
+    The manifest is the last thing written; staging goes only once it is safely stored.
+    """
+    store = ManifestStore(storage)
+    manifest = store.load(backup_id)
+    manifest.queues = entries
+    manifest.refresh_totals()
+    manifest.completed_at = now_ms()
+    store.save(manifest)
+    for entry in entries:
+        for key in staged_chunk_keys(storage, backup_id, entry.vhost, entry.name):
+            storage.delete(key)
+    return manifest

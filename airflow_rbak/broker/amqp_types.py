@@ -106,6 +106,7 @@ _SCALARS: dict[int, tuple[struct.Struct, int, str]] = {
 }
 _U32 = struct.Struct(">I")
 _VOID = HeaderValue.void()
+_DECIMAL_TAG_VALUE = HeaderValue.short_string(DECIMAL_TAG)
 _TRUE_VALUE, _FALSE_VALUE = HeaderValue.bool_(True), HeaderValue.bool_(False)
 
 
@@ -163,9 +164,7 @@ def _long_string(raw: bytes) -> HeaderValue:
 
 def decimal_value(scale: int, raw: int) -> HeaderValue:
     """The tagged-table form of an AMQP decimal ``raw * 10**-scale``."""
-    return HeaderValue.table(
-        [(TYPE_TAG, HeaderValue.short_string(DECIMAL_TAG)), ("scale", HeaderValue.short(scale)), ("value", HeaderValue.long(raw))]
-    )
+    return _trusted("Table", ((TYPE_TAG, _DECIMAL_TAG_VALUE), ("scale", _trusted("Short", scale)), ("value", _trusted("Long", raw))))
 
 
 def _tag_of(value: HeaderValue) -> str | None:

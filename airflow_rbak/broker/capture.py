@@ -18,6 +18,31 @@ How it works, and why:
   < 4.3 also for nack). Where a delivery limit is in force the capture is
   refused before the first message, unless explicitly allowed; then it
   stops as soon as a message would reach the limit.
+
+The delivery-limit rule, exactly (``return_plan``, ``check_delivery_limit``,
+``_Run._on_message``). Let *L* be the effective limit (smallest of
+``x-delivery-limit``, the policy's and the operator policy's
+``delivery-limit``; 20 by default from 4.0) and *c* a message's
+``x-delivery-count`` when we receive it (absent = 0). Every return makes it
+*c + 1*; 3.10 drops or dead-letters a message whose count after a return
+exceeds *L* (measured: with *L* = 3, the fourth return loses it).
+
+* Returns count (RabbitMQ < 4.3, quorum, *L* set) and not allowed:
+  ``DeliveryLimitRiskError`` before any message is consumed. Safe however
+  often it runs.
+* Allowed (``allow_delivery_count_increase=True``): every capture spends one
+  of each message's *L* returns. The capture stops at the first message with
+  *c + 1 >= L* (one short of what 3.10 tolerates, so also safe where a
+  version drops at *c + 1 = L*), returns everything it received, and raises
+  ``DeliveryLimitRiskError``. What it cannot do is protect a message it has
+  already received: a count is visible only after delivery, and a delivered
+  message goes back with *c + 1*. So a message already at *c = L* when a
+  capture receives it is lost, and the run that stopped leaves the messages
+  it received at *c + 1 = L*: measured on 3.10 with *L* = 3, allowed runs
+  1-2 succeed, run 3 stops (no loss), run 4 loses every message it receives.
+  Allow it only when the application consumes the queue well within
+  *L - 1* captures; never schedule allowed captures after one has stopped.
+* RabbitMQ 4.3+: ``basic.nack`` does not count, so nothing is refused.
 """
 
 from __future__ import annotations
@@ -37,11 +62,13 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueInfo, effective_delivery_limit, parse_version
 from airflow_rbak.broker.errors import (
     BrokerAuthError,
+    BrokerError,
     BrokerUnreachableError,
     CaptureIntegrityError,
     CaptureInterruptedError,
     DeliveryLimitRiskError,
 )
+from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.broker.staging import StagedChunk, StagingWriter
 from airflow_rbak.codec.constants import Compression
 from airflow_rbak.codec.records import BackupRecord, encode_record
@@ -96,6 +123,9 @@ class CaptureResult:
     first_offset: int | None = None
     last_offset: int | None = None
     consumer_offsets: dict[str, int] | None = None
+    #: Seconds spent waiting for the broker to re-enqueue returned messages (quorum queues apply returns
+    #: asynchronously; included in ``duration_s``).
+    return_wait_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -183,7 +213,9 @@ class QueueCapture:
                 run.finish_staging()
             finally:
                 run.give_back()
+            settle_started = time.monotonic()
             depth_after = run.settled_depth()
+            run.return_wait_s = time.monotonic() - settle_started
         except _CONNECTION_ERRORS as exc:
             raise CaptureInterruptedError(
                 f"capture of {info.queue_type} queue {info.name!r} in vhost {info.vhost!r} was interrupted "
@@ -217,6 +249,15 @@ def _result_from(p: QueueProgress, duration: float, skipped: bool = False) -> Ca
     )
 
 
+def _management_ready(connection: RabbitMQConnection, info: QueueInfo) -> int:
+    """Ready messages by the management API (sampled, a few seconds old); 0 when it cannot tell."""
+    try:
+        with ManagementClient(connection) as client:
+            return int(client.queue(info.vhost, info.name).get("messages_ready") or 0)
+    except BrokerError:
+        return 0
+
+
 def _delivery_count(props: pika.spec.BasicProperties) -> int:
     for key, value in amqp_types.headers_of(props):
         if key == "x-delivery-count" and isinstance(value.value, int):
@@ -229,14 +270,16 @@ class _Run:
 
     def __init__(self, owner: QueueCapture, conn: pika.BlockingConnection, info: QueueInfo, plan: ReturnPlan, progress: QueueProgress | None) -> None:
         self.opts, self.checkpoints, self.conn, self.info, self.plan = owner.options, owner.checkpoints, conn, info, plan
+        self.connection = owner.connection
         self.channel = conn.channel()
         if progress is None:
-            progress = QueueProgress(self.opts.backup_id, info.vhost, info.name, info.queue_type, target_count=self.depth())
+            progress = QueueProgress(self.opts.backup_id, info.vhost, info.name, info.queue_type, target_count=self.initial_depth())
             self.checkpoints.save(progress)
         self.progress = progress
         self.target, self.skip = progress.target_count, progress.staged_records
         self.staged, self.staged_bytes = progress.staged_records, progress.staged_bytes
         self.received = self.requested = 0
+        self.return_wait_s = 0.0
         self.consumers: list[str] = []
         self.last_tags: dict[str, int] = {}
         self.last_record: BackupRecord | None = None
@@ -252,13 +295,34 @@ class _Run:
         """Ready messages now (exact, unlike the management API's sampled figure)."""
         return int(self.channel.queue_declare(self.info.name, passive=True).method.message_count)
 
-    def settled_depth(self, wait: float = 30.0) -> int:
-        """Depth after the return; quorum queues apply returns asynchronously, so wait for them briefly."""
+    def initial_depth(self) -> int:
+        """The target. RabbitMQ 3.10 answers 0 for a quorum queue whose count query times out (measured: for
+        minutes after 70,000 returns), so a 0 the management API contradicts is re-read, then refused, never
+        backed up as an empty queue."""
+        depth = self.depth()
+        if depth or self.info.queue_type != "quorum" or not _management_ready(self.connection, self.info):
+            return depth
+        deadline = time.monotonic() + self.opts.idle_timeout
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            if depth := self.depth():
+                return depth
+        raise CaptureInterruptedError(
+            f"quorum queue {self.info.name!r} in vhost {self.info.vhost!r} reports 0 ready messages over AMQP but the "
+            "management API counts some: the queue's leader did not answer its count in time. Nothing was consumed; "
+            "re-run the same backup_id later."
+        )
+
+    def settled_depth(self, wait: float = 10.0) -> int:
+        """Depth after the return; quorum queues apply returns asynchronously (and may answer 0, see
+        :meth:`initial_depth`), so wait briefly, then ask the management API."""
         deadline = time.monotonic() + wait
         depth = self.depth()
         while depth < self.target and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.1)
             depth = self.depth()
+        if depth < self.target and self.info.queue_type == "quorum":
+            depth = max(depth, _management_ready(self.connection, self.info))
         return depth
 
     def _open_consumer(self) -> None:
@@ -354,5 +418,5 @@ class _Run:
         return CaptureResult(
             vhost=self.info.vhost, queue=self.info.name, queue_type=self.info.queue_type, messages=self.staged,
             bytes=self.staged_bytes, staged_chunks=self.progress.last_chunk, duration_s=round(duration, 3),
-            target=self.target, resumed_from=self.skip, depth_after=depth_after,
+            target=self.target, resumed_from=self.skip, depth_after=depth_after, return_wait_s=round(self.return_wait_s, 3),
         )

@@ -7,6 +7,11 @@ stream is not destructive and acks only grant credit. ``delivery_tag`` in a
 record is the stream offset. The stored offsets of the stream's named
 consumers are saved beside (checkpoint database and result), like
 kafka-backup's consumer-group offsets.
+
+Offsets can have gaps: a named consumer's stored offset is a tracking entry
+in the stream's log and takes an offset of its own (FIELD-NOTES). So the
+checkpoint's ``target_count`` is the offset span, an upper bound on the
+message count, and the next backup starts at ``last_offset + 1``.
 """
 
 from __future__ import annotations
@@ -65,8 +70,7 @@ class StreamCapture:
         if progress is not None and progress.completed:
             return _result_from(progress, 0.0, skipped=True)
         if progress is None:
-            tail = stream_protocol.stream_tail(self.connection, info.vhost, info.name)
-            end = -1 if tail is None else tail
+            end = self._tail(info)
             progress = QueueProgress(
                 self.options.backup_id, info.vhost, info.name, "stream", target_count=max(0, end - start_offset + 1),
                 stream_start_offset=start_offset, stream_end_offset=end, stream_next_offset=start_offset,
@@ -77,6 +81,30 @@ class StreamCapture:
         progress = self._read(info, progress)
         result = _result_from(progress, time.monotonic() - started)
         return CaptureResult(**{**result.__dict__, "consumer_offsets": offsets, "last_offset": progress.stream_end_offset})
+
+    def _tail(self, info: QueueInfo) -> int:
+        """The stream's last offset now, or -1 when it is empty.
+
+        ``stream_tail`` answers None when no chunk arrives in time, which a very
+        slow broker shares with an empty stream; the AMQP depth tells them apart,
+        so a slow broker fails the capture instead of backing up nothing.
+        """
+        tail = stream_protocol.stream_tail(self.connection, info.vhost, info.name, wait=max(3.0, self.connection.timeout / 2))
+        if tail is not None:
+            return tail
+        conn = open_connection(self.connection, info.vhost)
+        try:
+            depth = conn.channel().queue_declare(info.name, passive=True).method.message_count
+        except _CONNECTION_ERRORS as exc:
+            raise CaptureInterruptedError(f"cannot read the depth of stream {info.name!r} in vhost {info.vhost!r} ({type(exc).__name__}); re-run") from None
+        finally:
+            _close_quietly(conn)
+        if depth:
+            raise CaptureInterruptedError(
+                f"stream {info.name!r} in vhost {info.vhost!r} holds {depth} messages but its tail could not be read over "
+                f"the stream protocol (port {self.connection.stream_port}) in time; re-run, or raise the connection timeout"
+            )
+        return -1
 
     def _consumer_offsets(self, info: QueueInfo, names: Iterable[str], management: ManagementClient | None) -> dict[str, int]:
         refs = set(names)

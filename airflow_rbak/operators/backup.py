@@ -10,6 +10,7 @@ what to do, configuration errors without retries.
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -26,6 +27,7 @@ from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.links import RabbitMQQueueLink, queue_url
 from airflow_rbak.progress import ProgressReporter, checkpoint_sampler
+from airflow_rbak.storage import open_storage
 
 T = TypeVar("T")
 DEFAULT_STATE_DIR = str(Path(tempfile.gettempdir()) / "rbak-state")
@@ -55,8 +57,14 @@ class RbakBrokerOperator(BaseOperator):
         """The :class:`BackupRun` for this task's connection and settings (validated before any I/O)."""
         return run_step("setup", lambda: BackupRun(
             RabbitMQHook(self.rabbitmq_conn_id).get_conn(),
-            BackupSettings(str(self.backup_id), str(self.storage_url), state_dir=self.state_dir, **settings),
+            BackupSettings(str(self.backup_id), str(self.storage_url), state_dir=self.location_state_dir(), **settings),
         ))
+
+    def location_state_dir(self) -> str:
+        """``state_dir`` per backup location: checkpoints are keyed by backup id and queue only, so the
+        same id in two locations must not share them (a capture would be skipped as already done)."""
+        digest = hashlib.sha256(open_storage(str(self.storage_url)).url.encode()).hexdigest()[:12]
+        return str(Path(self.state_dir) / digest)
 
 
 class RbakDiscoverQueuesOperator(RbakBrokerOperator):
@@ -132,7 +140,7 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
         run = self.backup_run(compression=self.compression, allow_delivery_count_increase=self.allow_delivery_count_increase)
         info = QueueInfo(**self.queue_info)
         self.rbak_queue_url = queue_url(run.connection.management_base_url, info.vhost, info.name)
-        db = Path(self.state_dir) / f"{run.settings.backup_id}.offsets.db"
+        db = Path(run.settings.state_dir) / f"{run.settings.backup_id}.offsets.db"
         sample = checkpoint_sampler(db, run.settings.backup_id, info.vhost, info.name)
         with ProgressReporter(f"{info.vhost}/{info.name}", sample, info.messages, interval=self.progress_interval, logger=self.log):
             result = run_step(f"capture of queue {info.name!r} in vhost {info.vhost!r}", lambda: run.capture(info))

@@ -3,7 +3,8 @@
 A segment is skipped by its header timestamps before its records are
 decoded; records are then filtered by ``backed_up_at``. The bytes are
 checked against the plan's SHA-256 once more, so a segment changed between
-plan and publish is refused, not replayed.
+plan and publish is refused, not replayed; being the bytes the plan decoded
+strictly, they are read through the fast path of :mod:`wire`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from airflow_rbak.codec import BackupRecord, iter_records, read_header
+from airflow_rbak.codec import read_header
 from airflow_rbak.restore.errors import DamagedSegmentsError
 from airflow_rbak.restore.plan import QueuePlan
 from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.restore.wire import WireRecord, iter_wire_records
 from airflow_rbak.storage.base import Storage
 
 
@@ -26,7 +28,7 @@ class Positioned:
     ordinal: int
     segment_key: str
     index: int
-    record: BackupRecord
+    record: WireRecord
 
 
 def iter_window_records(storage: Storage, queue: QueuePlan, settings: RestoreSettings, start_ordinal: int = 0) -> Iterator[Positioned]:
@@ -43,7 +45,7 @@ def iter_window_records(storage: Storage, queue: QueuePlan, settings: RestoreSet
         header = read_header(data, segment.key)
         if header.record_count and not settings.overlaps(header.first_timestamp, header.last_timestamp):
             continue
-        for index, record in enumerate(iter_records(data, segment.key)):
+        for index, record in enumerate(iter_wire_records(data, segment.key)):
             ordinal = segment.first_ordinal + index
             if ordinal >= start_ordinal and settings.in_window(record.backed_up_at):
                 yield Positioned(ordinal, segment.key, index, record)

@@ -28,7 +28,7 @@ def parse_time(value: Any, name: str) -> int | None:
     if value is None or value == "":
         return None
     if isinstance(value, bool):
-        raise ConfigurationError(f"{name} must be epoch milliseconds or ISO 8601, got {value!r}")
+        raise ConfigurationError(f"{name} must be epoch milliseconds (1732240800000) or ISO 8601 (2024-11-22T02:00:00Z), got {value!r}")
     if isinstance(value, int):
         return value
     if isinstance(value, float) and value.is_integer():
@@ -94,14 +94,16 @@ class DefinitionsSelection:
         object.__setattr__(self, "exchanges", exchanges)
 
     @classmethod
-    def from_value(cls, value: Any) -> DefinitionsSelection:
+    def from_value(cls, value: Any, vhosts: tuple[str, ...] = ("*",), queues: tuple[str, ...] = ("*",)) -> DefinitionsSelection:
+        """Parse the setting; what it leaves out follows the restore's own ``vhosts`` and ``queues``."""
         if isinstance(value, DefinitionsSelection):
             return value
         if value is None:
-            return cls()
+            value = {}
         if not isinstance(value, Mapping) or set(value) - {"vhosts", "queues", "exchanges"}:
             raise ConfigurationError("definitions_selection must be an object with 'vhosts', 'queues' and/or 'exchanges'")
-        return cls(**{k: v for k, v in value.items() if v is not None})
+        given = {k: v for k, v in value.items() if v is not None}
+        return cls(**{"vhosts": vhosts, "queues": queues, **given})
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,9 @@ class RestoreSettings:
         start, end = self.time_window_start, self.time_window_end
         if start is not None and end is not None and start > end:
             raise ConfigurationError(f"time_window_start ({start}) is after time_window_end ({end})")
-        object.__setattr__(self, "definitions_selection", DefinitionsSelection.from_value(self.definitions_selection))
+        # By default the definitions of exactly what is restored: a definitions export holds every vhost of the source.
+        selection = DefinitionsSelection.from_value(self.definitions_selection, self.vhosts, self.queues)
+        object.__setattr__(self, "definitions_selection", selection)
         if self.publish_mode not in PUBLISH_MODES:
             raise ConfigurationError(f"publish_mode must be one of {list(PUBLISH_MODES)}, got {self.publish_mode!r}")
         if self.max_publish_rate is not None and not self.max_publish_rate > 0:

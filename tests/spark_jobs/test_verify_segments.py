@@ -98,3 +98,18 @@ def test_spark_verify_exits_1_and_names_every_defect(url, spark_submit_available
     assert set(named) == set(expected)
     for key, phrase in expected.items():
         assert any(phrase in d["reason"] for d in run.report["summary"]["defects"] if d["key"] == key)
+
+
+def test_before_finalize_the_segments_of_an_encode_report_are_verified(tmp_path):
+    from airflow_rbak.spark_jobs import encode_segments
+    from tests.spark_jobs.staging import stage_queue
+
+    url = (tmp_path / "staged").as_uri()
+    stage_queue(open_storage(url), "b2", "/", "q", 500)
+    encoded = encode_segments.run(LocalSpark(), encode_segments.parse_args(["--storage-url", url, "--backup-id", "b2"]))
+    key = encoded.save(open_storage(url))
+
+    argv = ["--storage-url", url, "--backup-id", "b2", "--encode-report", key]
+    report = verify_segments.run(LocalSpark(), verify_segments.parse_args(argv)).to_json()
+    assert report["ok"] and report["summary"]["segments_checked"] == encoded.summary["segments"] >= 1
+    assert not open_storage(url).exists("b2/manifest.json")

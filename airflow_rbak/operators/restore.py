@@ -1,0 +1,108 @@
+"""Operators for the steps of a restore, thin over :class:`airflow_rbak.restore.RestoreRun`.
+
+plan → definitions → publish (one mapped task per queue) → report. Every
+operator takes the restore's settings as one templated ``restore_settings``
+mapping (the fields of :class:`RestoreSettings`), so the DAG's ``Param``s
+flow through without each operator re-declaring them. Results are small
+JSON objects for XCom; RBAK errors become Airflow errors via ``run_step``
+(invalid settings fail without retries).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_rbak.hooks.rabbitmq import RabbitMQHook
+from airflow_rbak.operators.backup import run_step
+from airflow_rbak.restore import RestorePlan, RestoreRun, RestoreSettings
+
+
+class RbakRestoreOperator(BaseOperator):
+    """Base of the restore operators: the target connection and the restore's settings."""
+
+    template_fields: Sequence[str] = ("rabbitmq_conn_id", "restore_settings")
+
+    def __init__(self, *, restore_settings: Mapping[str, Any], rabbitmq_conn_id: str = "rabbitmq_default", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.restore_settings, self.rabbitmq_conn_id = restore_settings, rabbitmq_conn_id
+
+    def restore_run(self) -> RestoreRun:
+        """The engine for this task (settings validated before any I/O)."""
+        settings = run_step("setup", lambda: RestoreSettings(**dict(self.restore_settings)))
+        return run_step("setup", lambda: RestoreRun(RabbitMQHook(self.rabbitmq_conn_id).get_conn(), settings))
+
+
+class RbakRestorePlanOperator(RbakRestoreOperator):
+    """Read the manifest, verify the segments the window needs, count; the plan goes to the log and XCom.
+
+    Returns one object per queue (the publish task maps over it) and pushes
+    the whole plan as the ``plan`` XCom.
+    """
+
+    def execute(self, context: Any) -> list[dict[str, Any]]:
+        run = self.restore_run()
+        plan = run_step("plan", run.plan)
+        for line in plan.summary_lines():
+            self.log.info("%s", line)
+        context["ti"].xcom_push(key="plan", value=plan.to_json())
+        return [{"source_vhost": q.source_vhost, "source_queue": q.source_queue, "target": f"{q.target_vhost}/{q.target_queue}",
+                 "records": q.records_in_window} for q in plan.queues]
+
+
+class RbakRestoreDefinitionsOperator(RbakRestoreOperator):
+    """Save the target's definitions for rollback, then import the selected ones (if asked)."""
+
+    template_fields: Sequence[str] = (*RbakRestoreOperator.template_fields, "plan")
+
+    def __init__(self, *, plan: Mapping[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.plan = plan
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        run = self.restore_run()
+        if not run.settings.restore_definitions:
+            return {"imported": False, "requested": False}
+        result = run_step("definitions", lambda: run.definitions(RestorePlan.from_json(dict(self.plan))))
+        self.log.info("definitions: rollback snapshot %s, imported %s, per vhost %s", result.rollback_key, result.imported,
+                      result.vhosts)
+        return result.to_json()
+
+
+class RbakRestoreQueueOperator(RbakRestoreOperator):
+    """Publish one queue's records in the window, resuming after its checkpoint."""
+
+    template_fields: Sequence[str] = (*RbakRestoreOperator.template_fields, "plan", "restore_queue")
+
+    def __init__(self, *, plan: Mapping[str, Any], restore_queue: Mapping[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.plan, self.restore_queue = plan, restore_queue
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        run = self.restore_run()
+        name = f"{self.restore_queue['source_vhost']}/{self.restore_queue['source_queue']}"
+        result = run_step(f"publish of {name}", lambda: run.publish(RestorePlan.from_json(dict(self.plan)), dict(self.restore_queue)))
+        self.log.info("%s -> %s/%s: %d published now, %d in total, %d unroutable%s", name, result.target_vhost,
+                      result.target_queue, result.published, result.published_total, len(result.unroutable),
+                      " (dry run)" if result.dry_run else "")
+        return result.to_json()
+
+
+class RbakRestoreReportOperator(RbakRestoreOperator):
+    """Sum the restore up; fails when records came back unroutable (unless allowed)."""
+
+    template_fields: Sequence[str] = (*RbakRestoreOperator.template_fields, "plan", "results", "definitions")
+
+    def __init__(self, *, plan: Mapping[str, Any], results: Sequence[Mapping[str, Any]] | None,
+                 definitions: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.plan, self.results, self.definitions = plan, results, definitions
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        run = self.restore_run()
+        definitions = dict(self.definitions) if self.definitions and self.definitions.get("requested", True) else None
+        report = run_step("report", lambda: run.report(RestorePlan.from_json(dict(self.plan)),
+                                                       [dict(r) for r in (self.results or [])], definitions))
+        return report.to_json()

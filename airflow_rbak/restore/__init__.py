@@ -1,0 +1,26 @@
+"""Restore of RBAK backups into RabbitMQ: plan, definitions, publish per queue, report.
+
+No Airflow here: the operators and the ``rbak_restore`` DAG call these steps.
+"""
+
+from __future__ import annotations
+
+from airflow_rbak.restore.errors import (
+    BackupNotRestorableError,
+    DamagedSegmentsError,
+    DefinitionsImportError,
+    PublishError,
+    RestoreError,
+    TargetChangedError,
+    UnroutableMessagesError,
+)
+from airflow_rbak.restore.plan import QueuePlan, RestorePlan, SegmentPlan, SkippedSegment, plan_restore
+from airflow_rbak.restore.queue_restore import QueueResult
+from airflow_rbak.restore.run import RestoreReport, RestoreRun
+from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings, parse_time
+
+__all__ = [
+    "BackupNotRestorableError", "DamagedSegmentsError", "DefinitionsImportError", "DefinitionsSelection", "PublishError",
+    "QueuePlan", "QueueResult", "RestoreError", "RestorePlan", "RestoreReport", "RestoreRun", "RestoreSettings",
+    "SegmentPlan", "SkippedSegment", "TargetChangedError", "UnroutableMessagesError", "parse_time", "plan_restore",
+]

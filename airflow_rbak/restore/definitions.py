@@ -1,0 +1,159 @@
+"""Definitions restore: select, rename, save the target's current definitions, then import.
+
+The import is per target vhost (``POST /api/definitions/{vhost}``), which
+is what makes ``vhost_map`` possible. Selecting queues pulls in the
+exchanges that route to them (through exchange-to-exchange bindings too)
+and the bindings between what is selected. Policies of selected vhosts come
+along; users, permissions and runtime parameters (shovels, federation) do
+not: they change the whole cluster, or start moving messages on their own.
+
+Before anything is imported, the target's complete definitions are stored
+at ``definitions/rollback-before-import-<timestamp>.<ext>``; any failure
+raises :class:`DefinitionsImportError`, and the run stops before publishing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+
+from airflow_rbak.broker.errors import BrokerError
+from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.codec import CodecError
+from airflow_rbak.codec.compression import compress, decompress
+from airflow_rbak.codec.layout import compression_from_key, rollback_definitions_key
+from airflow_rbak.restore import management_admin
+from airflow_rbak.restore.errors import DefinitionsImportError
+from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings, matches
+from airflow_rbak.storage.base import Storage, StorageError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DefinitionsResult:
+    """What the definitions step did (or, in a dry run, would do); counts per target vhost."""
+
+    rollback_key: str | None = None
+    imported: bool = False
+    dry_run: bool = False
+    vhosts: dict[str, dict[str, int]] = field(default_factory=dict)
+    created_vhosts: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def load_definitions(storage: Storage, key: str) -> dict[str, Any]:
+    """The saved definitions document; any defect is a DefinitionsImportError naming the key."""
+    try:
+        raw = decompress(storage.get(key), compression_from_key(key), 256 * 1024**2, key)
+        doc = orjson.loads(raw)
+    except (StorageError, CodecError, orjson.JSONDecodeError) as exc:
+        raise DefinitionsImportError(f"definitions {key} cannot be read ({type(exc).__name__}); nothing was imported") from None
+    if not isinstance(doc, dict):
+        raise DefinitionsImportError(f"definitions {key} is not a JSON object; nothing was imported")
+    return doc
+
+
+def select_definitions(doc: dict[str, Any], selection: DefinitionsSelection, settings: RestoreSettings) -> dict[str, dict[str, Any]]:
+    """Per target vhost, the queues, exchanges, bindings and policies to import, renamed by the maps."""
+    vhosts = [v.get("name") for v in doc.get("vhosts", []) if matches(str(v.get("name")), selection.vhosts)]
+    vhosts += sorted({q.get("vhost") for q in doc.get("queues", [])} - set(vhosts) - {None})
+    out: dict[str, dict[str, Any]] = {}
+    for vhost in vhosts:
+        if not matches(str(vhost), selection.vhosts):
+            continue
+        part = _select_vhost(doc, vhost, selection, settings)
+        if any(part.values()):
+            target = settings.target_vhost(vhost)
+            out.setdefault(target, {"queues": [], "exchanges": [], "bindings": [], "policies": []})
+            for name, items in part.items():
+                out[target][name] += items
+    return out
+
+
+def _in(vhost: str, items: Any) -> list[dict[str, Any]]:
+    return [i for i in (items or []) if isinstance(i, dict) and i.get("vhost") == vhost]
+
+
+def _select_vhost(doc: dict[str, Any], vhost: str, selection: DefinitionsSelection, settings: RestoreSettings) -> dict[str, list]:
+    queues = [q for q in _in(vhost, doc.get("queues")) if matches(q.get("name", ""), selection.queues)]
+    queue_names = {q["name"] for q in queues}
+    bindings = _in(vhost, doc.get("bindings"))
+    exchanges = {e["name"] for e in _in(vhost, doc.get("exchanges"))
+                 if selection.exchanges and matches(e.get("name", ""), selection.exchanges)}
+    routed: set[str] = set(queue_names)
+    frontier = {("queue", n) for n in queue_names} | {("exchange", n) for n in exchanges}
+    while frontier:  # exchanges that reach a selected queue or exchange, transitively
+        found = {b["source"] for b in bindings if (b.get("destination_type"), b.get("destination")) in frontier and b.get("source")}
+        frontier = {("exchange", n) for n in found - exchanges}
+        exchanges |= found
+    routed |= exchanges
+    keep_bindings = [b for b in bindings if b.get("source") in exchanges and (
+        (b.get("destination_type") == "queue" and b.get("destination") in queue_names)
+        or (b.get("destination_type") == "exchange" and b.get("destination") in exchanges))]
+    return {
+        "queues": [_strip({**q, "name": settings.target_queue(q["name"])}) for q in queues],
+        "exchanges": [_strip(e) for e in _in(vhost, doc.get("exchanges")) if e["name"] in exchanges and not e["name"].startswith("amq.")],
+        "bindings": [_strip(_rename_binding(b, settings)) for b in keep_bindings],
+        "policies": [_strip(p) for p in _in(vhost, doc.get("policies"))] if routed else [],
+    }
+
+
+def _rename_binding(binding: dict[str, Any], settings: RestoreSettings) -> dict[str, Any]:
+    if binding.get("destination_type") == "queue":
+        return {**binding, "destination": settings.target_queue(binding["destination"])}
+    return binding
+
+
+def _strip(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in item.items() if k != "vhost"}
+
+
+def counts(selected: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+    return {vhost: {name: len(items) for name, items in part.items()} for vhost, part in selected.items()}
+
+
+def rollback_timestamp(now: datetime | None = None) -> str:
+    """``20261122T041500123Z``: sortable, and only characters every storage key allows."""
+    now = now or datetime.now(timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%S") + f"{now.microsecond // 1000:03d}Z"
+
+
+def save_rollback(client: ManagementClient, storage: Storage, backup_id: str, definitions_key: str) -> str:
+    """Store the target's complete current definitions (compressed like the backup's) and return the key."""
+    compression = compression_from_key(definitions_key)
+    key = rollback_definitions_key(backup_id, rollback_timestamp(), compression)
+    try:
+        raw = client.definitions_raw()
+        storage.put(key, compress(raw, compression, 3))
+    except (BrokerError, StorageError) as exc:
+        raise DefinitionsImportError(f"could not save the rollback snapshot {key} ({exc}); nothing was imported") from None
+    return key
+
+
+def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreSettings, backup_id: str,
+                        definitions_key: str | None) -> DefinitionsResult:
+    """Read, select and map the saved definitions; unless dry run, save the rollback snapshot, then import."""
+    if definitions_key is None:
+        raise DefinitionsImportError(f"backup {backup_id!r} holds no definitions; run without restore_definitions")
+    selected = select_definitions(load_definitions(storage, definitions_key), settings.definitions_selection, settings)
+    result = DefinitionsResult(dry_run=settings.dry_run, vhosts=counts(selected))
+    if settings.dry_run:
+        return result
+    result.rollback_key = save_rollback(client, storage, backup_id, definitions_key)
+    log.info("saved the target's definitions to %s before import", result.rollback_key)
+    for vhost, document in selected.items():
+        try:
+            if management_admin.ensure_vhost(client, vhost):
+                result.created_vhosts.append(vhost)
+        except BrokerError as exc:
+            raise DefinitionsImportError(f"cannot create vhost {vhost!r}: {exc}") from None
+        management_admin.import_vhost_definitions(client, vhost, document)
+    result.imported = True
+    return result

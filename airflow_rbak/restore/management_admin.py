@@ -1,0 +1,51 @@
+"""The few Management API writes a restore needs: create a vhost and import definitions into it.
+
+Kept beside the restore engine (the broker layer's client only reads).
+Errors carry the endpoint and the broker's short reason, never credentials
+or the definitions' contents.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.restore.errors import DefinitionsImportError
+
+_REASON_CHARS = 300
+
+
+def _send(client: ManagementClient, method: str, path: str, body: Any = None) -> requests.Response:
+    url = f"{client.connection.management_base_url}/api/{path}"
+    try:
+        response = client._session.request(method, url, json=body, timeout=max(client.connection.timeout, 60))  # noqa: SLF001
+    except requests.RequestException as exc:
+        raise DefinitionsImportError(f"management API unreachable during {method} /api/{path} ({type(exc).__name__})") from None
+    if response.status_code >= 400:
+        raise DefinitionsImportError(
+            f"management API: {method} /api/{path} failed with HTTP {response.status_code}: {_reason(response)}")
+    return response
+
+
+def _reason(response: requests.Response) -> str:
+    try:
+        reason = str(response.json().get("reason", ""))
+    except ValueError:
+        reason = response.text
+    return reason[:_REASON_CHARS] or "no reason given"
+
+
+def ensure_vhost(client: ManagementClient, vhost: str) -> bool:
+    """Create ``vhost`` when missing (its creator gets full permissions); True when it was created."""
+    if vhost in client.vhosts():
+        return False
+    _send(client, "PUT", f"vhosts/{quote(vhost, safe='')}")
+    return True
+
+
+def import_vhost_definitions(client: ManagementClient, vhost: str, document: dict[str, Any]) -> None:
+    """``POST /api/definitions/{vhost}``: the broker applies every item to ``vhost`` whatever it names."""
+    _send(client, "POST", f"definitions/{quote(vhost, safe='')}", document)

@@ -1,0 +1,158 @@
+"""Restore one queue: checkpoint, target, resume point, then publish every record in the window."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import pika
+import pika.exceptions
+
+from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.restore import target
+from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpoints
+from airflow_rbak.restore.errors import PublishError
+from airflow_rbak.restore.plan import QueuePlan, RestorePlan
+from airflow_rbak.restore.publisher import ConfirmPipeline, reconcile
+from airflow_rbak.restore.records import Positioned, iter_window_records
+from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.storage.base import Storage
+
+log = logging.getLogger(__name__)
+_SETTLE_SECONDS = 3.0
+
+
+@dataclass
+class QueueResult:
+    """What restoring one queue did; JSON-serialisable for XCom."""
+
+    source_vhost: str
+    source_queue: str
+    target_vhost: str
+    target_queue: str
+    planned: int
+    published: int = 0
+    published_total: int = 0
+    already_delivered: int = 0
+    resumed_from: int = 0
+    unroutable: list[dict[str, Any]] = field(default_factory=list)
+    consumer_offsets: dict[str, int] = field(default_factory=dict)
+    created_queue: bool = False
+    completed: bool = False
+    dry_run: bool = False
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def restore_queue(connection: RabbitMQConnection, storage: Storage, settings: RestoreSettings, plan: RestorePlan,
+                  queue: QueuePlan, checkpoints: RestoreCheckpoints) -> QueueResult:
+    """Publish the queue's records in the window, resuming after its checkpoint; dry run publishes nothing."""
+    started = time.monotonic()
+    result = QueueResult(queue.source_vhost, queue.source_queue, queue.target_vhost, queue.target_queue, queue.records_in_window)
+    if settings.dry_run:
+        result.dry_run, result.published = True, queue.records_in_window
+        return result
+    blank = QueueCheckpoint(plan.backup_id, queue.source_vhost, queue.source_queue, queue.target_vhost, queue.target_queue,
+                            settings.window_label(), depth_base=None)
+    cp = checkpoints.load(blank)
+    result.resumed_from = cp.next_ordinal
+    if not cp.completed:
+        cp = _publish(connection, storage, settings, queue, checkpoints, cp, result)
+    result.published_total = cp.published
+    result.completed = cp.completed
+    result.unroutable = [asdict(u) for u in checkpoints.unroutable(plan.backup_id, queue.source_vhost, queue.source_queue)]
+    result.seconds = round(time.monotonic() - started, 3)
+    return result
+
+
+def _publish(connection: RabbitMQConnection, storage: Storage, settings: RestoreSettings, queue: QueuePlan,
+             checkpoints: RestoreCheckpoints, cp: QueueCheckpoint, result: QueueResult) -> QueueCheckpoint:
+    try:
+        conn = pika.BlockingConnection(connection.pika_parameters(queue.target_vhost))
+    except pika.exceptions.AMQPError as exc:
+        raise PublishError(f"cannot connect to vhost {queue.target_vhost!r} on {connection.host}:{connection.amqp_port} "
+                           f"({type(exc).__name__}); check the connection and that the vhost exists") from None
+    try:
+        if settings.publish_mode == "queue":
+            result.created_queue = target.ensure_queue(conn, queue)
+        else:
+            target.check_exchanges(conn, queue)
+        records = iter_window_records(storage, queue, settings, cp.next_ordinal)
+        cp = _resume(conn, connection, queue, checkpoints, cp, records, result, settings.restore_consumer_offsets)
+        return _send(conn, connection, settings, queue, checkpoints, cp, records, result)
+    except pika.exceptions.AMQPError as exc:
+        raise PublishError(f"restore of {queue.task_id} into {queue.target_vhost}/{queue.target_queue} stopped "
+                           f"({type(exc).__name__}: {exc}); re-run to resume after the checkpoint") from None
+    finally:
+        try:
+            conn.close()
+        except pika.exceptions.AMQPError:
+            pass
+
+
+def _resume(conn: pika.BlockingConnection, connection: RabbitMQConnection, queue: QueuePlan, checkpoints: RestoreCheckpoints,
+            cp: QueueCheckpoint, records: Any, result: QueueResult, track_offsets: bool = False) -> QueueCheckpoint:
+    """Measure the target; on a re-run, skip the records a crashed run already got into it."""
+    if cp.depth_base is None:
+        return cp  # a fresh start (depth_base is set in _send), or exchange mode (no exact resume there)
+    depth = target.queue_depth(conn, connection, queue, settle=_SETTLE_SECONDS)
+    extra = depth - cp.depth_base
+    skip: list[Positioned] = list(itertools.islice(records, extra)) if extra > 0 else []
+    updated = reconcile(cp, depth, skip)
+    result.already_delivered = updated.published - cp.published
+    if track_offsets and queue.queue_type == "stream" and result.already_delivered:  # their new offsets, for the mapping
+        checkpoints.add_stream_offsets(cp, [(s.record.delivery_tag, cp.depth_base + j) for j, s in enumerate(skip)])
+    if updated != cp:
+        checkpoints.save(updated)
+    return updated
+
+
+def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, settings: RestoreSettings, queue: QueuePlan,
+          checkpoints: RestoreCheckpoints, cp: QueueCheckpoint, records: Any, result: QueueResult) -> QueueCheckpoint:
+    exact = settings.publish_mode == "queue"
+    if exact and cp.depth_base is None:
+        cp = replace(cp, depth_base=target.queue_depth(conn, connection, queue))
+        checkpoints.save(cp)
+    stream = queue.queue_type == "stream" and exact
+    next_offset = cp.depth_base if stream else None
+    pipeline = ConfirmPipeline(conn, checkpoints, cp, settings.max_in_flight, settings.max_publish_rate,
+                               track_offsets=stream and settings.restore_consumer_offsets)
+    try:
+        for item in records:
+            exchange, routing_key = _route(settings, queue, item)
+            pipeline.publish(item, exchange, routing_key, _properties(item, settings, connection), next_offset)
+            if next_offset is not None:
+                next_offset += 1
+        pipeline.drain()
+        result.published = pipeline.confirmed
+        cp = replace(pipeline.cp, completed=True)
+        checkpoints.save(cp)
+        log.info("%s -> %s/%s: %d records published and confirmed (%d unroutable)", queue.task_id, queue.target_vhost,
+                 queue.target_queue, pipeline.confirmed, pipeline.unroutable)
+        return cp
+    finally:
+        pipeline.close()
+
+
+def _route(settings: RestoreSettings, queue: QueuePlan, item: Positioned) -> tuple[str, str]:
+    """``queue`` mode and default-exchange records go straight to the target queue; others keep their route."""
+    record = item.record
+    if settings.publish_mode == "queue" or record.exchange == "":
+        return "", queue.target_queue
+    return record.exchange, record.routing_key
+
+
+def _properties(item: Positioned, settings: RestoreSettings, connection: RabbitMQConnection) -> pika.BasicProperties:
+    props = item.record.properties
+    if props.user_id is not None and props.user_id != connection.username:
+        if not settings.strip_user_id:
+            raise PublishError(
+                f"record {item.index} of {item.segment_key} has user_id {props.user_id!r}, which RabbitMQ refuses from "
+                f"user {connection.username!r}; restore as that user, or set strip_user_id to publish without it")
+        props.user_id = None
+    return props

@@ -1,0 +1,108 @@
+"""One restore from start to finish, as separate steps the DAG runs as separate tasks.
+
+``plan`` (manifest, verified segments, counts in the window) ->
+``definitions`` (rollback snapshot, then import; only if asked) ->
+``publish`` one queue at a time (each a mapped task in the DAG) ->
+``report``. :meth:`RestoreRun.run` does them all in order. Every step takes
+and returns plain JSON-able objects, so Airflow can pass them as XCom.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.restore.checkpoints import RestoreCheckpoints
+from airflow_rbak.restore.definitions import DefinitionsResult, restore_definitions
+from airflow_rbak.restore.errors import UnroutableMessagesError
+from airflow_rbak.restore.offsets import restore_consumer_offsets
+from airflow_rbak.restore.plan import QueuePlan, RestorePlan, plan_restore
+from airflow_rbak.restore.queue_restore import QueueResult, restore_queue
+from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.storage import open_storage
+from airflow_rbak.storage.base import Storage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RestoreReport:
+    """The outcome of a restore: the plan's counts beside what was published, per queue."""
+
+    backup_id: str
+    dry_run: bool
+    planned: int
+    published: int
+    queues: list[dict[str, Any]]
+    skipped_segments: list[dict[str, Any]]
+    definitions: dict[str, Any] | None = None
+    unroutable: int = 0
+    segments_verified: int = 0
+    segments_outside_window: int = 0
+    consumer_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class RestoreRun:
+    """The steps of one restore from one storage location into one broker."""
+
+    def __init__(self, connection: RabbitMQConnection, settings: RestoreSettings, storage: Storage | None = None) -> None:
+        self.connection = connection
+        self.settings = settings
+        self.storage = storage or open_storage(settings.storage_url)
+
+    def run(self) -> RestoreReport:
+        """Every step in order; a definitions failure stops the run before any message is published."""
+        plan = self.plan()
+        definitions = self.definitions(plan) if self.settings.restore_definitions else None
+        results = [self.publish(plan, queue) for queue in plan.queues]
+        return self.report(plan, results, definitions)
+
+    def plan(self) -> RestorePlan:
+        """Read the manifest, verify the segments the window uses, count; logs the plan."""
+        plan = plan_restore(self.storage, self.settings)
+        for line in plan.summary_lines():
+            log.info("%s", line)
+        return plan
+
+    def definitions(self, plan: RestorePlan) -> DefinitionsResult:
+        """Rollback snapshot, then import (dry run: only the counts of what would be imported)."""
+        with ManagementClient(self.connection) as client:
+            return restore_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key)
+
+    def publish(self, plan: RestorePlan, queue: QueuePlan | dict[str, Any]) -> QueueResult:
+        """Restore one queue of the plan (a dict is accepted, as XCom hands it over)."""
+        if isinstance(queue, dict):
+            queue = plan.queue(queue["source_vhost"], queue["source_queue"])
+        with RestoreCheckpoints(self.settings.checkpoint_state) as checkpoints:
+            result = restore_queue(self.connection, self.storage, self.settings, plan, queue, checkpoints)
+            if self.settings.restore_consumer_offsets and not self.settings.dry_run and queue.queue_type == "stream":
+                result.consumer_offsets = restore_consumer_offsets(self.connection, checkpoints, plan.backup_id, queue)
+        return result
+
+    def report(self, plan: RestorePlan, results: list[QueueResult | dict[str, Any]],
+               definitions: DefinitionsResult | dict[str, Any] | None = None) -> RestoreReport:
+        """Sum up; raises UnroutableMessagesError when records were returned, unless allowed."""
+        rows = [r.to_json() if isinstance(r, QueueResult) else dict(r) for r in results]
+        report = RestoreReport(
+            backup_id=plan.backup_id, dry_run=self.settings.dry_run, planned=plan.records_in_window,
+            published=sum(r["published"] for r in rows), queues=rows,
+            skipped_segments=[s.__dict__ | {"reasons": list(s.reasons)} for s in plan.skipped_segments],
+            definitions=definitions.to_json() if isinstance(definitions, DefinitionsResult) else definitions,
+            unroutable=sum(len(r["unroutable"]) for r in rows),
+            segments_verified=plan.segments_verified, segments_outside_window=plan.segments_outside_window,
+            consumer_offsets={f"{r['target_vhost']}/{r['target_queue']}": r["consumer_offsets"] for r in rows if r.get("consumer_offsets")},
+        )
+        log.info("restore of %s: %d planned, %d published this run, %d unroutable, %d damaged segments skipped",
+                 plan.backup_id, report.planned, report.published, report.unroutable, len(report.skipped_segments))
+        if report.unroutable and not self.settings.allow_unroutable:
+            where = "; ".join(f"{r['source_vhost']}/{r['source_queue']}: {len(r['unroutable'])}" for r in rows if r["unroutable"])
+            raise UnroutableMessagesError(
+                f"{report.unroutable} records were returned unroutable ({where}); the report lists their segment and "
+                "index. Create the missing bindings and restore those, or set allow_unroutable")
+        return report

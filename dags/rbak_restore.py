@@ -1,0 +1,105 @@
+"""Manual RabbitMQ restore: plan → definitions → publish (one task per queue) → report.
+
+Trigger it with the form (every setting is a validated ``Param``) or
+``airflow dags test rbak_restore -c '{...}'``. Parsing makes no broker,
+storage or database call. A definitions failure stops the run before any
+message is published; a re-run with the same ``checkpoint_state`` continues
+each queue after its last confirmed record.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+
+from airflow.sdk import DAG, Param
+
+from airflow_rbak.operators.restore import (
+    RbakRestoreDefinitionsOperator,
+    RbakRestorePlanOperator,
+    RbakRestoreQueueOperator,
+    RbakRestoreReportOperator,
+)
+
+PLAN = "{{ ti.xcom_pull(task_ids='plan', key='plan') }}"
+_TIME = {"type": ["null", "integer", "string"],
+         "description": "epoch milliseconds or ISO 8601 (2026-11-22T02:00:00Z); either end may be left empty"}
+
+
+def default_storage_url() -> str:
+    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
+    return Path(home, "rbak-backups").resolve().as_uri()
+
+
+def default_checkpoint_state() -> str:
+    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
+    return str(Path(home, "rbak-restore", "checkpoints.db"))
+
+
+def _globs(description: str) -> Param:
+    return Param(["*"], type="array", items={"type": "string", "minLength": 1}, minItems=1, description=description)
+
+
+def _names_map(description: str) -> Param:
+    return Param({}, type="object", additionalProperties={"type": "string", "minLength": 1}, description=description)
+
+
+PARAMS = {
+    "storage_url": Param(default_storage_url(), type="string", minLength=1,
+                         description="file:///path or s3://bucket/prefix?region=...&endpoint=..."),
+    "backup_id": Param("latest", type="string", pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$",
+                       description="a backup id, or 'latest' for the newest complete backup"),
+    "rabbitmq_conn_id": Param("rabbitmq_default", type="string", minLength=1, description="the target broker's connection"),
+    "vhosts": _globs("source vhost globs to restore"),
+    "queues": _globs("source queue name globs to restore"),
+    "vhost_map": _names_map('restore vhosts under other names, e.g. {"prod": "prod-restored"}'),
+    "queue_map": _names_map('restore queues under other names, e.g. {"orders": "orders-restored"}'),
+    "time_window_start": Param(None, **_TIME),
+    "time_window_end": Param(None, **_TIME),
+    "restore_definitions": Param(False, type="boolean",
+                                 description="save the target's definitions for rollback, then import the backup's"),
+    "definitions_selection": Param(
+        None, type=["null", "object"], additionalProperties=False,
+        properties={k: {"type": "array", "items": {"type": "string", "minLength": 1}} for k in ("vhosts", "queues", "exchanges")},
+        description="globs (default: the vhosts and queues restored); selecting queues pulls in the exchanges and "
+                    "bindings that route to them"),
+    "publish_mode": Param("queue", type="string", enum=["queue", "exchange"],
+                          description="queue: straight into the target queue (created if missing); exchange: original route"),
+    "dry_run": Param(False, type="boolean", description="plan and report everything, publish and import nothing"),
+    "max_publish_rate": Param(None, type=["null", "number"], exclusiveMinimum=0, description="messages per second per queue"),
+    "checkpoint_state": Param(default_checkpoint_state(), type="string", minLength=1,
+                              description="local SQLite file; re-runs with the same file resume without duplicates"),
+    "skip_damaged_segments": Param(False, type="boolean",
+                                   description="restore around segments that fail verification (the report lists them)"),
+    "restore_consumer_offsets": Param(False, type="boolean",
+                                      description="streams: store named consumers' offsets mapped to the restored messages"),
+    "allow_unroutable": Param(False, type="boolean", description="do not fail the report when records came back unroutable"),
+}
+
+SETTINGS = {name: "{{ params.%s }}" % name for name in (
+    "storage_url", "backup_id", "vhosts", "queues", "vhost_map", "queue_map", "time_window_start", "time_window_end",
+    "restore_definitions", "definitions_selection", "publish_mode", "dry_run", "max_publish_rate", "checkpoint_state",
+    "skip_damaged_segments", "restore_consumer_offsets", "allow_unroutable")}
+
+with DAG(
+    dag_id="rbak_restore",
+    schedule=None,
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    catchup=False,
+    params=PARAMS,
+    render_template_as_native_obj=True,
+    tags=["rbak", "rabbitmq", "restore"],
+    doc_md=__doc__,
+):
+    common = {"restore_settings": SETTINGS, "rabbitmq_conn_id": "{{ params.rabbitmq_conn_id }}"}
+    plan = RbakRestorePlanOperator(task_id="plan", **common)
+    definitions = RbakRestoreDefinitionsOperator(task_id="definitions", plan=PLAN, **common)
+    publish = RbakRestoreQueueOperator.partial(
+        task_id="publish", plan=PLAN, map_index_template="{{ task.restore_queue['source_vhost'] }}/{{ task.restore_queue['source_queue'] }}",
+        **common,
+    ).expand(restore_queue=plan.output)
+    report = RbakRestoreReportOperator(task_id="report", plan=PLAN, results=publish.output, definitions=definitions.output,
+                                       **common)
+
+    plan >> definitions >> publish >> report

@@ -1,0 +1,83 @@
+"""``airflow dags test rbak_restore`` end to end: a backup made by the backup steps, restored into a fresh vhost."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import requests
+
+from tests.dags.airflow_env import REPO, airflow_env, dags_test, rabbitmq_conn, run, run_facts
+from tests.restore.helpers import backup, body_of, declare, publish, read_queue
+
+QUEUES = {"orders": ("classic", 120), "payments": ("quorum", 60)}
+
+
+@pytest.mark.broker
+def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, vhost, tmp_path, airflow_home):
+    # Given a backup of two queues (made by the BackupRun steps rbak_backup runs)
+    declare(broker.connection, vhost, {n: t for n, (t, _) in QUEUES.items()})
+    for name, (_, count) in QUEUES.items():
+        publish(broker.connection, vhost, name, 0, count)
+    location = (tmp_path / "b").as_uri()
+    backup(broker.connection, location, "dag-r1", vhost, str(tmp_path / "state"))
+    target = f"{vhost}-restored"
+    c = broker.connection
+    env = airflow_env(airflow_home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(c.host, c.amqp_port, c.management_port, c.stream_port))
+    conf = {"storage_url": location, "backup_id": "latest", "vhosts": [vhost], "vhost_map": {vhost: target},
+            "restore_definitions": True, "checkpoint_state": str(tmp_path / "restore.db")}
+
+    # When the restore DAG runs
+    try:
+        done = dags_test(env, conf, dag_id="rbak_restore")
+
+        # Then every task succeeded, one publish task per queue, and the target holds every message in order
+        assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+        facts = run_facts(env, dag_id="rbak_restore")
+        assert facts["state"] == "success"
+        assert sorted(facts["tasks"]) == ["definitions[-1]", "plan[-1]", "publish[0]", "publish[1]", "report[-1]"]
+        report = facts["xcom"]["report[-1].return_value"]
+        assert report["planned"] == report["published"] == 180 and report["unroutable"] == 0
+        assert report["definitions"]["rollback_key"].startswith("dag-r1/definitions/rollback-before-import-")
+        for name, (queue_type, count) in QUEUES.items():
+            restored = read_queue(broker.connection, target, name, queue_type, count)
+            assert [m[0] for m in restored] == [body_of(i, 300) for i in range(count)], name
+    finally:
+        try:
+            broker.api("DELETE", f"vhosts/{target}")
+        except requests.RequestException:
+            pass
+
+
+_PARSE = r'''
+import copy, json, sys
+from airflow.dag_processing.dagbag import DagBag
+
+bag = DagBag(dag_folder=sys.argv[1])
+dag = bag.dags["rbak_restore"]
+errors = {}
+for name, value in [("publish_mode", "fanout"), ("max_publish_rate", 0), ("time_window_start", True),
+                    ("backup_id", "../etc"), ("vhost_map", {"a": ""}), ("definitions_selection", {"users": ["*"]})]:
+    params = copy.deepcopy(dag.params)
+    try:
+        params[name] = value
+        params.validate()
+        errors[name] = None
+    except Exception as exc:
+        errors[name] = str(exc)
+copy.deepcopy(dag.params).validate()
+print(json.dumps({"import_errors": {k: str(v) for k, v in bag.import_errors.items() if "rbak_restore" in k},
+                  "tasks": [t.task_id for t in dag.tasks], "schedule": str(dag.schedule), "param_errors": errors}))
+'''
+
+
+def test_the_restore_dag_parses_is_manual_and_its_params_reject_bad_values(tmp_path):
+    done = run([sys.executable, "-c", _PARSE, str(REPO / "dags")], airflow_env(tmp_path), timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert facts["import_errors"] == {}
+    assert facts["tasks"] == ["plan", "definitions", "publish", "report"]
+    assert facts["schedule"] == "None"
+    assert all(facts["param_errors"].values()), facts["param_errors"]

@@ -1,0 +1,42 @@
+"""Broker-facing operators: errors become Airflow errors that name the step, checkpoints stay per location."""
+
+from __future__ import annotations
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_rbak.broker.errors import BrokerUnreachableError
+from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.operators.backup import RbakDiscoverQueuesOperator, run_step
+
+
+def _fail(exc: Exception):
+    def action():
+        raise exc
+    return action
+
+
+def test_a_bad_setting_fails_without_retry_and_a_broker_fault_says_a_rerun_resumes():
+    with pytest.raises(AirflowFailException, match="rbak capture failed: invalid setting: window must be"):
+        run_step("capture", _fail(ConfigurationError("window must be 1-65535")))
+    with pytest.raises(AirflowException, match="rbak discover failed: management API .* unreachable.*re-run resumes"):
+        run_step("discover", _fail(BrokerUnreachableError("management API at http://h:1 is unreachable")))
+
+
+def test_the_same_backup_id_in_two_locations_keeps_separate_checkpoints(tmp_path):
+    def state_dir(url: str) -> str:
+        return RbakDiscoverQueuesOperator(task_id="d", storage_url=url, backup_id="b", state_dir=str(tmp_path)).location_state_dir()
+
+    first, second = state_dir((tmp_path / "a").as_uri()), state_dir((tmp_path / "b").as_uri())
+
+    assert first != second and first.startswith(str(tmp_path))
+    assert state_dir((tmp_path / "a").as_uri()) == first
+
+
+def test_the_selector_comes_from_the_templated_lists():
+    op = RbakDiscoverQueuesOperator(task_id="d", storage_url="memory://", backup_id="b", vhosts=["/"], include=["o*"],
+                                    exclude=["x"], queue_types=["quorum"])
+
+    selector = op.selector()
+
+    assert (selector.vhosts, selector.include, selector.exclude, selector.queue_types) == (("/",), ("o*",), ("x",), ("quorum",))

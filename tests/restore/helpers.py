@@ -1,0 +1,123 @@
+"""Seeding source queues, backing them up as rbak_backup does, and reading queues back for comparison."""
+
+from __future__ import annotations
+
+import struct
+import time
+from typing import Any
+from urllib.parse import quote
+
+import pika
+
+from airflow_rbak.backup.run import BackupRun, BackupSettings
+from airflow_rbak.broker import amqp_types
+from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.broker.discovery import QueueSelector
+from airflow_rbak.codec import BackupManifest
+from airflow_rbak.codec.headers import HeaderValue as H
+
+
+
+def body_of(i: int, size: int) -> bytes:
+    """A deterministic body of ``size`` bytes for message ``i`` (all byte values occur)."""
+    head = struct.pack(">Q", i)
+    return (head + bytes((i * 7 + k) % 256 for k in range(64)) * (size // 64 + 1))[:size]
+
+
+def props_of(i: int, decimal: bool = True) -> amqp_types.TypedBasicProperties:
+    """Every basic property set, and headers of every wire type, varying with ``i``.
+
+    ``decimal=False`` leaves out the decimal header: RabbitMQ 3.10 closes the
+    connection (541 INTERNAL_ERROR) when a decimal header is published to a stream.
+    """
+    headers = (
+        ("seq", H.long(i)), ("small", H.short(i % 30000)), ("name", H.long_string(f"msg-{i}")), ("ok", H.bool_(i % 2 == 0)),
+        ("ratio", H.double(i / 3)), ("f32", H.float32(i / 8)), ("blob", H.bytes_(bytes([i % 256, 0, 255]))),
+        ("when", H.timestamp(1_700_000_000 + i)), ("none", H.void()),
+        ("nested", H.table([("list", H.array([H.long(i), H.void(), H.long_string("x")]))])),
+        ("price", amqp_types.decimal_value(2, i)),
+    )[: None if decimal else -1]
+    return amqp_types.TypedBasicProperties(
+        content_type="application/octet-stream", content_encoding="identity", delivery_mode=2 if i % 3 else 1,
+        priority=i % 10, correlation_id=f"c-{i}", reply_to="replies", expiration="86400000", message_id=f"m-{i}",
+        timestamp=1_700_000_000 + i, type="test.event", user_id="guest", app_id="rbak-tests", cluster_id="c1",
+        typed_headers=headers,
+    )
+
+
+BROKER_HEADERS = ("x-delivery-count", "x-stream-offset")
+PROPERTY_NAMES = ("content_type", "content_encoding", "delivery_mode", "priority", "correlation_id", "reply_to", "expiration",
+                  "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id")
+
+
+def declare(connection: RabbitMQConnection, vhost: str, queues: dict[str, str]) -> None:
+    with pika.BlockingConnection(connection.pika_parameters(vhost)) as conn:
+        channel = conn.channel()
+        for name, queue_type in queues.items():
+            channel.queue_declare(name, durable=True, arguments={"x-queue-type": queue_type})
+
+
+def publish(connection: RabbitMQConnection, vhost: str, queue: str, start: int, count: int, size: int = 300,
+            decimal: bool = True) -> None:
+    """Messages ``start..start+count-1`` (every property, typed headers), all confirmed (durable) on return.
+
+    Confirms are awaited together at the end: per-message confirms cost a round trip each.
+    """
+    amqp_types.install()
+    with pika.BlockingConnection(connection.pika_parameters(vhost)) as conn:
+        impl = conn.channel()._impl  # noqa: SLF001 - pipelined confirms, as the restore publisher does
+        acked: set[int] = set()
+        ready: list[bool] = []
+
+        def on_confirm(frame: Any) -> None:
+            tag = frame.method.delivery_tag
+            acked.update(range(1, tag + 1) if frame.method.multiple else (tag,))
+
+        impl.confirm_delivery(ack_nack_callback=on_confirm, callback=lambda _f: ready.append(True))
+        while not ready:
+            conn.process_data_events(time_limit=0.05)
+        for i in range(start, start + count):
+            impl.basic_publish("", queue, body_of(i, size), props_of(i, decimal))
+        deadline = time.monotonic() + 60
+        while len(acked) < count and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.05)
+        assert len(acked) == count, f"only {len(acked)} of {count} publishes confirmed"
+
+
+def backup(connection: RabbitMQConnection, location: str, backup_id: str, vhost: str, state_dir: str, **kwargs: Any) -> BackupManifest:
+    """A backup made the way rbak_backup makes it: the BackupRun steps."""
+    settings = BackupSettings(backup_id, location, selector=QueueSelector(vhosts=(vhost,)), state_dir=state_dir, **kwargs)
+    return BackupRun(connection, settings).run()
+
+
+def message_view(props: pika.BasicProperties, body: bytes) -> tuple:
+    """Everything a consumer sees of a message but the broker's own headers (typed, so Short != Long)."""
+    headers = tuple(h for h in (amqp_types.headers_of(props)) if h[0] not in BROKER_HEADERS)
+    return (bytes(body), tuple(getattr(props, n) for n in PROPERTY_NAMES), headers)
+
+
+def read_queue(connection: RabbitMQConnection, vhost: str, queue: str, queue_type: str, expected: int, wait: float = 20.0) -> list[tuple]:
+    """Every message of a queue in order (a stream from its first offset), up to ``expected`` or until quiet."""
+    amqp_types.install()
+    found: list[tuple] = []
+    with pika.BlockingConnection(connection.pika_parameters(vhost)) as conn:
+        channel = conn.channel()
+        channel.basic_qos(prefetch_count=1000)
+        args = {"x-stream-offset": "first"} if queue_type == "stream" else None
+
+        def on_message(ch: Any, method: Any, props: Any, body: bytes) -> None:
+            found.append(message_view(props, body))
+            ch.basic_ack(method.delivery_tag)
+
+        channel.basic_consume(queue, on_message, arguments=args)
+        deadline, last = time.monotonic() + wait, 0
+        while time.monotonic() < deadline and len(found) < expected:
+            conn.process_data_events(time_limit=0.2)
+            if len(found) != last:
+                last, deadline = len(found), max(deadline, time.monotonic() + 2)
+        conn.process_data_events(time_limit=0.5 if queue_type != "stream" else 1.0)  # anything beyond expected?
+    return found
+
+
+def management_depth(broker: Any, vhost: str, queue: str) -> int:
+    return int(broker.api("GET", f"queues/{quote(vhost, safe='')}/{quote(queue, safe='')}").json().get("messages") or 0)

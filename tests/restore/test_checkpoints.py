@@ -1,0 +1,50 @@
+"""The checkpoint database and the resume arithmetic after a crash (no broker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.restore import TargetChangedError
+from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpoints, Unroutable
+from airflow_rbak.restore.publisher import reconcile
+from airflow_rbak.restore.records import Positioned
+
+BLANK = QueueCheckpoint("b-1", "/", "orders", "dr", "orders", "None..None")
+
+
+def test_progress_survives_reopening_and_a_different_window_is_refused(tmp_path):
+    with RestoreCheckpoints(tmp_path / "cp.db") as db:
+        assert db.load(BLANK) == BLANK
+        db.save(QueueCheckpoint(**{**BLANK.__dict__, "next_ordinal": 40, "published": 35, "depth_base": 35}))
+        db.add_unroutable(BLANK, Unroutable(7, "k/segment-0001.zst", 7, "x", "rk", "312 NO_ROUTE"))
+        db.add_stream_offsets(BLANK, [(10, 100), (12, 101), (20, 102)])
+
+    with RestoreCheckpoints(tmp_path / "cp.db") as db:
+        loaded = db.load(BLANK)
+        assert (loaded.next_ordinal, loaded.published, loaded.depth_base) == (40, 35, 35)
+        assert [u.ordinal for u in db.unroutable("b-1", "/", "orders")] == [7]
+        assert [db.mapped_offset("b-1", "/", "orders", c) for c in (9, 10, 15, 99)] == [None, 100, 101, 102]
+        with pytest.raises(ConfigurationError, match="window"):
+            db.load(QueueCheckpoint(**{**BLANK.__dict__, "window": "1..2"}))
+
+
+def _items(start: int, count: int) -> list[Positioned]:
+    return [Positioned(i, "seg", i, None) for i in range(start, start + count)]
+
+
+def test_records_a_crashed_run_got_into_the_queue_are_skipped_exactly():
+    cp = QueueCheckpoint(**{**BLANK.__dict__, "next_ordinal": 100, "published": 90, "depth_base": 90})
+
+    assert reconcile(cp, 90, []) == cp
+    resumed = reconcile(cp, 93, _items(100, 3))
+    assert (resumed.next_ordinal, resumed.published, resumed.depth_base) == (103, 93, 93)
+
+
+def test_a_queue_that_lost_or_gained_messages_is_refused():
+    cp = QueueCheckpoint(**{**BLANK.__dict__, "published": 90, "depth_base": 90})
+
+    with pytest.raises(TargetChangedError, match="consumed or purged"):
+        reconcile(cp, 80, [])
+    with pytest.raises(TargetChangedError, match="something else publishes"):
+        reconcile(cp, 95, _items(0, 2))

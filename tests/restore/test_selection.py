@@ -1,0 +1,55 @@
+"""Definitions selection and renaming, on a definitions document (no broker)."""
+
+from __future__ import annotations
+
+from airflow_rbak.restore.definitions import counts, rollback_timestamp, select_definitions
+from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings
+
+DOC = {
+    "vhosts": [{"name": "prod"}, {"name": "dev"}],
+    "users": [{"name": "admin", "password_hash": "secret"}],
+    "queues": [{"name": n, "vhost": v, "durable": True, "arguments": {}} for v, n in
+               (("prod", "orders"), ("prod", "payments"), ("prod", "audit"), ("dev", "orders"))],
+    "exchanges": [{"name": n, "vhost": "prod", "type": "topic"} for n in ("orders.x", "fanin.x", "payments.x", "unused.x")],
+    "bindings": [
+        {"source": "orders.x", "vhost": "prod", "destination": "orders", "destination_type": "queue", "routing_key": "#"},
+        {"source": "fanin.x", "vhost": "prod", "destination": "orders.x", "destination_type": "exchange", "routing_key": "#"},
+        {"source": "payments.x", "vhost": "prod", "destination": "payments", "destination_type": "queue", "routing_key": "#"},
+        {"source": "orders.x", "vhost": "prod", "destination": "audit", "destination_type": "queue", "routing_key": "a"},
+    ],
+    "policies": [{"name": "ha", "vhost": "prod", "pattern": ".*", "definition": {}}],
+}
+
+
+def _names(part: dict, kind: str) -> list[str]:
+    return sorted(i["name"] for i in part[kind])
+
+
+def test_selecting_a_queue_pulls_in_every_exchange_that_routes_to_it():
+    settings = RestoreSettings("memory://", vhost_map={"prod": "dr"}, queue_map={"orders": "orders-r"})
+
+    selected = select_definitions(DOC, DefinitionsSelection(vhosts=["prod"], queues=["orders"]), settings)
+
+    (part,) = selected.values()
+    assert list(selected) == ["dr"]
+    assert _names(part, "queues") == ["orders-r"]
+    assert _names(part, "exchanges") == ["fanin.x", "orders.x"]
+    assert sorted((b["source"], b["destination"]) for b in part["bindings"]) == [("fanin.x", "orders.x"), ("orders.x", "orders-r")]
+    assert all("vhost" not in item for items in part.values() for item in items)
+    assert "users" not in part and _names(part, "policies") == ["ha"]
+
+
+def test_explicit_exchanges_come_along_and_every_vhost_by_default():
+    settings = RestoreSettings("memory://")
+
+    selected = select_definitions(DOC, DefinitionsSelection(queues=["payments"], exchanges=["unused.*"]), settings)
+
+    assert counts(selected) == {"prod": {"queues": 1, "exchanges": 2, "bindings": 1, "policies": 1}}
+    everything = select_definitions(DOC, DefinitionsSelection(), settings)
+    assert counts(everything) == {"prod": {"queues": 3, "exchanges": 3, "bindings": 4, "policies": 1},
+                                  "dev": {"queues": 1, "exchanges": 0, "bindings": 0, "policies": 0}}
+
+
+def test_rollback_timestamps_sort_and_are_safe_in_keys():
+    stamp = rollback_timestamp()
+    assert len(stamp) == 19 and stamp.endswith("Z") and stamp.replace("T", "").replace("Z", "").isdigit()

@@ -1,0 +1,69 @@
+"""RestoreSettings: every setting checked at construction, times in either form, globs and maps."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings, parse_time
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (1732240800000, 1732240800000),
+        ("1732240800000", 1732240800000),
+        ("2024-11-22T02:00:00Z", 1732240800000),
+        ("2024-11-22T02:00:00+00:00", 1732240800000),
+        ("2024-11-22T03:00:00+01:00", 1732240800000),
+        ("2024-11-22T02:00:00", 1732240800000),  # no zone: UTC
+        ("2024-11-22T02:00:00.250Z", 1732240800250),
+        (None, None),
+        ("", None),
+    ],
+)
+def test_times_are_epoch_ms_or_iso_8601(value, expected):
+    assert parse_time(value, "t") == expected
+
+
+@pytest.mark.parametrize("value", ["yesterday", "2024-13-01", True, 1.5, [1]])
+def test_a_bad_time_says_which_setting_and_both_formats(value):
+    with pytest.raises(ConfigurationError, match="t must be epoch milliseconds .* or ISO 8601"):
+        parse_time(value, "t")
+
+
+def test_either_end_of_the_window_alone_is_enough():
+    start_only = RestoreSettings("memory://", time_window_start="2024-11-22T02:00:00Z")
+    end_only = RestoreSettings("memory://", time_window_end=1000)
+
+    assert start_only.in_window(1732240800000) and not start_only.in_window(1732240799999)
+    assert end_only.in_window(1000) and not end_only.in_window(1001)
+    assert start_only.overlaps(0, 1732240800000) and not start_only.overlaps(0, 1732240799999)
+
+
+def test_settings_refuse_what_cannot_work_before_any_io():
+    with pytest.raises(ConfigurationError, match="after time_window_end"):
+        RestoreSettings("memory://", time_window_start=2000, time_window_end=1000)
+    with pytest.raises(ConfigurationError, match="publish_mode"):
+        RestoreSettings("memory://", publish_mode="fanout")
+    with pytest.raises(ConfigurationError, match="max_publish_rate"):
+        RestoreSettings("memory://", max_publish_rate=0)
+    with pytest.raises(ConfigurationError, match="vhost_map"):
+        RestoreSettings("memory://", vhost_map={"a": ""})
+    with pytest.raises(ConfigurationError, match="storage_url"):
+        RestoreSettings("")
+    with pytest.raises(ConfigurationError, match="definitions_selection"):
+        RestoreSettings("memory://", definitions_selection={"users": ["*"]})
+
+
+def test_selection_and_maps():
+    settings = RestoreSettings("memory://", vhosts="prod,stage-*", queues=["orders*"], vhost_map={"prod": "dr"},
+                               queue_map={"orders": "orders-restored"})
+
+    assert settings.selects("stage-1", "orders.eu") and not settings.selects("dev", "orders")
+    assert not settings.selects("prod", "payments")
+    assert (settings.target_vhost("prod"), settings.target_queue("orders")) == ("dr", "orders-restored")
+    assert (settings.target_vhost("stage-1"), settings.target_queue("orders.eu")) == ("stage-1", "orders.eu")
+    assert settings.definitions_selection == DefinitionsSelection(vhosts=("prod", "stage-*"), queues=("orders*",))
+    explicit = RestoreSettings("memory://", vhosts=["prod"], definitions_selection={"queues": ["a*"], "exchanges": ["x"]})
+    assert explicit.definitions_selection == DefinitionsSelection(vhosts=("prod",), queues=("a*",), exchanges=("x",))

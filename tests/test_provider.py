@@ -1,0 +1,41 @@
+"""Provider registration: Airflow's own CLI lists the package, the rabbitmq connection type, hooks and links."""
+
+from __future__ import annotations
+
+import json
+
+from airflow_rbak.provider import _CONN_FIELDS, _UI_FIELD_BEHAVIOUR, get_provider_info
+from tests.dags.airflow_env import VENV_BIN, airflow_env, run
+
+
+def test_the_provider_info_copies_the_hooks_form_tables():
+    from airflow_rbak.hooks.rabbitmq import CONN_FIELDS, UI_FIELD_BEHAVIOUR
+
+    assert _CONN_FIELDS == CONN_FIELDS and _UI_FIELD_BEHAVIOUR == UI_FIELD_BEHAVIOUR
+    info = get_provider_info()
+    assert info["package-name"] == "airflow-rbak"
+    assert info["connection-types"][0]["hook-class-name"] == "airflow_rbak.hooks.rabbitmq.RabbitMQHook"
+
+
+def test_airflow_lists_the_provider_its_connection_type_and_extra_links(tmp_path):
+    env = airflow_env(tmp_path)
+    airflow = str(VENV_BIN / "airflow")
+    script = (
+        "import json; from airflow.providers_manager import ProvidersManager as P; p = P();"
+        "h = p.hooks['rabbitmq'];"
+        "print(json.dumps({'providers': sorted(p.providers), 'hook': h.hook_class_name, 'label': h.connection_testable,"
+        "'links': sorted(p.extra_links_class_names), 'widgets': sorted(k for k in p.connection_form_widgets if 'rabbitmq' in k),"
+        "'behaviour': p.field_behaviours.get('rabbitmq')}))"
+    )
+    done = run([str(VENV_BIN / "python"), "-c", script], env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "airflow-rbak" in facts["providers"]
+    assert facts["hook"] == "airflow_rbak.hooks.rabbitmq.RabbitMQHook"
+    assert {"airflow_rbak.links.RbakManifestLink", "airflow_rbak.links.RabbitMQQueueLink"} <= set(facts["links"])
+    assert "extra__rabbitmq__management_port" in facts["widgets"]
+    assert facts["behaviour"]["placeholders"]["extra__rabbitmq__management_port"] == "15672" or \
+        facts["behaviour"]["placeholders"].get("management_port") == "15672"
+
+    listed = run([airflow, "providers", "list", "-o", "json"], env, timeout=120)
+    assert any(p["package_name"] == "airflow-rbak" for p in json.loads(listed.stdout)), listed.stderr[-2000:]

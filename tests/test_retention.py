@@ -1,0 +1,66 @@
+"""Retention removes only complete, superseded backups, and never the one just written."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_rbak.backup.catalog import BackupSummary
+from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.codec import BackupManifest
+from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.retention import RetentionPolicy, apply_retention, delete_backup, select_expired
+from airflow_rbak.storage import open_storage
+
+DAY = 86_400_000
+NOW = 100 * DAY
+
+
+def complete(backup_id: str, day: int) -> BackupSummary:
+    return BackupSummary(backup_id, "complete", created_at=day * DAY, completed_at=day * DAY + 1000)
+
+
+BACKUPS = [complete("d90", 90), complete("d95", 95), BackupSummary("d96-broken", "incomplete", created_at=96 * DAY),
+           BackupSummary("stray", "no-manifest"), complete("d98", 98), complete("d99", 99)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expired"),
+    [
+        (RetentionPolicy(), []),
+        (RetentionPolicy(keep_last=2), ["d90", "d95"]),
+        (RetentionPolicy(keep_last=10), []),
+        (RetentionPolicy(max_age_days=3), ["d90", "d95"]),
+        (RetentionPolicy(max_age_days=7), ["d90"]),
+        (RetentionPolicy(keep_last=1, max_age_days=6), ["d90"]),  # kept when any rule keeps it
+    ],
+)
+def test_only_complete_superseded_backups_expire(policy, expired):
+    assert select_expired(BACKUPS, policy, now_ms=NOW, protect="d99") == expired
+
+
+def test_the_backup_just_written_is_never_removed_even_when_it_is_not_the_newest():
+    assert "d95" not in select_expired(BACKUPS, RetentionPolicy(keep_last=1), now_ms=NOW, protect="d95")
+
+
+def test_the_newest_complete_backup_survives_an_age_limit_it_exceeds():
+    assert select_expired(BACKUPS, RetentionPolicy(max_age_days=0.5), now_ms=200 * DAY, protect="other") == ["d90", "d95", "d98"]
+
+
+@pytest.mark.parametrize("value", [{"keep_last": 0}, {"max_age_days": -1}, {"keep": 3}])
+def test_bad_settings_are_refused_with_the_setting_named(value):
+    with pytest.raises(ConfigurationError, match="keep_last|max_age_days"):
+        RetentionPolicy.from_json(value)
+
+
+def test_apply_removes_every_object_of_an_expired_backup_and_nothing_else(tmp_path):
+    storage = open_storage((tmp_path / "b").as_uri())
+    store = ManifestStore(storage)
+    for day, done in ((1, True), (2, False), (3, True)):
+        store.save(BackupManifest(f"b{day}", day * DAY, "0", completed_at=day * DAY + 1 if done else None))
+        storage.put(f"b{day}/queues/x/segment-1.rbak.zst", b"data")
+
+    removed = apply_retention(storage, RetentionPolicy(keep_last=1), now_ms=NOW, protect="b3")
+
+    assert removed == ["b1"]
+    assert store.backup_ids() == ["b2", "b3"]
+    assert delete_backup(storage, "b2") == 2 and store.backup_ids() == ["b3"]
