@@ -31,6 +31,8 @@ class SegmentCheck:
     queue: str
     sequence: int
     bytes_checked: int = 0
+    #: Whether the segment's bytes could be fetched at all (false: missing or unreadable).
+    read: bool = False
     records_checked: int = 0
     seconds: float = 0.0
     defects: list[str] = field(default_factory=list)
@@ -71,6 +73,7 @@ def check_segment_bytes(
     data: bytes, vhost: str, queue: str, segment: SegmentMetadata, result: SegmentCheck, cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES
 ) -> None:
     """Check a segment's bytes against its manifest entry, appending every defect to ``result``."""
+    result.read = True
     result.bytes_checked += len(data)
     if len(data) != segment.size_bytes:
         result.defects.append(f"size is {len(data)} bytes, manifest says {segment.size_bytes}")

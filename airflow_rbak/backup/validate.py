@@ -131,7 +131,7 @@ def _check_segment_quick(storage: Storage, segment: SegmentMetadata, report: Val
 
 def _check_segment_deep(storage: Storage, queue: QueueBackup, segment: SegmentMetadata, report: ValidationReport, cap: int) -> None:
     check = check_segment(storage, queue.vhost, queue.name, segment, cap)
-    if not any(d == "missing" or d.startswith("cannot be read") for d in check.defects):
+    if check.read:
         report.segments_checked += 1
     report.bytes_checked += check.bytes_checked
     report.records_checked += check.records_checked
