@@ -184,7 +184,9 @@ def _api(c: RabbitMQConnection, method: str, path: str, **kwargs: Any) -> reques
 
 
 def _demo_vhosts(c: RabbitMQConnection) -> list[str]:
-    return [v["name"] for v in _api(c, "GET", "vhosts").json() if v["name"].startswith(PREFIX)]
+    """The vhosts demo runs made (``rbak-demo-*``; ``rbak-demo`` itself from older versions of the demo)."""
+    names = [v["name"] for v in _api(c, "GET", "vhosts").json()]
+    return [n for n in names if n == PREFIX or n.startswith(f"{PREFIX}-")]
 
 
 def _reset_vhosts(c: RabbitMQConnection, source: str) -> None:
