@@ -1,5 +1,6 @@
 # Two commands for a new user:
-#   make demo   set everything up, start a private RabbitMQ on loopback, back up sample queues
+#   make demo   set everything up, start a private RabbitMQ on loopback, seed sample queues, back them up and
+#               restore them into another vhost with `airflow dags test` (scripts/demo.py)
 #   make test   install what the tests need and run them (CI runs exactly this)
 
 PYTHON ?= python3
@@ -18,10 +19,14 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet -e '.[test]'
 	touch $(STAMP)
 
-demo: setup
+demo:
+	scripts/system-deps.sh demo
+	$(MAKE) --no-print-directory setup
 	$(PY) scripts/demo.py
 
-test: setup
+test:
+	scripts/system-deps.sh test
+	$(MAKE) --no-print-directory setup
 	$(VENV)/bin/pytest -q
 
 bench: setup

@@ -5,14 +5,13 @@ Parsing makes no broker, storage or database call; every setting is a
 validated ``Param`` (the trigger form and ``-c`` conf are checked against
 its JSON schema before a task runs). The schedule comes from the
 ``RBAK_BACKUP_SCHEDULE`` environment variable (default ``@daily``; ``none``
-for manual runs only).
+for manual runs only), the default location from ``RBAK_STORAGE_URL``.
+Every param is described in docs/configuration.md.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
-from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
@@ -20,17 +19,12 @@ from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGM
 from airflow_rbak.operators.backup import RbakCaptureQueueOperator, RbakDiscoverQueuesOperator, RbakExportDefinitionsOperator
 from airflow_rbak.operators.finalize import RbakFinalizeManifestOperator
 from airflow_rbak.operators.spark_steps import RbakEncodeStepOperator, RbakVerifyStepOperator
+from airflow_rbak.settings import BACKUP_SCHEDULE_ENV, default_storage_url, schedule_from_env
 
 QUEUE_TYPES = ["classic", "quorum", "stream"]
 BACKUP_ID = ("{{ params.backup_id or 'rbak-' ~ (logical_date or dag_run.run_after)"
              ".strftime('%Y%m%dT%H%M%SZ') }}")
 ENCODE_REPORT = "{{ ti.xcom_pull(task_ids='encode')['report_key'] }}"
-
-
-def default_storage_url() -> str:
-    """``$AIRFLOW_HOME/rbak-backups`` as a file URL (no I/O: the folder is created by the first backup)."""
-    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
-    return Path(home, "rbak-backups").resolve().as_uri()
 
 
 def _strings(default: list[str] | None, description: str, **schema: object) -> Param:
@@ -64,14 +58,9 @@ PARAMS = {
 }
 
 
-def _schedule() -> str | None:
-    value = os.environ.get("RBAK_BACKUP_SCHEDULE", "@daily")
-    return None if value.lower() in ("", "none") else value
-
-
 with DAG(
     dag_id="rbak_backup",
-    schedule=_schedule(),
+    schedule=schedule_from_env(BACKUP_SCHEDULE_ENV, "@daily"),
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,

@@ -10,8 +10,6 @@ each queue after its last confirmed record.
 from __future__ import annotations
 
 import datetime as dt
-import os
-from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
@@ -21,20 +19,11 @@ from airflow_rbak.operators.restore import (
     RbakRestoreQueueOperator,
     RbakRestoreReportOperator,
 )
+from airflow_rbak.settings import default_checkpoint_state, default_storage_url
 
 PLAN = "{{ ti.xcom_pull(task_ids='plan', key='plan') }}"
 _TIME = {"type": ["null", "integer", "string"],
          "description": "epoch milliseconds or ISO 8601 (2026-11-22T02:00:00Z); either end may be left empty"}
-
-
-def default_storage_url() -> str:
-    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
-    return Path(home, "rbak-backups").resolve().as_uri()
-
-
-def default_checkpoint_state() -> str:
-    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
-    return str(Path(home, "rbak-restore", "checkpoints.db"))
 
 
 def _globs(description: str) -> Param:

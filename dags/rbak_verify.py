@@ -6,22 +6,16 @@ Manual by default (``RBAK_VERIFY_SCHEDULE`` sets a schedule, e.g. ``@weekly``).
 from __future__ import annotations
 
 import datetime as dt
-import os
-from pathlib import Path
 
 from airflow.sdk import DAG, Param, task
 
 from airflow_rbak.operators.spark_steps import RbakVerifyStepOperator
+from airflow_rbak.settings import VERIFY_SCHEDULE_ENV, default_storage_url, schedule_from_env
 
-
-def default_storage_url() -> str:
-    """The backup DAG's default location, ``$AIRFLOW_HOME/rbak-backups`` (no I/O)."""
-    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
-    return Path(home, "rbak-backups").resolve().as_uri()
 
 with DAG(
     dag_id="rbak_verify",
-    schedule=os.environ.get("RBAK_VERIFY_SCHEDULE") or None,
+    schedule=schedule_from_env(VERIFY_SCHEDULE_ENV, None),
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     params={

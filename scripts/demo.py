@@ -1,121 +1,273 @@
-"""The README's first command: a real backup of sample queues on a private loopback RabbitMQ.
+"""The README's first command: a real backup and restore through the DAGs, on a private loopback RabbitMQ.
 
-Starts the packaged broker (unless ``RABBITMQ_URL`` names one), seeds a classic,
-a quorum and a stream queue with realistic messages, backs them up to
-``STORAGE_URL`` (default ``.run/demo-backups``), validates the backup deeply,
-checks that every queue still holds what it held, and cleans up what it started.
+Starts the packaged broker (unless ``RABBITMQ_URL`` names one), seeds a vhost
+``rbak-demo-<time>`` with a classic, a quorum and a stream queue of realistic
+messages, runs ``airflow dags test rbak_backup`` and then ``airflow dags test
+rbak_restore`` (into ``rbak-demo-<time>-restored``) in an isolated Airflow
+under ``.run/demo`` (SQLite, connections as ``AIRFLOW_CONN_*``, Spark
+``local[2]``), and prints the manifest summary, the verify result and a
+per-queue comparison. Exit 0 only when every count matches.
+
+Idempotent: each run deletes the ``rbak-demo*`` vhosts earlier runs left and
+uses a fresh backup id. It stops the broker only if it started it, and
+deletes its vhosts at the end unless ``--keep``. ``STORAGE_URL`` stores the
+backup elsewhere (default ``.run/demo/backups``, where the three newest demo
+backups are kept).
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.metadata
 import json
 import os
-import random
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
-import pika
-import requests
-
 REPO = Path(__file__).resolve().parents[1]
-VHOST = "rbak-demo"
-QUEUES = (("demo.orders", "classic", 3000), ("demo.payments", "quorum", 1500), ("demo.events", "stream", 2000))
+sys.path.insert(0, str(REPO))
+
+import pika  # noqa: E402
+import pika.exceptions  # noqa: E402
+import requests  # noqa: E402
+
+from airflow_rbak.backup.manifest_store import ManifestStore  # noqa: E402
+from airflow_rbak.broker.connection import RabbitMQConnection  # noqa: E402
+from airflow_rbak.broker.stream_protocol import stream_tail  # noqa: E402
+from airflow_rbak.codec import BackupManifest  # noqa: E402
+from airflow_rbak.exceptions import RbakError  # noqa: E402
+from airflow_rbak.storage import open_storage  # noqa: E402
+from demo_messages import QUEUES, seed_messages  # noqa: E402  (beside this script)
+from tests.dags.airflow_env import VENV_BIN, airflow_env, dags_test, run, runs_facts  # noqa: E402
+
+# Each run seeds a vhost of its own: a stream re-created under a name an earlier backup in the same location
+# holds would be backed up from that backup's last offset on (incremental streams), i.e. not at all.
+PREFIX = "rbak-demo"
+WORK = REPO / ".run" / "demo"
+SCRIPT = REPO / "scripts" / "rabbitmq.sh"
 
 
-def main() -> int:
-    url = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
-    storage_url = os.environ.get("STORAGE_URL", (REPO / ".run" / "demo-backups").as_uri())
-    started = _ensure_broker() if "RABBITMQ_URL" not in os.environ else False
+class DemoError(Exception):
+    """A step of the demo failed; the message says which and where to look."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", action="store_true", help="keep the demo vhosts and a broker the demo started")
+    args = parser.parse_args(argv)
+    began = time.monotonic()
+    connection, started = None, False
     try:
-        from airflow_rbak.backup.run import BackupRun, BackupSettings
-        from airflow_rbak.backup.validate import validate_backup
-        from airflow_rbak.broker.connection import RabbitMQConnection
-        from airflow_rbak.broker.discovery import QueueSelector
-
-        connection = RabbitMQConnection.from_url(url)
-        depths = _seed(connection)
-        backup_id = time.strftime("demo-%Y%m%dT%H%M%S", time.gmtime())
-        settings = BackupSettings(backup_id=backup_id, storage_url=storage_url, selector=QueueSelector(vhosts=(VHOST,)))
-        began = time.monotonic()
-        manifest = BackupRun(connection, settings).run()
-        took = time.monotonic() - began
-        report = validate_backup(BackupRun(connection, settings).storage, backup_id, deep=True)
-        after = _depths(connection)
-        _print_summary(manifest, report, took, depths, after, storage_url)
-        return 0 if report.valid and after == depths and manifest.total_messages == sum(depths.values()) else 1
+        connection, started = _broker()
+        ok = _demo(connection)
+        print(f"\ndemo {'passed' if ok else 'FAILED'} in {time.monotonic() - began:.0f} s")
+        return 0 if ok else 1
+    except (DemoError, RbakError, requests.RequestException, pika.exceptions.AMQPError, subprocess.CalledProcessError,
+            OSError) as exc:
+        reason = str(exc) if isinstance(exc, DemoError) else f"{type(exc).__name__}: {exc}"
+        print(f"\ndemo failed: {reason}", file=sys.stderr)
+        return 1
     finally:
-        if started:
-            subprocess.run([str(REPO / "scripts" / "rabbitmq.sh"), "stop"], check=False)
+        if connection is not None and not args.keep:
+            _cleanup(connection, started)
 
 
-def _ensure_broker() -> bool:
-    """Start the private broker unless one is already running; return whether we started it."""
-    script = str(REPO / "scripts" / "rabbitmq.sh")
-    if subprocess.run([script, "status"], capture_output=True).returncode == 0:
-        return False
-    subprocess.run([script, "start"], check=True)
-    return True
+def _demo(connection: RabbitMQConnection) -> bool:
+    """Seed, back up, restore, compare; True when every count matches."""
+    storage_url = os.environ.get("STORAGE_URL") or (WORK / "backups").as_uri()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    backup_id, source = f"demo-{stamp}", f"{PREFIX}-{stamp}"
+    target = f"{source}-restored"
+    _reset_vhosts(connection, source)
+    env = _airflow(connection)
+    seed_messages(connection, source)
+    before = _depths(connection, source, expected={name: count for name, _, count in QUEUES})
+    print(f"seeded vhost {source}: " + ", ".join(f"{n} ({t}) {before[n]}" for n, t, _ in QUEUES))
+
+    retention = None if os.environ.get("STORAGE_URL") else {"keep_last": 3}
+    _dags_test(env, "rbak_backup", {"storage_url": storage_url, "backup_id": backup_id, "vhosts": [source],
+                                    "retention": retention})
+    after = _depths(connection, source, expected=before)
+    checkpoints = WORK / "restore-checkpoints" / f"{backup_id}.db"
+    _dags_test(env, "rbak_restore", {"storage_url": storage_url, "backup_id": backup_id, "vhosts": [source],
+                                     "vhost_map": {source: target}, "restore_definitions": True,
+                                     "checkpoint_state": str(checkpoints)})
+    restored = _depths(connection, target, expected=before)
+    facts = _facts(env)
+
+    manifest = ManifestStore(open_storage(storage_url)).load(backup_id)
+    _print_manifest(manifest, storage_url)
+    verified = _print_verify(facts["rbak_backup"]["xcom"].get("verify[-1].return_value") or {})
+    report = facts["rbak_restore"]["xcom"].get("report[-1].return_value") or {}
+    matched = _print_comparison(target, before, after, manifest, report, restored)
+    print(f"\ninspect: .venv/bin/rbak describe --path {storage_url} --backup-id {backup_id}")
+    return verified and matched
 
 
-def _api(connection, method: str, path: str, **kwargs) -> requests.Response:
-    response = requests.request(method, f"{connection.management_base_url}/api/{path}",
-                                auth=(connection.username, connection.password), timeout=30, **kwargs)
-    response.raise_for_status()
+def _broker() -> tuple[RabbitMQConnection, bool]:
+    """The broker to use, and whether the demo started it (``RABBITMQ_URL`` or the private node)."""
+    if shutil.which("java") is None:
+        raise DemoError("Spark needs Java 17 (apt-get install openjdk-17-jre-headless)")
+    if os.environ.get("RABBITMQ_URL"):
+        connection = RabbitMQConnection.from_url(os.environ["RABBITMQ_URL"])
+        print(f"broker: {connection.management_base_url} (RABBITMQ_URL)")
+        return connection, False
+    if shutil.which("rabbitmq-server") is None or os.geteuid() != 0:
+        raise DemoError("no RABBITMQ_URL, and starting the private broker needs rabbitmq-server and root "
+                        "(apt-get install rabbitmq-server; see scripts/rabbitmq.sh)")
+    connection = RabbitMQConnection(amqp_port=int(os.environ.get("RBAK_AMQP_PORT", 5672)),
+                                    management_port=int(os.environ.get("RBAK_MGMT_PORT", 15672)),
+                                    stream_port=int(os.environ.get("RBAK_STREAM_PORT", 5552)))
+    running = subprocess.run([str(SCRIPT), "status"], capture_output=True).returncode == 0
+    if not running:
+        subprocess.run([str(SCRIPT), "start"], check=True)
+    print(f"broker: private node on 127.0.0.1:{connection.amqp_port} ({'already running' if running else 'started'})")
+    return connection, not running
+
+
+def _airflow(connection: RabbitMQConnection) -> dict[str, str]:
+    """The isolated Airflow's environment, its database migrated (a few seconds; idempotent)."""
+    home = WORK / "airflow"
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(WORK / "restore-checkpoints", ignore_errors=True)
+    env = airflow_env(home, AIRFLOW_CONN_RABBITMQ_DEFAULT=json.dumps(_airflow_connection(connection)))
+    stamp = home / f".migrated-{importlib.metadata.version('apache-airflow')}"
+    if not (stamp.exists() and (home / "airflow.db").exists()):  # a re-run skips migrating (5-15 s) unless Airflow changed
+        done = run([str(VENV_BIN / "airflow"), "db", "migrate"], env, timeout=300)
+        if done.returncode != 0:
+            raise DemoError(f"airflow db migrate failed: {(done.stdout + done.stderr)[-2000:]}")
+        stamp.touch()
+    return env
+
+
+def _facts(env: dict[str, str]) -> dict[str, Any]:
+    """The latest runs of both DAGs (states and XComs) from the demo Airflow's database."""
+    try:
+        return runs_facts(env, "rbak_backup", "rbak_restore")
+    except AssertionError as exc:
+        raise DemoError(f"could not read the DAG runs from .run/demo/airflow/airflow.db: {exc}") from None
+
+
+def _airflow_connection(c: RabbitMQConnection) -> dict[str, Any]:
+    """``c`` as an ``AIRFLOW_CONN_RABBITMQ_DEFAULT`` value (the ``rabbitmq`` connection type's JSON form)."""
+    extra = {"management_port": c.management_port, "stream_port": c.stream_port, "tls": c.tls,
+             "tls_verify": c.tls_verify, "timeout": c.timeout, "management_url": c.management_url,
+             "ca_file": c.ca_file, "cert_file": c.cert_file, "key_file": c.key_file}
+    return {"conn_type": "rabbitmq", "host": c.host, "port": c.amqp_port, "login": c.username, "password": c.password,
+            "extra": {k: v for k, v in extra.items() if v is not None}}
+
+
+def _dags_test(env: dict[str, str], dag_id: str, conf: dict[str, Any]) -> None:
+    """``airflow dags test dag_id -c conf``, its output in ``.run/demo/logs``; raises DemoError when it fails."""
+    log = WORK / "logs" / f"{dag_id}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    print(f"airflow dags test {dag_id} ... ", end="", flush=True)
+    began = time.monotonic()
+    done = dags_test(env, conf, dag_id=dag_id)
+    log.write_text(done.stdout + done.stderr)
+    print(f"{'ok' if done.returncode == 0 else 'FAILED'} in {time.monotonic() - began:.0f} s (log: {log.relative_to(REPO)})")
+    if done.returncode != 0:
+        raise DemoError(f"{dag_id} failed; the end of its log:\n{(done.stdout + done.stderr)[-3000:]}")
+
+
+def _api(c: RabbitMQConnection, method: str, path: str, **kwargs: Any) -> requests.Response:
+    response = requests.request(method, f"{c.management_base_url}/api/{path}", auth=(c.username, c.password),
+                                timeout=60, **kwargs)
+    if response.status_code >= 400 and not (method == "DELETE" and response.status_code == 404):
+        raise DemoError(f"management API {method} /api/{path}: HTTP {response.status_code} {response.text[:200]}")
     return response
 
 
-def _seed(connection) -> dict[str, int]:
-    """A fresh demo vhost with three queues of realistic messages; returns their depths."""
-    _api(connection, "DELETE", f"vhosts/{quote(VHOST, safe='')}") if _vhost_exists(connection) else None
-    _api(connection, "PUT", f"vhosts/{quote(VHOST, safe='')}", json={})
-    _api(connection, "PUT", f"permissions/{quote(VHOST, safe='')}/{quote(connection.username)}",
+def _demo_vhosts(c: RabbitMQConnection) -> list[str]:
+    """The vhosts demo runs made (``rbak-demo-*``; ``rbak-demo`` itself from older versions of the demo)."""
+    names = [v["name"] for v in _api(c, "GET", "vhosts").json()]
+    return [n for n in names if n == PREFIX or n.startswith(f"{PREFIX}-")]
+
+
+def _reset_vhosts(c: RabbitMQConnection, source: str) -> None:
+    """Demo vhosts of earlier runs deleted, ``source`` created empty with full permissions."""
+    for vhost in _demo_vhosts(c):
+        _api(c, "DELETE", f"vhosts/{quote(vhost, safe='')}")
+    _api(c, "PUT", f"vhosts/{quote(source, safe='')}", json={})
+    _api(c, "PUT", f"permissions/{quote(source, safe='')}/{quote(c.username, safe='')}",
          json={"configure": ".*", "write": ".*", "read": ".*"})
-    params = connection.pika_parameters(VHOST)
-    with pika.BlockingConnection(params) as conn:
-        channel = conn.channel()
-        channel.confirm_delivery()
-        rng = random.Random(42)
-        for name, queue_type, count in QUEUES:
-            channel.queue_declare(name, durable=True, arguments={"x-queue-type": queue_type})
-            for i in range(count):
-                body = json.dumps({"order_id": f"o-{i}", "amount": round(rng.uniform(1, 500), 2),
-                                   "items": [rng.choice("ABCDEFG") for _ in range(rng.randint(1, 6))]}).encode()
-                props = pika.BasicProperties(content_type="application/json", delivery_mode=2, message_id=f"{name}-{i}",
-                                             timestamp=1_700_000_000 + i, app_id="rbak-demo",
-                                             headers={"x-attempt": i % 3, "x-region": rng.choice(["eu", "us"])})
-                channel.basic_publish("", name, body, props)
-    time.sleep(1)
-    return _depths(connection, settle=True)
 
 
-def _vhost_exists(connection) -> bool:
-    return any(v["name"] == VHOST for v in _api(connection, "GET", "vhosts").json())
-
-
-def _depths(connection, settle: bool = False) -> dict[str, int]:
-    """Each queue's depth (streams: their message count), waiting for the management stats to settle."""
-    deadline = time.monotonic() + 30
+def _depths(c: RabbitMQConnection, vhost: str, expected: dict[str, int], wait: float = 30) -> dict[str, int]:
+    """Each demo queue's message count in ``vhost``, read until it equals ``expected`` or ``wait`` runs out."""
+    deadline = time.monotonic() + wait
     while True:
-        rows = _api(connection, "GET", f"queues/{quote(VHOST, safe='')}").json()
-        depths = {r["name"]: int(r.get("messages") or 0) for r in rows}
-        wanted = {name: count for name, _, count in QUEUES}
-        if depths == wanted or time.monotonic() > deadline:
-            return depths
-        time.sleep(1)
+        with pika.BlockingConnection(c.pika_parameters(vhost)) as conn:
+            found = {name: _depth(conn, c, vhost, name, kind) for name, kind, _ in QUEUES}
+        if found == expected or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
 
 
-def _print_summary(manifest, report, took, before, after, storage_url) -> None:
-    print(f"\nbackup {manifest.backup_id} -> {storage_url}")
-    print(f"  {manifest.total_messages} messages, {manifest.total_segments} segments, {manifest.total_bytes} bytes in {took:.1f} s")
+def _depth(conn: pika.BlockingConnection, c: RabbitMQConnection, vhost: str, name: str, kind: str) -> int:
+    if kind == "stream":  # AMQP reports no depth for streams: read the tail over the stream protocol
+        tail = stream_tail(c, vhost, name, wait=2.0)
+        return 0 if tail is None else tail + 1
+    channel = conn.channel()
+    try:
+        return int(channel.queue_declare(name, passive=True).method.message_count)
+    except pika.exceptions.ChannelClosedByBroker:
+        return 0
+
+
+def _print_manifest(manifest: BackupManifest, storage_url: str) -> None:
+    state = "complete" if manifest.completed_at is not None else "INCOMPLETE"
+    print(f"\nbackup {manifest.backup_id} ({state}) in {storage_url}")
+    print(f"  {'queue':16} {'type':8} {'messages':>9} {'segments':>9} {'bytes':>10}")
     for q in manifest.queues:
-        print(f"  {q.queue_type:8} {q.name:15} {q.message_count:6d} messages in {len(q.segments)} segment(s)")
-    verdict = "valid" if report.valid else f"INVALID: {[str(d) for d in report.defects]}"
-    print(f"verify (deep): {verdict}; {report.segments_checked} segments, {report.records_checked} records checked")
-    print(f"queues before backup: {before}\nqueues after backup:  {after}  ({'unchanged' if before == after else 'CHANGED'})")
-    print(f"\ninspect it: .venv/bin/rbak describe --path {storage_url} --backup-id {manifest.backup_id}")
+        size = sum(s.size_bytes for s in q.segments)
+        print(f"  {q.name:16} {q.queue_type:8} {q.message_count:9,} {len(q.segments):9} {size:10,}")
+    print(f"  {'total':16} {'':8} {manifest.total_messages:9,} {manifest.total_segments:9} {manifest.total_bytes:10,}")
+
+
+def _print_verify(summary: dict[str, Any]) -> bool:
+    ok = summary.get("segments_failed") == 0 and summary.get("segments_checked") == summary.get("segments_listed")
+    print(f"verify ({summary.get('mode', '?')}, Spark): {'ok' if ok else 'FAILED'}: "
+          f"{summary.get('segments_checked')} of {summary.get('segments_listed')} segments, "
+          f"{summary.get('records_checked')} records checked, {summary.get('segments_failed')} failed")
+    for defect in summary.get("defects") or []:
+        print(f"  {defect['key']}: {defect['reason']}")
+    return ok
+
+
+def _print_comparison(target: str, before: dict[str, int], after: dict[str, int], manifest: BackupManifest,
+                      report: dict[str, Any], restored: dict[str, int]) -> bool:
+    """Per queue: source depth before and after the backup, backed up, published by the restore, target depth."""
+    backed_up = {q.name: q.message_count for q in manifest.queues}
+    published = {r["source_queue"]: r["published"] for r in report.get("queues", [])}
+    print(f"\nrestore into vhost {target}:")
+    print(f"  {'queue':16} {'source':>7} {'after backup':>13} {'backed up':>10} {'published':>10} {'restored':>9}")
+    ok = True
+    for name, _, _ in QUEUES:
+        row = [before[name], after[name], backed_up.get(name, 0), published.get(name, 0), restored[name]]
+        same = len(set(row)) == 1
+        ok &= same
+        print(f"  {name:16} " + " ".join(f"{v:>{w},}" for v, w in zip(row, (7, 13, 10, 10, 9))) + ("" if same else "  MISMATCH"))
+    total = sum(before.values())
+    print(f"result: {'backup and restore counts match' if ok else 'COUNTS DIFFER'} ({total:,} messages in {len(QUEUES)} queues)")
+    return ok
+
+
+def _cleanup(c: RabbitMQConnection, started: bool) -> None:
+    """Stop the broker the demo started; otherwise delete the demo vhosts it made on someone else's broker."""
+    if started:
+        subprocess.run([str(SCRIPT), "stop"], check=False)
+        return
+    try:
+        for vhost in _demo_vhosts(c):
+            _api(c, "DELETE", f"vhosts/{quote(vhost, safe='')}")
+    except (DemoError, requests.RequestException) as exc:
+        print(f"could not delete the demo vhosts ({type(exc).__name__})", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The Debian/Ubuntu packages `make demo` and `make test` need, installed with apt-get when missing.
+#   scripts/system-deps.sh demo|test
+# demo: python3-venv, Java 17 (Spark), curl, and rabbitmq-server unless RABBITMQ_URL names a broker.
+# test: the same with rabbitmq-server always, and docker-compose (validates docker-compose.yml, no engine needed).
+# Needs root only when something is missing. The packaged RabbitMQ service is not started by the install:
+# the demo and the tests run a private node of their own (scripts/rabbitmq.sh).
+set -euo pipefail
+
+purpose="${1:-}"
+[[ "$purpose" == demo || "$purpose" == test ]] || { echo "usage: $0 demo|test" >&2; exit 2; }
+have() { command -v "$1" >/dev/null 2>&1; }
+
+need=()
+python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+have java || need+=(openjdk-17-jre-headless)
+have curl || need+=(curl)
+if [[ "$purpose" == test || -z "${RABBITMQ_URL:-}" ]]; then have rabbitmq-server || need+=(rabbitmq-server); fi
+if [[ "$purpose" == test ]]; then have docker-compose || need+=(docker-compose); fi
+[[ ${#need[@]} -eq 0 ]] && exit 0
+
+if [[ "$(id -u)" -ne 0 ]] || ! have apt-get; then
+  echo "missing: ${need[*]}; install them (apt-get install ${need[*]}) and run again" >&2
+  exit 1
+fi
+echo "installing ${need[*]} (apt-get)"
+# Keep the packaged rabbitmq-server service from starting on 5672 (policy-rc.d 101: "action forbidden").
+policy=/usr/sbin/policy-rc.d
+if [[ ! -e "$policy" ]]; then
+  printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"
+  trap 'rm -f "$policy"' EXIT
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -1,0 +1,111 @@
+"""docker-compose.yml: a valid file whose Airflow runs this repository's DAGs and provider against its own services.
+
+``docker-compose config`` (Debian's ``docker-compose`` package) parses and
+renders the file without a Docker engine; .ci/run installs it and sets
+``RBAK_CI=1`` (and CI services set ``CI``), where a missing command fails
+these tests instead of skipping them. The stack itself cannot run on the
+CI machine (no engine): the second test runs the Airflow service's environment
+through the repository's real DAGs and hooks instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import yaml
+
+from tests.dags.airflow_env import REPO, airflow_env, run
+
+SERVICES = {"rabbitmq", "minio", "minio-init", "spark-master", "spark-worker", "airflow"}
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    """The file as ``docker-compose config`` renders it (paths absolute, anchors merged)."""
+    if shutil.which("docker-compose") is None:
+        if os.environ.get("RBAK_CI") or os.environ.get("CI"):
+            pytest.fail("docker-compose is missing on CI: .ci/run must install the docker-compose package")
+        pytest.skip("docker-compose is not installed (apt-get install docker-compose); CI installs it and runs this")
+    done = subprocess.run(["docker-compose", "-f", str(REPO / "docker-compose.yml"), "config"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+def test_the_file_is_valid_and_airflow_uses_this_repositorys_dags_and_provider(compose):
+    services = compose["services"]
+    assert set(services) == SERVICES
+    airflow = services["airflow"]
+    assert airflow["command"] == ["airflow", "standalone"]
+    # The provider: built from this checkout, whose Dockerfile installs it (Airflow and Spark share the image)
+    assert airflow["build"]["context"] == str(REPO)
+    dockerfile = (REPO / airflow["build"]["dockerfile"]).read_text()
+    assert "COPY airflow_rbak ./airflow_rbak" in dockerfile and 'pip install ".[airflow,spark]"' in dockerfile
+    for name in ("spark-master", "spark-worker"):
+        assert services[name]["build"] == airflow["build"] and services[name]["image"] == airflow["image"]
+    # The DAGs: this repository's dags/ folder, mounted where the DAGs folder points
+    env = airflow["environment"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in airflow["volumes"]}
+    assert mounts[env["AIRFLOW__CORE__DAGS_FOLDER"]] == str(REPO / "dags")
+    # RabbitMQ 4 with the management and stream plugins; MinIO creates the bucket the storage URL names
+    rabbitmq = services["rabbitmq"]
+    assert rabbitmq["image"].startswith("rabbitmq:4") and rabbitmq["image"].endswith("-management")
+    plugins = {v.split(":")[1]: Path(v.split(":")[0]) for v in rabbitmq["volumes"]}["/etc/rabbitmq/enabled_plugins"]
+    assert {"rabbitmq_management", "rabbitmq_stream"} <= set(plugins.read_text().strip(" .\n[]").split(","))
+    bucket = urlsplit(env["RBAK_STORAGE_URL"]).netloc
+    assert f"mc mb --ignore-existing stack/{bucket}" in services["minio-init"]["command"][0]
+    assert airflow["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
+    # Every published port is on loopback only
+    ports = [p for s in services.values() for p in s.get("ports", [])]
+    assert ports and all(p.startswith("127.0.0.1:") for p in ports)
+
+
+_CHECK = r'''
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+from airflow_rbak.hooks.rabbitmq import RabbitMQHook
+from airflow_rbak.hooks.spark import RbakSparkSubmitHook
+from airflow_rbak.storage.url import parse_storage_url
+
+bag = DagBag(dag_folder=sys.argv[1])
+broker = RabbitMQHook("rabbitmq_default").get_conn()
+spark = RbakSparkSubmitHook(conn_id="spark_default")._connection
+storage = parse_storage_url(bag.dags["rbak_backup"].params["storage_url"])
+print(json.dumps({
+    "errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dags),
+    "defaults": {d: bag.dags[d].params["storage_url"] for d in ("rbak_backup", "rbak_verify", "rbak_restore")},
+    "schedule": str(bag.dags["rbak_backup"].schedule),
+    "broker": [broker.host, broker.amqp_port, broker.management_base_url, broker.stream_port, broker.username],
+    "spark": [spark["master"], spark["deploy_mode"]],
+    "storage": [storage.bucket, storage.endpoint, storage.path_style, storage.region],
+}))
+'''
+
+
+def test_the_airflow_services_environment_points_the_unchanged_dags_at_the_stacks_services(compose, tmp_path):
+    # Given the Airflow service's environment (connections, storage URL, schedule), with the DAGs it mounts
+    env = {k: str(v) for k, v in compose["services"]["airflow"]["environment"].items()}
+    env.pop("AIRFLOW__CORE__DAGS_FOLDER")  # the mount maps it to the repository's dags/
+    env.pop("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS")
+
+    # When the repository's DAGs and hooks read it
+    done = run([sys.executable, "-c", _CHECK, str(REPO / "dags")], airflow_env(tmp_path, **env), timeout=180)
+
+    # Then every DAG loads, defaults to MinIO, and the preset connections reach the services by name
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert facts["errors"] == {} and facts["dags"] == ["rbak_backup", "rbak_restore", "rbak_verify"]
+    assert set(facts["defaults"].values()) == {env["RBAK_STORAGE_URL"]}
+    assert facts["schedule"] == "None"
+    assert facts["broker"] == ["rabbitmq", 5672, "http://rabbitmq:15672", 5552, "rbak"]
+    assert facts["spark"] == ["spark://spark-master:7077", "client"]
+    assert facts["storage"] == ["rbak-backups", "http://minio:9000", True, "us-east-1"]
+    assert parse_qs(urlsplit(env["RBAK_STORAGE_URL"]).query)["endpoint"] == ["http://minio:9000"]
