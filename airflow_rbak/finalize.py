@@ -30,7 +30,8 @@ def finalize_backup(
     for capture in captures:
         entry = by_name.get((capture["vhost"], capture["queue"]))
         if entry is not None and capture.get("queue_type") == "stream":
-            record_stream_offsets(entry, capture.get("first_offset"), capture.get("last_offset"), capture.get("consumer_offsets"))
+            record_stream_offsets(entry, capture.get("first_offset"), capture.get("last_offset"), capture.get("consumer_offsets"),
+                                  capture.get("last_fingerprint"))
     return finish_backup(storage, backup_id, entries)
 
 

@@ -34,7 +34,7 @@ def begun(tmp_path):
 def test_finalize_writes_a_completed_manifest_with_totals_and_removes_the_staging(begun):
     storage, report_key = begun
     captures = [{"vhost": "/", "queue": "events", "queue_type": "stream", "first_offset": 0, "last_offset": 1,
-                 "consumer_offsets": {"c": 1}}, {"vhost": "/", "queue": "orders", "queue_type": "classic"}]
+                 "last_fingerprint": "ab" * 32, "consumer_offsets": {"c": 1}}, {"vhost": "/", "queue": "orders", "queue_type": "classic"}]
 
     manifest = finalize_backup(storage, "b-1", report_key, captures)
 
@@ -42,7 +42,7 @@ def test_finalize_writes_a_completed_manifest_with_totals_and_removes_the_stagin
     assert stored.completed_at == manifest.completed_at is not None
     assert (stored.created_at, stored.source_cluster, stored.rabbitmq_version) == (1_000, "rabbit@x", "3.10.8")
     assert (stored.total_messages, stored.total_bytes, stored.total_segments) == (5, 50, 2)
-    assert stored.queue("/", "events").extensions["stream_offsets"] == {"first": 0, "last": 1}
+    assert stored.queue("/", "events").extensions["stream_offsets"] == {"first": 0, "last": 1, "last_fingerprint": "ab" * 32}
     assert not list(storage.list("b-1/staging/"))
     summary = manifest_summary(stored, storage.url)
     assert summary["total_messages"] == 5 and summary["queues"] == 3 and summary["duration_s"] > 0

@@ -29,6 +29,7 @@ from airflow_rbak.broker.definitions import export_definitions
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.broker.stream_capture import StreamCapture
+from airflow_rbak.broker.stream_identity import StreamMark
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentWriter
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, Compression
 from airflow_rbak.codec.layout import check_backup_id
@@ -117,7 +118,7 @@ class BackupRun:
             if info.queue_type == "stream":
                 with ManagementClient(self.connection) as client:
                     capture = StreamCapture(self.connection, self.storage, checkpoints, options)
-                    return capture.capture(info, start_offset=self._stream_start(info), management=client)
+                    return capture.capture(info, resume_after=self._stream_mark(info), management=client)
             with ManagementClient(self.connection) as client:
                 version = client.version()
             return QueueCapture(self.connection, self.storage, checkpoints, options).capture(info, version)
@@ -129,7 +130,8 @@ class BackupRun:
         entry = QueueBackup(vhost=info.vhost, name=info.name, queue_type=info.queue_type)
         encode_queue(self.storage, self.settings.backup_id, entry, self.settings.segment_writer())
         if capture is not None and info.queue_type == "stream":
-            record_stream_offsets(entry, capture.first_offset, capture.last_offset, capture.consumer_offsets)
+            record_stream_offsets(entry, capture.first_offset, capture.last_offset, capture.consumer_offsets,
+                                  capture.last_fingerprint)
         return entry
 
     def finish(self, entries: list[QueueBackup]) -> BackupManifest:
@@ -142,24 +144,28 @@ class BackupRun:
         path = Path(self.settings.state_dir) / location / f"{self.settings.backup_id}.offsets.db"
         return CheckpointStore(path, self.storage, self.settings.backup_id)
 
-    def _stream_start(self, info: QueueInfo) -> int:
-        """Where a stream's capture starts: after the latest complete backup's last offset, or at 0."""
+    def _stream_mark(self, info: QueueInfo) -> StreamMark | None:
+        """Where the latest complete backup of this stream ended (None: capture it from its start)."""
         if not self.settings.incremental_streams:
-            return 0
+            return None
         previous = latest_complete(self.storage)
         if previous is None or previous.backup_id == self.settings.backup_id:
-            return 0
+            return None
         entry = self.manifests.load(previous.backup_id).queue(info.vhost, info.name)
         offsets: dict[str, Any] = entry.extensions.get("stream_offsets", {}) if entry else {}
-        last = offsets.get("last")
-        return int(last) + 1 if isinstance(last, int) and last >= 0 else 0
+        last, fingerprint = offsets.get("last"), offsets.get("last_fingerprint")
+        if not isinstance(last, int) or last < 0:
+            return None
+        return StreamMark(previous.backup_id, last, fingerprint if isinstance(fingerprint, str) else None)
 
 
 def record_stream_offsets(
-    entry: QueueBackup, first: int | None, last: int | None, consumer_offsets: dict[str, int] | None
+    entry: QueueBackup, first: int | None, last: int | None, consumer_offsets: dict[str, int] | None,
+    last_fingerprint: str | None = None,
 ) -> None:
-    """Keep a stream's captured offset range and its named consumers' offsets in its manifest entry."""
-    entry.extensions["stream_offsets"] = {"first": first, "last": last}
+    """Keep a stream's captured offset range (and its last message's fingerprint, which lets the next backup
+    tell a re-created stream from a grown one) and its named consumers' offsets in its manifest entry."""
+    entry.extensions["stream_offsets"] = {"first": first, "last": last, "last_fingerprint": last_fingerprint}
     entry.extensions["consumer_offsets"] = dict(consumer_offsets or {})
 
 

@@ -122,6 +122,8 @@ class CaptureResult:
     depth_after: int | None = None
     first_offset: int | None = None
     last_offset: int | None = None
+    #: Streams: SHA-256 of the message at ``last_offset``, so the next backup can tell the stream was re-created.
+    last_fingerprint: str | None = None
     consumer_offsets: dict[str, int] | None = None
     #: Seconds spent waiting for the broker to re-enqueue returned messages (quorum queues apply returns
     #: asynchronously; included in ``duration_s``).

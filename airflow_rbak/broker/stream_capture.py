@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 
 import pika
 
@@ -36,6 +37,7 @@ from airflow_rbak.broker.discovery import QueueInfo
 from airflow_rbak.broker.errors import CaptureInterruptedError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.broker.staging import StagedChunk, StagingWriter
+from airflow_rbak.broker.stream_identity import StreamMark, fingerprint_at, message_fingerprint, resume_offset
 from airflow_rbak.codec.records import encode_record
 from airflow_rbak.storage.base import Storage
 
@@ -63,14 +65,22 @@ class StreamCapture:
         start_offset: int = 0,
         consumer_names: Iterable[str] = (),
         management: ManagementClient | None = None,
+        resume_after: StreamMark | None = None,
     ) -> CaptureResult:
-        """Capture offsets ``[checkpoint or start_offset, tail at start]`` and save named consumers' offsets."""
+        """Capture offsets ``[checkpoint or start, tail at start]`` and save named consumers' offsets.
+
+        ``start`` is ``start_offset``, or with ``resume_after`` (the previous backup's end) the offset after it
+        when the stream still holds that backup's last message, else 0 (:mod:`stream_identity`).
+        """
         started = time.monotonic()
         progress = self.checkpoints.get(self.options.backup_id, info.vhost, info.name)
         if progress is not None and progress.completed:
-            return _result_from(progress, 0.0, skipped=True)
+            result = _result_from(progress, 0.0, skipped=True)
+            return replace(result, last_fingerprint=self._fingerprint(info, progress, resume_after, None))
         if progress is None:
             end = self._tail(info)
+            if resume_after is not None:
+                start_offset = resume_offset(self.connection, info.vhost, info.name, resume_after, end, self._wait)
             progress = QueueProgress(
                 self.options.backup_id, info.vhost, info.name, "stream", target_count=max(0, end - start_offset + 1),
                 stream_start_offset=start_offset, stream_end_offset=end, stream_next_offset=start_offset,
@@ -78,9 +88,23 @@ class StreamCapture:
             self.checkpoints.save(progress)
         offsets = self._consumer_offsets(info, consumer_names, management)
         self.checkpoints.save_consumer_offsets(self.options.backup_id, info.vhost, info.name, offsets)
-        progress = self._read(info, progress)
+        progress, seen = self._read(info, progress)
         result = _result_from(progress, time.monotonic() - started)
-        return CaptureResult(**{**result.__dict__, "consumer_offsets": offsets, "last_offset": progress.stream_end_offset})
+        return replace(result, consumer_offsets=offsets, last_offset=progress.stream_end_offset,
+                       last_fingerprint=self._fingerprint(info, progress, resume_after, seen))
+
+    @property
+    def _wait(self) -> float:
+        return max(3.0, self.connection.timeout / 2)
+
+    def _fingerprint(self, info: QueueInfo, progress: QueueProgress, mark: StreamMark | None, seen: str | None) -> str | None:
+        """The fingerprint of the message at the capture's last offset, for the next backup to check."""
+        end = progress.stream_end_offset
+        if seen is not None or end is None or end < 0:
+            return seen
+        if mark is not None and mark.last_offset == end and mark.fingerprint is not None:
+            return mark.fingerprint  # nothing new: resume_offset has just checked that message
+        return fingerprint_at(self.connection, info.vhost, info.name, end, self._wait)
 
     def _tail(self, info: QueueInfo) -> int:
         """The stream's last offset now, or -1 when it is empty.
@@ -89,7 +113,7 @@ class StreamCapture:
         slow broker shares with an empty stream; the AMQP depth tells them apart,
         so a slow broker fails the capture instead of backing up nothing.
         """
-        tail = stream_protocol.stream_tail(self.connection, info.vhost, info.name, wait=max(3.0, self.connection.timeout / 2))
+        tail = stream_protocol.stream_tail(self.connection, info.vhost, info.name, wait=self._wait)
         if tail is not None:
             return tail
         conn = open_connection(self.connection, info.vhost)
@@ -115,10 +139,12 @@ class StreamCapture:
                     refs.add(str(props["name"]))
         return stream_protocol.query_consumer_offsets(self.connection, info.vhost, info.name, refs)
 
-    def _read(self, info: QueueInfo, progress: QueueProgress) -> QueueProgress:
+    def _read(self, info: QueueInfo, progress: QueueProgress) -> tuple[QueueProgress, str | None]:
+        """Stage offsets up to the end; also the last message's fingerprint when this pass read it."""
         end, next_offset = progress.stream_end_offset, progress.stream_next_offset
         assert end is not None and next_offset is not None
-        state = {"progress": progress, "next": next_offset, "staged": progress.staged_records, "bytes": progress.staged_bytes}
+        state = {"progress": progress, "next": next_offset, "staged": progress.staged_records, "bytes": progress.staged_bytes,
+                 "fingerprint": None}
 
         def on_chunk(chunk: StagedChunk) -> None:
             state["progress"] = QueueProgress(**{**state["progress"].__dict__, "staged_records": state["staged"],
@@ -136,7 +162,7 @@ class StreamCapture:
         final = QueueProgress(**{**state["progress"].__dict__, "staged_records": state["staged"], "staged_bytes": state["bytes"],
                                  "stream_next_offset": state["next"], "completed": True})
         self.checkpoints.save(final)
-        return final
+        return final, state["fingerprint"]
 
     def _consume(self, info: QueueInfo, end: int, state: dict, writer: StagingWriter) -> None:
         conn = open_connection(self.connection, info.vhost)
@@ -157,6 +183,8 @@ class StreamCapture:
                 record = amqp_types.record_from_delivery(method, props, body, queue=info.name, vhost=info.vhost,
                                                          backed_up_at=now_ms, drop_headers=STREAM_BROKER_HEADERS,
                                                          delivery_tag=offset)
+                if offset == end:
+                    state["fingerprint"] = message_fingerprint(method, props, body)
                 state["next"] = offset + 1
                 state["staged"] += 1
                 state["bytes"] += len(body)

@@ -121,3 +121,30 @@ def test_a_second_backup_of_a_stream_takes_only_the_new_messages(broker, vhost, 
     records = [r for s in queue.segments for r in read_segment(storage.get(s.key))[1]]
     assert [r["delivery_tag"] for r in records] == list(range(150, 190))
     assert [(r["body"], r["properties"]) for r in records] == [expected_json("events", i)[:2] for i in range(150, 190)]
+
+
+@pytest.mark.parametrize("new_count", [100, 200], ids=["shorter", "longer"])
+def test_a_stream_recreated_under_the_same_name_is_backed_up_from_its_start(broker, vhost, seeded, tmp_path, new_count):
+    # Given a complete backup of a 150-message stream, which is then deleted and re-created with other messages
+    location = (tmp_path / "b").as_uri()
+    selector = QueueSelector(vhosts=(vhost,), include=("events",))
+    BackupRun(broker.connection, BackupSettings("r-1", location, selector=selector, state_dir=str(tmp_path))).run()
+    broker.api("DELETE", f"queues/{quote(vhost, safe='')}/events")
+    with pika.BlockingConnection(broker.connection.pika_parameters(vhost)) as conn:
+        conn.channel().queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
+    publish(broker, vhost, "events", 1000, new_count)  # message numbers 1000.. : other bodies at the same offsets
+
+    # When the next backup runs (shorter: fewer offsets than before; longer: the old last offset exists again)
+    second = BackupRun(broker.connection, BackupSettings("r-2", location, selector=selector, state_dir=str(tmp_path))).run()
+
+    # Then it holds every message of the new stream, from offset 0, not just those past the old last offset
+    (queue,) = second.queues
+    records = [r for s in queue.segments for r in read_segment(open_storage(location).get(s.key))[1]]
+    assert [r["delivery_tag"] for r in records] == list(range(new_count))
+    assert [(r["body"], r["properties"]) for r in records] == [expected_json("events", i)[:2] for i in range(1000, 1000 + new_count)]
+    assert queue.extensions["stream_offsets"]["first"] == 0
+
+    # and a third backup of the unchanged stream is incremental again: nothing new, nothing re-read
+    third = BackupRun(broker.connection, BackupSettings("r-3", location, selector=selector, state_dir=str(tmp_path))).run()
+    assert third.queues[0].message_count == 0
+    assert third.queues[0].extensions["stream_offsets"]["last_fingerprint"] == queue.extensions["stream_offsets"]["last_fingerprint"]

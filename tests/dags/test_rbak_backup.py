@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from urllib.parse import parse_qs, urlsplit
 
@@ -74,7 +75,10 @@ def test_the_backup_dag_keeps_every_message_reports_its_work_and_leaves_the_queu
             found, expected = sorted(found, key=repr), sorted(expected, key=repr)
         assert found == expected, queue.name
     events = next(q for q in manifest.queues if q.name == "events")
-    assert events.extensions["stream_offsets"] == {"first": 0, "last": QUEUES["events"][1] - 1}
+    offsets = events.extensions["stream_offsets"]
+    assert (offsets["first"], offsets["last"]) == (0, QUEUES["events"][1] - 1)
+    # the last message's fingerprint travels capture → XCom → manifest, for the next backup's re-creation check
+    assert re.fullmatch(r"[0-9a-f]{64}", offsets["last_fingerprint"] or ""), offsets
     assert settled_depths(broker, vhost, seeded_queues) == seeded_queues
     assert not list(storage.list("dag-1/staging/"))
     # retention removed the superseded complete backup only
