@@ -94,8 +94,8 @@ class BackupRun:
         """
         self.lock.acquire(break_lock=self.settings.break_lock)
         try:
-            done = self._completed()
-            if done is not None:
+            done = self._existing()
+            if done is not None and done.completed_at is not None:
                 log.info("backup %s is already complete; nothing to do", self.settings.backup_id)
                 return done
             with ManagementClient(self.connection) as client:
@@ -109,12 +109,11 @@ class BackupRun:
         finally:
             self._release_lock()
 
-    def _completed(self) -> BackupManifest | None:
+    def _existing(self) -> BackupManifest | None:
         try:
-            manifest = self.manifests.load(self.settings.backup_id)
+            return self.manifests.load(self.settings.backup_id)
         except ManifestNotFoundError:
             return None
-        return manifest if manifest.completed_at is not None else None
 
     def _release_lock(self) -> None:
         """Give the lock back; a failure here must not hide the run's own outcome or error."""
@@ -130,10 +129,7 @@ class BackupRun:
         Refuses a backup that is already complete (:class:`BackupAlreadyCompleteError`): a completed
         backup is never written again.
         """
-        try:
-            existing = self.manifests.load(self.settings.backup_id)
-        except ManifestNotFoundError:
-            existing = None
+        existing = self._existing()
         if existing is not None and existing.completed_at is not None:
             raise BackupAlreadyCompleteError(
                 f"backup {self.settings.backup_id!r} in {self.storage.url} is already complete; a completed backup "

@@ -153,6 +153,9 @@ def _check_definitions(storage: Storage, manifest: BackupManifest, report: Valid
     except ObjectNotFoundError:
         report.add(definitions.key, "definitions export is missing")
         return
+    except StorageError as exc:  # an invalid key in a damaged manifest, a storage fault
+        report.add(definitions.key, f"definitions export cannot be read: {exc}")
+        return
     if not deep:
         return
     compression = compression_from_key(definitions.key)

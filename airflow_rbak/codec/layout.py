@@ -40,7 +40,7 @@ def encode_name(name: str) -> str:
     if name in ("", ".", ".."):
         return "".join(f"%{b:02X}" for b in name.encode()) or "%"
     encoded = _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), name)
-    if len(encoded.encode()) <= MAX_NAME_SEGMENT_BYTES:
+    if len(encoded.encode("utf-8", "surrogatepass")) <= MAX_NAME_SEGMENT_BYTES:
         return encoded
     digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_HEX]
     return f"{_cut(encoded, MAX_NAME_SEGMENT_BYTES - len(SHORTENED_MARK) - _DIGEST_HEX)}{SHORTENED_MARK}{digest}"
@@ -48,7 +48,7 @@ def encode_name(name: str) -> str:
 
 def _cut(encoded: str, limit: int) -> str:
     """The longest start of ``encoded`` within ``limit`` UTF-8 bytes, never ending inside a character or an escape."""
-    head = encoded.encode()[:limit].decode("utf-8", errors="ignore")
+    head = encoded.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", errors="ignore")
     return re.sub(r"%[0-9A-F]?$", "", head)
 
 

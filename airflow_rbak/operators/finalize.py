@@ -47,9 +47,10 @@ class RbakFinalizeManifestOperator(BaseOperator):
         # Index by length: iterating Airflow's lazy XCom sequence probes one past the end (a logged 404).
         captures = [captures[i] for i in range(len(captures))]
         lock = BackupLock(storage, backup_id, lock_owner(context))
-        run_step("lock", lock.check)  # the manifest is written only by the run that holds the backup
+        # The manifest is written only by the run that holds the backup (re-taken by a retry after it was given back).
+        run_step("lock", lock.acquire)
         manifest = run_step("finalize", lambda: finalize_backup(storage, backup_id, str(self.encode_report_key), captures))
-        lock.release()
+        run_step("lock", lock.release)
         self.rbak_manifest_url = manifest_url(str(self.storage_url), backup_id)
         summary = manifest_summary(manifest, storage.url)
         summary["retention_deleted"] = run_step("retention", lambda: apply_retention(

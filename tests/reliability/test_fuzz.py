@@ -23,7 +23,7 @@ import zlib
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from airflow_rbak.backup.segment_check import SegmentCheck, check_segment_bytes
@@ -38,6 +38,8 @@ from airflow_rbak.codec import (
     HeaderValue,
     ManifestError,
     decode_segment,
+    encode_payload,
+    encode_record,
     encode_segment,
     read_header,
 )
@@ -49,7 +51,7 @@ from airflow_rbak.restore.wire import iter_wire_records
 from airflow_rbak.storage import MemoryStorage
 
 LONG_RUN = int(os.environ.get("RBAK_FUZZ_EXAMPLES", "0"))
-EXAMPLES = LONG_RUN or 600
+EXAMPLES = LONG_RUN or 400
 CAP = 1 << 20  # the reader's decompression cap in these tests
 PEAK_LIMIT = 8 * CAP  # the most one example may allocate: a few copies of a capped payload
 FUZZ = settings(
@@ -208,9 +210,19 @@ def read_everything(data: bytes) -> None:
     assert not check.ok or data == SEGMENTS[Compression.ZSTD]  # the deep check never passes altered bytes
 
 
-@pytest.mark.timeout(300)
+def spaced_bodies() -> bytes:
+    """Found by a long run: a body written ``[-0,0]`` (valid JSON: byte 0) that the restore's C parser refused."""
+    payload = bytearray()
+    for raw, text in ((encode_record(RECORDS[0]), b'"body":[-0,0]'), (encode_record(RECORDS[1]), b'"body":[ 0 ]')):
+        edited = raw.replace(raw[raw.index(b'"body"'):raw.index(b',"properties"')], text)
+        payload += struct.pack("<I", len(edited)) + edited
+    return encode_payload(payload, 2, 1000, 1001).data
+
+
+@pytest.mark.timeout(0 if LONG_RUN else 300)  # (no limit for a long local run)
 @FUZZ
 @given(hostile_segments())
+@example(spaced_bodies())
 def test_any_mutated_segment_gets_a_typed_error_or_reads_back_within_bounded_memory(data):
     assert peak_of(lambda: read_everything(data)) < PEAK_LIMIT
 
@@ -267,9 +279,10 @@ def hostile_manifests(draw) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(0 if LONG_RUN else 300)  # (no limit for a long local run)
 @FUZZ
 @given(hostile_manifests())
+@example(MANIFEST.replace(b'"key": "fuzz-1/definitions', b'"key": "\x7fuzz-1/definitions'))  # found by a long run
 def test_any_mutated_manifest_gets_a_manifest_error_or_round_trips_and_validation_and_planning_stay_typed(data):
     manifest = None
     try:

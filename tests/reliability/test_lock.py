@@ -30,7 +30,7 @@ from tests.restore.helpers import body_of, declare, publish
 
 REPO = Path(__file__).resolve().parents[2]
 RACERS = 4
-ROUNDS = 3
+ROUNDS = 2
 
 
 def take(url: str, backup_id: str, owner: str, start_at: float) -> str:
