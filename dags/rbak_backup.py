@@ -48,6 +48,10 @@ PARAMS = {
     "segment_max_bytes": Param(DEFAULT_SEGMENT_MAX_BYTES, type="integer", minimum=1),
     "segment_max_interval_ms": Param(DEFAULT_SEGMENT_MAX_INTERVAL_MS, type="integer", minimum=1),
     "include_definitions": Param(True, type="boolean"),
+    "include_users": Param(True, type="boolean",
+                           description="keep users (with password hashes) and permissions in the definitions backup"),
+    "break_lock": Param(False, type="boolean",
+                        description="take over the lock of a run of the same backup_id that crashed (see docs/reliability.md)"),
     "verify": Param("deep", type="string", enum=["none", "quick", "deep"]),
     "allow_delivery_count_increase": Param(False, type="boolean",
                                            description="back up quorum queues whose returns count toward a delivery limit"),
@@ -75,10 +79,10 @@ with DAG(
 
     discover = RbakDiscoverQueuesOperator(
         task_id="discover", vhosts="{{ params.vhosts }}", include="{{ params.include }}", exclude="{{ params.exclude }}",
-        queue_types="{{ params.queue_types }}", **broker)
+        queue_types="{{ params.queue_types }}", break_lock="{{ params.break_lock }}", **broker)
     definitions = RbakExportDefinitionsOperator(
         task_id="export_definitions", include_definitions="{{ params.include_definitions }}",
-        compression="{{ params.compression }}", **broker)
+        include_users="{{ params.include_users }}", compression="{{ params.compression }}", **broker)
     capture = RbakCaptureQueueOperator.partial(
         task_id="capture", compression="{{ params.compression }}",
         allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}",

@@ -64,12 +64,14 @@ PARAMS = {
     "restore_consumer_offsets": Param(False, type="boolean",
                                       description="streams: store named consumers' offsets mapped to the restored messages"),
     "allow_unroutable": Param(False, type="boolean", description="do not fail the report when records came back unroutable"),
+    "strip_user_id": Param(False, type="boolean",
+                           description="publish records whose user_id is another user's without it (RabbitMQ refuses them)"),
 }
 
 SETTINGS = {name: "{{ params.%s }}" % name for name in (
     "storage_url", "backup_id", "vhosts", "queues", "vhost_map", "queue_map", "time_window_start", "time_window_end",
     "restore_definitions", "definitions_selection", "publish_mode", "dry_run", "max_publish_rate", "checkpoint_state",
-    "skip_damaged_segments", "restore_consumer_offsets", "allow_unroutable")}
+    "skip_damaged_segments", "restore_consumer_offsets", "allow_unroutable", "strip_user_id")}
 
 with DAG(
     dag_id="rbak_restore",

@@ -23,7 +23,7 @@ from airflow_rbak.backup.writer import now_ms
 from airflow_rbak.codec import BackupManifest, CodecError, DefinitionsBackup, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
-from airflow_rbak.codec.layout import check_backup_id, compression_from_key, manifest_key, parse_segment_key
+from airflow_rbak.codec.layout import check_backup_id, compression_from_key, manifest_key, parse_segment_key, queue_prefix
 from airflow_rbak.codec.segment import decode_payload, iter_payload_records
 from airflow_rbak.storage.base import Storage, StorageError
 
@@ -87,9 +87,9 @@ def _read_queues(
         if parsed is None:
             unrecovered.append(f"{info.key}: not a segment key; left out")
             continue
-        metadata = _segment_metadata(storage, info.key, parsed, unrecovered, cap)
-        if metadata is not None:
-            grouped[(parsed[1], parsed[2])].append(metadata)
+        found = _segment_metadata(storage, info.key, parsed, unrecovered, cap)
+        if found is not None:
+            grouped[found[0]].append(found[1])
     queues = []
     for (vhost, name), segments in sorted(grouped.items()):
         queue = QueueBackup(vhost=vhost, name=name, queue_type=types.get((vhost, name), "classic"), segments=segments)
@@ -105,8 +105,9 @@ def _read_queues(
 
 def _segment_metadata(
     storage: Storage, key: str, parsed: tuple, unrecovered: list[str], cap: int
-) -> SegmentMetadata | None:
-    _, vhost, name, sequence, _ = parsed
+) -> tuple[tuple[str, str], SegmentMetadata] | None:
+    """The segment's queue and entry; its records must all belong to the folder its key names."""
+    backup_id, vhost, name, sequence, _ = parsed
     try:
         data = storage.get(key)
         header, payload = decode_payload(data, key, cap)
@@ -114,11 +115,14 @@ def _segment_metadata(
     except (CodecError, StorageError) as exc:
         unrecovered.append(f"{key}: {exc.reason if isinstance(exc, CodecError) else exc}; segment left out")
         return None
-    strangers = sum(1 for r in records if (r.source_vhost, r.source_queue) != (vhost, name))
+    if records:  # the records name the queue exactly, even where its key holds a shortened name
+        vhost, name = records[0].source_vhost, records[0].source_queue
+    folder = key.rsplit("/", 1)[0] + "/"
+    strangers = sum(1 for r in records if queue_prefix(backup_id, r.source_vhost, r.source_queue) != folder)
     if strangers:
         unrecovered.append(f"{key}: {strangers} records name another queue than its key; segment left out")
         return None
-    return SegmentMetadata(
+    return (vhost, name), SegmentMetadata(
         key=key,
         sequence=sequence,
         record_count=header.record_count,

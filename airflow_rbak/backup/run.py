@@ -20,6 +20,7 @@ from typing import Any
 from airflow_rbak import __version__
 from airflow_rbak.backup.catalog import latest_complete
 from airflow_rbak.backup.encode import encode_queue, staged_chunk_keys
+from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.backup.writer import now_ms
 from airflow_rbak.broker.capture import CaptureOptions, CaptureResult, QueueCapture
@@ -33,10 +34,15 @@ from airflow_rbak.broker.stream_identity import StreamMark
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentWriter
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, Compression
 from airflow_rbak.codec.layout import check_backup_id
+from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 
 log = logging.getLogger(__name__)
+
+
+class BackupAlreadyCompleteError(RbakError):
+    """The backup id names a complete backup, which is never written again."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,12 @@ class BackupSettings:
     #: Streams continue after the offset the latest complete backup in the same location reached.
     incremental_streams: bool = True
     state_dir: str = field(default_factory=lambda: str(Path(tempfile.gettempdir()) / "rbak-state"))
+    #: Leave users, their password hashes and permissions out of the definitions export.
+    include_users: bool = True
+    #: Who holds the backup's lock: every task of one DAG run passes the same owner; None: this run alone.
+    lock_owner: str | None = None
+    #: Take over the lock of a run that crashed (see :mod:`airflow_rbak.backup.lock`).
+    break_lock: bool = False
 
     def __post_init__(self) -> None:
         check_backup_id(self.backup_id)
@@ -73,24 +85,58 @@ class BackupRun:
         self.settings = settings
         self.storage = storage or open_storage(settings.storage_url)
         self.manifests = ManifestStore(self.storage)
+        self.lock = BackupLock(self.storage, settings.backup_id, settings.lock_owner)
 
     def run(self) -> BackupManifest:
-        """Every step in order; returns the completed manifest."""
-        with ManagementClient(self.connection) as client:
-            queues = discover_queues(client, self.settings.selector)
-            self.begin(client)
-            if self.settings.include_definitions:
-                self.export_definitions(client)
-        captures = [self.capture(info) for info in queues]
-        entries = [self.encode(info, result) for info, result in zip(queues, captures)]
-        return self.finish(entries)
+        """Every step in order under the backup's lock; returns the completed manifest.
 
-    def begin(self, client: ManagementClient) -> BackupManifest:
-        """Write the manifest with ``completed_at: null`` unless this backup already has one (a re-run)."""
+        A backup that is already complete is returned as it is: running it again must not replace
+        its manifest (its staging is gone, so a second encode would find nothing).
+        """
+        self.lock.acquire(break_lock=self.settings.break_lock)
+        try:
+            done = self._existing()
+            if done is not None and done.completed_at is not None:
+                log.info("backup %s is already complete; nothing to do", self.settings.backup_id)
+                return done
+            with ManagementClient(self.connection) as client:
+                queues = discover_queues(client, self.settings.selector)
+                self.begin(client)
+                if self.settings.include_definitions:
+                    self.export_definitions(client)
+            captures = [self.capture(info) for info in queues]
+            entries = [self.encode(info, result) for info, result in zip(queues, captures)]
+            return self.finish(entries)
+        finally:
+            self._release_lock()
+
+    def _existing(self) -> BackupManifest | None:
         try:
             return self.manifests.load(self.settings.backup_id)
         except ManifestNotFoundError:
-            pass
+            return None
+
+    def _release_lock(self) -> None:
+        """Give the lock back; a failure here must not hide the run's own outcome or error."""
+        try:
+            self.lock.release()
+        except RbakError as exc:
+            log.warning("could not give back the lock of backup %s (%s); if it stays, remove it with "
+                        "`rbak unlock` or run again with break_lock", self.settings.backup_id, exc)
+
+    def begin(self, client: ManagementClient) -> BackupManifest:
+        """Write the manifest with ``completed_at: null`` unless this backup already has one (a re-run).
+
+        Refuses a backup that is already complete (:class:`BackupAlreadyCompleteError`): a completed
+        backup is never written again.
+        """
+        existing = self._existing()
+        if existing is not None and existing.completed_at is not None:
+            raise BackupAlreadyCompleteError(
+                f"backup {self.settings.backup_id!r} in {self.storage.url} is already complete; a completed backup "
+                "is never written again: choose another backup_id")
+        if existing is not None:
+            return existing
         manifest = BackupManifest(
             backup_id=self.settings.backup_id,
             created_at=now_ms(),
@@ -103,7 +149,8 @@ class BackupRun:
 
     def export_definitions(self, client: ManagementClient) -> None:
         manifest = self.manifests.load(self.settings.backup_id)
-        manifest.definitions = export_definitions(client, self.storage, self.settings.backup_id, self.settings.compression)
+        manifest.definitions = export_definitions(client, self.storage, self.settings.backup_id, self.settings.compression,
+                                                  include_users=self.settings.include_users)
         self.manifests.save(manifest)
 
     def capture(self, info: QueueInfo) -> CaptureResult:
@@ -135,7 +182,8 @@ class BackupRun:
         return entry
 
     def finish(self, entries: list[QueueBackup]) -> BackupManifest:
-        """Write the completed manifest, then remove the staging it no longer needs."""
+        """Write the completed manifest (only while this run holds the lock), then remove the staging."""
+        self.lock.check()
         return finish_backup(self.storage, self.settings.backup_id, entries)
 
     def _checkpoints(self) -> CheckpointStore:

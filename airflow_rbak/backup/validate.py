@@ -18,7 +18,7 @@ from airflow_rbak.backup.segment_check import check_segment
 from airflow_rbak.codec import BackupManifest, CodecError, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
-from airflow_rbak.codec.layout import compression_from_key, manifest_key, parse_segment_key
+from airflow_rbak.codec.layout import compression_from_key, manifest_key, segment_key
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 
@@ -69,7 +69,7 @@ def validate_backup(
         return report
     _check_manifest(manifest, report)
     for queue in manifest.queues:
-        _check_queue_listing(manifest.backup_id, queue, report)
+        _check_queue_listing(report.backup_id, queue, report)  # the id asked for: the manifest's may be hostile
         for segment in queue.segments:
             if deep:
                 _check_segment_deep(storage, queue, segment, report, max_decompressed_bytes)
@@ -81,7 +81,7 @@ def validate_backup(
 
 
 def _check_manifest(manifest: BackupManifest, report: ValidationReport) -> None:
-    key = manifest_key(manifest.backup_id)
+    key = manifest_key(report.backup_id)
     if manifest.backup_id != report.backup_id:
         report.add(key, f"backup_id is {manifest.backup_id!r}, expected {report.backup_id!r}")
     if manifest.completed_at is None:
@@ -109,9 +109,16 @@ def _check_queue_listing(backup_id: str, queue: QueueBackup, report: ValidationR
     if (queue.first_message_timestamp, queue.last_message_timestamp) != (first, last):
         report.add(where, "first/last message timestamps disagree with its segments")
     for segment in queue.segments:
-        parsed = parse_segment_key(segment.key)
-        if parsed is None or parsed[0] != backup_id or parsed[1:4] != (queue.vhost, queue.name, segment.sequence):
+        if segment.key != _expected_key(backup_id, queue, segment):
             report.add(segment.key, "key does not follow {backup_id}/queues/{vhost}/{queue}/segment-NNNN for this queue")
+
+
+def _expected_key(backup_id: str, queue: QueueBackup, segment: SegmentMetadata) -> str | None:
+    """The key the layout gives this segment (compared whole: shortened long names cannot be parsed back)."""
+    try:
+        return segment_key(backup_id, queue.vhost, queue.name, segment.sequence, compression_from_key(segment.key))
+    except ValueError:  # ConfigurationError: a sequence below 1, reported with the sequences above
+        return None
 
 
 def _check_segment_quick(storage: Storage, segment: SegmentMetadata, report: ValidationReport) -> None:
@@ -145,6 +152,9 @@ def _check_definitions(storage: Storage, manifest: BackupManifest, report: Valid
         data = storage.get(definitions.key) if deep else storage.stat(definitions.key)
     except ObjectNotFoundError:
         report.add(definitions.key, "definitions export is missing")
+        return
+    except StorageError as exc:  # an invalid key in a damaged manifest, a storage fault
+        report.add(definitions.key, f"definitions export cannot be read: {exc}")
         return
     if not deep:
         return

@@ -29,6 +29,13 @@ def _port(value: Any, name: str) -> int:
     return port
 
 
+def _number(value: Any, name: str, kind: type) -> Any:
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{name} must be a number, got {value!r:.40}") from None
+
+
 @dataclass(frozen=True)
 class RabbitMQConnection:
     """Where and how to reach one RabbitMQ node (or a load balancer in front of a cluster)."""
@@ -84,9 +91,13 @@ class RabbitMQConnection:
             raise ConfigurationError("connection URL must start with amqp:// or amqps://")
         tls = parts.scheme == "amqps"
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        try:
+            port = parts.port
+        except ValueError:  # the message names only the port, but say it without quoting the URL
+            raise ConfigurationError("the port of the connection URL is not a number from 1 to 65535") from None
         kwargs: dict[str, Any] = {
             "host": parts.hostname or "127.0.0.1",
-            "amqp_port": parts.port or (DEFAULT_AMQPS_PORT if tls else DEFAULT_AMQP_PORT),
+            "amqp_port": port or (DEFAULT_AMQPS_PORT if tls else DEFAULT_AMQP_PORT),
             "tls": tls,
         }
         if parts.username is not None:
@@ -95,14 +106,14 @@ class RabbitMQConnection:
             kwargs["password"] = unquote(parts.password)
         for name in ("management_port", "stream_port", "heartbeat"):
             if name in query:
-                kwargs[name] = _port(query[name], name) if name != "heartbeat" else int(query[name])
+                kwargs[name] = _port(query[name], name) if name != "heartbeat" else _number(query[name], name, int)
         for name in ("management_url", "ca_file", "cert_file", "key_file"):
             if name in query:
                 kwargs[name] = query[name]
         if "tls_verify" in query:
             kwargs["tls_verify"] = query["tls_verify"].lower() in _TRUE
         if "timeout" in query:
-            kwargs["timeout"] = float(query["timeout"])
+            kwargs["timeout"] = _number(query["timeout"], "timeout", float)
         kwargs.update(overrides)
         return cls(**kwargs)
 

@@ -16,7 +16,19 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.errors import BrokerApiError, BrokerAuthError, BrokerUnreachableError, QueueNotFoundError
 
 
+#: Names RabbitMQ's HTTP server cannot address: it removes ``.`` and ``..`` path segments, even
+#: percent-encoded (measured on 3.10.8: a 301 to the parent path).
+UNADDRESSABLE = frozenset({".", ".."})
+
+
+def addressable(name: str) -> bool:
+    """Whether a vhost or queue name can be a path segment of a Management API URL."""
+    return name not in UNADDRESSABLE
+
+
 def _q(name: str) -> str:
+    if not addressable(name):
+        raise BrokerApiError(f"the management API cannot address the name {name!r} in a URL")
     return quote(name, safe="")
 
 
@@ -92,24 +104,37 @@ class ManagementClient:
     def vhosts(self) -> list[str]:
         return [v["name"] for v in self.get("vhosts")]
 
+    def _per_vhost(self, path: str, vhost: str | None) -> list[dict[str, Any]]:
+        """``GET /api/{path}/{vhost}``; for a vhost no URL can name, the whole list filtered."""
+        if vhost is None:
+            return list(self.get(path))
+        if not addressable(vhost):
+            return [item for item in self.get(path) if item.get("vhost") == vhost]
+        return list(self.get(f"{path}/{_q(vhost)}"))
+
     def queues(self, vhost: str | None = None) -> list[dict[str, Any]]:
         """Every queue (of one vhost, or all), with type, arguments and effective policy."""
-        path = "queues" if vhost is None else f"queues/{_q(vhost)}"
-        return list(self.get(path))
+        return self._per_vhost("queues", vhost)
 
     def queue(self, vhost: str, name: str) -> dict[str, Any]:
+        """One queue; a name no URL can address (``.``, ``..``) is found in its vhost's list."""
         try:
-            return self.get(f"queues/{_q(vhost)}/{_q(name)}")
+            if addressable(vhost) and addressable(name):
+                return self.get(f"queues/{_q(vhost)}/{_q(name)}")
+            found = [q for q in self.queues(vhost) if q.get("name") == name]
+            if found:
+                return found[0]
+            raise BrokerApiError(f"management API: queue {name!r} not listed in vhost {vhost!r}", 404)
         except BrokerApiError as exc:
             if exc.status == 404:
                 raise QueueNotFoundError(f"queue {name!r} not found in vhost {vhost!r}") from None
             raise
 
     def policies(self, vhost: str | None = None) -> list[dict[str, Any]]:
-        return list(self.get("policies" if vhost is None else f"policies/{_q(vhost)}"))
+        return self._per_vhost("policies", vhost)
 
     def operator_policies(self, vhost: str | None = None) -> list[dict[str, Any]]:
-        return list(self.get("operator-policies" if vhost is None else f"operator-policies/{_q(vhost)}"))
+        return self._per_vhost("operator-policies", vhost)
 
     def definitions_raw(self) -> bytes:
         """``GET /api/definitions`` exactly as the broker sends it."""
@@ -118,6 +143,6 @@ class ManagementClient:
     def stream_consumers(self, vhost: str) -> list[dict[str, Any]]:
         """Stream-protocol consumers of a vhost (rabbitmq_stream_management); empty when the plugin is off."""
         try:
-            return list(self.get(f"stream/consumers/{_q(vhost)}"))
+            return self._per_vhost("stream/consumers", vhost)
         except BrokerApiError:
             return []

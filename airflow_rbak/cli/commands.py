@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from airflow_rbak.backup.catalog import list_backups
+from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.rebuild import rebuild_manifest
 from airflow_rbak.backup.validate import validate_backup
@@ -122,6 +123,21 @@ def rebuild_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     out.write("created_at and completed_at are estimated from record timestamps; source_cluster is unknown\n")
     for line in result.unrecovered:
         out.write(f"  not recovered: {line}\n")
+    return 0
+
+
+def unlock_cmd(args: argparse.Namespace, out: IO[str]) -> int:
+    """Remove ``{backup_id}/lock.json``; only for a run known to be gone (a live one would lose its lock)."""
+    lock = BackupLock(open_storage(args.path), args.backup_id)
+    held = lock.read()
+    if held is not None:
+        lock.storage.delete(lock.key)
+    if args.format == "json":
+        _json_line(out, {"backup_id": args.backup_id, "removed": held is not None, "held_by": held and held.owner})
+    elif held is None:
+        out.write(f"backup {args.backup_id} is not locked\n")
+    else:
+        out.write(f"removed the lock of backup {args.backup_id}, held by {held.describe()}\n")
     return 0
 
 

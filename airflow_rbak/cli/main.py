@@ -1,4 +1,4 @@
-"""``rbak``: list, describe, validate and repair RBAK backups; dump segments.
+"""``rbak``: list, describe, validate and repair RBAK backups; dump segments; remove a stale lock.
 
 Exit codes: 0 success (a valid backup), 1 a defect or error (one line on
 stderr, no traceback), 2 a usage error. ``RBAK_DEBUG=1`` shows tracebacks.
@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     _backup_args(p)
     p.add_argument("--deep", action="store_true", help="read every segment: CRC, SHA-256, records, timestamps")
     p.set_defaults(run=commands.validate_cmd)
+
+    p = command("unlock", "Remove the lock a crashed backup run left behind (says who held it).")
+    _backup_args(p)
+    p.set_defaults(run=commands.unlock_cmd)
 
     segment = sub.add_parser("segment", help="Work with one segment file.").add_subparsers(dest="segment_command", required=True)
     p = command("dump", "Print a segment's header, then each record, one JSON line each.", segment)

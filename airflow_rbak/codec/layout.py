@@ -4,10 +4,19 @@ Vhost ``/`` is stored as ``_default``. A vhost or queue name that cannot be
 a path segment as it is (``/``, ``.``/``..``, ``%``, ``\\``, control
 characters, or a vhost literally named ``_default``) is percent-encoded, so
 every name maps to exactly one segment and no key can leave ``{backup_id}/``.
+
+A name whose encoding is longer than :data:`MAX_NAME_SEGMENT_BYTES` (a
+255-byte queue name full of ``/`` encodes to 765 bytes; file systems allow
+255 per path segment, S3 1024 per key) is shortened to the start of its
+encoding, ``%~`` and 32 hex digits of its SHA-256. Encoding never produces
+``%~`` otherwise (every ``%`` is escaped), so shortened segments cannot
+collide with plain ones; they are not reversible, and readers take such a
+queue's names from its records (:func:`is_shortened`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from airflow_rbak.codec.constants import Compression
@@ -15,6 +24,11 @@ from airflow_rbak.exceptions import ConfigurationError
 
 DEFAULT_VHOST_DIR = "_default"
 MANIFEST_NAME = "manifest.json"
+LOCK_NAME = "lock.json"
+#: Longest path segment a vhost or queue name becomes as it is; longer ones are shortened with a hash.
+MAX_NAME_SEGMENT_BYTES = 200
+SHORTENED_MARK = "%~"
+_DIGEST_HEX = 32
 
 _UNSAFE = re.compile(r"[%/\\\x00-\x1f\x7f]")
 _SEGMENT_RE = re.compile(r"^segment-(\d{4,})(\.zst|\.lz4)?$")
@@ -22,14 +36,31 @@ _BACKUP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$")
 
 
 def encode_name(name: str) -> str:
-    """Encode a queue or vhost name as one path segment, reversibly."""
+    """Encode a queue or vhost name as one path segment: reversibly, or shortened when too long."""
     if name in ("", ".", ".."):
         return "".join(f"%{b:02X}" for b in name.encode()) or "%"
-    return _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), name)
+    encoded = _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), name)
+    if len(encoded.encode("utf-8", "surrogatepass")) <= MAX_NAME_SEGMENT_BYTES:
+        return encoded
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_HEX]
+    return f"{_cut(encoded, MAX_NAME_SEGMENT_BYTES - len(SHORTENED_MARK) - _DIGEST_HEX)}{SHORTENED_MARK}{digest}"
+
+
+def _cut(encoded: str, limit: int) -> str:
+    """The longest start of ``encoded`` within ``limit`` UTF-8 bytes, never ending inside a character or an escape."""
+    head = encoded.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", errors="ignore")
+    return re.sub(r"%[0-9A-F]?$", "", head)
+
+
+def is_shortened(segment: str) -> bool:
+    """True for a path segment :func:`encode_name` shortened (its name is only in the records and manifest)."""
+    return SHORTENED_MARK in segment
 
 
 def decode_name(segment: str) -> str:
-    """Invert :func:`encode_name`."""
+    """Invert :func:`encode_name` (a shortened segment comes back as it is stored)."""
+    if is_shortened(segment):
+        return segment
     if segment == "%":
         return ""
     if "%" not in segment:
@@ -61,7 +92,7 @@ def vhost_dir(vhost: str) -> str:
 
 
 def vhost_from_dir(segment: str) -> str:
-    """Invert :func:`vhost_dir`."""
+    """Invert :func:`vhost_dir` (a shortened segment comes back as it is stored)."""
     return "/" if segment == DEFAULT_VHOST_DIR else decode_name(segment)
 
 
@@ -104,6 +135,11 @@ def rollback_definitions_key(backup_id: str, timestamp: str, compression: Compre
     return f"{check_backup_id(backup_id)}/definitions/rollback-before-import-{timestamp}{compression.extension}"
 
 
+def lock_key(backup_id: str) -> str:
+    """Where the lock of a running backup lives (``backup.lock``)."""
+    return f"{check_backup_id(backup_id)}/{LOCK_NAME}"
+
+
 def state_key(backup_id: str) -> str:
     return f"{check_backup_id(backup_id)}/state/offsets.db"
 
@@ -122,7 +158,10 @@ def compression_from_key(key: str) -> Compression:
 
 
 def parse_segment_key(key: str) -> tuple[str, str, str, int, Compression] | None:
-    """Split a segment key into (backup_id, vhost, queue, sequence, compression), or None."""
+    """Split a segment key into (backup_id, vhost, queue, sequence, compression), or None.
+
+    A shortened vhost or queue segment comes back as it is stored (see :func:`is_shortened`).
+    """
     parts = key.split("/")
     if len(parts) != 5 or parts[1] != "queues":
         return None

@@ -38,8 +38,11 @@ from airflow_rbak.codec.constants import (
     DEFAULT_ZSTD_LEVEL,
     Compression,
 )
-from airflow_rbak.codec.layout import check_backup_id, decode_name, parse_segment_key, queue_prefix, segment_key, vhost_from_dir
+from airflow_rbak.codec.layout import (
+    check_backup_id, decode_name, is_shortened, parse_segment_key, queue_prefix, segment_key, vhost_from_dir,
+)
 from airflow_rbak.codec.manifest import QUEUE_TYPES
+from airflow_rbak.codec.records import decode_record
 from airflow_rbak.codec.segment import decode_payload, iter_payload
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.storage import open_storage
@@ -118,13 +121,26 @@ def discover_staging(storage: Storage, backup_id: str) -> dict[tuple[str, str], 
     """Every staged chunk under ``{backup_id}/staging/``, grouped by (vhost, queue), in capture order."""
     prefix = f"{check_backup_id(backup_id)}/staging/"
     found: dict[tuple[str, str], list[ObjectInfo]] = {}
+    folders: dict[tuple[str, str], list[ObjectInfo]] = {}
     for info in storage.list(prefix):
         parts = info.key[len(prefix) :].split("/")
         if len(parts) == 3 and parts[2].startswith("chunk-"):
-            found.setdefault((vhost_from_dir(parts[0]), decode_name(parts[1])), []).append(info)
-    for chunks in found.values():
+            folders.setdefault((parts[0], parts[1]), []).append(info)
+    for (vhost_part, queue_part), chunks in folders.items():
         chunks.sort(key=lambda c: c.key)
+        found[_staged_names(storage, vhost_part, queue_part, chunks[0].key)] = chunks
     return found
+
+
+def _staged_names(storage: Storage, vhost_part: str, queue_part: str, first_chunk: str) -> tuple[str, str]:
+    """A staging folder's vhost and queue: decoded, or, for a shortened long name, read from its first record."""
+    if not (is_shortened(vhost_part) or is_shortened(queue_part)):
+        return vhost_from_dir(vhost_part), decode_name(queue_part)
+    header, payload = decode_payload(storage.get(first_chunk), first_chunk)
+    for raw in iter_payload(payload, header.record_count, first_chunk):
+        record = decode_record(raw)
+        return record.source_vhost, record.source_queue
+    raise EncodeError(f"{first_chunk}: a staged chunk holds no record, so its queue's long name is unknown")
 
 
 def parse_queue_refs(queues: Iterable[dict[str, Any]]) -> list[QueueRef]:

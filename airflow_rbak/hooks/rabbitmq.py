@@ -79,7 +79,10 @@ def connection_from_airflow(
         kwargs["password"] = password
     for name in _INT_EXTRAS:
         if name in extra:
-            kwargs[name] = int(extra[name])
+            try:
+                kwargs[name] = int(extra[name])
+            except (TypeError, ValueError):
+                raise ConfigurationError(f"extra {name!r} must be a number, got {extra[name]!r:.40}") from None
     for name in _STR_EXTRAS:
         if name in extra:
             kwargs[name] = str(extra[name])
@@ -87,7 +90,10 @@ def connection_from_airflow(
         if name in extra:
             kwargs[name] = extra[name] if isinstance(extra[name], bool) else str(extra[name]).lower() in _TRUE
     if "timeout" in extra:
-        kwargs["timeout"] = float(extra["timeout"])
+        try:
+            kwargs["timeout"] = float(extra["timeout"])
+        except (TypeError, ValueError):
+            raise ConfigurationError(f"extra 'timeout' must be a number of seconds, got {extra['timeout']!r:.40}") from None
     if kwargs.get("tls") and not port:
         kwargs["amqp_port"] = 5671
     return RabbitMQConnection(**kwargs)

@@ -20,7 +20,8 @@ from typing import Any, TypeVar
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_rbak.backup.run import BackupRun, BackupSettings
+from airflow_rbak.backup.lock import BackupLockedError
+from airflow_rbak.backup.run import BackupAlreadyCompleteError, BackupRun, BackupSettings
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.exceptions import ConfigurationError, RbakError
@@ -39,8 +40,15 @@ def run_step(step: str, action: Callable[[], T]) -> T:
         return action()
     except ConfigurationError as exc:
         raise AirflowFailException(f"rbak {step} failed: invalid setting: {exc}") from exc
+    except (BackupLockedError, BackupAlreadyCompleteError) as exc:  # a retry would only be refused again
+        raise AirflowFailException(f"rbak {step} failed: {exc}") from exc
     except RbakError as exc:
         raise AirflowException(f"rbak {step} failed: {exc}. A re-run resumes where this one stopped.") from exc
+
+
+def lock_owner(context: Any) -> str:
+    """The backup lock's owner for every task of one DAG run: ``<dag_id>/<run_id>``."""
+    return f"{context['ti'].dag_id}/{context['run_id']}"
 
 
 class RbakBrokerOperator(BaseOperator):
@@ -53,11 +61,15 @@ class RbakBrokerOperator(BaseOperator):
         super().__init__(**kwargs)
         self.storage_url, self.backup_id, self.rabbitmq_conn_id, self.state_dir = storage_url, backup_id, rabbitmq_conn_id, state_dir
 
-    def backup_run(self, **settings: Any) -> BackupRun:
-        """The :class:`BackupRun` for this task's connection and settings (validated before any I/O)."""
+    def backup_run(self, context: Any, **settings: Any) -> BackupRun:
+        """The :class:`BackupRun` for this task's connection and settings (validated before any I/O).
+
+        Its lock owner is the DAG run, so every task of the run works under one lock.
+        """
         return run_step("setup", lambda: BackupRun(
             RabbitMQHook(self.rabbitmq_conn_id).get_conn(),
-            BackupSettings(str(self.backup_id), str(self.storage_url), state_dir=self.location_state_dir(), **settings),
+            BackupSettings(str(self.backup_id), str(self.storage_url), state_dir=self.location_state_dir(),
+                           lock_owner=lock_owner(context), **settings),
         ))
 
     def location_state_dir(self) -> str:
@@ -75,12 +87,14 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
     The broker is contacted before anything is written, so an unreachable broker leaves no manifest.
     """
 
-    template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "vhosts", "include", "exclude", "queue_types")
+    template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "vhosts", "include", "exclude", "queue_types",
+                                      "break_lock")
 
     def __init__(self, *, vhosts: list[str] | None = None, include: list[str] | None = None, exclude: list[str] | None = None,
-                 queue_types: list[str] | None = None, **kwargs: Any) -> None:
+                 queue_types: list[str] | None = None, break_lock: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.vhosts, self.include, self.exclude, self.queue_types = vhosts, include, exclude, queue_types
+        self.break_lock = break_lock
 
     def selector(self) -> QueueSelector:
         return QueueSelector(
@@ -91,10 +105,11 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
         )
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
-        run = self.backup_run()
+        run = self.backup_run(context)
         selector = run_step("discover", self.selector)
         with ManagementClient(run.connection) as client:
             queues = run_step("discover", lambda: discover_queues(client, selector))
+            run_step("lock", lambda: run.lock.acquire(break_lock=bool(self.break_lock)))
             manifest = run_step("begin", lambda: run.begin(client))
         summary = {"backup_id": run.settings.backup_id, "queues": len(queues), "messages": sum(q.messages for q in queues),
                    "rabbitmq_version": manifest.rabbitmq_version, "source_cluster": manifest.source_cluster}
@@ -104,18 +119,21 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
 
 
 class RbakExportDefinitionsOperator(RbakBrokerOperator):
-    """Store the broker's definitions (exchanges, queues, bindings, policies, users) in the backup."""
+    """Store the broker's definitions (exchanges, queues, bindings, policies; users unless ``include_users`` is off)."""
 
-    template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "include_definitions", "compression")
+    template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "include_definitions", "compression",
+                                      "include_users")
 
-    def __init__(self, *, include_definitions: bool = True, compression: str = "zstd", **kwargs: Any) -> None:
+    def __init__(self, *, include_definitions: bool = True, compression: str = "zstd", include_users: bool = True,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.include_definitions, self.compression = include_definitions, compression
+        self.include_definitions, self.compression, self.include_users = include_definitions, compression, include_users
 
     def execute(self, context: Any) -> dict[str, Any]:
         if not self.include_definitions:
             return {"included": False}
-        run = self.backup_run(compression=self.compression)
+        run = self.backup_run(context, compression=self.compression, include_users=bool(self.include_users))
+        run_step("lock", run.lock.acquire)
         with ManagementClient(run.connection) as client:
             run_step("export definitions", lambda: run.export_definitions(client))
         definitions = run.manifests.load(run.settings.backup_id).definitions
@@ -137,7 +155,9 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
         self.rbak_queue_url: str | None = None
 
     def execute(self, context: Any) -> dict[str, Any]:
-        run = self.backup_run(compression=self.compression, allow_delivery_count_increase=self.allow_delivery_count_increase)
+        run = self.backup_run(context, compression=self.compression,
+                              allow_delivery_count_increase=self.allow_delivery_count_increase)
+        run_step("lock", run.lock.acquire)
         info = QueueInfo(**self.queue_info)
         self.rbak_queue_url = queue_url(run.connection.management_base_url, info.vhost, info.name)
         db = Path(run.settings.state_dir) / f"{run.settings.backup_id}.offsets.db"

@@ -8,9 +8,10 @@ from typing import Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
+from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.finalize import finalize_backup, manifest_summary
 from airflow_rbak.links import RbakManifestLink, manifest_url
-from airflow_rbak.operators.backup import run_step
+from airflow_rbak.operators.backup import lock_owner, run_step
 from airflow_rbak.retention import RetentionPolicy, apply_retention
 from airflow_rbak.storage import open_storage
 
@@ -25,7 +26,7 @@ def backup_asset(safe_storage_url: str) -> Asset:
 
 class RbakFinalizeManifestOperator(BaseOperator):
     """Write ``manifest.json`` last (segments from the encode report, totals, ``completed_at``), drop staging,
-    apply retention, and record an Asset event with the backup's metadata."""
+    give back the backup's lock, apply retention, and record an Asset event with the backup's metadata."""
 
     template_fields: Sequence[str] = ("storage_url", "backup_id", "encode_report_key", "captures", "retention")
     operator_extra_links = (RbakManifestLink(),)
@@ -45,7 +46,11 @@ class RbakFinalizeManifestOperator(BaseOperator):
         captures = self.captures or []
         # Index by length: iterating Airflow's lazy XCom sequence probes one past the end (a logged 404).
         captures = [captures[i] for i in range(len(captures))]
+        lock = BackupLock(storage, backup_id, lock_owner(context))
+        # The manifest is written only by the run that holds the backup (re-taken by a retry after it was given back).
+        run_step("lock", lock.acquire)
         manifest = run_step("finalize", lambda: finalize_backup(storage, backup_id, str(self.encode_report_key), captures))
+        run_step("lock", lock.release)
         self.rbak_manifest_url = manifest_url(str(self.storage_url), backup_id)
         summary = manifest_summary(manifest, storage.url)
         summary["retention_deleted"] = run_step("retention", lambda: apply_retention(

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import requests
 
-from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.broker.management import ManagementClient, addressable
 from airflow_rbak.restore.errors import DefinitionsImportError
 
 _REASON_CHARS = 300
@@ -42,10 +42,23 @@ def ensure_vhost(client: ManagementClient, vhost: str) -> bool:
     """Create ``vhost`` when missing (its creator gets full permissions); True when it was created."""
     if vhost in client.vhosts():
         return False
-    _send(client, "PUT", f"vhosts/{quote(vhost, safe='')}")
+    if addressable(vhost):
+        _send(client, "PUT", f"vhosts/{quote(vhost, safe='')}")
+        return True
+    full = {"configure": ".*", "write": ".*", "read": ".*"}
+    _send(client, "POST", "definitions", {"vhosts": [{"name": vhost}],
+                                          "permissions": [{"user": client.connection.username, "vhost": vhost, **full}]})
     return True
 
 
 def import_vhost_definitions(client: ManagementClient, vhost: str, document: dict[str, Any]) -> None:
-    """``POST /api/definitions/{vhost}``: the broker applies every item to ``vhost`` whatever it names."""
-    _send(client, "POST", f"definitions/{quote(vhost, safe='')}", document)
+    """``POST /api/definitions/{vhost}``: the broker applies every item to ``vhost`` whatever it names.
+
+    A vhost named ``.`` or ``..`` cannot be in a URL, so its items go to the global
+    endpoint, each naming the vhost.
+    """
+    if addressable(vhost):
+        _send(client, "POST", f"definitions/{quote(vhost, safe='')}", document)
+        return
+    named = {part: [{**item, "vhost": vhost} for item in items] for part, items in document.items()}
+    _send(client, "POST", "definitions", named)

@@ -24,6 +24,8 @@ from airflow_rbak.restore.settings import RestoreSettings
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 log = logging.getLogger(__name__)
+#: Reads of a segment before it is called damaged (a body cut short in transfer is not damage).
+READ_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,9 @@ def resolve_manifest(storage: Storage, backup_id: str) -> BackupManifest:
         manifest = ManifestStore(storage).load(backup_id)
     except ManifestNotFoundError as exc:
         raise BackupNotRestorableError(str(exc)) from None
+    if manifest.backup_id != backup_id:  # its keys, checkpoints and rollback snapshot must stay under backup_id/
+        raise BackupNotRestorableError(
+            f"the manifest of backup {backup_id!r} names backup {manifest.backup_id!r}; it was moved or edited")
     if manifest.completed_at is None:
         raise BackupNotRestorableError(
             f"backup {backup_id!r} did not complete (completed_at is null); re-run that backup or choose another"
@@ -204,21 +209,34 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreSettings)
     return plan, skipped, defects, verified, outside
 
 
-def verify_and_count(
-    storage: Storage, entry: QueueBackup, meta: SegmentMetadata, settings: RestoreSettings, exchanges: set[str]
-) -> tuple[SegmentCheck, int]:
-    """Verify one segment completely; count its records inside the window and note their exchanges."""
+def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata) -> tuple[SegmentCheck, bytes | None]:
     check = SegmentCheck(meta.key, entry.vhost, entry.name, meta.sequence)
     try:
         data = storage.get(meta.key)
     except ObjectNotFoundError:
         check.defects.append("missing")
-        return check, 0
+        return check, None
     except StorageError as exc:
         check.defects.append(f"cannot be read: {exc}")
-        return check, 0
+        return check, None
     check_segment_bytes(data, entry.vhost, entry.name, meta, check)
-    if not check.ok:
+    return check, data
+
+
+def verify_and_count(
+    storage: Storage, entry: QueueBackup, meta: SegmentMetadata, settings: RestoreSettings, exchanges: set[str]
+) -> tuple[SegmentCheck, int]:
+    """Verify one segment completely; count its records inside the window and note their exchanges.
+
+    A segment that fails is read again (up to :data:`READ_ATTEMPTS` reads) before it is called damaged:
+    a body cut short in transfer fails the same checks, and skipping an intact segment would lose its records.
+    """
+    check, data = _fetch_checked(storage, entry, meta)
+    for _ in range(READ_ATTEMPTS - 1):
+        if check.ok or not check.read:
+            break
+        check, data = _fetch_checked(storage, entry, meta)
+    if not check.ok or data is None:
         return check, 0
     whole = settings.time_window_start is None and settings.time_window_end is None
     if whole and settings.publish_mode == "queue":

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from airflow_rbak.codec import read_header
 from airflow_rbak.restore.errors import DamagedSegmentsError
-from airflow_rbak.restore.plan import QueuePlan
+from airflow_rbak.restore.plan import READ_ATTEMPTS, QueuePlan
 from airflow_rbak.restore.settings import RestoreSettings
 from airflow_rbak.restore.wire import WireRecord, iter_wire_records
 from airflow_rbak.storage.base import Storage
@@ -36,9 +36,12 @@ def iter_window_records(storage: Storage, queue: QueuePlan, settings: RestoreSet
     for segment in queue.segments:
         if segment.first_ordinal + segment.record_count <= start_ordinal:
             continue
-        data = storage.get(segment.key)
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != segment.checksum:
+        for _ in range(READ_ATTEMPTS):  # a body cut short in transfer looks the same as a change: read again
+            data = storage.get(segment.key)
+            digest = hashlib.sha256(data).hexdigest()
+            if digest == segment.checksum:
+                break
+        else:
             raise DamagedSegmentsError(
                 f"{segment.key} changed since the plan verified it (SHA-256 {digest}); plan the restore again",
                 {segment.key: ["SHA-256 differs from the plan's"]})

@@ -53,11 +53,14 @@ def iter_wire_records(data: bytes, name: str) -> Iterator[WireRecord]:
 
 def wire_record(raw: bytes | memoryview) -> WireRecord:
     """One record's JSON as a :class:`WireRecord` (the body array parsed in C when the accelerator is built)."""
-    body: bytes | None = None
+    obj: dict[str, Any] | None = None
     if parse_byte_array is not None and raw[:9] == _BODY_FIRST:
-        body, end = parse_byte_array(raw, len(_BODY_FIRST))
-        obj = orjson.loads(b"{" + bytes(raw[end + 1:]))
-    else:
+        try:
+            body, end = parse_byte_array(raw, len(_BODY_FIRST))
+            obj = orjson.loads(b"{" + bytes(raw[end + 1:]))
+        except ValueError:  # valid JSON the C parser does not take (``[]``, spaces): the generic path reads it
+            obj = None
+    if obj is None:
         obj = orjson.loads(raw)
         body = bytes(obj["body"]) if obj["body"] else b""
     p = obj["properties"]

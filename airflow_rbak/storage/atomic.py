@@ -41,6 +41,32 @@ def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     fsync_directory(directory)
 
 
+def create_exclusive(path: str | os.PathLike[str], data: bytes) -> bool:
+    """Create ``path`` holding ``data`` unless something is there; True when this call created it.
+
+    The bytes go to a temp file first, fsynced, then ``os.link`` puts them at
+    ``path``: the link fails if ``path`` exists, and a reader never sees a
+    partly written file.
+    """
+    target = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(target))
+    fd, temp = _make_temp(directory, os.path.basename(target))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temp, target)
+        except FileExistsError:
+            return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+    fsync_directory(directory)
+    return True
+
+
 def _make_temp(directory: str, name: str) -> tuple[int, str]:
     """Create the temp file, recreating the directory if a concurrent delete pruned it."""
     for _ in range(3):

@@ -100,6 +100,18 @@ class Storage(abc.ABC):
     def delete(self, key: str) -> None:
         """Remove the object; removing a missing object is not an error."""
 
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Store ``data`` at ``key`` only if no object is there; True when this call created it.
+
+        The check and the write are one atomic step on the backend (an exclusive
+        link on a file system, ``If-None-Match: *`` on S3), so of many callers
+        racing for one key exactly one gets True: the primitive behind
+        :class:`~airflow_rbak.backup.lock.BackupLock`. A retried call may report
+        False for an object its own lost first attempt created; callers that must
+        know compare the stored bytes with their own.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot create an object only if absent")
+
     def get_range(self, key: str, offset: int, length: int) -> bytes:
         """Return up to ``length`` bytes from ``offset``: fewer at the object's end, none past it.
 

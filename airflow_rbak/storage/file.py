@@ -9,7 +9,7 @@ import shutil
 import stat as stat_module
 from collections.abc import Iterator
 
-from airflow_rbak.storage.atomic import TEMP_PREFIX, atomic_write
+from airflow_rbak.storage.atomic import TEMP_PREFIX, atomic_write, create_exclusive
 from airflow_rbak.storage.base import (
     InvalidKeyError,
     ObjectInfo,
@@ -55,6 +55,12 @@ class FileStorage(Storage):
         path = self._path(key)
         with self._errors(key, "write"), atomic_write(path) as handle:
             handle.write(data)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create the file by an exclusive hard link of a complete temp file (atomic on local and NFS mounts)."""
+        path = self._path(key)
+        with self._errors(key, "write"):
+            return create_exclusive(path, data)
 
     def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
         """Copy a local file in chunks, so large files never sit in memory whole."""

@@ -65,6 +65,16 @@ class MemoryStorage(Storage):
         with self._objects.lock:
             self._objects.data[key] = copy
 
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Store a copy unless the key is taken, checked and set under the store's lock."""
+        check_key(key)
+        copy = bytes(data)
+        with self._objects.lock:
+            if key in self._objects.data:
+                return False
+            self._objects.data[key] = copy
+        return True
+
     def get(self, key: str) -> bytes:
         """Return the stored bytes (immutable, so no copy is needed)."""
         check_key(key)

@@ -61,6 +61,10 @@ class RetryingStorage(Storage):
         """Store, retrying: a repeated put of the same bytes is harmless."""
         self._call("put", key, lambda: self.inner.put(key, data))
 
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create only if absent, retrying; after a lost reply a retry may answer False for our own object."""
+        return self._call("put_if_absent", key, lambda: self.inner.put_if_absent(key, data))
+
     def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
         """Store a local file, retrying the whole upload."""
         self._call("put_file", key, lambda: self.inner.put_file(key, path))

@@ -123,6 +123,26 @@ class S3Storage(Storage):
             else:
                 self._client.upload_fileobj(io.BytesIO(data), self.bucket, full, Config=self._transfer)
 
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """One PutObject with ``If-None-Match: *``: S3 refuses it (412) when the key exists.
+
+        Needs a server with conditional writes (AWS S3 since 2024-08, recent MinIO,
+        moto 5); a server that ignores the header overwrites, which the caller's
+        read-back then detects for all but a narrow race.
+        """
+        full = self._full_key(key)
+        try:
+            with self._errors("write", key):
+                self._client.put_object(Bucket=self.bucket, Key=full, Body=data, IfNoneMatch="*")
+        except StorageError as error:
+            code = _error_code(error.__cause__)
+            if code == "PreconditionFailed":
+                return False
+            if code == "ConditionalRequestConflict":  # a racing conditional write is in flight: ask again
+                raise TransientStorageError(f"conditional write of {self._where(key)} conflicted; retry", key) from error
+            raise
+        return True
+
     def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
         """Stream a local file up, in parts when it is large."""
         full = self._full_key(key)

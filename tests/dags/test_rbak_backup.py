@@ -16,6 +16,7 @@ from airflow_rbak.storage import open_storage
 from tests.backup.test_run import QUEUES, expected_json, publish, settled_depths
 from tests.codec.independent_reader import read_segment
 from tests.dags.airflow_env import VENV_BIN, airflow_env, dags_test, rabbitmq_conn, run, run_facts
+from tests.reliability.secrets import distinctive_password, leaks, log_files, stored_objects
 
 # Queues beyond tests/backup/test_run.py's: a classic queue with arguments (priority, TTL, length limit).
 EXTRA = {"prio": ({"x-queue-type": "classic", "x-max-priority": 10, "x-message-ttl": 3_600_000, "x-max-length": 10_000}, 40)}
@@ -47,12 +48,14 @@ def _old_backups(location: str) -> None:
 @pytest.mark.broker
 @pytest.mark.spark
 def test_the_backup_dag_keeps_every_message_reports_its_work_and_leaves_the_queues_alone(
-    broker, vhost, seeded_queues, location, airflow_home
+    broker, vhost, seeded_queues, location, airflow_home, secret_user
 ):
-    # Given seeded queues of every type, and two older backups in the location
+    # Given seeded queues of every type, two older backups in the location, and a connection as a user with a
+    # distinctive password
     _old_backups(location)
     c = broker.connection
-    env = airflow_env(airflow_home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(c.host, c.amqp_port, c.management_port, c.stream_port))
+    env = airflow_env(airflow_home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(
+        c.host, c.amqp_port, c.management_port, c.stream_port, login=secret_user.name, password=secret_user.password))
     conf = {"storage_url": location, "backup_id": "dag-1", "vhosts": [vhost], "segment_max_bytes": 65536,
             "verify": "deep", "retention": {"keep_last": 1}}
 
@@ -83,9 +86,21 @@ def test_the_backup_dag_keeps_every_message_reports_its_work_and_leaves_the_queu
     assert not list(storage.list("dag-1/staging/"))
     # retention removed the superseded complete backup only
     assert ManifestStore(storage).backup_ids() == ["dag-1", "old-incomplete"]
-    _assert_reports(run_facts(env), storage.url, vhost, seeded_queues, manifest)
+    facts = run_facts(env)
+    _assert_reports(facts, storage.url, vhost, seeded_queues, manifest)
+    _assert_no_secrets(secret_user, done, facts, airflow_home, storage)
     if location.startswith("file:"):  # once is enough for the re-verify DAG (one more spark-submit)
         _assert_reverify(env, location)
+
+
+def _assert_no_secrets(user, done, facts: dict, airflow_home, storage) -> None:
+    """Neither the password nor its hash in the run's output, task logs, metadata DB (XCom, rendered fields),
+    Asset events or stored objects; the definitions export alone holds the hash (which proves the search works)."""
+    places = {"dags test output": done.stdout + done.stderr, "xcom and events": json.dumps(facts),
+              **log_files(airflow_home), **stored_objects(storage, skip=["/definitions/"])}
+    assert leaks(user, places) == []
+    assert any(p.startswith("log ") for p in places) and any(p.endswith("/manifest.json") for p in places)
+    assert "password hash in storage dag-1/definitions/definitions.json.zst" in leaks(user, stored_objects(storage))
 
 
 def _assert_reverify(env: dict[str, str], location: str) -> None:
@@ -135,13 +150,16 @@ def test_an_unknown_compression_is_rejected_by_the_param_schema(airflow_home, tm
 
 
 def test_an_unreachable_broker_fails_the_first_task_clearly_and_writes_no_manifest(airflow_home, tmp_path):
-    env = airflow_env(airflow_home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(amqp_port=1, management_port=1))
+    password = distinctive_password()
+    env = airflow_env(airflow_home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(amqp_port=1, management_port=1,
+                                                                                password=password))
     location = (tmp_path / "b").as_uri()
 
     done = dags_test(env, {"storage_url": location, "backup_id": "unreachable-1"})
 
     assert done.returncode != 0
     assert "rbak discover failed: management API at http://127.0.0.1:1 is unreachable" in done.stdout + done.stderr
+    assert password not in done.stdout + done.stderr  # the failure and its traceback never show the password
     facts = run_facts(env)
     assert facts["tasks"]["discover[-1]"] == "failed"
     assert {t for t, s in facts["tasks"].items() if s == "success"} == set()

@@ -1,0 +1,135 @@
+"""The lock of a running backup: ``{backup_id}/lock.json``, so two runs of one backup never interleave.
+
+A run takes the lock before it writes anything and gives it back once the
+manifest is complete. The lock is created only if absent (an exclusive link
+on a file system, ``If-None-Match: *`` on S3), then read back after a short
+pause: of runs racing for it, only the one whose lock is stored holds it,
+even on a server whose conditional write is not atomic.
+
+The holder is an *owner* string: a run of ``BackupRun`` is unique, while
+every task of one Airflow DAG run shares ``rbak_backup/<run_id>``, so a task
+retried or cleared in that run carries on and any other run is refused.
+
+A run that crashes leaves its lock behind. The error names the holder, its
+host, process and age; when that run is known to be gone, take the lock over
+with ``break_lock`` (a setting and a DAG param) or remove it with
+``rbak unlock``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from dataclasses import asdict, dataclass
+
+import orjson
+
+from airflow_rbak.codec.layout import check_backup_id, lock_key
+from airflow_rbak.exceptions import RbakError
+from airflow_rbak.storage.base import ObjectNotFoundError, Storage
+
+log = logging.getLogger(__name__)
+#: Seconds between creating the lock and reading it back.
+DEFAULT_CONFIRM_AFTER = 0.2
+
+
+class BackupLockedError(RbakError):
+    """Another run holds the backup's lock, or took it over while this run was working."""
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """What ``lock.json`` says: who holds the lock, where, and since when (epoch ms)."""
+
+    backup_id: str
+    owner: str
+    token: str
+    host: str
+    pid: int
+    acquired_at: int
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(asdict(self), option=orjson.OPT_INDENT_2)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, backup_id: str) -> LockInfo:
+        """Parse a lock; an unreadable one still blocks, shown as an unknown owner."""
+        try:
+            obj = orjson.loads(data)
+            return cls(**{name: obj[name] for name in cls.__dataclass_fields__})
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return cls(backup_id, "<unreadable lock.json>", "", "?", 0, 0)
+
+    def describe(self, now_ms: int | None = None) -> str:
+        age = ((now_ms or int(time.time() * 1000)) - self.acquired_at) / 60_000
+        return f"{self.owner!r} on host {self.host} (pid {self.pid}) since {age:.1f} minutes"
+
+
+class BackupLock:
+    """Take, check and give back the lock of one backup for one owner."""
+
+    def __init__(self, storage: Storage, backup_id: str, owner: str | None = None, *,
+                 confirm_after: float = DEFAULT_CONFIRM_AFTER) -> None:
+        self.storage = storage
+        self.backup_id = check_backup_id(backup_id)
+        self.key = lock_key(backup_id)
+        self.token = uuid.uuid4().hex
+        self.owner = owner or f"run {self.token[:12]}"
+        self.confirm_after = confirm_after
+
+    def read(self) -> LockInfo | None:
+        """The stored lock, or None when the backup is not locked."""
+        try:
+            return LockInfo.from_bytes(self.storage.get(self.key), self.backup_id)
+        except ObjectNotFoundError:
+            return None
+
+    def acquire(self, *, break_lock: bool = False) -> LockInfo:
+        """Take the lock, or carry on under it when this owner holds it; else :class:`BackupLockedError`.
+
+        ``break_lock`` takes over the lock found at the start (only for a holder known to be gone); a
+        lock that changes hands meanwhile belongs to a live run and is not broken.
+        """
+        held = self.read()
+        stale = held.token if held is not None and break_lock else None
+        for _ in range(5):
+            if held is not None and held.owner == self.owner:
+                return held
+            if held is not None and held.token != stale:
+                raise self._locked(held)
+            if held is not None:
+                log.warning("breaking the lock of backup %s held by %s", self.backup_id, held.describe())
+                self.storage.delete(self.key)
+            mine = LockInfo(self.backup_id, self.owner, self.token, socket.gethostname(), os.getpid(), int(time.time() * 1000))
+            self.storage.put_if_absent(self.key, mine.to_bytes())
+            time.sleep(self.confirm_after)  # a racing writer's lock lands before we read
+            held = self.read()
+            if held is not None and held.token == self.token:
+                return held
+        raise BackupLockedError(f"backup {self.backup_id!r}: could not take its lock {self.key} (it keeps changing hands)")
+
+    def check(self) -> None:
+        """Raise :class:`BackupLockedError` unless this owner holds the lock (before the manifest is written)."""
+        held = self.read()
+        if held is None or held.owner != self.owner:
+            holder = held.describe() if held else "nobody (it was removed)"
+            raise BackupLockedError(
+                f"backup {self.backup_id!r}: this run ({self.owner!r}) no longer holds its lock {self.key}, now held "
+                f"by {holder}; not writing the manifest. Check which run should finish it")
+
+    def release(self) -> bool:
+        """Give the lock back if this owner holds it; True when it was removed."""
+        held = self.read()
+        if held is None or held.owner != self.owner:
+            return False
+        self.storage.delete(self.key)
+        return True
+
+    def _locked(self, held: LockInfo) -> BackupLockedError:
+        return BackupLockedError(
+            f"backup {self.backup_id!r} is being written by another run: its lock {self.key} is held by "
+            f"{held.describe()}. Wait for that run; if it is gone (crashed or killed), run again with break_lock "
+            f"or remove the lock with `rbak unlock --path URL --backup-id {self.backup_id}`")
