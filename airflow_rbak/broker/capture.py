@@ -161,9 +161,15 @@ def check_delivery_limit(info: QueueInfo, version: str, plan: ReturnPlan, allow:
 
 
 def fingerprint(record: BackupRecord) -> str:
-    """Identity of a message independent of delivery state (tag, redelivered, capture time)."""
+    """Identity of a message independent of delivery state (tag, redelivered, capture time).
+
+    Headers count in key order: a quorum queue (3.10) re-encodes a returned message's header table sorted by
+    key when it adds ``x-delivery-count``, so the message a resumed capture receives again has the same headers
+    in another order.
+    """
     h = hashlib.sha256(record.body)
-    h.update(orjson.dumps([record.properties.to_json(), [[k, v.to_json()] for k, v in record.headers]]))
+    headers = sorted(record.headers, key=lambda pair: pair[0])
+    h.update(orjson.dumps([record.properties.to_json(), [[k, v.to_json()] for k, v in headers]]))
     h.update(f"{record.exchange}\0{record.routing_key}".encode())
     return h.hexdigest()[:32]
 
@@ -286,6 +292,7 @@ class _Run:
         self.last_tags: dict[str, int] = {}
         self.last_record: BackupRecord | None = None
         self.risk: str | None = None
+        self.stopping = False
         self.drop = QUORUM_BROKER_HEADERS if info.queue_type == "quorum" else frozenset()
         self.writer = StagingWriter(
             owner.storage, self.opts.backup_id, info.vhost, info.name, next_sequence=progress.last_chunk + 1,
@@ -373,7 +380,7 @@ class _Run:
     def _on_message(self, _ch: object, method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes) -> None:
         self.received += 1
         self.last_tags[method.consumer_tag] = method.delivery_tag
-        if self.risk is not None:
+        if self.risk is not None or self.stopping:
             return
         if self.plan.counts and self.plan.limit is not None and _delivery_count(props) + 1 >= self.plan.limit:
             self.risk = (
@@ -418,11 +425,27 @@ class _Run:
         """Cancel every consumer, then return each consumer's messages in order."""
         if not (self.conn.is_open and self.channel.is_open):
             return
+        self._receive_the_rest()
         for tag in self.consumers:
             self.channel.basic_cancel(tag)
         for tag in self.consumers:
             if tag in self.last_tags:
                 self.channel.basic_nack(self.last_tags[tag], multiple=True, requeue=True)
+
+    def _receive_the_rest(self, quiet: float = 1.0) -> None:
+        """Before cancelling a capture that stops early (an error, a limit), let the requested deliveries arrive.
+
+        pika rejects one by one the deliveries it holds undispatched when a consumer is cancelled; a quorum
+        queue would put those back ahead of the earlier messages that ``basic.nack`` returns, changing the
+        queue's order. Received here, they are only noted, and go back with the rest, in order.
+        """
+        self.stopping = True
+        idle_since = time.monotonic()
+        while self.received < self.requested and time.monotonic() - idle_since < quiet:
+            before = self.received
+            self.conn.process_data_events(time_limit=0.1)
+            if self.received != before:
+                idle_since = time.monotonic()
 
     def result(self, duration: float, depth_after: int) -> CaptureResult:
         return CaptureResult(

@@ -195,8 +195,8 @@ def reconcile(cp: QueueCheckpoint, depth: int, skip: list[Positioned]) -> QueueC
     if extra < 0:
         raise TargetChangedError(
             f"{cp.target_vhost}/{cp.target_queue} holds {depth} messages but the checkpoint expects at least "
-            f"{cp.depth_base}: something consumed or purged it during the restore. Restore into an empty queue "
-            "with a fresh checkpoint_state")
+            f"{cp.depth_base}: something consumed or purged it during the restore, or the broker restarted and dropped "
+            "its transient (delivery_mode 1) messages. Restore into an empty queue with a fresh checkpoint_state")
     if extra > len(skip):
         raise TargetChangedError(
             f"{cp.target_vhost}/{cp.target_queue} holds {extra} more messages than the checkpoint accounts for, more "

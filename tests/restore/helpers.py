@@ -24,11 +24,13 @@ def body_of(i: int, size: int) -> bytes:
     return (head + bytes((i * 7 + k) % 256 for k in range(64)) * (size // 64 + 1))[:size]
 
 
-def props_of(i: int, decimal: bool = True) -> amqp_types.TypedBasicProperties:
+def props_of(i: int, decimal: bool = True, persistent: bool = False) -> amqp_types.TypedBasicProperties:
     """Every basic property set, and headers of every wire type, varying with ``i``.
 
     ``decimal=False`` leaves out the decimal header: RabbitMQ 3.10 closes the
     connection (541 INTERNAL_ERROR) when a decimal header is published to a stream.
+    Every third message is transient (``delivery_mode`` 1) unless ``persistent``:
+    a classic queue loses transient messages when the broker restarts.
     """
     headers = (
         ("seq", H.long(i)), ("small", H.short(i % 30000)), ("name", H.long_string(f"msg-{i}")), ("ok", H.bool_(i % 2 == 0)),
@@ -38,7 +40,7 @@ def props_of(i: int, decimal: bool = True) -> amqp_types.TypedBasicProperties:
         ("price", amqp_types.decimal_value(2, i)),
     )[: None if decimal else -1]
     return amqp_types.TypedBasicProperties(
-        content_type="application/octet-stream", content_encoding="identity", delivery_mode=2 if i % 3 else 1,
+        content_type="application/octet-stream", content_encoding="identity", delivery_mode=2 if i % 3 or persistent else 1,
         priority=i % 10, correlation_id=f"c-{i}", reply_to="replies", expiration="86400000", message_id=f"m-{i}",
         timestamp=1_700_000_000 + i, type="test.event", user_id="guest", app_id="rbak-tests", cluster_id="c1",
         typed_headers=headers,
@@ -58,7 +60,7 @@ def declare(connection: RabbitMQConnection, vhost: str, queues: dict[str, str]) 
 
 
 def publish(connection: RabbitMQConnection, vhost: str, queue: str, start: int, count: int, size: int = 300,
-            decimal: bool = True) -> None:
+            decimal: bool = True, persistent: bool = False) -> None:
     """Messages ``start..start+count-1`` (every property, typed headers), all confirmed (durable) on return.
 
     Confirms are awaited together at the end: per-message confirms cost a round trip each.
@@ -77,7 +79,7 @@ def publish(connection: RabbitMQConnection, vhost: str, queue: str, start: int, 
         while not ready:
             conn.process_data_events(time_limit=0.05)
         for i in range(start, start + count):
-            impl.basic_publish("", queue, body_of(i, size), props_of(i, decimal))
+            impl.basic_publish("", queue, body_of(i, size), props_of(i, decimal, persistent))
         deadline = time.monotonic() + 60
         while len(acked) < count and time.monotonic() < deadline:
             conn.process_data_events(time_limit=0.05)
@@ -90,13 +92,14 @@ def backup(connection: RabbitMQConnection, location: str, backup_id: str, vhost:
     return BackupRun(connection, settings).run()
 
 
-def message_view(props: pika.BasicProperties, body: bytes) -> tuple:
+def message_view(props: pika.BasicProperties, body: bytes, broker_headers: bool = False) -> tuple:
     """Everything a consumer sees of a message but the broker's own headers (typed, so Short != Long)."""
-    headers = tuple(h for h in (amqp_types.headers_of(props)) if h[0] not in BROKER_HEADERS)
+    headers = tuple(h for h in (amqp_types.headers_of(props)) if broker_headers or h[0] not in BROKER_HEADERS)
     return (bytes(body), tuple(getattr(props, n) for n in PROPERTY_NAMES), headers)
 
 
-def read_queue(connection: RabbitMQConnection, vhost: str, queue: str, queue_type: str, expected: int, wait: float = 20.0) -> list[tuple]:
+def read_queue(connection: RabbitMQConnection, vhost: str, queue: str, queue_type: str, expected: int, wait: float = 20.0,
+               broker_headers: bool = False) -> list[tuple]:
     """Every message of a queue in order (a stream from its first offset), up to ``expected`` or until quiet."""
     amqp_types.install()
     found: list[tuple] = []
@@ -106,7 +109,7 @@ def read_queue(connection: RabbitMQConnection, vhost: str, queue: str, queue_typ
         args = {"x-stream-offset": "first"} if queue_type == "stream" else None
 
         def on_message(ch: Any, method: Any, props: Any, body: bytes) -> None:
-            found.append(message_view(props, body))
+            found.append(message_view(props, body, broker_headers))
             ch.basic_ack(method.delivery_tag)
 
         channel.basic_consume(queue, on_message, arguments=args)
