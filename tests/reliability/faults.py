@@ -129,6 +129,11 @@ class TriggerStorage(Storage):
         self._maybe_fire("get", key)
         return data
 
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        created = self.inner.put_if_absent(key, data)
+        self._maybe_fire("put", key)
+        return created
+
     def stat(self, key: str) -> ObjectInfo:
         return self.inner.stat(key)
 
