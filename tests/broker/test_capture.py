@@ -76,7 +76,7 @@ def test_deep_queue_captured_exactly_and_left_unchanged(broker, vhost, tmp_path,
     assert rss.growth < count * 1024 / 3, f"peak RSS grew {rss.growth / 1e6:.1f} MB"
 
     # and the queue is unchanged: same depth, same order, every message back exactly once
-    assert depth(broker.connection, vhost, "deep", count) == count
+    assert depth(broker.connection, vhost, "deep", count, wait=60) == count
     if queue_type == "classic":
         # A classic queue puts a returned message back at its own position whatever the return order,
         # so the exact depth and the head message suffice here; the full second pass is the quorum case's.
