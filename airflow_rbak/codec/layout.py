@@ -122,6 +122,15 @@ def segment_key(backup_id: str, vhost: str, queue: str, sequence: int, compressi
     return f"{queue_prefix(backup_id, vhost, queue)}segment-{sequence:04d}{compression.extension}"
 
 
+def interim_segment_key(key: str) -> str:
+    """A segment key with one more leading zero in its number: the same sequence, another object.
+
+    Compaction writes its outputs there first, so a manifest saved mid-compaction may name them.
+    """
+    head, _, name = key.rpartition("/segment-")
+    return f"{head}/segment-0{name}"
+
+
 def staging_prefix(backup_id: str, vhost: str, queue: str) -> str:
     """The folder where capture stages one queue's records for the encode job, ending in ``/``."""
     return f"{check_backup_id(backup_id)}/staging/{vhost_dir(vhost)}/{encode_name(queue)}/"

@@ -37,7 +37,7 @@ from airflow_rbak.codec.constants import (
     DEFAULT_ZSTD_LEVEL,
     Compression,
 )
-from airflow_rbak.codec.layout import compression_from_key, parse_segment_key, queue_prefix, segment_key
+from airflow_rbak.codec.layout import compression_from_key, interim_segment_key, parse_segment_key, queue_prefix, segment_key
 from airflow_rbak.codec.segment import check_level, decode_payload, encode_payload
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.storage import open_storage
@@ -91,8 +91,7 @@ class OutputSegment:
 
 def interim_key(key: str) -> str:
     """The canonical key with one more leading zero in its number: same sequence, another object."""
-    head, _, name = key.rpartition("/segment-")
-    return f"{head}/segment-0{name}"
+    return interim_segment_key(key)
 
 
 def is_canonical(backup_id: str, vhost: str, queue: str, segment: SegmentMetadata) -> bool:
