@@ -155,17 +155,22 @@ static PyObject *read_optional(cursor *c, PyObject *(*read)(cursor *)) {
     return c->i < c->n && c->s[c->i] == 'n' ? read_literal(c, "null", Py_None) : read(c);
 }
 
-/* The index of the key read next in names (a plain ASCII key followed by ':'), or -1. */
-static int read_key(cursor *c, const char *const *names, int count) {
+static int key_is(const char *name, const unsigned char *key, size_t len) {
+    return name[0] == key[0] && strncmp(name, (const char *)key, len) == 0 && name[len] == '\0';
+}
+
+/* The index of the key read next in names (a plain ASCII key followed by ':'), or -1. Keys usually
+ * come in the spec's order, so the one after the previous key (`expected`) is tried first. */
+static int read_key(cursor *c, const char *const *names, int count, int expected) {
     if (!eat(c, '"')) return -1;
     Py_ssize_t start = c->i;
     while (c->i < c->n && c->s[c->i] != '"' && c->s[c->i] != '\\') c->i++;
     if (c->i >= c->n || c->s[c->i] != '"') return -1;
     size_t len = (size_t)(c->i++ - start);
-    if (!eat(c, ':')) return -1;
+    if (len == 0 || !eat(c, ':')) return -1;
+    if (expected < count && key_is(names[expected], c->s + start, len)) return expected;
     for (int k = 0; k < count; k++)
-        if (names[k][0] == c->s[start] && strncmp(names[k], (const char *)c->s + start, len) == 0 && names[k][len] == '\0')
-            return k;
+        if (key_is(names[k], c->s + start, len)) return k;
     return -1; /* an unknown key: the Python path ignores it */
 }
 
@@ -296,21 +301,22 @@ static PyObject *read_i64(cursor *c) { return read_ranged(c, INT64_MIN, INT64_MA
 /* The properties object: absent keys are None; an unknown or repeated key sends the record to the Python path. */
 static PyObject *read_properties(cursor *c) {
     PyObject *values[N_PROPS] = {NULL}, *props = NULL;
+    int k = -1;
     if (!eat(c, '{')) return NULL;
     if (!eat(c, '}')) {
         do {
-            int k = read_key(c, rbak_props_names, N_PROPS);
+            k = read_key(c, rbak_props_names, N_PROPS, k + 1);
             if (k < 0 || values[k] != NULL) goto done;
             values[k] = read_optional(c, k == P_DELIVERY_MODE || k == P_PRIORITY ? read_u8 : k == P_TIMESTAMP ? read_i64 : read_text);
             if (values[k] == NULL) goto done;
         } while (eat(c, ','));
         if (!eat(c, '}')) goto done;
     }
-    for (int k = 0; k < N_PROPS; k++)
-        if (values[k] == NULL) values[k] = Py_NewRef(Py_None);
+    for (int j = 0; j < N_PROPS; j++)
+        if (values[j] == NULL) values[j] = Py_NewRef(Py_None);
     props = build(rbak.props_type, rbak.props_slots, values, N_PROPS);
 done:
-    for (int k = 0; k < N_PROPS; k++) Py_XDECREF(values[k]);
+    for (int j = 0; j < N_PROPS; j++) Py_XDECREF(values[j]);
     return props;
 }
 
@@ -341,19 +347,20 @@ static PyObject *read_field(cursor *c, int k) {
 
 static PyObject *decode(cursor *c) {
     PyObject *values[N_RECORD] = {NULL}, *record = NULL;
+    int k = -1;
     if (!eat(c, '{')) return NULL;
     do {
-        int k = read_key(c, rbak_record_names, N_RECORD);
+        k = read_key(c, rbak_record_names, N_RECORD, k + 1);
         if (k < 0 || values[k] != NULL || (values[k] = read_field(c, k)) == NULL) goto done;
     } while (eat(c, ','));
     if (!eat(c, '}')) goto done;
     skip_ws(c);
     if (c->i != c->n) goto done;
-    for (int k = 0; k < N_RECORD; k++)
-        if (values[k] == NULL) goto done; /* a missing field: the Python path names it */
+    for (int j = 0; j < N_RECORD; j++)
+        if (values[j] == NULL) goto done; /* a missing field: the Python path names it */
     record = build(rbak.record_type, rbak.record_slots, values, N_RECORD);
 done:
-    for (int k = 0; k < N_RECORD; k++) Py_XDECREF(values[k]);
+    for (int j = 0; j < N_RECORD; j++) Py_XDECREF(values[j]);
     return record;
 }
 
