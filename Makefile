@@ -13,7 +13,8 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The C accelerator is built by the (editable) install: rebuild when its sources change.
+$(STAMP): pyproject.toml setup.py $(wildcard airflow_rbak/codec/_speedups*.[ch])
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -e '.[test]'

@@ -6,4 +6,10 @@ and the codec uses its pure-Python path, which gives identical results.
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("airflow_rbak.codec._speedups", ["airflow_rbak/codec/_speedups.c"], optional=True)])
+_SOURCES = [f"airflow_rbak/codec/_speedups{part}.c" for part in ("", "_body", "_read", "_write")]
+
+setup(
+    ext_modules=[
+        Extension("airflow_rbak.codec._speedups", _SOURCES, depends=["airflow_rbak/codec/_speedups.h"], optional=True)
+    ]
+)

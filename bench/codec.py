@@ -103,7 +103,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     records = realistic_messages(args.mib * 1024**2)
     body_bytes = sum(len(r.body) for r in records)
-    print(f"{len(records)} messages, {body_bytes / 1e6:.1f} MB of bodies; medians of {args.repeat} runs")
+    print(f"{len(records)} messages, {body_bytes / 1e6:.1f} MB of bodies; medians of {args.repeat} runs; codec: {_build()}")
     print(f"{'codec':8} {'encode MB/s':>22} {'floor':>8} {'ratio':>6} | {'decode MB/s':>22} {'floor':>8} {'ratio':>6}")
     for compression, level in ((Compression.ZSTD, 3), (Compression.LZ4, 0), (Compression.NONE, 0)):
         segments = encode_all(records, compression)
@@ -122,6 +122,15 @@ def main(argv=None) -> None:
             f"{enc_ratio:5.2f}x | {body_bytes / dec / 1e6:9.0f} ({payload_bytes / dec / 1e6:5.0f} payload) "
             f"{body_bytes / dec_floor / 1e6:8.0f} {dec_ratio:5.2f}x"
         )
+
+
+def _build() -> str:
+    """Which codec build runs: the C accelerator (and its SSSE3 body reader) or the pure-Python path."""
+    from airflow_rbak.codec import records
+
+    if records.accelerated_decode is None:
+        return "pure Python (C accelerator not built)"
+    return "C accelerator" + (", SSSE3 body reader" if records._speedups.vectors(None) else "")
 
 
 def _seal_floor(payload, compression, level):

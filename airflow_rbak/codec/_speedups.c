@@ -1,60 +1,91 @@
-/* Optional accelerator for the one hot loop Python cannot do quickly: reading a
- * record's body, a JSON array of byte values, into bytes. The pure-Python path
- * in records.py gives identical results; this module only makes it faster.
- * Grammar accepted (strict JSON): '[' ws ( num ws ( ',' ws num ws )* )? ']'
- * where num is 0 or [1-9][0-9]{0,2} with value <= 255. */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+/* Optional accelerator for the codec's hot loops: a record's body (a JSON array
+ * of byte values) and the objects built around it. records.py holds the
+ * reference pure-Python path; this module only makes it faster.
+ *
+ * This file: the module and its configuration. The body array:
+ * _speedups_body.c; records read: _speedups_read.c; written: _speedups_write.c. */
+#include "_speedups.h"
 
-static int is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+rbak_state rbak;
 
-static PyObject *fail(Py_buffer *view, PyObject *out, const char *msg, Py_ssize_t at) {
-    Py_XDECREF(out);
-    PyBuffer_Release(view);
-    PyErr_Format(PyExc_ValueError, "%s at byte %zd", msg, at);
-    return NULL;
-}
+const char *const rbak_record_names[N_RECORD] = {
+    "body", "properties", "headers", "exchange", "routing_key", "delivery_tag", "redelivered", "backed_up_at",
+    "source_queue", "source_vhost"};
+const char *const rbak_props_names[N_PROPS] = {
+    "content_type", "content_encoding", "delivery_mode", "priority", "correlation_id", "reply_to", "expiration",
+    "message_id", "timestamp", "type_field", "user_id", "app_id", "cluster_id"};
 
 /* parse_byte_array(buffer, pos) -> (bytes, end): pos is just after '['; end is just after ']'. */
 static PyObject *parse_byte_array(PyObject *self, PyObject *args) {
     Py_buffer view;
-    Py_ssize_t pos;
+    Py_ssize_t pos, end;
     if (!PyArg_ParseTuple(args, "y*n", &view, &pos)) return NULL;
-    const unsigned char *s = (const unsigned char *)view.buf;
-    Py_ssize_t n = view.len, i = pos, k = 0;
-    if (pos < 0 || pos > n) return fail(&view, NULL, "start outside the buffer", pos);
-    /* Every value takes a digit and a separator, so the output never exceeds half the input. */
-    PyObject *out = PyBytes_FromStringAndSize(NULL, (n - pos) / 2 + 1);
-    if (out == NULL) { PyBuffer_Release(&view); return NULL; }
-    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
-    while (i < n && is_ws(s[i])) i++;
-    if (i < n && s[i] == ']') { i++; goto done; }
-    for (;;) {
-        if (i >= n || s[i] < '0' || s[i] > '9') return fail(&view, out, "expected a byte value", i);
-        unsigned int v = s[i] - '0';
-        Py_ssize_t start = i++;
-        while (i < n && s[i] >= '0' && s[i] <= '9') {
-            if (i - start >= 3 || (v == 0)) return fail(&view, out, "not a byte value", start);
-            v = v * 10 + (s[i++] - '0');
-        }
-        if (v > 255) return fail(&view, out, "byte value over 255", start);
-        o[k++] = (unsigned char)v;
-        while (i < n && is_ws(s[i])) i++;
-        if (i < n && s[i] == ',') { i++; while (i < n && is_ws(s[i])) i++; continue; }
-        if (i < n && s[i] == ']') { i++; break; }
-        return fail(&view, out, "expected ',' or ']'", i);
-    }
-done:
+    PyObject *body = rbak_read_byte_array((const unsigned char *)view.buf, view.len, pos, &end);
     PyBuffer_Release(&view);
-    if (_PyBytes_Resize(&out, k) < 0) return NULL;
-    return Py_BuildValue("(Nn)", out, i);
+    return body == NULL ? NULL : Py_BuildValue("(Nn)", body, end);
+}
+
+/* The member descriptor of `name` on a slotted class, checked to be one. */
+static PyObject *slot_of(PyTypeObject *cls, const char *name) {
+    PyObject *slot = PyObject_GetAttrString((PyObject *)cls, name);
+    if (slot != NULL && !(PyObject_TypeCheck(slot, &PyMemberDescr_Type))) {
+        Py_DECREF(slot);
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", cls->tp_name, name);
+        return NULL;
+    }
+    return slot;
+}
+
+static int fill(PyTypeObject *cls, const char *const *names, int count, PyObject **slots, PyObject **keys) {
+    for (int i = 0; i < count; i++) {
+        Py_XSETREF(slots[i], slot_of(cls, names[i]));
+        Py_XSETREF(keys[i], PyUnicode_InternFromString(names[i]));
+        if (slots[i] == NULL || keys[i] == NULL) return -1;
+    }
+    return 0;
+}
+
+/* configure(BackupRecord, BackupProperties, HeaderValue, VOID, header_from_json, header_to_json, loads) */
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyTypeObject *record_type, *props_type, *header_type;
+    PyObject *void_value, *from_json, *to_json, *loads;
+    if (!PyArg_ParseTuple(args, "O!O!O!OOOO", &PyType_Type, &record_type, &PyType_Type, &props_type, &PyType_Type,
+                          &header_type, &void_value, &from_json, &to_json, &loads))
+        return NULL;
+    if (fill(record_type, rbak_record_names, N_RECORD, rbak.record_slots, rbak.record_keys) < 0 ||
+        fill(props_type, rbak_props_names, N_PROPS, rbak.props_slots, rbak.props_keys) < 0)
+        return NULL;
+    Py_XSETREF(rbak.kind_slot, slot_of(header_type, "kind"));
+    Py_XSETREF(rbak.value_slot, slot_of(header_type, "value"));
+    if (rbak.kind_slot == NULL || rbak.value_slot == NULL) return NULL;
+    Py_INCREF(record_type); Py_XSETREF(rbak.record_type, record_type);
+    Py_INCREF(props_type); Py_XSETREF(rbak.props_type, props_type);
+    Py_INCREF(header_type); Py_XSETREF(rbak.header_type, header_type);
+    Py_INCREF(void_value); Py_XSETREF(rbak.void_value, void_value);
+    Py_INCREF(from_json); Py_XSETREF(rbak.header_from_json, from_json);
+    Py_INCREF(to_json); Py_XSETREF(rbak.header_to_json, to_json);
+    Py_INCREF(loads); Py_XSETREF(rbak.loads, loads);
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"parse_byte_array", parse_byte_array, METH_VARARGS, "Parse a JSON array of byte values into bytes."},
+    {"configure", configure, METH_VARARGS, "Give the accelerator the record classes and the Python fallbacks."},
+    {"decode_record", rbak_decode_record, METH_O, "A record's JSON as a BackupRecord, or None: use the Python path."},
+    {"encode_record", rbak_encode_record, METH_O, "A BackupRecord's JSON as bytes, or None: use the Python path."},
+    {"read_records", rbak_read_records, METH_VARARGS, "Decode a run of framed records: (list, next offset)."},
+    {"vectors", rbak_vectors, METH_O, "Whether the body reader's SSSE3 loop runs; True/False turns it on/off (tests)."},
+    {"append_record", rbak_append_record, METH_VARARGS, "Frame a BackupRecord into a bytearray at an offset; -1: use Python."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_speedups", "RBAK codec accelerator.", -1, methods};
 
-PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__speedups(void) {
+    rbak_init_writer();
+    rbak_init_body();
+    PyObject *m = PyModule_Create(&module);
+    /* records.py uses the module only when this matches: a stale build is ignored, not half used. */
+    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", RBAK_API_VERSION) < 0) Py_CLEAR(m);
+    return m;
+}

@@ -148,7 +148,7 @@ class HeaderValue:
         if depth > MAX_DEPTH:
             raise HeaderValueError(f"header values nested deeper than {MAX_DEPTH}")
         if data == VOID:
-            return _VOID
+            return VOID_VALUE
         if not isinstance(data, dict) or len(data) != 1:
             raise HeaderValueError(f"expected a one-key object or \"Void\", got {_brief(data)}")
         ((kind, value),) = data.items()
@@ -250,4 +250,5 @@ def _trusted(kind: str, value: Any) -> HeaderValue:
     return hv
 
 
-_VOID = HeaderValue(VOID, None)
+#: The one ``Void`` value the reader returns for every ``"Void"``.
+VOID_VALUE = HeaderValue(VOID, None)

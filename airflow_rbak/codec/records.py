@@ -13,12 +13,14 @@ from typing import Any
 import numpy
 import orjson
 
-from airflow_rbak.codec.headers import HeaderValue, HeaderValueError, headers_from_json, headers_to_json
+from airflow_rbak.codec.headers import VOID_VALUE, HeaderValue, HeaderValueError, headers_from_json, headers_to_json
 
-try:  # the optional C accelerator (setup.py); without it the generic path gives the same results
-    from airflow_rbak.codec._speedups import parse_byte_array
+try:  # the optional C accelerator (setup.py); without it the Python path below gives the same results
+    from airflow_rbak.codec import _speedups
 except ImportError:  # pragma: no cover - exercised where no compiler was available
-    parse_byte_array = None
+    _speedups = None
+if getattr(_speedups, "API_VERSION", None) != 2:  # pragma: no cover - built from older sources: `pip install -e .`
+    _speedups = None
 
 PROPERTY_NAMES = (
     "content_type",
@@ -158,21 +160,22 @@ def _build(cls: type, setters: tuple, values: Any) -> Any:
 
 def encode_record(record: BackupRecord) -> bytes:
     """Serialise one record as compact JSON (no length prefix)."""
+    if accelerated_encode is not None:
+        raw = accelerated_encode(record)
+        if raw is not None:
+            return raw
     try:
         return orjson.dumps(record.to_json(), option=orjson.OPT_SERIALIZE_NUMPY)
     except (orjson.JSONEncodeError, TypeError) as exc:
         raise RecordError(f"record cannot be written as JSON: {exc}") from None
 
 
-_BODY_FIRST = b'{"body":['
-
-
 def decode_record(data: bytes | memoryview) -> BackupRecord:
     """Parse one record's JSON; :class:`RecordError` says what is wrong."""
-    if parse_byte_array is not None and data[:9] == _BODY_FIRST:
-        fast = _decode_body_first(data)
-        if fast is not None:
-            return fast
+    if accelerated_decode is not None:
+        record = accelerated_decode(data)
+        if record is not None:
+            return record
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -180,36 +183,13 @@ def decode_record(data: bytes | memoryview) -> BackupRecord:
     return record_from_json(obj)
 
 
-def _decode_body_first(data: bytes | memoryview) -> BackupRecord | None:
-    """The common case (ours and serde's field order): the body array parsed in C, the rest by orjson.
-
-    Returns None to fall back to the generic path whenever the shape is unusual.
-    """
-    try:
-        body, end = parse_byte_array(data, len(_BODY_FIRST))
-    except ValueError:
-        return None  # let the generic path produce the error message
-    if data[end : end + 1] != b",":
-        return None
-    try:
-        obj = orjson.loads(b"{" + data[end + 1 :])
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(obj, dict) or "body" in obj:
-        return None
-    obj["body"] = None
-    return record_from_json(obj, body)
-
-
-def record_from_json(obj: Any, parsed_body: bytes | None = None) -> BackupRecord:
+def record_from_json(obj: Any) -> BackupRecord:
     """Build a record from its parsed JSON object, checking every field's type."""
     if not isinstance(obj, dict):
         raise RecordError(f"record: expected an object, got {type(obj).__name__}")
     try:
         body = obj["body"]
-        if parsed_body is not None:
-            body_bytes = parsed_body
-        elif body is None:
+        if body is None:
             body_bytes = b""
         elif isinstance(body, list):
             body_bytes = bytes(body)
@@ -265,3 +245,22 @@ def _bool(obj: dict[str, Any], name: str) -> bool:
     if not isinstance(value, bool):
         raise RecordError(f"{name}: expected true or false")
     return value
+
+
+def _header_value_json(value: HeaderValue) -> bytes:
+    return orjson.dumps(value.to_json())
+
+
+def _header_value_from_json(data: Any) -> HeaderValue:
+    return HeaderValue.from_json(data, 1)  # depth 1: a value directly in the header table
+
+
+# The C reader and writer handle the common shapes and answer None for anything else; they
+# call back here for the header variants they leave to Python (floats, bytes, tables, arrays).
+accelerated_encode = accelerated_decode = accelerated_append = accelerated_read = None
+if _speedups is not None:
+    _speedups.configure(
+        BackupRecord, BackupProperties, HeaderValue, VOID_VALUE, _header_value_from_json, _header_value_json, orjson.loads
+    )
+    accelerated_encode, accelerated_decode = _speedups.encode_record, _speedups.decode_record
+    accelerated_append, accelerated_read = _speedups.append_record, _speedups.read_records

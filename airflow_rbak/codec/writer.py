@@ -18,6 +18,7 @@ from airflow_rbak.codec.constants import (
     DEFAULT_ZSTD_LEVEL,
     Compression,
 )
+from airflow_rbak.codec import records
 from airflow_rbak.codec.records import BackupRecord, encode_record
 from airflow_rbak.codec.segment import EncodedSegment, check_level, encode_payload
 from airflow_rbak.exceptions import ConfigurationError
@@ -43,7 +44,10 @@ class SegmentWriter:
             raise ConfigurationError(f"segment_max_interval_ms must be a positive integer, got {segment_max_interval_ms!r}")
         self.segment_max_bytes = segment_max_bytes
         self.segment_max_interval_ms = segment_max_interval_ms
-        self._payload = bytearray()
+        # One buffer for every segment: its first `_size` bytes are the pending payload. Keeping it
+        # spares the allocator a fresh payload-sized block (and its page faults) per segment.
+        self._buffer = bytearray()
+        self._size = 0
         self._count = 0
         self._first = 0
         self._last = 0
@@ -56,33 +60,48 @@ class SegmentWriter:
     @property
     def pending_bytes(self) -> int:
         """Uncompressed payload bytes added since the last sealed segment."""
-        return len(self._payload)
+        return self._size
 
-    def add(self, record: BackupRecord) -> list[EncodedSegment]:
-        """Add one record; return the segments this addition sealed (zero, one or two)."""
-        return self.add_encoded(encode_record(record), record.backed_up_at)
+    def add(self, record: BackupRecord) -> tuple[EncodedSegment, ...]:
+        """Add one record; return the segments this addition sealed (zero, one or two).
 
-    def add_encoded(self, record_json: bytes | memoryview, backed_up_at: int) -> list[EncodedSegment]:
+        A tuple, the empty one when nothing was sealed: no allocation per record.
+        """
+        backed_up_at = record.backed_up_at
+        append = records.accelerated_append
+        if append is not None and not (self._count and backed_up_at - self._first >= self.segment_max_interval_ms):
+            # The C writer frames the record straight into the buffer; nothing counts until _added.
+            size = append(self._buffer, self._size, record)
+            if size >= 0:
+                return self._added(size, backed_up_at)
+        return self.add_encoded(encode_record(record), backed_up_at)
+
+    def add_encoded(self, record_json: bytes | memoryview, backed_up_at: int) -> tuple[EncodedSegment, ...]:
         """Add a record already in its JSON form (re-encoding staged records skips a parse)."""
-        sealed: list[EncodedSegment] = []
+        sealed: tuple[EncodedSegment, ...] = ()
         if self._count and backed_up_at - self._first >= self.segment_max_interval_ms:
-            sealed.append(self._seal())
-        if not self._count:
-            self._first = backed_up_at
-        self._last = backed_up_at
-        self._payload += _LEN.pack(len(record_json))
-        self._payload += record_json
-        self._count += 1
-        if len(self._payload) >= self.segment_max_bytes:
-            sealed.append(self._seal())
-        return sealed
+            sealed = (self._seal(),)
+        start = self._size + _LEN.size
+        end = start + len(record_json)
+        self._buffer[self._size : start] = _LEN.pack(len(record_json))
+        self._buffer[start:end] = record_json
+        return sealed + self._added(end, backed_up_at)
 
     def flush(self) -> EncodedSegment | None:
         """Seal what is pending, if anything."""
         return self._seal() if self._count else None
 
+    def _added(self, size: int, backed_up_at: int) -> tuple[EncodedSegment, ...]:
+        if not self._count:
+            self._first = backed_up_at
+        self._last = backed_up_at
+        self._count += 1
+        self._size = size
+        return (self._seal(),) if size >= self.segment_max_bytes else ()
+
     def _seal(self) -> EncodedSegment:
-        segment = encode_payload(self._payload, self._count, self._first, self._last, self.compression, self.level)
-        self._payload = bytearray()
+        with memoryview(self._buffer)[: self._size] as payload:
+            segment = encode_payload(payload, self._count, self._first, self._last, self.compression, self.level)
+        self._size = 0
         self._count = 0
         return segment

@@ -1,0 +1,62 @@
+/* Shared state of the codec's optional C accelerator (_speedups*.c).
+ *
+ * The accelerator reads and writes the common shape of a record; whenever it
+ * meets anything else it answers None and records.py takes the pure-Python
+ * path, which is the reference: the two give identical results (held equal by
+ * tests/codec/test_speedups.py). */
+#ifndef RBAK_SPEEDUPS_H
+#define RBAK_SPEEDUPS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#define RBAK_API_VERSION 2 /* records.py checks it: bump it when the module's functions change */
+
+enum { N_RECORD = 10, N_PROPS = 13 };
+enum { F_BODY, F_PROPERTIES, F_HEADERS, F_EXCHANGE, F_ROUTING_KEY, F_DELIVERY_TAG, F_REDELIVERED, F_BACKED_UP_AT,
+       F_SOURCE_QUEUE, F_SOURCE_VHOST };
+enum { P_DELIVERY_MODE = 2, P_PRIORITY = 3, P_TIMESTAMP = 8 };
+
+/* Set once by configure() from records.py; NULL until then (the functions then answer None). */
+typedef struct {
+    PyTypeObject *record_type, *props_type, *header_type;
+    PyObject *record_slots[N_RECORD]; /* member descriptors, in the spec's field order */
+    PyObject *props_slots[N_PROPS];
+    PyObject *kind_slot, *value_slot; /* HeaderValue.kind, HeaderValue.value */
+    PyObject *record_keys[N_RECORD];  /* the JSON keys as str, spec order */
+    PyObject *props_keys[N_PROPS];
+    PyObject *void_value;             /* the shared HeaderValue("Void") the Python reader returns */
+    PyObject *loads;                  /* orjson.loads */
+    PyObject *header_from_json;       /* Python reader of one header value the C reader leaves to it */
+    PyObject *header_to_json;         /* Python writer of one header value (returns its JSON bytes) */
+} rbak_state;
+
+extern rbak_state rbak;
+extern const char *const rbak_record_names[N_RECORD];
+extern const char *const rbak_props_names[N_PROPS];
+
+/* The body's JSON array of byte values from s[pos..n), pos just after '['; *end is set just after ']'.
+ * NULL with ValueError when the array is malformed. */
+PyObject *rbak_read_byte_array(const unsigned char *s, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t *end);
+
+/* Python-facing functions (METH_O). */
+PyObject *rbak_decode_record(PyObject *self, PyObject *data);
+PyObject *rbak_encode_record(PyObject *self, PyObject *record);
+PyObject *rbak_append_record(PyObject *self, PyObject *args);
+PyObject *rbak_read_records(PyObject *self, PyObject *args);
+PyObject *rbak_vectors(PyObject *self, PyObject *enable);
+void rbak_init_writer(void);
+void rbak_init_body(void);
+
+/* A slot of a trusted instance: new reference, NULL with an exception when unset. */
+static inline PyObject *rbak_get(PyObject *slot, PyObject *obj) {
+    return Py_TYPE(slot)->tp_descr_get(slot, obj, (PyObject *)Py_TYPE(obj));
+}
+
+/* Set a slot of a fresh instance (the frozen dataclass's __setattr__ is bypassed, as records._build does). */
+static inline int rbak_set(PyObject *slot, PyObject *obj, PyObject *value) {
+    return Py_TYPE(slot)->tp_descr_set(slot, obj, value);
+}
+
+#endif

@@ -1,0 +1,318 @@
+/* Writing a record's JSON exactly as orjson.dumps(record.to_json()) does (serde's
+ * compact form, spec order). Strings, integers, booleans and the body are written
+ * here; header variants other than strings, integers, Bool and Void (floats,
+ * bytes, tables, arrays) are written by orjson through a Python callback. Any
+ * value of an unexpected type makes the writer answer None, and records.py's
+ * Python path then writes the record or raises its RecordError. */
+#include "_speedups.h"
+
+#include <string.h>
+
+/* Each byte value as JSON text with its comma ("0," ... "255,", padded to 4 bytes) and that text's length. */
+typedef struct {
+    char text[4];
+    uint32_t len;
+} byte_text;
+
+static byte_text byte_texts[256];
+static const char HEX[] = "0123456789abcdef";
+
+void rbak_init_writer(void) {
+    for (int v = 0; v < 256; v++) {
+        char tmp[8] = {0};
+        byte_texts[v].len = (uint32_t)PyOS_snprintf(tmp, sizeof tmp, "%d,", v);
+        memcpy(byte_texts[v].text, tmp, 4);
+    }
+}
+
+typedef struct {
+    PyObject *out; /* a bytes object of its own, grown as needed and cut to size at the end;
+                      NULL: a fixed region of the caller's buffer, and running out of it fails */
+    char *p, *end;
+} wbuf;
+
+static int reserve(wbuf *b, Py_ssize_t need) {
+    if (b->end - b->p >= need) return 0;
+    if (b->out == NULL) return -1;
+    Py_ssize_t used = b->p - PyBytes_AS_STRING(b->out), size = PyBytes_GET_SIZE(b->out) * 3 / 2;
+    if (size < used + need) size = used + need;
+    if (_PyBytes_Resize(&b->out, size) < 0) return -1;
+    b->p = PyBytes_AS_STRING(b->out) + used;
+    b->end = PyBytes_AS_STRING(b->out) + size;
+    return 0;
+}
+
+static int put(wbuf *b, const char *s, Py_ssize_t n) {
+    if (reserve(b, n) < 0) return -1;
+    memcpy(b->p, s, (size_t)n);
+    b->p += n;
+    return 0;
+}
+
+#define PUT_LITERAL(b, s) put((b), (s), (Py_ssize_t)(sizeof(s) - 1))
+
+/* A JSON string as serde and orjson escape it: '"', '\\' and control characters only. */
+static int put_str(wbuf *b, PyObject *str) {
+    Py_ssize_t n, extra = 0;
+    const unsigned char *u = (const unsigned char *)PyUnicode_AsUTF8AndSize(str, &n);
+    if (u == NULL) return -1; /* lone surrogates: orjson refuses them, so the Python path reports it */
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (u[i] < 0x20 || u[i] == '"' || u[i] == '\\')
+            extra += (u[i] == '\b' || u[i] == '\f' || u[i] == '\n' || u[i] == '\r' || u[i] == '\t' || u[i] >= 0x20) ? 1 : 5;
+    if (reserve(b, n + extra + 2) < 0) return -1;
+    char *p = b->p;
+    *p++ = '"';
+    if (extra == 0) {
+        memcpy(p, u, (size_t)n);
+        p += n;
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            unsigned char c = u[i];
+            if (c >= 0x20 && c != '"' && c != '\\') { *p++ = (char)c; continue; }
+            *p++ = '\\';
+            switch (c) {
+            case '"': *p++ = '"'; break;
+            case '\\': *p++ = '\\'; break;
+            case '\b': *p++ = 'b'; break;
+            case '\f': *p++ = 'f'; break;
+            case '\n': *p++ = 'n'; break;
+            case '\r': *p++ = 'r'; break;
+            case '\t': *p++ = 't'; break;
+            default: *p++ = 'u'; *p++ = '0'; *p++ = '0'; *p++ = HEX[c >> 4]; *p++ = HEX[c & 15];
+            }
+        }
+    }
+    *p++ = '"';
+    b->p = p;
+    return 0;
+}
+
+/* An int that fits 64 bits, signed or unsigned (orjson's range; beyond it the Python path raises). */
+static int put_int(wbuf *b, PyObject *v) {
+    char tmp[24], *q = tmp + sizeof tmp;
+    int overflow, negative = 0;
+    unsigned long long u;
+    if (!PyLong_CheckExact(v)) return -1;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (overflow < 0) return -1;
+    if (overflow > 0) {
+        u = PyLong_AsUnsignedLongLong(v);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    } else {
+        negative = x < 0;
+        u = negative ? 0ULL - (unsigned long long)x : (unsigned long long)x;
+    }
+    do { *--q = (char)('0' + u % 10); u /= 10; } while (u);
+    if (negative) *--q = '-';
+    return put(b, q, tmp + sizeof tmp - q);
+}
+
+/* `{"name":` for the first key of an object, `,"name":` for the others (names are short ASCII). */
+static int put_key(wbuf *b, int index, const char *name) {
+    size_t len = strlen(name);
+    if (reserve(b, (Py_ssize_t)len + 4) < 0) return -1;
+    char *p = b->p;
+    *p++ = index ? ',' : '{';
+    *p++ = '"';
+    memcpy(p, name, len);
+    p += len;
+    *p++ = '"';
+    *p++ = ':';
+    b->p = p;
+    return 0;
+}
+
+/* Optional str or int (None is null); anything else is left to the Python path. */
+static int put_scalar(wbuf *b, PyObject *v, int is_int) {
+    if (v == Py_None) return PUT_LITERAL(b, "null");
+    if (is_int) return put_int(b, v);
+    return PyUnicode_CheckExact(v) ? put_str(b, v) : -1;
+}
+
+/* Every byte's text is stored 4 bytes wide and the output advances by its true length; four bytes of
+ * the body per step (one load) keep the table lookups independent of one another. */
+static char *put_byte_values(const unsigned char *restrict s, Py_ssize_t n, char *restrict p) {
+    Py_ssize_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+#if defined(__GNUC__) || defined(__clang__)
+        if ((i & 63) == 0) __builtin_prefetch(s + i + 512);
+#endif
+        const byte_text *t0 = &byte_texts[s[i]], *t1 = &byte_texts[s[i + 1]], *t2 = &byte_texts[s[i + 2]], *t3 = &byte_texts[s[i + 3]];
+        memcpy(p, t0->text, 4);
+        p += t0->len;
+        memcpy(p, t1->text, 4);
+        p += t1->len;
+        memcpy(p, t2->text, 4);
+        p += t2->len;
+        memcpy(p, t3->text, 4);
+        p += t3->len;
+    }
+    for (; i < n; i++) {
+        memcpy(p, byte_texts[s[i]].text, 4);
+        p += byte_texts[s[i]].len;
+    }
+    return p;
+}
+
+static int put_body(wbuf *b, PyObject *body) {
+    if (!PyBytes_CheckExact(body)) return -1;
+    Py_ssize_t n = PyBytes_GET_SIZE(body);
+    if (n == 0) return PUT_LITERAL(b, "null");
+    if (reserve(b, 4 * n + 4) < 0) return -1;
+    char *p = put_byte_values((const unsigned char *)PyBytes_AS_STRING(body), n, b->p + 1);
+    b->p[0] = '[';
+    p[-1] = ']';
+    b->p = p;
+    return 0;
+}
+
+static int put_properties(wbuf *b, PyObject *props) {
+    if (Py_TYPE(props) != rbak.props_type) return -1;
+    for (int i = 0; i < N_PROPS; i++) {
+        if (put_key(b, i, rbak_props_names[i]) < 0) return -1;
+        PyObject *v = rbak_get(rbak.props_slots[i], props);
+        int rc = v == NULL ? -1 : put_scalar(b, v, i == P_DELIVERY_MODE || i == P_PRIORITY || i == P_TIMESTAMP);
+        Py_XDECREF(v);
+        if (rc < 0) return -1;
+    }
+    return put(b, "}", 1);
+}
+
+/* {"Kind":value} for the string, integer and Bool variants, "Void", or orjson's bytes for the rest. */
+static int put_header_value(wbuf *b, PyObject *hv, PyObject *kind, PyObject *value) {
+    Py_ssize_t n;
+    const char *k = PyUnicode_CheckExact(kind) ? PyUnicode_AsUTF8AndSize(kind, &n) : NULL;
+    if (k == NULL) return -1;
+    int is_str = (n == 10 && memcmp(k, "LongString", 10) == 0) || (n == 11 && memcmp(k, "ShortString", 11) == 0);
+    int is_int = (n == 4 && memcmp(k, "Long", 4) == 0) || (n == 5 && memcmp(k, "Short", 5) == 0) ||
+                 (n == 9 && memcmp(k, "Timestamp", 9) == 0);
+    int is_bool = n == 4 && memcmp(k, "Bool", 4) == 0 && PyBool_Check(value);
+    if (n == 4 && memcmp(k, "Void", 4) == 0 && value == Py_None) return PUT_LITERAL(b, "\"Void\"");
+    if ((is_str && PyUnicode_CheckExact(value)) || (is_int && PyLong_CheckExact(value)) || is_bool) {
+        if (put(b, "{", 1) < 0 || put_str(b, kind) < 0 || put(b, ":", 1) < 0) return -1;
+        int rc = is_bool ? (value == Py_True ? PUT_LITERAL(b, "true") : PUT_LITERAL(b, "false"))
+                 : is_int ? put_int(b, value) : put_str(b, value);
+        return rc < 0 ? -1 : put(b, "}", 1);
+    }
+    PyObject *raw = PyObject_CallOneArg(rbak.header_to_json, hv);
+    int rc = raw != NULL && PyBytes_CheckExact(raw) ? put(b, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw)) : -1;
+    Py_XDECREF(raw);
+    return rc;
+}
+
+static int put_headers(wbuf *b, PyObject *headers) {
+    if (!PyTuple_CheckExact(headers) || put(b, "[", 1) < 0) return -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(headers); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(headers, i), *hv;
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0)))
+            return -1;
+        hv = PyTuple_GET_ITEM(pair, 1);
+        if (Py_TYPE(hv) != rbak.header_type) return -1;
+        if ((i && put(b, ",", 1) < 0) || put(b, "[", 1) < 0 || put_str(b, PyTuple_GET_ITEM(pair, 0)) < 0 ||
+            put(b, ",", 1) < 0)
+            return -1;
+        PyObject *kind = rbak_get(rbak.kind_slot, hv), *value = kind ? rbak_get(rbak.value_slot, hv) : NULL;
+        int rc = value == NULL ? -1 : put_header_value(b, hv, kind, value);
+        Py_XDECREF(kind);
+        Py_XDECREF(value);
+        if (rc < 0 || put(b, "]", 1) < 0) return -1;
+    }
+    return put(b, "]", 1);
+}
+
+static int put_field(wbuf *b, int i, PyObject *v) {
+    if (put_key(b, i, rbak_record_names[i]) < 0) return -1;
+    switch (i) {
+    case F_BODY: return put_body(b, v);
+    case F_PROPERTIES: return put_properties(b, v);
+    case F_HEADERS: return put_headers(b, v);
+    case F_DELIVERY_TAG:
+    case F_BACKED_UP_AT: return put_int(b, v);
+    case F_REDELIVERED: return v == Py_True ? PUT_LITERAL(b, "true") : v == Py_False ? PUT_LITERAL(b, "false") : -1;
+    default: return PyUnicode_CheckExact(v) ? put_str(b, v) : -1;
+    }
+}
+
+static int put_record(wbuf *b, PyObject *record) {
+    for (int i = 0; i < N_RECORD; i++) {
+        PyObject *v = rbak_get(rbak.record_slots[i], record);
+        int rc = v == NULL ? -1 : put_field(b, i, v);
+        Py_XDECREF(v);
+        if (rc < 0) return -1;
+    }
+    return put(b, "}", 1);
+}
+
+/* Room for a record's JSON: the body's array takes at most 4 bytes per byte. */
+static Py_ssize_t size_hint(PyObject *record) {
+    PyObject *body = rbak_get(rbak.record_slots[F_BODY], record);
+    Py_ssize_t size = body != NULL && PyBytes_Check(body) ? 4 * PyBytes_GET_SIZE(body) + 512 : 512;
+    Py_XDECREF(body);
+    PyErr_Clear();
+    return size;
+}
+
+/* The record's JSON as a new bytes object, or NULL with no exception: leave the record to Python.
+ * It is written into a buffer of its own: a header value written by the Python callback may let
+ * another thread run, and nothing else may move the memory being written meanwhile. */
+static PyObject *record_json(PyObject *record) {
+    if (rbak.record_type == NULL || Py_TYPE(record) != rbak.record_type) return NULL;
+    Py_ssize_t size = size_hint(record);
+    wbuf b = {PyBytes_FromStringAndSize(NULL, size), NULL, NULL};
+    if (b.out == NULL) { PyErr_Clear(); return NULL; }
+    b.p = PyBytes_AS_STRING(b.out);
+    b.end = b.p + size;
+    if (put_record(&b, record) < 0 || _PyBytes_Resize(&b.out, b.p - PyBytes_AS_STRING(b.out)) < 0) {
+        Py_XDECREF(b.out);
+        PyErr_Clear();
+        return NULL;
+    }
+    return b.out;
+}
+
+PyObject *rbak_encode_record(PyObject *self, PyObject *record) {
+    PyObject *json = record_json(record);
+    return json != NULL ? json : Py_NewRef(Py_None);
+}
+
+/* append_record(buffer, used, record) -> int: the record's u32 length prefix and JSON written into
+ * the bytearray at offset `used`; returns the offset after it, or -1 to leave the record to Python.
+ * Bytes past `used` are the caller's scratch: SegmentWriter keeps one buffer for all its segments.
+ *
+ * The JSON goes straight into the buffer when the room set aside for it is enough (it nearly always
+ * is). The buffer is exported meanwhile, so a header value written by the Python callback (which may
+ * let another thread run) cannot resize the memory being written; otherwise it is written apart. */
+PyObject *rbak_append_record(PyObject *self, PyObject *args) {
+    PyObject *buffer, *record;
+    Py_ssize_t used;
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "O!nO", &PyByteArray_Type, &buffer, &used, &record)) return NULL;
+    Py_ssize_t size = PyByteArray_GET_SIZE(buffer), room = 4 + size_hint(record);
+    if (used < 0 || used > size) return PyErr_Format(PyExc_ValueError, "offset %zd is outside the buffer", used);
+    if (rbak.record_type == NULL || Py_TYPE(record) != rbak.record_type) return PyLong_FromLong(-1);
+    if (used + room > size && PyByteArray_Resize(buffer, used + room > size + size / 2 ? used + room : size + size / 2) < 0)
+        return NULL; /* no memory, or the buffer is exported (a memoryview of it is alive) */
+    if (PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE) < 0) return NULL;
+    char *at = (char *)view.buf + used;
+    wbuf b = {NULL, at + 4, at + room};
+    int written = put_record(&b, record) == 0;
+    Py_ssize_t length = b.p - at - 4;
+    PyBuffer_Release(&view);
+    if (!written || length > 0xFFFFFFFFLL) {
+        PyErr_Clear();
+        PyObject *json = record_json(record); /* room ran out, or a shape left to Python */
+        if (json == NULL) return PyLong_FromLong(-1);
+        length = PyBytes_GET_SIZE(json);
+        Py_ssize_t need = used + 4 + length;
+        if (length > 0xFFFFFFFFLL || (need > PyByteArray_GET_SIZE(buffer) && PyByteArray_Resize(buffer, need) < 0)) {
+            Py_DECREF(json);
+            return length > 0xFFFFFFFFLL ? PyLong_FromLong(-1) : NULL;
+        }
+        at = PyByteArray_AS_STRING(buffer) + used;
+        memcpy(at + 4, PyBytes_AS_STRING(json), (size_t)length);
+        Py_DECREF(json);
+    }
+    for (int k = 0; k < 4; k++) at[k] = (char)((length >> (8 * k)) & 0xFF);
+    return PyLong_FromSsize_t(used + 4 + length);
+}
