@@ -81,7 +81,10 @@ class StagingWriter:
         self.level = level
         self.max_records, self.max_bytes = max_records, max_bytes
         self.on_chunk, self.seal_state = on_chunk, seal_state
-        self._payload = bytearray()
+        # Records are framed into a buffer that is reused, two of them in the background (one filling, one being
+        # stored): a fresh buffer grown record by record was copied over and over and cost more than compressing.
+        self._buffer, self._spare = bytearray(), bytearray()
+        self._size = 0
         self._count = 0
         self._first = self._last = 0
         self.chunks_written = 0
@@ -93,10 +96,14 @@ class StagingWriter:
         if not self._count:
             self._first = backed_up_at
         self._last = backed_up_at
-        self._payload += _LEN.pack(len(record_json))
-        self._payload += record_json
+        start, end = self._size, self._size + 4 + len(record_json)
+        if end > len(self._buffer):
+            self._buffer.extend(bytes(max(end, self.max_bytes) - len(self._buffer)))
+        _LEN.pack_into(self._buffer, start, len(record_json))
+        self._buffer[start + 4 : end] = record_json
+        self._size = end
         self._count += 1
-        if self._count >= self.max_records or len(self._payload) >= self.max_bytes:
+        if self._count >= self.max_records or end >= self.max_bytes:
             return self.flush(wait=False)
         return None
 
@@ -112,9 +119,10 @@ class StagingWriter:
         sealed = self._seal()
         if self._thread is None:
             return None if sealed is None else self._store(*sealed)
-        self._wait()
+        self._wait()  # the spare buffer is free again once the chunk it holds is stored
         if sealed is not None:
             self._storing = self._thread.submit(self._store, *sealed)
+            self._buffer, self._spare = self._spare, self._buffer
         if wait:
             self._wait()
         return None
@@ -129,20 +137,22 @@ class StagingWriter:
         if storing is not None:
             storing.result()
 
-    def _seal(self) -> tuple[bytearray, int, int, int, int, Any] | None:
+    def _seal(self) -> tuple[memoryview, int, int, int, int, Any] | None:
         if not self._count:
             return None
         state = self.seal_state() if self.seal_state else None
-        sealed = (self._payload, self._count, self._first, self._last, self.sequence, state)
+        sealed = (memoryview(self._buffer)[: self._size], self._count, self._first, self._last, self.sequence, state)
         self.sequence += 1
-        self._payload, self._count = bytearray(), 0
+        self._size = self._count = 0
         return sealed
 
-    def _store(self, payload: bytearray, count: int, first: int, last: int, sequence: int, state: Any) -> StagedChunk:
-        segment = encode_payload(payload, count, first, last, self.compression, self.level)
+    def _store(self, payload: memoryview, count: int, first: int, last: int, sequence: int, state: Any) -> StagedChunk:
+        with payload:  # released once encoded, so that its buffer may grow again
+            segment = encode_payload(payload, count, first, last, self.compression, self.level)
+            size = len(payload)
         key = chunk_key(self.backup_id, self.vhost, self.queue, sequence, self.compression)
         self.storage.put(key, segment.data)
-        chunk = StagedChunk(key, sequence, count, len(segment.data), len(payload), state)
+        chunk = StagedChunk(key, sequence, count, len(segment.data), size, state)
         self.chunks_written += 1
         if self.on_chunk is not None:
             self.on_chunk(chunk)

@@ -111,7 +111,7 @@ def frame_record(record: BackupRecord) -> bytes:
 
 
 def encode_payload(
-    payload: bytes | bytearray,
+    payload: bytes | bytearray | memoryview,
     record_count: int,
     first_timestamp: int,
     last_timestamp: int,
@@ -122,7 +122,7 @@ def encode_payload(
     compression = Compression.parse(compression)
     check_level(compression, level)
     header = SegmentHeader(compression, record_count, first_timestamp, last_timestamp)
-    body = header.pack() + compress(bytes(payload), compression, level)
+    body = header.pack() + compress(payload, compression, level)
     data = body + _FOOTER.pack(zlib.crc32(body), END_MAGIC)
     return EncodedSegment(data, header, len(payload), hashlib.sha256(data).hexdigest())
 

@@ -95,11 +95,15 @@ def test_limits_must_be_positive():
         StagingWriter(open_storage("memory://"), "b1", "/", "q", max_records=0)
 
 
-def test_in_the_background_chunks_are_stored_in_order_with_the_state_at_their_last_record():
+@pytest.mark.parametrize(("limits", "expected"), [
+    ({"max_records": 10}, [(1, 10, 10), (2, 10, 20), (3, 5, 25)]),
+    ({"max_bytes": 1}, [(n, 1, n) for n in range(1, 26)]),  # every record outgrows the reused buffer
+])
+def test_in_the_background_chunks_are_stored_in_order_with_the_state_at_their_last_record(limits, expected):
     # Given a background writer whose caller counts records as it adds them
     storage, chunks, added = open_storage("memory://"), [], [0]
-    writer = StagingWriter(storage, "b1", "/", "q", max_records=10, on_chunk=chunks.append, seal_state=lambda: added[0],
-                           background=True)
+    writer = StagingWriter(storage, "b1", "/", "q", on_chunk=chunks.append, seal_state=lambda: added[0], background=True,
+                           **limits)
 
     # When 25 records are added and flushed
     for i in range(25):
@@ -109,7 +113,7 @@ def test_in_the_background_chunks_are_stored_in_order_with_the_state_at_their_la
     writer.close()
 
     # Then every chunk is stored, in order, each with the count as it closed, and the records read back in order
-    assert [(c.sequence, c.record_count, c.state) for c in chunks] == [(1, 10, 10), (2, 10, 20), (3, 5, 25)]
+    assert [(c.sequence, c.record_count, c.state) for c in chunks] == expected
     keys = list_chunks(storage, "b1", "/", "q")
     assert [r for key in keys for r in decode_segment(storage.get(key), name=key).records] == [record(i) for i in range(25)]
 
