@@ -10,9 +10,10 @@ and ack pattern. Each round times the capture and the baseline back to back
 per-round ratios, robust to a noisy neighbour. MB/s counts message bodies.
 The capture stages to a local folder (zstd, 8 MiB chunks) and returns every
 message, so its time includes staging and the return; the baseline's does not.
-"return wait" is the part of the capture spent waiting for the broker to
-re-enqueue the returned messages (quorum queues apply returns asynchronously);
-the last column leaves it out.
+"return wait" is the part of the capture spent returning the messages and
+waiting until the queue's depth shows them back; "ratio w/o wait" leaves it
+out. The CPU columns are this process's CPU time per message (the capture's
+staging thread included): less noisy than wall time on a shared machine.
 
     scripts/rabbitmq.sh start
     .venv/bin/python bench/capture.py [--count 50000] [--size 1024] [--repeat 3] [--types classic,quorum,stream]
@@ -21,6 +22,7 @@ the last column leaves it out.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -56,10 +58,10 @@ def publish(conn: RabbitMQConnection, vhost: str, queue: str, count: int, size: 
 
 
 def bare_consume(conn: RabbitMQConnection, vhost: str, queue: str, count: int, prefetch: int, ack_every: int,
-                 arguments: dict | None = None) -> tuple[float, int]:
-    """Receive ``count`` messages with a do-nothing callback; return (seconds, body bytes)."""
+                 arguments: dict | None = None) -> tuple[float, int, float]:
+    """Receive ``count`` messages with a do-nothing callback; return (seconds, body bytes, CPU seconds)."""
     got = [0, 0]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     with pika.BlockingConnection(conn.pika_parameters(vhost)) as c:
         ch = c.channel()
         ch.basic_qos(prefetch_count=prefetch)
@@ -73,28 +75,29 @@ def bare_consume(conn: RabbitMQConnection, vhost: str, queue: str, count: int, p
         ch.basic_consume(queue, on_message, arguments=arguments)
         while got[0] < count:
             c.process_data_events(time_limit=0.25)
-    return time.perf_counter() - started, got[1]
+    return time.perf_counter() - started, got[1], time.process_time() - cpu
 
 
-def run_capture(conn: RabbitMQConnection, vhost: str, queue: str, stream: bool) -> tuple[float, int, float]:
-    """One capture into a fresh local folder; return (seconds, body bytes, seconds waiting for returns to settle)."""
+def run_capture(conn: RabbitMQConnection, vhost: str, queue: str, stream: bool) -> tuple[float, int, float, float]:
+    """One capture into a fresh local folder; return (seconds, body bytes, seconds waiting for returns to settle,
+    CPU seconds of this process, the staging thread's included)."""
     with tempfile.TemporaryDirectory() as folder, ManagementClient(conn) as mg:
         info, version = describe_queue(mg, vhost, queue), mg.version()
         backup_id = f"bench-{uuid.uuid4().hex[:8]}"
         storage = open_storage(f"file://{folder}/store")
         checkpoints = CheckpointStore(f"{folder}/offsets.db", storage, backup_id)
         options = CaptureOptions(backup_id, chunk_max_records=10_000, chunk_max_bytes=8 * 1024 * 1024)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         if stream:
             result = StreamCapture(conn, storage, checkpoints, options).capture(info, start_offset=0)
         else:
             result = QueueCapture(conn, storage, checkpoints, options).capture(info, version)
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
         checkpoints.close()
-    return seconds, result.bytes, result.return_wait_s
+    return seconds, result.bytes, result.return_wait_s, cpu
 
 
-def paired(capture: Callable[[], tuple[float, int, float]], bare: Callable[[], tuple[float, int]], repeat: int, count: int) -> dict:
+def paired(capture: Callable[[], tuple[float, int, float, float]], bare: Callable[[], tuple[float, int, float]], repeat: int, count: int) -> dict:
     rounds = []
     for n in range(repeat):
         if n % 2:
@@ -111,6 +114,8 @@ def paired(capture: Callable[[], tuple[float, int, float]], bare: Callable[[], t
         "ratio": statistics.median(b[0] / c[0] for c, b in rounds),
         "return_wait_s": statistics.median(c[2] for c, _ in rounds),
         "ratio_without_wait": statistics.median(b[0] / (c[0] - c[2]) for c, b in rounds),
+        "capture_cpu_us": statistics.median(c[3] for c, _ in rounds) / count * 1e6,
+        "bare_cpu_us": statistics.median(b[2] for _, b in rounds) / count * 1e6,
     }
 
 
@@ -131,7 +136,7 @@ def bench_type(conn: RabbitMQConnection, api: Callable[..., requests.Response], 
         api("DELETE", f"vhosts/{quote(vhost, safe='')}")
 
 
-def drain_fresh_queue(conn: RabbitMQConnection, vhost: str, queue_type: str, count: int, size: int) -> tuple[float, int]:
+def drain_fresh_queue(conn: RabbitMQConnection, vhost: str, queue_type: str, count: int, size: int) -> tuple[float, int, float]:
     """Fill an identical queue (untimed), then time a bare consumer draining it."""
     name = f"bare-{uuid.uuid4().hex[:6]}"
     with pika.BlockingConnection(conn.pika_parameters(vhost)) as c:
@@ -145,9 +150,17 @@ def drain_fresh_queue(conn: RabbitMQConnection, vhost: str, queue_type: str, cou
             c.channel().queue_delete(name)
 
 
+def default_url() -> str:
+    """The private node ``scripts/rabbitmq.sh`` starts, on the ports the same environment gives it."""
+    env = os.environ.get
+    return (f"amqp://guest:guest@127.0.0.1:{env('RBAK_AMQP_PORT', '5672')}/?management_port={env('RBAK_MGMT_PORT', '15672')}"
+            f"&stream_port={env('RBAK_STREAM_PORT', '5552')}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default="amqp://guest:guest@127.0.0.1:5672/", help="broker (amqp URL with management_port/stream_port options)")
+    parser.add_argument("--url", default=default_url(), help="broker (amqp URL with management_port/stream_port options; "
+                        "default: the node scripts/rabbitmq.sh starts with the same RBAK_*_PORT variables)")
     parser.add_argument("--count", type=int, default=50_000)
     parser.add_argument("--size", type=int, default=1024, help="body bytes per message")
     parser.add_argument("--repeat", type=int, default=3)
@@ -162,11 +175,13 @@ def main(argv: list[str] | None = None) -> None:
         return r
 
     print(f"{args.count} messages x {args.size} B, median of {args.repeat} rounds")
-    print(f"{'queue':8} {'capture msg/s':>14} {'MB/s':>7} {'bare msg/s':>11} {'MB/s':>7} {'ratio':>6} {'return wait s':>14} {'ratio w/o wait':>15}")
+    print(f"{'queue':8} {'capture msg/s':>14} {'MB/s':>7} {'bare msg/s':>11} {'MB/s':>7} {'ratio':>6} {'return wait s':>14} "
+          f"{'ratio w/o wait':>15} {'CPU us/msg capture':>19} {'bare':>5}")
     for queue_type in args.types.split(","):
         r = bench_type(conn, api, queue_type, args.count, args.size, args.repeat)
         print(f"{queue_type:8} {r['capture_msg_s']:14,.0f} {r['capture_mb_s']:7.1f} {r['bare_msg_s']:11,.0f} {r['bare_mb_s']:7.1f} "
-              f"{r['ratio']:6.2f} {r['return_wait_s']:14.2f} {r['ratio_without_wait']:15.2f}", flush=True)
+              f"{r['ratio']:6.2f} {r['return_wait_s']:14.2f} {r['ratio_without_wait']:15.2f} {r['capture_cpu_us']:19.0f} "
+              f"{r['bare_cpu_us']:5.0f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -209,10 +209,28 @@ def encode_table(pairs: tuple[tuple[str, HeaderValue], ...] | list[tuple[str, He
     return struct.pack(">I", len(body)) + bytes(body)
 
 
-_SHORTSTR_FIELDS = ("content_type", "content_encoding")
-_FLAG_HEADERS = 1 << 13
-_FLAG_CONTENT_TYPE = 1 << 15
-_FLAG_CONTENT_ENCODING = 1 << 14
+_P = spec.BasicProperties
+#: The basic property list in wire order: (presence flag, attribute, wire type). ``s`` short string,
+#: ``o`` octet, ``T`` u64 timestamp, ``F`` field table.
+_PROPERTY_WIRE = (
+    (_P.FLAG_CONTENT_TYPE, "content_type", "s"), (_P.FLAG_CONTENT_ENCODING, "content_encoding", "s"),
+    (_P.FLAG_HEADERS, "headers", "F"), (_P.FLAG_DELIVERY_MODE, "delivery_mode", "o"), (_P.FLAG_PRIORITY, "priority", "o"),
+    (_P.FLAG_CORRELATION_ID, "correlation_id", "s"), (_P.FLAG_REPLY_TO, "reply_to", "s"),
+    (_P.FLAG_EXPIRATION, "expiration", "s"), (_P.FLAG_MESSAGE_ID, "message_id", "s"), (_P.FLAG_TIMESTAMP, "timestamp", "T"),
+    (_P.FLAG_TYPE, "type", "s"), (_P.FLAG_USER_ID, "user_id", "s"), (_P.FLAG_APP_ID, "app_id", "s"),
+    (_P.FLAG_CLUSTER_ID, "cluster_id", "s"),
+)
+_ABSENT = {name: None for _flag, name, _kind in _PROPERTY_WIRE if name != "headers"}
+#: What pika's ``__init__`` leaves without arguments (pika builds each incoming instance that way).
+_NO_ARGUMENTS = {**_ABSENT, "_plain_headers": None}
+
+
+@functools.lru_cache(maxsize=1024)
+def _present(flags: int) -> tuple[tuple[str, str], ...]:
+    """The (attribute, wire type) of each property a flag word announces, in wire order."""
+    return tuple((name, kind) for flag, name, kind in _PROPERTY_WIRE if flags & flag)
+_U16 = struct.Struct(">H")
+_U64 = struct.Struct(">Q")
 
 
 class TypedBasicProperties(spec.BasicProperties):
@@ -230,7 +248,10 @@ class TypedBasicProperties(spec.BasicProperties):
     def __init__(
         self, *args: Any, typed_headers: tuple[tuple[str, HeaderValue], ...] | None = None, raw_headers: bytes | None = None, **kwargs: Any
     ) -> None:
-        super().__init__(*args, **kwargs)
+        if args or kwargs:
+            super().__init__(*args, **kwargs)
+        else:  # how pika builds every incoming instance: skip its fourteen setattr calls
+            self.__dict__.update(_NO_ARGUMENTS)
         self.typed_headers = typed_headers
         #: An already encoded field table (length prefix included) to send as is: tests use it for every wire type.
         self.raw_headers = raw_headers
@@ -249,20 +270,39 @@ class TypedBasicProperties(spec.BasicProperties):
         self.__dict__["_plain_headers"] = value
 
     def decode(self, encoded: bytes, offset: int = 0) -> TypedBasicProperties:
-        (flags,) = struct.unpack_from(">H", encoded, offset)
-        if not flags & _FLAG_HEADERS or flags & 1:  # no table (or continuation words, never used by basic)
+        """Decode a content header's property list in one pass (pika's values; the table typed, see above).
+
+        Short strings are ``str`` when UTF-8 and ``bytes`` otherwise, as pika gives them. This runs once per
+        delivered message, so it touches only the properties present.
+        """
+        (flags,) = _U16.unpack_from(encoded, offset)
+        if flags & 1:  # a continuation flag word: never sent for basic (14 properties fit in one)
             super().decode(encoded, offset)
             self.typed_headers = None
             return self
+        values = self.__dict__
+        values.update(_ABSENT)
+        typed = None
         pos = offset + 2
-        for flag in (_FLAG_CONTENT_TYPE, _FLAG_CONTENT_ENCODING):
-            if flags & flag:
-                pos += 1 + encoded[pos]
-        typed, end = decode_table(encoded, pos)
-        rest = struct.pack(">H", flags & ~_FLAG_HEADERS) + encoded[offset + 2 : pos] + encoded[end:]
-        super().decode(rest, 0)
-        self.typed_headers = typed
-        self.__dict__["_plain_headers"] = _UNSET
+        for name, kind in _present(flags):
+            if kind == "s":
+                end = pos + 1 + encoded[pos]
+                raw = encoded[pos + 1 : end]
+                try:
+                    values[name] = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    values[name] = bytes(raw)
+                pos = end
+            elif kind == "o":
+                values[name] = encoded[pos]
+                pos += 1
+            elif kind == "T":
+                (values[name],) = _U64.unpack_from(encoded, pos)
+                pos += 8
+            else:
+                typed, pos = decode_table(encoded, pos)
+        values["typed_headers"] = typed
+        values["_plain_headers"] = None if typed is None else _UNSET
         return self
 
     def encode(self) -> list[bytes]:
@@ -324,7 +364,8 @@ def install() -> None:
     spec.props[spec.BasicProperties.INDEX] = TypedBasicProperties
 
 
-def _text(value: Any) -> str | None:
+def property_text(value: Any) -> str | None:
+    """A short-string property as text (pika gives ``bytes`` when it is not UTF-8; the spec stores text)."""
     if value is None or isinstance(value, str):
         return value
     return bytes(value).decode("utf-8", "replace")
@@ -333,19 +374,19 @@ def _text(value: Any) -> str | None:
 def properties_to_backup(props: spec.BasicProperties) -> BackupProperties:
     """The spec's BackupProperties from pika's properties (``type`` becomes ``type_field``)."""
     return BackupProperties(
-        content_type=_text(props.content_type),
-        content_encoding=_text(props.content_encoding),
+        content_type=property_text(props.content_type),
+        content_encoding=property_text(props.content_encoding),
         delivery_mode=props.delivery_mode,
         priority=props.priority,
-        correlation_id=_text(props.correlation_id),
-        reply_to=_text(props.reply_to),
-        expiration=_text(props.expiration),
-        message_id=_text(props.message_id),
+        correlation_id=property_text(props.correlation_id),
+        reply_to=property_text(props.reply_to),
+        expiration=property_text(props.expiration),
+        message_id=property_text(props.message_id),
         timestamp=props.timestamp,
-        type_field=_text(props.type),
-        user_id=_text(props.user_id),
-        app_id=_text(props.app_id),
-        cluster_id=_text(props.cluster_id),
+        type_field=property_text(props.type),
+        user_id=property_text(props.user_id),
+        app_id=property_text(props.app_id),
+        cluster_id=property_text(props.cluster_id),
     )
 
 

@@ -5,44 +5,24 @@ How it works, and why:
 * Every message present at the start (the passive-declare depth, the
   *target*) is consumed without ack and staged as it arrives; memory holds
   one staging chunk, never the queue.
-* Consumers form a staircase: consumer *k* gets prefetch
-  ``min(window, target - already requested)``. Without acks a consumer gets
-  exactly its prefetch and then nothing (FIELD-NOTES), so consumer *k+1*
-  opens only when *k* is full, every message goes to exactly one consumer
-  in queue order, the total never exceeds the target, and neither the
-  16-bit prefetch nor the quorum default of 2,000 caps the depth.
-* At the end every consumer is cancelled first (nothing can be redelivered
-  to us), then the messages go back per consumer in order with
-  ``basic.nack(multiple, requeue)``; order and depth are unchanged.
-* Quorum queues count every return toward ``x-delivery-count`` (RabbitMQ
-  < 4.3 also for nack). Where a delivery limit is in force the capture is
-  refused before the first message, unless explicitly allowed; then it
-  stops as soon as a message would reach the limit.
-
-The delivery-limit rule, exactly (``return_plan``, ``check_delivery_limit``,
-``_Run._on_message``). Let *L* be the effective limit (smallest of
-``x-delivery-limit``, the policy's and the operator policy's
-``delivery-limit``; 20 by default from 4.0) and *c* a message's
-``x-delivery-count`` when we receive it (absent = 0). Every return makes it
-*c + 1*; 3.10 drops or dead-letters a message whose count after a return
-exceeds *L* (measured: with *L* = 3, the fourth return loses it).
-
-* Returns count (RabbitMQ < 4.3, quorum, *L* set) and not allowed:
-  ``DeliveryLimitRiskError`` before any message is consumed. Safe however
-  often it runs.
-* Allowed (``allow_delivery_count_increase=True``): every capture spends one
-  of each message's *L* returns. The capture stops at the first message with
-  *c + 1 >= L* (one short of what 3.10 tolerates, so also safe where a
-  version drops at *c + 1 = L*), returns everything it received, and raises
-  ``DeliveryLimitRiskError``. What it cannot do is protect a message it has
-  already received: a count is visible only after delivery, and a delivered
-  message goes back with *c + 1*. So a message already at *c = L* when a
-  capture receives it is lost, and the run that stopped leaves the messages
-  it received at *c + 1 = L*: measured on 3.10 with *L* = 3, allowed runs
-  1-2 succeed, run 3 stops (no loss), run 4 loses every message it receives.
-  Allow it only when the application consumes the queue well within
-  *L - 1* captures; never schedule allowed captures after one has stopped.
-* RabbitMQ 4.3+: ``basic.nack`` does not count, so nothing is refused.
+* Consumer *k* gets prefetch ``min(window, target - already requested)``.
+  Without acks a consumer gets exactly its prefetch and then nothing
+  (FIELD-NOTES), so the prefetches add up to the target, every message
+  goes to exactly one consumer, the total never exceeds the target, and
+  neither the 16-bit prefetch nor the quorum default of 2,000 caps the
+  depth. On a quorum queue the consumers form a staircase: *k+1* opens only
+  when *k* is full, so each holds one run of the queue (quorum returns go
+  back per consumer). On a classic queue they all open at once and share
+  the deliveries, which still arrive in queue order on their one channel,
+  and a returned message goes back to its own position; so the broker
+  never waits for the client between steps.
+* At the end every consumer is cancelled first (nothing can be delivered
+  to us any more), then everything goes back in order, by ``basic.nack``
+  or by closing the consuming channels (:mod:`.returns` says which, and
+  why), and the capture waits until the queue's depth shows them back.
+  Quorum queues count every return toward ``x-delivery-count``; where a
+  delivery limit is in force the capture is refused before the first
+  message, unless explicitly allowed (:mod:`.returns`).
 """
 
 from __future__ import annotations
@@ -54,24 +34,20 @@ from dataclasses import dataclass
 
 import orjson
 import pika
-import pika.exceptions
+from pika.adapters.blocking_connection import BlockingChannel
 
 from airflow_rbak.broker import amqp_types
+from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS, close_quietly, open_connection
 from airflow_rbak.broker.checkpoints import CheckpointStore, QueueProgress
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.discovery import QueueInfo, effective_delivery_limit, parse_version
-from airflow_rbak.broker.errors import (
-    BrokerAuthError,
-    BrokerError,
-    BrokerUnreachableError,
-    CaptureIntegrityError,
-    CaptureInterruptedError,
-    DeliveryLimitRiskError,
-)
+from airflow_rbak.broker.delivery_json import delivery_record_json
+from airflow_rbak.broker.discovery import QueueInfo
+from airflow_rbak.broker.errors import BrokerError, CaptureIntegrityError, CaptureInterruptedError, DeliveryLimitRiskError
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.broker.returns import CONSUMERS_PER_CHANNEL, ReturnPlan, check_delivery_limit, return_plan
 from airflow_rbak.broker.staging import StagedChunk, StagingWriter
 from airflow_rbak.codec.constants import Compression
-from airflow_rbak.codec.records import BackupRecord, encode_record
+from airflow_rbak.codec.records import BackupRecord
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.base import Storage
 
@@ -79,7 +55,6 @@ log = logging.getLogger(__name__)
 MAX_PREFETCH = 65535
 #: Broker-owned headers that are state, not part of the published message.
 QUORUM_BROKER_HEADERS = frozenset({"x-delivery-count"})
-_CONNECTION_ERRORS = (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError, pika.exceptions.StreamLostError, OSError)
 
 
 @dataclass(frozen=True)
@@ -90,8 +65,9 @@ class CaptureOptions:
     compression: Compression = Compression.ZSTD
     chunk_max_records: int = 5000
     chunk_max_bytes: int = 8 * 1024 * 1024
-    #: Unacked messages per consumer (the staircase step), 1-65535.
-    window: int = 20000
+    #: Unacked messages per consumer (the staircase step), 1-65535. The largest by default: on a quorum queue each
+    #: further consumer waits for the broker to register it through its Raft log (0.1-0.5 s measured on 3.10).
+    window: int = MAX_PREFETCH
     #: Back up quorum queues whose returns count toward a delivery limit.
     allow_delivery_count_increase: bool = False
     #: Seconds without a delivery before the queue is checked for having been drained by someone else.
@@ -125,39 +101,9 @@ class CaptureResult:
     #: Streams: SHA-256 of the message at ``last_offset``, so the next backup can tell the stream was re-created.
     last_fingerprint: str | None = None
     consumer_offsets: dict[str, int] | None = None
-    #: Seconds spent waiting for the broker to re-enqueue returned messages (quorum queues apply returns
-    #: asynchronously; included in ``duration_s``).
+    #: Seconds spent returning the messages and waiting until the queue's depth shows them back (the broker
+    #: re-enqueues asynchronously; the last chunk is stored meanwhile). Included in ``duration_s``.
     return_wait_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class ReturnPlan:
-    """How captured messages go back, and whether that counts toward a delivery limit."""
-
-    method: str  # "nack"
-    counts: bool
-    limit: int | None
-
-
-def return_plan(info: QueueInfo, version: str) -> ReturnPlan:
-    """Decide how returns behave on this broker for this queue (see FIELD-NOTES)."""
-    v = parse_version(version)
-    if info.queue_type != "quorum":
-        return ReturnPlan("nack", counts=False, limit=None)
-    limit = effective_delivery_limit(info, v)
-    return ReturnPlan("nack", counts=v < (4, 3, 0), limit=limit)
-
-
-def check_delivery_limit(info: QueueInfo, version: str, plan: ReturnPlan, allow: bool) -> None:
-    """Refuse, before any message is touched, a capture whose returns would count toward a limit."""
-    if plan.counts and plan.limit is not None and not allow:
-        raise DeliveryLimitRiskError(
-            f"refusing to back up quorum queue {info.name!r} in vhost {info.vhost!r}: RabbitMQ {version} counts every "
-            f"returned message toward its delivery limit of {plan.limit}, so each backup raises every message's "
-            "x-delivery-count by one and repeated backups would drop or dead-letter messages. Remove the limit, "
-            "upgrade to RabbitMQ 4.3+ (where basic.nack does not count), or set allow_delivery_count_increase=True "
-            "(the capture then stops before any message reaches the limit)."
-        )
 
 
 def fingerprint(record: BackupRecord) -> str:
@@ -172,22 +118,6 @@ def fingerprint(record: BackupRecord) -> str:
     h.update(orjson.dumps([record.properties.to_json(), [[k, v.to_json()] for k, v in headers]]))
     h.update(f"{record.exchange}\0{record.routing_key}".encode())
     return h.hexdigest()[:32]
-
-
-def open_connection(connection: RabbitMQConnection, vhost: str) -> pika.BlockingConnection:
-    """A blocking AMQP connection with typed errors (never showing the password)."""
-    amqp_types.install()
-    try:
-        return pika.BlockingConnection(connection.pika_parameters(vhost))
-    except pika.exceptions.ProbableAuthenticationError:
-        raise BrokerAuthError(f"AMQP login refused for user {connection.username!r} on vhost {vhost!r}") from None
-    except pika.exceptions.ProbableAccessDeniedError:
-        raise BrokerAuthError(f"user {connection.username!r} may not access vhost {vhost!r}") from None
-    except (pika.exceptions.AMQPError, OSError) as exc:
-        raise BrokerUnreachableError(
-            f"cannot connect to RabbitMQ at {connection.host}:{connection.amqp_port} (vhost {vhost!r}): "
-            f"{type(exc).__name__}; check host, amqp_port and that the broker is running"
-        ) from None
 
 
 class QueueCapture:
@@ -214,17 +144,19 @@ class QueueCapture:
         plan = return_plan(info, broker_version)
         check_delivery_limit(info, broker_version, plan, opts.allow_delivery_count_increase)
         conn = open_connection(self.connection, info.vhost)
+        run: _Run | None = None
         try:
             run = _Run(self, conn, info, plan, done)
             try:
                 run.consume()
-                run.finish_staging()
             finally:
                 run.give_back()
-            settle_started = time.monotonic()
+            # The broker re-enqueues while the last chunk is written; the depth check then confirms it.
+            run.finish_staging()
             depth_after = run.settled_depth()
-            run.return_wait_s = time.monotonic() - settle_started
-        except _CONNECTION_ERRORS as exc:
+        except CONNECTION_ERRORS as exc:
+            if run is not None:
+                run.writer.close()  # the chunk being stored commits its checkpoint first
             raise CaptureInterruptedError(
                 f"capture of {info.queue_type} queue {info.name!r} in vhost {info.vhost!r} was interrupted "
                 f"({type(exc).__name__}) after {run_staged(self, info)} staged messages. No message was removed: "
@@ -232,21 +164,15 @@ class QueueCapture:
                 "to resume."
             ) from None
         finally:
-            _close_quietly(conn)
+            if run is not None:
+                run.writer.close()
+            close_quietly(conn)
         return run.result(time.monotonic() - started, depth_after)
 
 
 def run_staged(capture: QueueCapture, info: QueueInfo) -> int:
     progress = capture.checkpoints.get(capture.options.backup_id, info.vhost, info.name)
     return progress.staged_records if progress else 0
-
-
-def _close_quietly(conn: pika.BlockingConnection) -> None:
-    try:
-        if conn.is_open:
-            conn.close()
-    except Exception:  # noqa: BLE001 - the connection may already be gone
-        pass
 
 
 def _result_from(p: QueueProgress, duration: float, skipped: bool = False) -> CaptureResult:
@@ -282,22 +208,31 @@ class _Run:
         self.channel = conn.channel()
         if progress is None:
             progress = QueueProgress(self.opts.backup_id, info.vhost, info.name, info.queue_type, target_count=self.initial_depth())
-            self.checkpoints.save(progress)
+            # Committed locally only: the first chunk's checkpoint uploads it, and before that there is nothing to resume.
+            self.checkpoints.save(progress, sync=False)
         self.progress = progress
         self.target, self.skip = progress.target_count, progress.staged_records
         self.staged, self.staged_bytes = progress.staged_records, progress.staged_bytes
         self.received = self.requested = 0
         self.return_wait_s = 0.0
-        self.consumers: list[str] = []
-        self.last_tags: dict[str, int] = {}
-        self.last_record: BackupRecord | None = None
+        #: (channel, consumer tag, prefetch) in opening order; ``channels`` are those opened for "close".
+        self.consumers: list[tuple[BlockingChannel, str, int]] = []
+        self.channels: list[BlockingChannel] = []
+        #: The highest delivery tag received (tags count up per channel; a nack with ``multiple`` returns all before it).
+        self.last_tag = 0
+        # A classic queue puts a returned message back at its own position, so its consumers may all open at once
+        # and share the deliveries; a quorum queue returns per consumer, so there each opens once the last is full.
+        self.interleave = info.queue_type == "classic"
+        self.watch_limit = plan.counts and plan.limit is not None
+        #: The last staged delivery, for the checkpoint's fingerprint (a record is built once per chunk, not per message).
+        self.last_delivery: tuple[pika.spec.Basic.Deliver, pika.spec.BasicProperties, bytes] | None = None
         self.risk: str | None = None
         self.stopping = False
         self.drop = QUORUM_BROKER_HEADERS if info.queue_type == "quorum" else frozenset()
         self.writer = StagingWriter(
             owner.storage, self.opts.backup_id, info.vhost, info.name, next_sequence=progress.last_chunk + 1,
             compression=self.opts.compression, max_records=self.opts.chunk_max_records,
-            max_bytes=self.opts.chunk_max_bytes, on_chunk=self._on_chunk,
+            max_bytes=self.opts.chunk_max_bytes, on_chunk=self._on_chunk, seal_state=self._seal_state, background=True,
         )
 
     def depth(self) -> int:
@@ -326,6 +261,15 @@ class _Run:
                         "capturing by the management API's count", self.info.name, self.info.vhost, reported)
         return reported
 
+    def await_depth(self, expected: int, wait: float) -> int:
+        """Poll the exact depth until it reaches ``expected`` or ``wait`` seconds pass; return the last answer."""
+        deadline = time.monotonic() + wait
+        depth = self.depth()
+        while depth < expected and time.monotonic() < deadline:
+            time.sleep(0.02)
+            depth = self.depth()
+        return depth
+
     def settled_depth(self, wait: float | None = None) -> int:
         """Depth after the return; quorum queues apply returns asynchronously (and may answer 0, see
         :meth:`initial_depth`), so wait, then ask the management API.
@@ -336,31 +280,37 @@ class _Run:
         """
         if wait is None:
             wait = min(10.0 + self.target / 1000, 120.0)
-        deadline = time.monotonic() + wait
-        depth = self.depth()
-        while depth < self.target and time.monotonic() < deadline:
-            time.sleep(0.1)
-            depth = self.depth()
+        started = time.monotonic()
+        depth = self.await_depth(self.target, wait)
         # The management API's figure is sampled every few seconds: give it one more interval to catch up.
         deadline = time.monotonic() + wait
         while depth < self.target and self.info.queue_type == "quorum" and time.monotonic() < deadline:
             depth = max(depth, _management_ready(self.connection, self.info))
             if depth < self.target:
                 time.sleep(1.0)
+        self.return_wait_s += time.monotonic() - started
         return depth
+
+    def _consumer_channel(self) -> BlockingChannel:
+        if self.plan.method == "nack":
+            return self.channel
+        if len(self.consumers) % CONSUMERS_PER_CHANNEL == 0:
+            self.channels.append(self.conn.channel())
+        return self.channels[-1]
 
     def _open_consumer(self) -> None:
         step = min(self.opts.window, self.target - self.requested)
-        self.channel.basic_qos(prefetch_count=step)
-        tag = self.channel.basic_consume(self.info.name, self._on_message, auto_ack=False, consumer_tag=f"rbak-{len(self.consumers) + 1:05d}")
-        self.consumers.append(tag)
+        channel = self._consumer_channel()
+        channel.basic_qos(prefetch_count=step)
+        tag = channel.basic_consume(self.info.name, self._on_message, auto_ack=False, consumer_tag=f"rbak-{len(self.consumers) + 1:05d}")
+        self.consumers.append((channel, tag, step))
         self.requested += step
 
     def consume(self) -> None:
         """Receive ``target`` messages (staging those past a resumed run's ``skip``)."""
         idle_since = time.monotonic()
         while self.received < self.target and self.risk is None:
-            if self.received == self.requested:
+            while self.requested < self.target and (self.interleave or self.received == self.requested):
                 self._open_consumer()
             before = self.received
             self.conn.process_data_events(time_limit=0.25)
@@ -385,40 +335,62 @@ class _Run:
         )
 
     def _on_message(self, _ch: object, method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes) -> None:
+        """Stage one delivery (runs once per message: keep it lean)."""
         self.received += 1
-        self.last_tags[method.consumer_tag] = method.delivery_tag
-        if self.risk is not None or self.stopping:
+        self.last_tag = method.delivery_tag
+        if self.risk is not None or self.stopping or (self.watch_limit and self._reaches_limit(props)):
             return
-        if self.plan.counts and self.plan.limit is not None and _delivery_count(props) + 1 >= self.plan.limit:
-            self.risk = (
-                f"stopped the backup of quorum queue {self.info.name!r} in vhost {self.info.vhost!r}: message "
-                f"{self.received} has x-delivery-count {_delivery_count(props)}, and returning it again would bring it "
-                f"to the queue's delivery limit of {self.plan.limit}. The messages were returned; this queue cannot "
-                "be backed up safely by consume-and-return until its messages are consumed or the limit is raised."
-            )
-            return
-        now_ms = int(time.time() * 1000)
-        record = amqp_types.record_from_delivery(
-            method, props, body, queue=self.info.name, vhost=self.info.vhost, backed_up_at=now_ms, drop_headers=self.drop
-        )
         if self.received <= self.skip:
-            if self.received == self.skip and self.progress.last_fingerprint not in (None, fingerprint(record)):
-                self.risk = None
-                raise CaptureIntegrityError(
-                    f"queue {self.info.name!r} in vhost {self.info.vhost!r} changed since the interrupted run: message "
-                    f"{self.skip} is not the one staged last. Start a new backup_id."
-                )
+            if self.received == self.skip:
+                self._check_resume_point(method, props, body)
             return
         self.staged += 1
         self.staged_bytes += len(body)
-        self.last_record = record
-        self.writer.add(encode_record(record), now_ms)
+        self.last_delivery = (method, props, body)
+        now_ms = int(time.time() * 1000)
+        self.writer.add(
+            delivery_record_json(method, props, body, queue=self.info.name, vhost=self.info.vhost, backed_up_at=now_ms,
+                                 drop_headers=self.drop),
+            now_ms,
+        )
+
+    def _reaches_limit(self, props: pika.spec.BasicProperties) -> bool:
+        """Whether returning this message would bring it to the delivery limit; if so, stop (``risk``)."""
+        count = _delivery_count(props)
+        if self.plan.limit is None or count + 1 < self.plan.limit:
+            return False
+        self.risk = (
+            f"stopped the backup of quorum queue {self.info.name!r} in vhost {self.info.vhost!r}: message "
+            f"{self.received} has x-delivery-count {count}, and returning it again would bring it "
+            f"to the queue's delivery limit of {self.plan.limit}. The messages were returned; this queue cannot "
+            "be backed up safely by consume-and-return until its messages are consumed or the limit is raised."
+        )
+        return True
+
+    def _check_resume_point(self, method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes) -> None:
+        """A resumed run's last skipped message must be the one the interrupted run staged last."""
+        if self.progress.last_fingerprint not in (None, self._fingerprint(method, props, body)):
+            raise CaptureIntegrityError(
+                f"queue {self.info.name!r} in vhost {self.info.vhost!r} changed since the interrupted run: message "
+                f"{self.skip} is not the one staged last. Start a new backup_id."
+            )
+
+    def _fingerprint(self, method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes) -> str:
+        record = amqp_types.record_from_delivery(method, props, body, queue=self.info.name, vhost=self.info.vhost,
+                                                 backed_up_at=0, drop_headers=self.drop)
+        return fingerprint(record)
+
+    def _seal_state(self) -> tuple[int, int, str]:
+        """The checkpoint of a chunk as it closes: staged so far, and the fingerprint of its last message."""
+        assert self.last_delivery is not None
+        return self.staged, self.staged_bytes, self._fingerprint(*self.last_delivery)
 
     def _on_chunk(self, chunk: StagedChunk) -> None:
-        assert self.last_record is not None
+        """Commit a stored chunk's checkpoint (on the staging thread; chunks arrive in order)."""
+        staged, staged_bytes, last_fingerprint = chunk.state
         self.progress = QueueProgress(
-            **{**self.progress.__dict__, "staged_records": self.staged, "staged_bytes": self.staged_bytes,
-               "last_chunk": chunk.sequence, "last_fingerprint": fingerprint(self.last_record)}
+            **{**self.progress.__dict__, "staged_records": staged, "staged_bytes": staged_bytes,
+               "last_chunk": chunk.sequence, "last_fingerprint": last_fingerprint}
         )
         self.checkpoints.save(self.progress)
 
@@ -429,22 +401,26 @@ class _Run:
         self.checkpoints.save(self.progress)
 
     def give_back(self) -> None:
-        """Cancel every consumer, then return each consumer's messages in order."""
-        if not (self.conn.is_open and self.channel.is_open):
+        """Cancel every consumer, then return each consumer's messages in order (``ReturnPlan.method``)."""
+        if not self.conn.is_open:
             return
+        started = time.monotonic()
         self._receive_the_rest()
-        for tag in self.consumers:
-            self.channel.basic_cancel(tag)
-        for tag in self.consumers:
-            if tag in self.last_tags:
-                self.channel.basic_nack(self.last_tags[tag], multiple=True, requeue=True)
+        for channel, tag, _step in self.consumers:
+            if channel.is_open:
+                channel.basic_cancel(tag)
+        if self.plan.method == "close":
+            self._close_in_order()
+        elif self.last_tag and self.channel.is_open:  # "nack": every consumer is on this channel
+            self.channel.basic_nack(self.last_tag, multiple=True, requeue=True)
+        self.return_wait_s += time.monotonic() - started
 
     def _receive_the_rest(self, quiet: float = 1.0) -> None:
         """Before cancelling a capture that stops early (an error, a limit), let the requested deliveries arrive.
 
         pika rejects one by one the deliveries it holds undispatched when a consumer is cancelled; a quorum
-        queue would put those back ahead of the earlier messages that ``basic.nack`` returns, changing the
-        queue's order. Received here, they are only noted, and go back with the rest, in order.
+        queue would put those back ahead of the earlier messages returned in bulk, changing the queue's
+        order. Received here, they are only noted, and go back with the rest, in order.
         """
         self.stopping = True
         idle_since = time.monotonic()
@@ -453,6 +429,22 @@ class _Run:
             self.conn.process_data_events(time_limit=0.1)
             if self.received != before:
                 idle_since = time.monotonic()
+
+    def _close_in_order(self) -> None:
+        """Close the consuming channels one by one; each waits until the previous one's messages are back.
+
+        The broker returns a closed channel's messages when it sees the channel's process end, and two
+        channels' ends carry no order between them: without the wait a later group could queue first.
+        """
+        base = self.depth() if len(self.channels) > 1 else 0
+        returned = 0
+        for n, channel in enumerate(self.channels):
+            returned += sum(step for ch, _tag, step in self.consumers if ch is channel)
+            if channel.is_open:
+                channel.close()
+            if n + 1 < len(self.channels) and self.await_depth(base + returned, 10.0) < base + returned:
+                log.warning("queue %r in vhost %r: returned messages of consumer group %d not visible after 10s; "
+                            "returning the next group anyway", self.info.name, self.info.vhost, n + 1)
 
     def result(self, duration: float, depth_after: int) -> CaptureResult:
         return CaptureResult(

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from airflow_rbak.codec.constants import Compression
 from airflow_rbak.codec.layout import staging_prefix
@@ -38,13 +40,21 @@ class StagedChunk:
     record_count: int
     size_bytes: int
     uncompressed_bytes: int
+    #: What the writer's ``seal_state`` returned when the chunk was closed (the caller's counts at its last record).
+    state: Any = None
 
 
 class StagingWriter:
     """Buffers framed records and stores a chunk every ``max_records`` records or ``max_bytes`` bytes.
 
     ``on_chunk`` runs after each chunk is stored (the capture commits its
-    checkpoint there), so memory holds at most one chunk.
+    checkpoint there). With ``background=True`` one thread compresses and
+    stores the chunks, in order, while the caller goes on adding records:
+    memory then holds the chunk being stored and the one being filled, and
+    ``on_chunk`` runs on that thread, so what it needs from the caller comes
+    from ``seal_state``, called when the chunk is closed. :meth:`flush`
+    waits for every chunk and raises a failed store's error; :meth:`close`
+    stops the thread.
     """
 
     def __init__(
@@ -60,6 +70,8 @@ class StagingWriter:
         max_records: int = DEFAULT_CHUNK_RECORDS,
         max_bytes: int = DEFAULT_CHUNK_BYTES,
         on_chunk: Callable[[StagedChunk], None] | None = None,
+        seal_state: Callable[[], Any] | None = None,
+        background: bool = False,
     ) -> None:
         if max_records < 1 or max_bytes < 1:
             raise ConfigurationError("chunk limits must be positive")
@@ -68,40 +80,80 @@ class StagingWriter:
         self.compression = Compression.parse(compression)
         self.level = level
         self.max_records, self.max_bytes = max_records, max_bytes
-        self.on_chunk = on_chunk
-        self._payload = bytearray()
+        self.on_chunk, self.seal_state = on_chunk, seal_state
+        # Records are framed into a buffer that is reused, two of them in the background (one filling, one being
+        # stored): a fresh buffer grown record by record was copied over and over and cost more than compressing.
+        self._buffer, self._spare = bytearray(), bytearray()
+        self._size = 0
         self._count = 0
         self._first = self._last = 0
         self.chunks_written = 0
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="rbak-staging") if background else None
+        self._storing: Future[StagedChunk] | None = None
 
     def add(self, record_json: bytes, backed_up_at: int) -> StagedChunk | None:
         """Add one record's JSON; return the chunk this addition stored, if any."""
         if not self._count:
             self._first = backed_up_at
         self._last = backed_up_at
-        self._payload += _LEN.pack(len(record_json))
-        self._payload += record_json
+        start, end = self._size, self._size + 4 + len(record_json)
+        if end > len(self._buffer):
+            self._buffer.extend(bytes(max(end, self.max_bytes) - len(self._buffer)))
+        _LEN.pack_into(self._buffer, start, len(record_json))
+        self._buffer[start + 4 : end] = record_json
+        self._size = end
         self._count += 1
-        if self._count >= self.max_records or len(self._payload) >= self.max_bytes:
-            return self.flush()
+        if self._count >= self.max_records or end >= self.max_bytes:
+            return self.flush(wait=False)
         return None
 
     @property
     def pending_records(self) -> int:
         return self._count
 
-    def flush(self) -> StagedChunk | None:
-        """Store what is buffered as the next chunk (nothing when empty)."""
+    def flush(self, wait: bool = True) -> StagedChunk | None:
+        """Store what is buffered as the next chunk (nothing when empty); return it unless in the background.
+
+        In the background, ``wait=False`` only hands the chunk over (after the previous one is stored).
+        """
+        sealed = self._seal()
+        if self._thread is None:
+            return None if sealed is None else self._store(*sealed)
+        self._wait()  # the spare buffer is free again once the chunk it holds is stored
+        if sealed is not None:
+            self._storing = self._thread.submit(self._store, *sealed)
+            self._buffer, self._spare = self._spare, self._buffer
+        if wait:
+            self._wait()
+        return None
+
+    def close(self) -> None:
+        """Let a chunk being stored finish, and stop the thread (its error, if any, is :meth:`flush`'s to raise)."""
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+
+    def _wait(self) -> None:
+        storing, self._storing = self._storing, None
+        if storing is not None:
+            storing.result()
+
+    def _seal(self) -> tuple[memoryview, int, int, int, int, Any] | None:
         if not self._count:
             return None
-        segment = encode_payload(self._payload, self._count, self._first, self._last, self.compression, self.level)
-        key = chunk_key(self.backup_id, self.vhost, self.queue, self.sequence, self.compression)
-        self.storage.put(key, segment.data)
-        chunk = StagedChunk(key, self.sequence, self._count, len(segment.data), len(self._payload))
+        state = self.seal_state() if self.seal_state else None
+        sealed = (memoryview(self._buffer)[: self._size], self._count, self._first, self._last, self.sequence, state)
         self.sequence += 1
+        self._size = self._count = 0
+        return sealed
+
+    def _store(self, payload: memoryview, count: int, first: int, last: int, sequence: int, state: Any) -> StagedChunk:
+        with payload:  # released once encoded, so that its buffer may grow again
+            segment = encode_payload(payload, count, first, last, self.compression, self.level)
+            size = len(payload)
+        key = chunk_key(self.backup_id, self.vhost, self.queue, sequence, self.compression)
+        self.storage.put(key, segment.data)
+        chunk = StagedChunk(key, sequence, count, len(segment.data), size, state)
         self.chunks_written += 1
-        self._payload = bytearray()
-        self._count = 0
         if self.on_chunk is not None:
             self.on_chunk(chunk)
         return chunk

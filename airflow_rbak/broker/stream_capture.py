@@ -23,22 +23,16 @@ from dataclasses import replace
 import pika
 
 from airflow_rbak.broker import amqp_types, stream_protocol
-from airflow_rbak.broker.capture import (
-    _CONNECTION_ERRORS,
-    CaptureOptions,
-    CaptureResult,
-    _close_quietly,
-    _result_from,
-    open_connection,
-)
+from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS, close_quietly, open_connection
+from airflow_rbak.broker.capture import CaptureOptions, CaptureResult, _result_from
 from airflow_rbak.broker.checkpoints import CheckpointStore, QueueProgress
 from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.broker.delivery_json import delivery_record_json
 from airflow_rbak.broker.discovery import QueueInfo
 from airflow_rbak.broker.errors import CaptureInterruptedError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.broker.staging import StagedChunk, StagingWriter
 from airflow_rbak.broker.stream_identity import StreamMark, fingerprint_at, message_fingerprint, resume_offset
-from airflow_rbak.codec.records import encode_record
 from airflow_rbak.storage.base import Storage
 
 STREAM_BROKER_HEADERS = frozenset({"x-stream-offset"})
@@ -119,10 +113,10 @@ class StreamCapture:
         conn = open_connection(self.connection, info.vhost)
         try:
             depth = conn.channel().queue_declare(info.name, passive=True).method.message_count
-        except _CONNECTION_ERRORS as exc:
+        except CONNECTION_ERRORS as exc:
             raise CaptureInterruptedError(f"cannot read the depth of stream {info.name!r} in vhost {info.vhost!r} ({type(exc).__name__}); re-run") from None
         finally:
-            _close_quietly(conn)
+            close_quietly(conn)
         if depth:
             raise CaptureInterruptedError(
                 f"stream {info.name!r} in vhost {info.vhost!r} holds {depth} messages but its tail could not be read over "
@@ -146,19 +140,24 @@ class StreamCapture:
         state = {"progress": progress, "next": next_offset, "staged": progress.staged_records, "bytes": progress.staged_bytes,
                  "fingerprint": None}
 
-        def on_chunk(chunk: StagedChunk) -> None:
-            state["progress"] = QueueProgress(**{**state["progress"].__dict__, "staged_records": state["staged"],
-                                                 "staged_bytes": state["bytes"], "last_chunk": chunk.sequence,
-                                                 "stream_next_offset": state["next"]})
+        def on_chunk(chunk: StagedChunk) -> None:  # on the staging thread: the counts come from when the chunk closed
+            staged, staged_bytes, following = chunk.state
+            state["progress"] = QueueProgress(**{**state["progress"].__dict__, "staged_records": staged,
+                                                 "staged_bytes": staged_bytes, "last_chunk": chunk.sequence,
+                                                 "stream_next_offset": following})
             self.checkpoints.save(state["progress"])
 
         writer = StagingWriter(self.storage, self.options.backup_id, info.vhost, info.name,
                                next_sequence=progress.last_chunk + 1, compression=self.options.compression,
                                max_records=self.options.chunk_max_records, max_bytes=self.options.chunk_max_bytes,
-                               on_chunk=on_chunk)
-        if next_offset <= end:
-            self._consume(info, end, state, writer)
-        writer.flush()
+                               on_chunk=on_chunk, seal_state=lambda: (state["staged"], state["bytes"], state["next"]),
+                               background=True)
+        try:
+            if next_offset <= end:
+                self._consume(info, end, state, writer)
+            writer.flush()
+        finally:
+            writer.close()
         final = QueueProgress(**{**state["progress"].__dict__, "staged_records": state["staged"], "staged_bytes": state["bytes"],
                                  "stream_next_offset": state["next"], "completed": True})
         self.checkpoints.save(final)
@@ -180,15 +179,14 @@ class StreamCapture:
                 if offset < state["next"] or offset > end:
                     return
                 now_ms = int(time.time() * 1000)
-                record = amqp_types.record_from_delivery(method, props, body, queue=info.name, vhost=info.vhost,
-                                                         backed_up_at=now_ms, drop_headers=STREAM_BROKER_HEADERS,
-                                                         delivery_tag=offset)
+                record = delivery_record_json(method, props, body, queue=info.name, vhost=info.vhost, backed_up_at=now_ms,
+                                              drop_headers=STREAM_BROKER_HEADERS, delivery_tag=offset)
                 if offset == end:
                     state["fingerprint"] = message_fingerprint(method, props, body)
                 state["next"] = offset + 1
                 state["staged"] += 1
                 state["bytes"] += len(body)
-                writer.add(encode_record(record), now_ms)
+                writer.add(record, now_ms)
 
             channel.basic_consume(info.name, on_message, auto_ack=False, arguments={"x-stream-offset": state["next"]})
             idle_since = time.monotonic()
@@ -202,10 +200,10 @@ class StreamCapture:
                         f"stream {info.name!r} in vhost {info.vhost!r} stopped delivering at offset {state['next']} "
                         f"(tail at start {end}); the offsets may have been truncated by retention. Re-run to resume."
                     )
-        except _CONNECTION_ERRORS as exc:
+        except CONNECTION_ERRORS as exc:
             raise CaptureInterruptedError(
                 f"capture of stream {info.name!r} in vhost {info.vhost!r} was interrupted ({type(exc).__name__}) at "
                 f"offset {state['next']}; a stream is not changed by reading. Re-run the same backup_id to resume."
             ) from None
         finally:
-            _close_quietly(conn)
+            close_quietly(conn)

@@ -76,6 +76,7 @@ static PyMethodDef methods[] = {
     {"read_records", rbak_read_records, METH_VARARGS, "Decode a run of framed records: (list, next offset)."},
     {"vectors", rbak_vectors, METH_O, "Whether the body reader's SSSE3 loop runs; True/False turns it on/off (tests)."},
     {"append_record", rbak_append_record, METH_VARARGS, "Frame a BackupRecord into a bytearray at an offset; -1: use Python."},
+    {"format_byte_array", rbak_format_byte_array, METH_O, "Write bytes as a compact JSON array of byte values."},
     {NULL, NULL, 0, NULL},
 };
 

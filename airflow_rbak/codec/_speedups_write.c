@@ -316,3 +316,22 @@ PyObject *rbak_append_record(PyObject *self, PyObject *args) {
     for (int k = 0; k < 4; k++) at[k] = (char)((length >> (8 * k)) & 0xFF);
     return PyLong_FromSsize_t(used + 4 + length);
 }
+
+/* format_byte_array(buffer) -> bytes: "[0,1,255]", compact, exactly as orjson writes a numpy uint8 array
+ * (the capture builds record JSON from its parts and embeds this as an orjson.Fragment). */
+PyObject *rbak_format_byte_array(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t n = view.len;
+    /* At most "255," per value, '[' and the slack of the last four-byte copy. */
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 4 * n + 6);
+    if (out == NULL) { PyBuffer_Release(&view); return NULL; }
+    char *o = PyBytes_AS_STRING(out);
+    o[0] = '[';
+    char *p = put_byte_values((const unsigned char *)view.buf, n, o + 1);
+    PyBuffer_Release(&view);
+    if (n == 0) p++; /* no trailing comma to overwrite */
+    p[-1] = ']';
+    if (_PyBytes_Resize(&out, p - o) < 0) return NULL;
+    return out;
+}

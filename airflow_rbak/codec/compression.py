@@ -18,8 +18,8 @@ from airflow_rbak.codec.errors import DecompressionBombError, DecompressionError
 _CHUNK = 1 << 20
 
 
-def compress(payload: bytes, compression: Compression, level: int) -> bytes:
-    """Compress a whole payload as one frame (zstd level 1-22; LZ4 frame; or none)."""
+def compress(payload: bytes | bytearray | memoryview, compression: Compression, level: int) -> bytes:
+    """Compress a whole payload as one frame (zstd level 1-22; LZ4 frame; or none); any buffer, never copied first."""
     if compression is Compression.ZSTD:
         return zstandard.ZstdCompressor(level=level).compress(payload)
     if compression is Compression.LZ4:

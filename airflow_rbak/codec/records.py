@@ -19,8 +19,9 @@ try:  # the optional C accelerator (setup.py); without it the Python path below 
     from airflow_rbak.codec import _speedups
 except ImportError:  # pragma: no cover - exercised where no compiler was available
     _speedups = None
-if getattr(_speedups, "API_VERSION", None) != 2:  # pragma: no cover - built from older sources: `pip install -e .`
+if getattr(_speedups, "API_VERSION", None) != 3:  # pragma: no cover - built from older sources: `pip install -e .`
     _speedups = None
+format_byte_array = getattr(_speedups, "format_byte_array", None)
 
 PROPERTY_NAMES = (
     "content_type",
@@ -122,19 +123,32 @@ class BackupRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The record object in the spec's field order."""
-        return {
-            # orjson writes a uint8 array straight from its buffer: no Python int per byte.
-            "body": numpy.frombuffer(self.body, numpy.uint8) if self.body else None,
-            "properties": self.properties.to_json(),
-            "headers": headers_to_json(self.headers),
-            "exchange": self.exchange,
-            "routing_key": self.routing_key,
-            "delivery_tag": self.delivery_tag,
-            "redelivered": self.redelivered,
-            "backed_up_at": self.backed_up_at,
-            "source_queue": self.source_queue,
-            "source_vhost": self.source_vhost,
-        }
+        return record_object(
+            self.body, self.properties.to_json(), headers_to_json(self.headers), self.exchange, self.routing_key,
+            self.delivery_tag, self.redelivered, self.backed_up_at, self.source_queue, self.source_vhost,
+        )
+
+
+def record_object(
+    body: bytes, properties: dict[str, Any], headers: list[list[Any]], exchange: str, routing_key: str,
+    delivery_tag: int, redelivered: bool, backed_up_at: int, source_queue: str, source_vhost: str,
+) -> dict[str, Any]:
+    """A record's JSON object from its parts already in JSON form; for :func:`encode_record_object`.
+
+    The capture builds records this way straight from each delivery, without a BackupRecord in between.
+    """
+    return {
+        "body": _body_json(body) if body else None,
+        "properties": properties,
+        "headers": headers,
+        "exchange": exchange,
+        "routing_key": routing_key,
+        "delivery_tag": delivery_tag,
+        "redelivered": redelivered,
+        "backed_up_at": backed_up_at,
+        "source_queue": source_queue,
+        "source_vhost": source_vhost,
+    }
 
 
 def _setters(cls: type) -> tuple:
@@ -158,14 +172,27 @@ def _build(cls: type, setters: tuple, values: Any) -> Any:
     return obj
 
 
+def _body_json(body: bytes) -> Any:
+    """The body array for orjson: written by the C accelerator, or by orjson from a uint8 view (no Python int per
+    byte); the bytes are the same."""
+    if format_byte_array is not None:
+        return orjson.Fragment(format_byte_array(body))
+    return numpy.frombuffer(body, numpy.uint8)
+
+
 def encode_record(record: BackupRecord) -> bytes:
     """Serialise one record as compact JSON (no length prefix)."""
     if accelerated_encode is not None:
         raw = accelerated_encode(record)
         if raw is not None:
             return raw
+    return encode_record_object(record.to_json())
+
+
+def encode_record_object(obj: dict[str, Any]) -> bytes:
+    """Serialise a record object (:meth:`BackupRecord.to_json`, :func:`record_object`) as compact JSON."""
     try:
-        return orjson.dumps(record.to_json(), option=orjson.OPT_SERIALIZE_NUMPY)
+        return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
     except (orjson.JSONEncodeError, TypeError) as exc:
         raise RecordError(f"record cannot be written as JSON: {exc}") from None
 

@@ -167,6 +167,31 @@ def test_delivery_limit_refused_by_default_and_never_exceeded_when_allowed(broke
     assert depth(broker.connection, vhost, "limited", 50) == 50
 
 
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
+def test_order_survives_many_consumers_and_for_quorum_a_delivery_limit(broker, vhost, queue_type):
+    """40 consumers of 50 messages: a classic queue's consumers open at once and share the deliveries; a quorum
+    queue's return (RabbitMQ 3.10) is in hash order for a nack under a delivery limit and for a closed channel's
+    consumers past 32. Either way the capture must leave the queue in its order."""
+    # Given a queue (quorum: with a delivery limit) captured with a window of 50
+    count = 2000
+    limit = {"x-delivery-limit": 10} if queue_type == "quorum" else {}
+    declare(broker.connection, vhost, "ordered", queue_type, **limit)
+    publish(broker.connection, vhost, "ordered", count, size=64)
+    storage = open_storage("memory://")
+    options = {"window": 50, "allow_delivery_count_increase": True}
+
+    # When it is captured twice
+    first = capture_queue(broker.connection, storage, "b1", vhost, "ordered", **options)
+    again = capture_queue(broker.connection, storage, "b2", vhost, "ordered", **options)
+
+    # Then each pass staged every message in queue order, the second finding each returned once, nothing lost
+    assert (first.messages, first.depth_after, again.messages, again.depth_after) == (count, count, count, count)
+    assert [sequence_of(raw) for raw in staged_json(storage, "b1", vhost, "ordered")] == list(range(count))
+    second = staged_json(storage, "b2", vhost, "ordered")
+    assert [(sequence_of(raw), b'"redelivered":true' in raw) for raw in second] == [(i, True) for i in range(count)]
+    assert depth(broker.connection, vhost, "ordered", count) == count
+
+
 def test_broker_stopped_mid_capture_then_rerun_completes_without_duplicates(broker, vhost, tmp_path):
     # Given a durable classic queue of persistent messages
     count = 60_000

@@ -8,6 +8,8 @@ from airflow_rbak.broker.staging import StagingWriter, chunk_key, delete_staging
 from airflow_rbak.codec import BackupRecord, Compression, decode_segment, encode_record
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage import open_storage
+from airflow_rbak.storage.base import StorageError
+from airflow_rbak.storage.memory import MemoryStorage
 
 
 def record(i: int) -> BackupRecord:
@@ -91,3 +93,41 @@ def test_delete_staging_removes_only_that_queue():
 def test_limits_must_be_positive():
     with pytest.raises(ConfigurationError, match="positive"):
         StagingWriter(open_storage("memory://"), "b1", "/", "q", max_records=0)
+
+
+@pytest.mark.parametrize(("limits", "expected"), [
+    ({"max_records": 10}, [(1, 10, 10), (2, 10, 20), (3, 5, 25)]),
+    ({"max_bytes": 1}, [(n, 1, n) for n in range(1, 26)]),  # every record outgrows the reused buffer
+])
+def test_in_the_background_chunks_are_stored_in_order_with_the_state_at_their_last_record(limits, expected):
+    # Given a background writer whose caller counts records as it adds them
+    storage, chunks, added = open_storage("memory://"), [], [0]
+    writer = StagingWriter(storage, "b1", "/", "q", on_chunk=chunks.append, seal_state=lambda: added[0], background=True,
+                           **limits)
+
+    # When 25 records are added and flushed
+    for i in range(25):
+        added[0] += 1
+        writer.add(encode_record(record(i)), record(i).backed_up_at)
+    writer.flush()
+    writer.close()
+
+    # Then every chunk is stored, in order, each with the count as it closed, and the records read back in order
+    assert [(c.sequence, c.record_count, c.state) for c in chunks] == expected
+    keys = list_chunks(storage, "b1", "/", "q")
+    assert [r for key in keys for r in decode_segment(storage.get(key), name=key).records] == [record(i) for i in range(25)]
+
+
+class FailingPuts(MemoryStorage):
+    def put(self, key: str, data: bytes) -> None:
+        raise StorageError(f"disk full writing {key}")
+
+
+def test_a_background_store_that_fails_raises_at_flush_and_close_does_not_hide_it():
+    writer = StagingWriter(FailingPuts(), "b1", "/", "q", max_records=2, background=True)
+    for i in range(3):
+        writer.add(encode_record(record(i)), 0)  # the first chunk is handed over here and fails on the thread
+
+    with pytest.raises(StorageError, match="disk full"):
+        writer.flush()
+    writer.close()  # nothing left to raise: the error was reported once

@@ -13,6 +13,7 @@ import json
 import random
 import struct
 
+import numpy
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -50,6 +51,13 @@ def test_the_accelerator_is_built_here():
     missing = [name for name in ACCELERATED if getattr(records, name) is None]
 
     assert not missing, "setup.py's C extension did not build; the codec runs slower"
+    assert records.format_byte_array is not None, "the C extension was built from an older source: reinstall"
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=st.one_of(st.binary(max_size=2000), st.sampled_from([b"", b"\x00", bytes(range(256)), b"\xff" * 70_000])))
+def test_the_c_body_writer_writes_what_orjson_writes_from_a_uint8_array(body):
+    assert records.format_byte_array(body) == orjson.dumps(numpy.frombuffer(body, numpy.uint8), option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 @needs_c

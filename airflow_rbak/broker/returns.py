@@ -1,0 +1,95 @@
+"""How a capture gives its messages back, and when returning them would harm a quorum queue.
+
+Every captured message was delivered without ack; at the end all of them go
+back, in order (the capture cancels its consumers first, so nothing can be
+delivered to it again):
+
+* ``"nack"``: one ``basic.nack(multiple, requeue)`` on the consuming channel
+  returns everything. Classic queues, and quorum queues from RabbitMQ 4.3
+  (where a nack does not count toward a delivery limit). A classic queue
+  puts each returned message back at its own position.
+* ``"close"``: closing the consuming channels. Quorum queues before 4.3,
+  where a nack counts toward the limit just as a close does, and RabbitMQ
+  3.10 handles it far worse (measured on 3.10.8): without a delivery limit
+  it reads every nacked message back from the Raft log and appends it again
+  (50,000 messages of 1 KiB kept the queue's leader busy 2 to 8 s, during
+  which it answers its count as 0: a capture started then backed up
+  nothing, or failed); with a limit it puts each consumer's messages back
+  in hash order, scrambling the queue. A closed channel's messages go back
+  in memory within about 0.1 s, in delivery order per consumer and in
+  consumer-tag order across that channel's consumers, but only up to
+  :data:`CONSUMERS_PER_CHANNEL` of them (past that the broker walks a hash
+  map). So a quorum capture puts at most that many consumers on a channel,
+  and closes its channels one at a time, each once the queue's depth shows
+  the previous one's messages back. If the connection drops instead, the
+  broker returns every channel at once; past 32 consumers (about 2 million
+  messages at the default window) the channels' groups may then come back
+  in either order.
+
+The delivery-limit rule, exactly (``return_plan``, ``check_delivery_limit``,
+the capture's ``_reaches_limit``). Let *L* be the effective limit (smallest of
+``x-delivery-limit``, the policy's and the operator policy's
+``delivery-limit``; 20 by default from 4.0) and *c* a message's
+``x-delivery-count`` when we receive it (absent = 0). Every return makes it
+*c + 1*; 3.10 drops or dead-letters a message whose count after a return
+exceeds *L* (measured: with *L* = 3, the fourth return loses it).
+
+* Returns count (RabbitMQ < 4.3, quorum, *L* set) and not allowed:
+  ``DeliveryLimitRiskError`` before any message is consumed. Safe however
+  often it runs.
+* Allowed (``allow_delivery_count_increase=True``): every capture spends one
+  of each message's *L* returns. The capture stops at the first message with
+  *c + 1 >= L* (one short of what 3.10 tolerates, so also safe where a
+  version drops at *c + 1 = L*), returns everything it received, and raises
+  ``DeliveryLimitRiskError``. What it cannot do is protect a message it has
+  already received: a count is visible only after delivery, and a delivered
+  message goes back with *c + 1*. So a message already at *c = L* when a
+  capture receives it is lost, and the run that stopped leaves the messages
+  it received at *c + 1 = L*: measured on 3.10 with *L* = 3, allowed runs
+  1-2 succeed, run 3 stops (no loss), run 4 loses every message it receives.
+  Allow it only when the application consumes the queue well within
+  *L - 1* captures; never schedule allowed captures after one has stopped.
+* RabbitMQ 4.3+: ``basic.nack`` does not count, so nothing is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from airflow_rbak.broker.discovery import QueueInfo, effective_delivery_limit, parse_version
+from airflow_rbak.broker.errors import DeliveryLimitRiskError
+
+#: A closed channel's consumers go back in tag order only up to this many (the broker keeps them in an Erlang map,
+#: which iterates in key order only while it holds at most 32 keys).
+CONSUMERS_PER_CHANNEL = 32
+
+
+@dataclass(frozen=True)
+class ReturnPlan:
+    """How captured messages go back, and whether that counts toward a delivery limit."""
+
+    method: str  # "nack" or "close" (module docstring)
+    counts: bool
+    limit: int | None
+
+
+def return_plan(info: QueueInfo, version: str) -> ReturnPlan:
+    """Decide how returns behave on this broker for this queue (module docstring, FIELD-NOTES)."""
+    v = parse_version(version)
+    if info.queue_type != "quorum":
+        return ReturnPlan("nack", counts=False, limit=None)
+    limit = effective_delivery_limit(info, v)
+    counts = v < (4, 3, 0)
+    return ReturnPlan("close" if counts else "nack", counts=counts, limit=limit)
+
+
+def check_delivery_limit(info: QueueInfo, version: str, plan: ReturnPlan, allow: bool) -> None:
+    """Refuse, before any message is touched, a capture whose returns would count toward a limit."""
+    if plan.counts and plan.limit is not None and not allow:
+        raise DeliveryLimitRiskError(
+            f"refusing to back up quorum queue {info.name!r} in vhost {info.vhost!r}: RabbitMQ {version} counts every "
+            f"returned message toward its delivery limit of {plan.limit}, so each backup raises every message's "
+            "x-delivery-count by one and repeated backups would drop or dead-letter messages. Remove the limit, "
+            "upgrade to RabbitMQ 4.3+ (where basic.nack does not count), or set allow_delivery_count_increase=True "
+            "(the capture then stops before any message reaches the limit)."
+        )
