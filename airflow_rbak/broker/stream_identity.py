@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import pika
 
 from airflow_rbak.broker import amqp_types
-from airflow_rbak.broker.capture import _CONNECTION_ERRORS, _close_quietly, open_connection
+from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS, close_quietly, open_connection
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.errors import CaptureInterruptedError
 from airflow_rbak.codec.records import encode_record
@@ -76,11 +76,11 @@ def fingerprint_at(connection: RabbitMQConnection, vhost: str, stream: str, offs
         deadline = time.monotonic() + wait
         while "offset" not in found and time.monotonic() < deadline:
             conn.process_data_events(time_limit=0.25)
-    except _CONNECTION_ERRORS as exc:
+    except CONNECTION_ERRORS as exc:
         raise CaptureInterruptedError(
             f"cannot read offset {offset} of stream {stream!r} in vhost {vhost!r} ({type(exc).__name__}); re-run") from None
     finally:
-        _close_quietly(conn)
+        close_quietly(conn)
     if "offset" not in found:
         raise CaptureInterruptedError(
             f"stream {stream!r} in vhost {vhost!r} delivered nothing at offset {offset} within {wait:.0f} s; re-run")
