@@ -116,7 +116,7 @@ def main() -> None:
         for master in ("local[1]", "local[2]"):
             rows[f"spark {master}"] = [spark(url, "bench", master) for _ in range(args.repeat)]
         tiny = statistics.median(spark(url, "tiny", "local[2]")[0] for _ in range(args.repeat))
-        print(f"\n| run | wall s | check stage s | MB/s (stage) | MB/s (wall) |\n|---|---|---|---|---|")
+        print("\n| run | wall s | check stage s | MB/s (stage) | MB/s (wall) |\n|---|---|---|---|---|")
         medians = {}
         for name, samples in rows.items():
             wall, stage = statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)

@@ -29,7 +29,7 @@ from airflow_rbak.codec import BackupRecord
 from airflow_rbak.codec.layout import MAX_NAME_SEGMENT_BYTES, decode_name, encode_name, is_shortened, queue_prefix
 from airflow_rbak.restore import RestoreRun, RestoreSettings
 from airflow_rbak.restore.management_admin import ensure_vhost
-from airflow_rbak.storage import MemoryStorage, check_key, open_storage
+from airflow_rbak.storage import check_key, open_storage
 from tests.restore.helpers import body_of, declare, message_view, props_of, publish
 
 LONG_ASCII = "q" * 255

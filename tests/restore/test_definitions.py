@@ -14,7 +14,7 @@ from airflow_rbak.codec.layout import compression_from_key
 from airflow_rbak.restore import DefinitionsImportError, RestoreRun, RestoreSettings
 from airflow_rbak.restore.checkpoints import RestoreCheckpoints
 from airflow_rbak.storage import open_storage
-from tests.restore.helpers import backup, declare, publish, read_queue
+from tests.restore.helpers import backup, declare, read_queue
 
 pytestmark = pytest.mark.broker
 

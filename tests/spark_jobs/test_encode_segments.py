@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from airflow_rbak.backup.encode import encode_queue
 from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.codec import QueueBackup
-from airflow_rbak.codec.constants import Compression
 from airflow_rbak.distributed import encode_ranges as er
 from airflow_rbak.distributed.reports import load_report
 from airflow_rbak.spark_jobs import common, encode_segments
