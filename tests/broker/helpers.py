@@ -83,8 +83,9 @@ def capture_queue(
     with ManagementClient(connection) as mg:
         info = describe_queue(mg, vhost, queue)
         version = mg.version()
-    checkpoints = CheckpointStore(db_path or tempfile.mktemp(suffix=".db"), storage, backup_id)
-    try:
-        return QueueCapture(connection, storage, checkpoints, CaptureOptions(backup_id, **options)).capture(info, version)
-    finally:
-        checkpoints.close()
+    with tempfile.TemporaryDirectory(prefix="rbak-test-") as scratch:  # the database is mirrored to storage
+        checkpoints = CheckpointStore(db_path or f"{scratch}/offsets.db", storage, backup_id)
+        try:
+            return QueueCapture(connection, storage, checkpoints, CaptureOptions(backup_id, **options)).capture(info, version)
+        finally:
+            checkpoints.close()
