@@ -10,12 +10,13 @@ How it works, and why:
   (FIELD-NOTES), so the prefetches add up to the target, every message
   goes to exactly one consumer, the total never exceeds the target, and
   neither the 16-bit prefetch nor the quorum default of 2,000 caps the
-  depth. On a quorum queue the consumers form a staircase: *k+1* opens only
-  when *k* is full, so each holds one run of the queue (quorum returns go
-  back per consumer). On a classic queue they all open at once and share
-  the deliveries, which still arrive in queue order on their one channel,
-  and a returned message goes back to its own position; so the broker
-  never waits for the client between steps.
+  depth. The consumers form a staircase: *k+1* opens only when *k* is
+  full, so each holds one run of the queue (quorum returns go back per
+  consumer) and the client never has more than one window in flight.
+  Opening a classic queue's consumers all at once let the broker push the
+  whole queue at the client, which buffered it (measured: 95-190 MiB of
+  client memory for 200,000 messages of 32 bytes, against 18 MiB for the
+  staircase, which was also no slower).
 * At the end every consumer is cancelled first (nothing can be delivered
   to us any more), then everything goes back in order, by ``basic.nack``
   or by closing the consuming channels (:mod:`.returns` says which, and
@@ -220,9 +221,6 @@ class _Run:
         self.channels: list[BlockingChannel] = []
         #: The highest delivery tag received (tags count up per channel; a nack with ``multiple`` returns all before it).
         self.last_tag = 0
-        # A classic queue puts a returned message back at its own position, so its consumers may all open at once
-        # and share the deliveries; a quorum queue returns per consumer, so there each opens once the last is full.
-        self.interleave = info.queue_type == "classic"
         self.watch_limit = plan.counts and plan.limit is not None
         #: The last staged delivery, for the checkpoint's fingerprint (a record is built once per chunk, not per message).
         self.last_delivery: tuple[pika.spec.Basic.Deliver, pika.spec.BasicProperties, bytes] | None = None
@@ -310,7 +308,7 @@ class _Run:
         """Receive ``target`` messages (staging those past a resumed run's ``skip``)."""
         idle_since = time.monotonic()
         while self.received < self.target and self.risk is None:
-            while self.requested < self.target and (self.interleave or self.received == self.requested):
+            while self.requested < self.target and self.received == self.requested:
                 self._open_consumer()
             before = self.received
             self.conn.process_data_events(time_limit=0.25)

@@ -169,9 +169,9 @@ def test_delivery_limit_refused_by_default_and_never_exceeded_when_allowed(broke
 
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])
 def test_order_survives_many_consumers_and_for_quorum_a_delivery_limit(broker, vhost, queue_type):
-    """40 consumers of 50 messages: a classic queue's consumers open at once and share the deliveries; a quorum
-    queue's return (RabbitMQ 3.10) is in hash order for a nack under a delivery limit and for a closed channel's
-    consumers past 32. Either way the capture must leave the queue in its order."""
+    """40 consumers of 50 messages: a quorum queue's return (RabbitMQ 3.10) is in hash order for a nack under a
+    delivery limit and for a closed channel's consumers past 32. Either way the capture must leave the queue in
+    its order."""
     # Given a queue (quorum: with a delivery limit) captured with a window of 50
     count = 2000
     limit = {"x-delivery-limit": 10} if queue_type == "quorum" else {}
