@@ -194,7 +194,7 @@ def test_order_survives_many_consumers_and_for_quorum_a_delivery_limit(broker, v
 
 def test_broker_stopped_mid_capture_then_rerun_completes_without_duplicates(broker, vhost, tmp_path):
     # Given a durable classic queue of persistent messages
-    count = 60_000
+    count = 24_000
     declare(broker.connection, vhost, "crash", "classic")
     publish(broker.connection, vhost, "crash", count, size=512)
     storage = open_storage(f"file://{tmp_path / 'store'}")
