@@ -62,6 +62,27 @@ def flood(connection, vhost: str, queue: str, count: int, body, delivery_mode: i
     return time.monotonic() - started
 
 
+def flood_small(connection, vhost: str, queue: str, count: int, batch: int = 5000) -> float:
+    """:func:`flood` for ``small_body`` (transient), four times faster: every message's frames are the same but for
+    the body's number, so they are written as bytes (pika's frame encoding is what bounds :func:`flood`). Returns
+    the seconds it took."""
+    started = time.monotonic()
+    with pika.BlockingConnection(connection.pika_parameters(vhost)) as conn:
+        channel = conn.channel()
+        channel.queue_declare(queue, durable=True)
+        number, size = channel.channel_number, len(small_body(0))
+        head = (pika.frame.Method(number, pika.spec.Basic.Publish(exchange="", routing_key=queue)).marshal()
+                + pika.frame.Header(number, size, pika.BasicProperties(delivery_mode=1)).marshal()
+                + struct.pack(">BHI", pika.spec.FRAME_BODY, number, size))
+        impl = conn._impl  # noqa: SLF001 - pika has no public way to write frames it did not build
+        for start in range(0, count, batch):
+            impl._output_marshaled_frames(  # noqa: SLF001
+                [b"".join(head + small_body(i) + b"\xce" for i in range(start, min(start + batch, count)))])
+            conn.process_data_events(time_limit=0)
+        wait_for_depth(channel, queue, count, settle=300)
+    return time.monotonic() - started
+
+
 def capture_in_child(broker, vhost: str, queue: str, tmp_path: Path) -> dict:  # noqa: F811
     c = broker.connection
     args = {
@@ -96,7 +117,7 @@ def test_capture_of_1_mib_messages_holds_one_chunk_not_the_queue(broker, vhost, 
 
 def test_capture_of_a_million_small_messages_stays_flat(broker, vhost, tmp_path):  # noqa: F811
     # Given a classic queue of a million 32-byte messages (transient: the broker keeps them in memory)
-    publish_s = flood(broker.connection, vhost, "small", SMALL_COUNT, small_body, delivery_mode=1)
+    publish_s = flood_small(broker.connection, vhost, "small", SMALL_COUNT)
 
     # When a separate process captures the queue (consumers of up to 65,535 unacknowledged messages, one after another)
     started = time.monotonic()

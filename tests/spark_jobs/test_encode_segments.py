@@ -132,17 +132,17 @@ def test_spark_encode_of_three_queues_writes_each_in_capture_order(tmp_path, spa
     url = (tmp_path / "store").as_uri()
     storage = open_storage(url)
     staged = {
-        ("/", "big"): stage_queue(storage, "b1", "/", "big", 200_000),
+        ("/", "big"): stage_queue(storage, "b1", "/", "big", 60_000),
         ("prod", "orders/eu"): stage_queue(storage, "b1", "prod", "orders/eu", 3000, chunk_records=700),
         ("prod", "small"): stage_queue(storage, "b1", "prod", "small", 10),
     }
-    args = ["--segment-max-bytes", str(4 * 1024 * 1024), "--range-bytes", "200000", "--write-manifest"]
+    args = ["--segment-max-bytes", str(1024 * 1024), "--range-bytes", "200000", "--write-manifest"]
 
     first = submit("encode_segments", url, "b1", *args)
     assert first.returncode == 0, first.stderr
 
     summary = first.report["summary"]
-    assert summary["queues"] == 3 and summary["messages"] == 200_000 + 3000 + 10 and summary["ranges"] > 3
+    assert summary["queues"] == 3 and summary["messages"] == 60_000 + 3000 + 10 and summary["ranges"] > 3
     for (vhost, queue), records in staged.items():
         sequences, decoded = read_queue_independently(storage, "b1", vhost, queue)
         assert sequences == list(range(1, len(sequences) + 1))
