@@ -92,7 +92,8 @@ class StagingWriter:
         self._storing: Future[StagedChunk] | None = None
 
     def add(self, record_json: bytes, backed_up_at: int) -> StagedChunk | None:
-        """Add one record's JSON; return the chunk this addition stored, if any."""
+        """Add one record's JSON; return the chunk this addition stored, if any (always None in the background:
+        the chunk is handed to the staging thread, and ``on_chunk`` reports it once stored)."""
         if not self._count:
             self._first = backed_up_at
         self._last = backed_up_at

@@ -89,11 +89,6 @@ class OutputSegment:
         return "keep" if self.sources[0]["sequence"] == self.sequence else "copy"
 
 
-def interim_key(key: str) -> str:
-    """The canonical key with one more leading zero in its number: same sequence, another object."""
-    return interim_segment_key(key)
-
-
 def is_canonical(backup_id: str, vhost: str, queue: str, segment: SegmentMetadata) -> bool:
     return segment.key == segment_key(backup_id, vhost, queue, segment.sequence, compression_from_key(segment.key))
 
@@ -137,7 +132,7 @@ def build_output(storage_url: str, backup_id: str, out: OutputSegment, settings:
         compression = compression_from_key(sources[0].key)
     else:
         data, compression = _merged(storage, out, sources, settings), settings.codec
-    key = interim_key(segment_key(backup_id, out.vhost, out.queue, out.sequence, compression))
+    key = interim_segment_key(segment_key(backup_id, out.vhost, out.queue, out.sequence, compression))
     return store_verified(storage, out.vhost, out.queue, key, out.sequence, data).to_json()
 
 

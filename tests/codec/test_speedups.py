@@ -34,8 +34,11 @@ TAIL = encode_record(BackupRecord(body=b"x")).decode()[14:]
 
 
 def python_json(record: BackupRecord) -> bytes:
-    """What the pure-Python writer produces."""
-    return orjson.dumps(record.to_json(), option=orjson.OPT_SERIALIZE_NUMPY)
+    """What the pure-Python writer produces (the body through numpy, not the C body writer ``to_json`` may use)."""
+    obj = record.to_json()
+    if record.body:
+        obj["body"] = numpy.frombuffer(record.body, numpy.uint8)
+    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def python_record(raw: bytes) -> BackupRecord:

@@ -10,6 +10,7 @@ import pytest
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.backup.writer import BackupWriter
+from airflow_rbak.codec.layout import interim_segment_key
 from airflow_rbak.distributed import compaction as cp
 from airflow_rbak.spark_jobs import compact_segments
 from airflow_rbak.storage import open_storage
@@ -134,8 +135,8 @@ def test_interim_keys_parse_to_the_same_sequence():
     from airflow_rbak.codec.layout import parse_segment_key
 
     key = "b1/queues/_default/q/segment-0007.zst"
-    assert cp.interim_key(key) == "b1/queues/_default/q/segment-00007.zst"
-    assert parse_segment_key(cp.interim_key(key))[3] == 7
+    assert interim_segment_key(key) == "b1/queues/_default/q/segment-00007.zst"
+    assert parse_segment_key(interim_segment_key(key))[3] == 7
 
 
 @pytest.mark.spark
