@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from airflow_rbak.broker import amqp_types
-from airflow_rbak.broker.errors import CaptureInterruptedError, DeliveryLimitRiskError
+from airflow_rbak.broker.errors import CaptureInterruptedError, DeliveryLimitRiskError, UnsafeQueueError
 from airflow_rbak.codec.records import decode_record
 from airflow_rbak.storage import open_storage
 from tests.reliability.faulty_storage import FaultyStorage
@@ -149,11 +149,14 @@ def test_delivery_limit_refused_by_default_and_never_exceeded_when_allowed(broke
     publish(broker.connection, vhost, "limited", 50, size=64)
     storage = open_storage("memory://")
 
-    # When it is backed up without permission, repeatedly: refused before any message is touched
-    for n in range(5):
-        with pytest.raises(DeliveryLimitRiskError, match="allow_delivery_count_increase"):
-            capture_queue(broker.connection, storage, f"refused-{n}", vhost, "limited")
+    # When it is backed up without permission, repeatedly: left out before any message is touched, or refused
+    for n in range(4):
+        left_out = capture_queue(broker.connection, storage, f"refused-{n}", vhost, "limited")
+        assert (left_out.messages, left_out.method) == (0, "left out") and "allow_delivery_count_increase" in left_out.left_out
+    with pytest.raises(UnsafeQueueError, match="allow_delivery_count_increase"):
+        capture_queue(broker.connection, storage, "refused-4", vhost, "limited", on_unsafe_queue="fail")
     assert depth(broker.connection, vhost, "limited", 50) == 50
+    assert not list(storage.list("refused-"))
 
     # When allowed: backups succeed until a return would bring messages to the limit, then it stops
     outcomes = []
