@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_rbak.backup.run import finish_backup, record_stream_offsets
+from airflow_rbak.backup.run import finish_backup, left_out_of, record_stream_offsets
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.layout import manifest_key
 from airflow_rbak.distributed.encode_ranges import manifest_from_encode_report
@@ -25,14 +25,17 @@ def finalize_backup(
 ) -> BackupManifest:
     """Write the completed manifest for ``backup_id`` and remove its staging; return the manifest."""
     report = load_report(storage, encode_report_key, "encode")
-    entries = manifest_from_encode_report(report, created_at=0).queues
+    captures = list(captures)
+    left_out = left_out_of(captures)
+    skipped = {(q["vhost"], q["queue"]) for q in left_out}
+    entries = [e for e in manifest_from_encode_report(report, created_at=0).queues if (e.vhost, e.name) not in skipped]
     by_name = {(e.vhost, e.name): e for e in entries}
     for capture in captures:
         entry = by_name.get((capture["vhost"], capture["queue"]))
         if entry is not None and capture.get("queue_type") == "stream":
             record_stream_offsets(entry, capture.get("first_offset"), capture.get("last_offset"), capture.get("consumer_offsets"),
                                   capture.get("last_fingerprint"))
-    return finish_backup(storage, backup_id, entries)
+    return finish_backup(storage, backup_id, entries, left_out)
 
 
 def manifest_summary(manifest: BackupManifest, storage_url: str) -> dict[str, Any]:
@@ -50,4 +53,5 @@ def manifest_summary(manifest: BackupManifest, storage_url: str) -> dict[str, An
         "total_bytes": manifest.total_bytes,
         "total_segments": manifest.total_segments,
         "definitions": manifest.definitions is not None,
+        "left_out": list(manifest.extensions.get("left_out") or []),
     }

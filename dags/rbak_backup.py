@@ -15,6 +15,7 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param
 
+from airflow_rbak.broker.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS
 from airflow_rbak.operators.backup import RbakCaptureQueueOperator, RbakDiscoverQueuesOperator, RbakExportDefinitionsOperator
 from airflow_rbak.operators.finalize import RbakFinalizeManifestOperator
@@ -55,6 +56,12 @@ PARAMS = {
     "verify": Param("deep", type="string", enum=["none", "quick", "deep"]),
     "allow_delivery_count_increase": Param(False, type="boolean",
                                            description="back up quorum queues whose returns count toward a delivery limit"),
+    "on_unsafe_queue": Param("skip", type="string", enum=["skip", "fail"],
+                             description="a queue that cannot be read without changing it (docs/operations.md): skip "
+                                         "leaves it out, named with its reason; fail fails the run"),
+    "consumer_timeout_ms": Param(DEFAULT_CONSUMER_TIMEOUT_MS, type="integer", minimum=1000,
+                                 description="the broker's consumer_timeout (rabbitmq.conf); a capture gives every "
+                                             "message back before it runs out"),
     "retention": Param(None, type=["null", "object"], additionalProperties=False,
                        properties={"keep_last": {"type": ["null", "integer"], "minimum": 1},
                                    "max_age_days": {"type": ["null", "number"], "exclusiveMinimum": 0}},
@@ -79,13 +86,15 @@ with DAG(
 
     discover = RbakDiscoverQueuesOperator(
         task_id="discover", vhosts="{{ params.vhosts }}", include="{{ params.include }}", exclude="{{ params.exclude }}",
-        queue_types="{{ params.queue_types }}", break_lock="{{ params.break_lock }}", **broker)
+        queue_types="{{ params.queue_types }}", break_lock="{{ params.break_lock }}",
+        allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}", **broker)
     definitions = RbakExportDefinitionsOperator(
         task_id="export_definitions", include_definitions="{{ params.include_definitions }}",
         include_users="{{ params.include_users }}", compression="{{ params.compression }}", **broker)
     capture = RbakCaptureQueueOperator.partial(
         task_id="capture", compression="{{ params.compression }}",
         allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}",
+        on_unsafe_queue="{{ params.on_unsafe_queue }}", consumer_timeout_ms="{{ params.consumer_timeout_ms }}",
         map_index_template="{{ task.queue_info['vhost'] }}/{{ task.queue_info['name'] }}", **broker,
     ).expand(queue_info=discover.output)
     encode = RbakEncodeStepOperator(

@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.definitions import export_definitions
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.broker.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
 from airflow_rbak.broker.stream_capture import StreamCapture
 from airflow_rbak.broker.stream_identity import StreamMark
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentWriter
@@ -67,6 +69,10 @@ class BackupSettings:
     lock_owner: str | None = None
     #: Take over the lock of a run that crashed (see :mod:`airflow_rbak.backup.lock`).
     break_lock: bool = False
+    #: A queue that cannot be read without changing it: "skip" leaves it out, named with its reason; "fail" fails.
+    on_unsafe_queue: str = "skip"
+    #: The broker's ``consumer_timeout`` in ms (rabbitmq.conf; RabbitMQ's default is 30 min).
+    consumer_timeout_ms: int = DEFAULT_CONSUMER_TIMEOUT_MS
 
     def __post_init__(self) -> None:
         check_backup_id(self.backup_id)
@@ -105,8 +111,8 @@ class BackupRun:
                 if self.settings.include_definitions:
                     self.export_definitions(client)
             captures = [self.capture(info) for info in queues]
-            entries = [self.encode(info, result) for info, result in zip(queues, captures)]
-            return self.finish(entries)
+            entries = [self.encode(info, result) for info, result in zip(queues, captures) if result.left_out is None]
+            return self.finish(entries, left_out_of(asdict(c) for c in captures))
         finally:
             self._release_lock()
 
@@ -159,6 +165,8 @@ class BackupRun:
             backup_id=self.settings.backup_id,
             compression=self.settings.compression,
             allow_delivery_count_increase=self.settings.allow_delivery_count_increase,
+            on_unsafe_queue=self.settings.on_unsafe_queue,
+            consumer_timeout_ms=self.settings.consumer_timeout_ms,
         )
         checkpoints = self._checkpoints()
         try:
@@ -181,16 +189,19 @@ class BackupRun:
                                   capture.last_fingerprint)
         return entry
 
-    def finish(self, entries: list[QueueBackup]) -> BackupManifest:
+    def finish(self, entries: list[QueueBackup], left_out: list[dict[str, str]] | None = None) -> BackupManifest:
         """Write the completed manifest (only while this run holds the lock), then remove the staging."""
         self.lock.check()
-        return finish_backup(self.storage, self.settings.backup_id, entries)
+        return finish_backup(self.storage, self.settings.backup_id, entries, left_out)
+
+    def checkpoint_path(self) -> Path:
+        """This backup's checkpoint database: keyed by location too, so the same backup_id in two locations never
+        shares progress (the capture task's progress lines read it)."""
+        location = hashlib.sha256(self.storage.url.encode()).hexdigest()[:12]
+        return Path(self.settings.state_dir) / location / f"{self.settings.backup_id}.offsets.db"
 
     def _checkpoints(self) -> CheckpointStore:
-        # Keyed by location too: the same backup_id in two locations must not share progress.
-        location = hashlib.sha256(self.storage.url.encode()).hexdigest()[:12]
-        path = Path(self.settings.state_dir) / location / f"{self.settings.backup_id}.offsets.db"
-        return CheckpointStore(path, self.storage, self.settings.backup_id)
+        return CheckpointStore(self.checkpoint_path(), self.storage, self.settings.backup_id)
 
     def _stream_mark(self, info: QueueInfo) -> StreamMark | None:
         """Where the latest complete backup of this stream ended (None: capture it from its start)."""
@@ -217,18 +228,29 @@ def record_stream_offsets(
     entry.extensions["consumer_offsets"] = dict(consumer_offsets or {})
 
 
-def finish_backup(storage: Storage, backup_id: str, entries: list[QueueBackup]) -> BackupManifest:
+def left_out_of(captures: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The queues the captures left out, each with its reason (what the manifest and the summaries name)."""
+    return [{"vhost": c["vhost"], "queue": c["queue"], "queue_type": c["queue_type"], "reason": c["left_out"]}
+            for c in captures if c.get("left_out")]
+
+
+def finish_backup(
+    storage: Storage, backup_id: str, entries: list[QueueBackup], left_out: list[dict[str, str]] | None = None
+) -> BackupManifest:
     """Complete the manifest ``begin`` wrote (totals, ``completed_at``), save it, then remove staging.
 
-    The manifest is the last thing written; staging goes only once it is safely stored.
+    The manifest is the last thing written; staging goes only once it is safely stored. Queues left out are
+    named with their reasons in the ``left_out`` extension (a foreign reader ignores it), never listed as queues;
+    what an earlier attempt staged for them goes with the rest of the staging.
     """
     store = ManifestStore(storage)
     manifest = store.load(backup_id)
     manifest.queues = entries
+    manifest.extensions["left_out"] = list(left_out or [])
     manifest.refresh_totals()
     manifest.completed_at = now_ms()
     store.save(manifest)
-    for entry in entries:
-        for key in staged_chunk_keys(storage, backup_id, entry.vhost, entry.name):
+    for vhost, name in [(e.vhost, e.name) for e in entries] + [(q["vhost"], q["queue"]) for q in left_out or []]:
+        for key in staged_chunk_keys(storage, backup_id, vhost, name):
             storage.delete(key)
     return manifest

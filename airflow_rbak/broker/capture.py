@@ -251,6 +251,7 @@ class _Run:
         self.connection = owner.connection
         self.deadline = Deadline(consumer_timeout_ms(info, self.opts.consumer_timeout_ms))
         self.inconclusive = 0
+        self.channel_closed_by_broker = False
         self.channel = conn.channel()
         if progress is None:
             progress = QueueProgress(self.opts.backup_id, info.vhost, info.name, info.queue_type, target_count=self.initial_depth())
@@ -368,6 +369,15 @@ class _Run:
 
     def consume(self) -> None:
         """Receive ``target`` messages (staging those past a resumed run's ``skip``)."""
+        try:
+            self._consume()
+        except CONNECTION_ERRORS:
+            # Before the return closes channels of its own: was a consuming channel closed under an open connection?
+            self.channel_closed_by_broker = self.conn.is_open and any(
+                channel.is_closed for channel in [self.channel, *self.channels])
+            raise
+
+    def _consume(self) -> None:
         if self.method is CaptureMethod.GET:
             self._consume_by_get()
         idle_since = time.monotonic()
@@ -422,6 +432,11 @@ class _Run:
         if isinstance(exc, pika.exceptions.ChannelClosedByBroker) and "timed out" in str(exc.reply_text):
             raise ConsumerTimeoutError(self._timeout_message(
                 f"the broker closed the capture's channel ({exc.reply_code} {exc.reply_text})")) from None
+        if self.channel_closed_by_broker and self.deadline.started is not None:
+            held = time.monotonic() - self.deadline.started
+            raise ConsumerTimeoutError(self._timeout_message(
+                f"the broker closed the capture's channel after it had held messages for {held:.0f} s, most likely "
+                f"because its consumer_timeout is shorter than consumer_timeout_ms ({self.deadline.timeout_ms} ms)")) from None
 
     def _drained(self) -> None:
         log.warning("queue %r in vhost %r was drained by another consumer during capture; %d of %d captured",

@@ -69,6 +69,8 @@ def describe_cmd(args: argparse.Namespace, out: IO[str]) -> int:
             f"{q.vhost:20} {q.name:30} {q.queue_type:8} {q.message_count:10d} {len(q.segments):8d}  "
             f"{_when(q.first_message_timestamp)} .. {_when(q.last_message_timestamp)}\n"
         )
+    for q in manifest.extensions.get("left_out") or []:
+        out.write(f"{q.get('vhost', '?'):20} {q.get('queue', '?'):30} LEFT OUT: {q.get('reason', '?')}\n")
     return 0
 
 

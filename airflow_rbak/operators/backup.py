@@ -10,7 +10,6 @@ what to do, configuration errors without retries.
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -23,12 +22,13 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_rbak.backup.lock import BackupLockedError
 from airflow_rbak.backup.run import BackupAlreadyCompleteError, BackupRun, BackupSettings
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
+from airflow_rbak.broker.errors import ConsumerTimeoutError, UnsafeQueueError
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.broker.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS, Facts, decide
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.links import RabbitMQQueueLink, queue_url
 from airflow_rbak.progress import ProgressReporter, checkpoint_sampler
-from airflow_rbak.storage import open_storage
 
 T = TypeVar("T")
 DEFAULT_STATE_DIR = str(Path(tempfile.gettempdir()) / "rbak-state")
@@ -40,7 +40,8 @@ def run_step(step: str, action: Callable[[], T]) -> T:
         return action()
     except ConfigurationError as exc:
         raise AirflowFailException(f"rbak {step} failed: invalid setting: {exc}") from exc
-    except (BackupLockedError, BackupAlreadyCompleteError) as exc:  # a retry would only be refused again
+    except (BackupLockedError, BackupAlreadyCompleteError, UnsafeQueueError, ConsumerTimeoutError) as exc:
+        # a retry would only be refused again
         raise AirflowFailException(f"rbak {step} failed: {exc}") from exc
     except RbakError as exc:
         raise AirflowException(f"rbak {step} failed: {exc}. A re-run resumes where this one stopped.") from exc
@@ -68,15 +69,9 @@ class RbakBrokerOperator(BaseOperator):
         """
         return run_step("setup", lambda: BackupRun(
             RabbitMQHook(self.rabbitmq_conn_id).get_conn(),
-            BackupSettings(str(self.backup_id), str(self.storage_url), state_dir=self.location_state_dir(),
+            BackupSettings(str(self.backup_id), str(self.storage_url), state_dir=self.state_dir,
                            lock_owner=lock_owner(context), **settings),
         ))
-
-    def location_state_dir(self) -> str:
-        """``state_dir`` per backup location: checkpoints are keyed by backup id and queue only, so the
-        same id in two locations must not share them (a capture would be skipped as already done)."""
-        digest = hashlib.sha256(open_storage(str(self.storage_url)).url.encode()).hexdigest()[:12]
-        return str(Path(self.state_dir) / digest)
 
 
 class RbakDiscoverQueuesOperator(RbakBrokerOperator):
@@ -88,13 +83,14 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
     """
 
     template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "vhosts", "include", "exclude", "queue_types",
-                                      "break_lock")
+                                      "break_lock", "allow_delivery_count_increase")
 
     def __init__(self, *, vhosts: list[str] | None = None, include: list[str] | None = None, exclude: list[str] | None = None,
-                 queue_types: list[str] | None = None, break_lock: bool = False, **kwargs: Any) -> None:
+                 queue_types: list[str] | None = None, break_lock: bool = False, allow_delivery_count_increase: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.vhosts, self.include, self.exclude, self.queue_types = vhosts, include, exclude, queue_types
-        self.break_lock = break_lock
+        self.break_lock, self.allow_delivery_count_increase = break_lock, allow_delivery_count_increase
 
     def selector(self) -> QueueSelector:
         return QueueSelector(
@@ -111,10 +107,16 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
             queues = run_step("discover", lambda: discover_queues(client, selector))
             run_step("lock", lambda: run.lock.acquire(break_lock=bool(self.break_lock)))
             manifest = run_step("begin", lambda: run.begin(client))
+        # A preview: each capture task decides again from the queue as it is when it starts.
+        facts = Facts(manifest.rabbitmq_version or "0", bool(self.allow_delivery_count_increase))
+        foreseen = [{"vhost": q.vhost, "queue": q.name, "reason": d.reason} for q in queues if (d := decide(q, facts)).left_out]
         summary = {"backup_id": run.settings.backup_id, "queues": len(queues), "messages": sum(q.messages for q in queues),
-                   "rabbitmq_version": manifest.rabbitmq_version, "source_cluster": manifest.source_cluster}
+                   "rabbitmq_version": manifest.rabbitmq_version, "source_cluster": manifest.source_cluster,
+                   "expected_left_out": foreseen}
         context["ti"].xcom_push(key="summary", value=summary)
         self.log.info("backup %s: %d queues to capture from %s", run.settings.backup_id, len(queues), manifest.source_cluster)
+        for q in foreseen:
+            self.log.warning("queue %r in vhost %r will be left out: %s", q["queue"], q["vhost"], q["reason"])
         return [asdict(q) for q in queues]
 
 
@@ -144,26 +146,31 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
     """Capture one queue into the backup's staging without changing it; logs progress while it runs."""
 
     template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "queue_info", "compression",
-                                      "allow_delivery_count_increase")
+                                      "allow_delivery_count_increase", "on_unsafe_queue", "consumer_timeout_ms")
     operator_extra_links = (RabbitMQQueueLink(),)
 
     def __init__(self, *, queue_info: dict[str, Any], compression: str = "zstd", allow_delivery_count_increase: bool = False,
+                 on_unsafe_queue: str = "skip", consumer_timeout_ms: int = DEFAULT_CONSUMER_TIMEOUT_MS,
                  progress_interval: float = 10.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.queue_info, self.compression = queue_info, compression
         self.allow_delivery_count_increase, self.progress_interval = allow_delivery_count_increase, progress_interval
+        self.on_unsafe_queue, self.consumer_timeout_ms = on_unsafe_queue, consumer_timeout_ms
         self.rbak_queue_url: str | None = None
 
     def execute(self, context: Any) -> dict[str, Any]:
         run = self.backup_run(context, compression=self.compression,
-                              allow_delivery_count_increase=self.allow_delivery_count_increase)
+                              allow_delivery_count_increase=bool(self.allow_delivery_count_increase),
+                              on_unsafe_queue=str(self.on_unsafe_queue), consumer_timeout_ms=int(self.consumer_timeout_ms))
         run_step("lock", run.lock.acquire)
         info = QueueInfo(**self.queue_info)
         self.rbak_queue_url = queue_url(run.connection.management_base_url, info.vhost, info.name)
-        db = Path(run.settings.state_dir) / f"{run.settings.backup_id}.offsets.db"
-        sample = checkpoint_sampler(db, run.settings.backup_id, info.vhost, info.name)
+        sample = checkpoint_sampler(run.checkpoint_path(), run.settings.backup_id, info.vhost, info.name)
         with ProgressReporter(f"{info.vhost}/{info.name}", sample, info.messages, interval=self.progress_interval, logger=self.log):
             result = run_step(f"capture of queue {info.name!r} in vhost {info.vhost!r}", lambda: run.capture(info))
-        self.log.info("captured %s/%s: %d messages, %.1f MB in %.1fs", info.vhost, info.name, result.messages,
-                      result.bytes / 1e6, result.duration_s)
+        if result.left_out:
+            self.log.warning("left out %s/%s: %s", info.vhost, info.name, result.left_out)
+        else:
+            self.log.info("captured %s/%s (%s): %d messages, %.1f MB in %.1fs", info.vhost, info.name, result.method,
+                          result.messages, result.bytes / 1e6, result.duration_s)
         return asdict(result)

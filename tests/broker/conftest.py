@@ -32,6 +32,13 @@ class Broker:
     def start(self) -> None:
         subprocess.run([str(SCRIPT), "start"], check=True, capture_output=True, env=_env())
 
+    def eval(self, expression: str) -> str:
+        """Evaluate an Erlang expression on the private node (``rabbitmqctl eval``): test-only broker settings."""
+        node = os.environ.get("RBAK_RABBIT_NODE", "rabbit@localhost")
+        done = subprocess.run(["rabbitmqctl", "-n", node, "eval", expression], check=True, capture_output=True, text=True,
+                              timeout=60)
+        return done.stdout.strip()
+
     def api(self, method: str, path: str, **kwargs: object) -> requests.Response:
         c = self.connection
         response = requests.request(method, f"{c.management_base_url}/api/{path}", auth=(c.username, c.password), timeout=30, **kwargs)

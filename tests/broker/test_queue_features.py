@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +26,7 @@ def queue(queue_type="classic", *, policy=None, **fields) -> QueueInfo:
         (queue("quorum"), CaptureMethod.CONSUMERS),
         (queue("stream"), CaptureMethod.STREAM),
         (queue(auto_delete=True), CaptureMethod.GET),
-        (queue(arguments={"x-single-active-consumer": True}), CaptureMethod.GET),
+        (queue(arguments={"x-single-active-consumer": True}), CaptureMethod.ONE_CONSUMER_AT_A_TIME),
         (queue(arguments={"x-single-active-consumer": True}, consumers=1), CaptureMethod.GET),
         (queue("quorum", arguments={"x-single-active-consumer": True}), CaptureMethod.ONE_CONSUMER_AT_A_TIME),
         (queue(arguments={"x-max-length": 10}), CaptureMethod.CONSUMERS),  # drop-head: the queue ends as it would have
@@ -95,3 +96,10 @@ def test_a_deadline_leaves_a_margin_for_the_return_and_stops_a_capture_that_cann
 )
 def test_a_depth_of_zero_alone_never_shortens_a_quorum_capture(amqp, counts, queue_type, held, drained):
     assert drained_by_others(amqp, counts, queue_type, held) is drained
+
+
+def test_the_operations_guide_shows_the_table_the_code_decides_from():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    section = doc.split("\n## Queue features\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| queue feature")]
+    assert rows == [f"| {f.name} | {f.action} | {f.why} |" for f in FEATURES]

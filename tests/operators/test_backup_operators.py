@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_rbak.backup.run import BackupRun, BackupSettings
+from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.errors import BrokerUnreachableError
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.operators.backup import RbakDiscoverQueuesOperator, run_step
@@ -25,7 +27,7 @@ def test_a_bad_setting_fails_without_retry_and_a_broker_fault_says_a_rerun_resum
 
 def test_the_same_backup_id_in_two_locations_keeps_separate_checkpoints(tmp_path):
     def state_dir(url: str) -> str:
-        return RbakDiscoverQueuesOperator(task_id="d", storage_url=url, backup_id="b", state_dir=str(tmp_path)).location_state_dir()
+        return str(BackupRun(RabbitMQConnection(), BackupSettings("b", url, state_dir=str(tmp_path))).checkpoint_path())
 
     first, second = state_dir((tmp_path / "a").as_uri()), state_dir((tmp_path / "b").as_uri())
 
