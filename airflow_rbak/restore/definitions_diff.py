@@ -46,10 +46,13 @@ def index(document: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
     return {identity(kind, item): item for kind in IDENTITY for item in document.get(kind) or [] if isinstance(item, dict)}
 
 
+_SINGULAR = {"policies": "policy", "global_parameters": "global_parameter"}
+
+
 def label(key: tuple) -> str:
     """A short human name of an object identity, e.g. ``policy prod/limits``."""
     kind, *parts = key
-    return f"{kind[:-1]} " + "/".join("" if p is None else str(p) for p in parts if p not in ("", "{}"))
+    return f"{_SINGULAR.get(kind, kind[:-1])} " + "/".join("" if p is None else str(p) for p in parts if p not in ("", "{}"))
 
 
 @dataclass
