@@ -10,22 +10,15 @@ from pathlib import Path
 from urllib.parse import quote
 
 import orjson
-import pika
 import pytest
 
 from airflow_rbak.restore import RestoreRun, RestoreSettings
 from airflow_rbak.restore.errors import RestoreRefusedError
 from airflow_rbak.restore.settings import DEFAULT_CHECKPOINT_STATE
-from tests.restore.helpers import backup, body_of, declare, expected_view, publish, read_queue
+from tests.restore.helpers import backup, body_of, declare, expected_view, publish, read_queue, ready_count
 
 pytestmark = pytest.mark.broker
 REPO = Path(__file__).resolve().parents[2]
-
-
-def ready_count(connection, vhost: str, queue: str) -> int:
-    """Ready messages now, by passive declare (the management API's figures can be 5 s old)."""
-    with pika.BlockingConnection(connection.pika_parameters(vhost)) as conn:
-        return conn.channel().queue_declare(queue, passive=True).method.message_count
 
 
 def make_vhost(broker, name: str) -> None:
