@@ -55,7 +55,7 @@ def restore_queue(connection: RabbitMQConnection, storage: Storage, settings: Re
     started = time.monotonic()
     result = QueueResult(queue.source_vhost, queue.source_queue, queue.target_vhost, queue.target_queue, queue.records_in_window)
     if settings.dry_run:
-        result.dry_run, result.published = True, queue.records_in_window
+        result.dry_run, result.published = True, queue.to_add
         return result
     cp = checkpoints.load(queue_checkpoint(plan, queue, settings))
     result.resumed_from = cp.next_ordinal
