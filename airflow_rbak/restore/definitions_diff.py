@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+#: Kinds an import never changes once they exist (see the module docstring).
+FIXED_ONCE_DECLARED = ("queues", "exchanges")
 #: The fields that name an object of each kind of a definitions document, in the order a rollback deletes kinds
 #: (what depends on an object goes before it).
 IDENTITY: dict[str, tuple[str, ...]] = {
@@ -62,6 +64,7 @@ class ImportChanges:
     mode: str
     create: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     replace: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    cannot_replace: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     unchanged: int = 0
 
     def to_apply(self) -> list[tuple[str, dict[str, Any]]]:
@@ -70,7 +73,8 @@ class ImportChanges:
 
     def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "create": [label(identity(k, i)) for k, i in self.create],
-                "replace": [label(identity(k, i)) for k, i in self.replace], "unchanged": self.unchanged}
+                "replace": [label(identity(k, i)) for k, i in self.replace],
+                "cannot_replace": [label(identity(k, i)) for k, i in self.cannot_replace], "unchanged": self.unchanged}
 
 
 def compare(selected: dict[str, dict[str, list[dict[str, Any]]]], current: dict[str, Any], mode: str) -> ImportChanges:
@@ -87,7 +91,7 @@ def compare(selected: dict[str, dict[str, list[dict[str, Any]]]], current: dict[
                 if existing is None:
                     changes.create.append((kind, full))
                 elif {k: v for k, v in existing.items() if k != "vhost"} != item:
-                    changes.replace.append((kind, full))
+                    (changes.cannot_replace if kind in FIXED_ONCE_DECLARED else changes.replace).append((kind, full))
                 else:
                     changes.unchanged += 1
     return changes

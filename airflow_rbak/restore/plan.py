@@ -144,7 +144,9 @@ class RestorePlan:
         changes = self.definitions_changes
         if changes:
             lines.append(f"  definitions ({changes['mode']} mode): create {changes['create'] or 'nothing'}; "
-                         f"existing and different (replaced only in replace mode): {changes['replace'] or 'none'}")
+                         f"existing and different (replaced only in replace mode): {changes['replace'] or 'none'}; "
+                         f"different but kept in either mode (delete them first to take the backup's): "
+                         f"{changes.get('cannot_replace') or 'none'}")
         for s in self.skipped_segments:
             lines.append(f"  SKIPPED damaged segment {s.key} ({s.record_count} records): {'; '.join(s.reasons)}")
         return lines

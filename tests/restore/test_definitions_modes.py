@@ -117,3 +117,24 @@ def test_rollback_deletes_every_object_the_import_created_and_nothing_else(broke
     assert index(broker.api("GET", "definitions").json()) == index(snapshot)
     assert result["deleted"] == [f"vhost {target_vhost}"]
     assert orjson.dumps(result).find(b"password") == -1
+
+
+def test_replace_mode_lists_an_existing_queue_it_cannot_change_and_leaves_it_as_it_was(broker, vhost, target_vhost, backed_up,
+                                                                                          tmp_path):
+    # Given a target vhost whose queue 'orders' exists with other arguments than the backup's
+    broker.api("PUT", f"vhosts/{target_vhost}")
+    broker.api("PUT", f"permissions/{target_vhost}/guest", json={"configure": ".*", "write": ".*", "read": ".*"})
+    broker.api("PUT", f"queues/{target_vhost}/orders", json={"durable": True, "arguments": {"x-max-length": 500}})
+    settings = RestoreSettings(backed_up, backup_id="pol-1", vhosts=[vhost], vhost_map={vhost: target_vhost},
+                               restore_definitions=True, definitions_mode="replace", checkpoint_state=str(tmp_path / "r.db"))
+
+    # When the definitions are restored in replace mode
+    run = RestoreRun(broker.connection, settings)
+    changes = run.plan().definitions_changes
+    report = run.run()
+
+    # Then the plan said the queue differs and will be kept; RabbitMQ's import indeed left it as it was
+    assert changes["cannot_replace"] == [f"queue {target_vhost}/orders"]
+    assert f"queue {target_vhost}/orders" not in changes["create"] + changes["replace"]
+    assert broker.api("GET", f"queues/{target_vhost}/orders").json()["arguments"] == {"x-max-length": 500}
+    assert report.published == 20
