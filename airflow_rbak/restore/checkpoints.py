@@ -96,6 +96,11 @@ class CheckpointStore(Protocol):
     def mapped_offset(self, cp: QueueCheckpoint, source_offset: int) -> int | None: ...
 
 
+def open_checkpoint_store(location: str) -> RestoreCheckpoints:
+    """The checkpoint store a restore uses (today: the SQLite file ``checkpoint_state`` names); close it after use."""
+    return RestoreCheckpoints(location)
+
+
 class RestoreCheckpoints:
     """The SQLite checkpoint store; every write is its own committed transaction."""
 
