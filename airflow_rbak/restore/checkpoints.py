@@ -66,11 +66,13 @@ class QueueCheckpoint:
     #: The target cluster's identity (``ManagementClient.cluster_identity``) and the backup's storage URL.
     target_cluster: str = ""
     location: str = ""
+    #: True when this progress was read from the store: a run saved it before its first publish.
+    stored: bool = False
 
     @property
     def started(self) -> bool:
-        """True once a run has measured the target and begun publishing into it (or finished)."""
-        return self.completed or self.depth_base is not None or self.published > 0
+        """True once a run of this restore has begun publishing into the target (or finished)."""
+        return self.stored or self.completed or self.depth_base is not None or self.published > 0
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,7 @@ class RestoreCheckpoints:
             raise ConfigurationError(
                 f"{self.path} holds a restore of {blank.source_vhost}/{blank.source_queue} with window {row[0]}, "
                 f"not {blank.window}; use another checkpoint_state, or the same window to resume")
-        return replace(blank, next_ordinal=row[1], published=row[2], depth_base=row[3], completed=bool(row[4]))
+        return replace(blank, next_ordinal=row[1], published=row[2], depth_base=row[3], completed=bool(row[4]), stored=True)
 
     def save(self, cp: QueueCheckpoint) -> None:
         self._db.execute(

@@ -116,6 +116,8 @@ def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, setting
     if exact and cp.depth_base is None:
         cp = replace(cp, depth_base=target.queue_depth(conn, connection, queue))
         checkpoints.save(cp)
+    elif not cp.stored:  # marks the restore as begun: a re-run resumes it instead of refusing what it published
+        checkpoints.save(cp)
     stream = queue.queue_type == "stream" and exact
     next_offset = cp.depth_base if stream else None
     pipeline = ConfirmPipeline(conn, checkpoints, cp, settings.max_in_flight, settings.max_publish_rate,

@@ -43,7 +43,7 @@ def test_another_target_cluster_or_location_never_reuses_a_checkpoint(tmp_path):
             # Then that restore starts from nothing: no progress, no unroutable records, no offsets of the first
             assert db.load(blank) == blank and not blank.started
             assert db.unroutable(blank) == [] and db.mapped_offset(blank, 5) is None
-        assert db.load(BLANK).completed
+        assert db.load(BLANK).completed and db.load(BLANK).started
 
 
 def _items(start: int, count: int) -> list[Positioned]:

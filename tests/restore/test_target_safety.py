@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import orjson
+import pika
 import pytest
 
 from airflow_rbak.restore import RestoreRun, RestoreSettings
@@ -116,3 +117,46 @@ def test_one_backup_restored_into_two_clusters_with_default_checkpoints_holds_ev
     finally:
         for node in (broker, second_broker):
             node.api("DELETE", f"vhosts/{quote(target, safe='')}")
+
+
+def test_exchange_mode_refuses_a_vhost_with_messages_anywhere_but_resumes_its_own_interrupted_restore(
+        broker, vhost, target_vhost, tmp_path):
+    # Given a backup of 'orders' filled through 'orders.x', and a target vhost with that route and an unrelated 'audit'
+    # queue that holds a message
+    with pika.BlockingConnection(broker.connection.pika_parameters(vhost)) as conn:
+        ch = conn.channel()
+        ch.exchange_declare("orders.x", "direct", durable=True)
+        ch.queue_declare("orders", durable=True)
+        ch.queue_bind("orders", "orders.x", "new")
+        ch.confirm_delivery()
+        for i in range(300):
+            ch.basic_publish("orders.x", "new", f"o-{i}".encode())
+    location = (tmp_path / "b").as_uri()
+    backup(broker.connection, location, "ex-1", vhost, str(tmp_path / "state"))
+    make_vhost(broker, target_vhost)
+    with pika.BlockingConnection(broker.connection.pika_parameters(target_vhost)) as conn:
+        ch = conn.channel()
+        ch.exchange_declare("orders.x", "direct", durable=True)
+        ch.queue_declare("orders", durable=True)
+        ch.queue_bind("orders", "orders.x", "new")
+        ch.queue_declare("audit", durable=True)
+        ch.confirm_delivery()
+        ch.basic_publish("", "audit", b"keep me")
+    fields = {"storage_url": location, "backup_id": "ex-1", "vhost_map": {vhost: target_vhost}, "publish_mode": "exchange",
+              "checkpoint_state": str(tmp_path / "r.db")}
+
+    # When it is restored through the exchanges: Then 'audit' (where bindings could route records) stops it
+    with pytest.raises(RestoreRefusedError, match=f"{target_vhost}/audit holds 1"):
+        RestoreRun(broker.connection, RestoreSettings(**fields)).run()
+    assert ready_count(broker.connection, target_vhost, "orders") == 0
+
+    # When 'audit' is emptied, and a first attempt dies after 100 publishes (some of them reached 'orders')
+    assert read_queue(broker.connection, target_vhost, "audit", "classic", 1)[0][0] == b"keep me"
+    _kill_worker(broker, {**fields, "max_in_flight": 20}, vhost, "orders", after=100)
+
+    # Then the re-run is not refused for what its own first attempt published: it resumes, and finishes
+    report = RestoreRun(broker.connection, RestoreSettings(**fields)).run()
+    (row,) = report.queues
+    assert row["completed"] and report.refused is None
+    bodies = [m[0] for m in read_queue(broker.connection, target_vhost, "orders", "classic", 300)]
+    assert bodies[-200:] == [f"o-{i}".encode() for i in range(100, 300)]  # exchange mode resumes at least once
