@@ -35,17 +35,25 @@ from dataclasses import dataclass
 
 import orjson
 import pika
+import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
 from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS, close_quietly, open_connection
+from airflow_rbak.broker.capture_limits import Deadline, drained_by_others, management_counts
 from airflow_rbak.broker.checkpoints import CheckpointStore, QueueProgress
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.delivery_json import delivery_record_json
-from airflow_rbak.broker.discovery import QueueInfo
-from airflow_rbak.broker.errors import BrokerError, CaptureIntegrityError, CaptureInterruptedError, DeliveryLimitRiskError
+from airflow_rbak.broker.discovery import QueueInfo, describe_queue
+from airflow_rbak.broker.errors import (
+    CaptureIntegrityError, CaptureInterruptedError, CaptureStalledError, ConsumerTimeoutError, DeliveryLimitRiskError,
+    QueueNotFoundError, UnsafeQueueError,
+)
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.broker.returns import CONSUMERS_PER_CHANNEL, ReturnPlan, check_delivery_limit, return_plan
+from airflow_rbak.broker.queue_features import (
+    DEFAULT_CONSUMER_TIMEOUT_MS, CaptureMethod, Facts, QueueDecision, consumer_timeout_ms, decide,
+)
+from airflow_rbak.broker.returns import CONSUMERS_PER_CHANNEL
 from airflow_rbak.broker.staging import StagedChunk, StagingWriter
 from airflow_rbak.codec.constants import Compression
 from airflow_rbak.codec.records import BackupRecord
@@ -73,12 +81,22 @@ class CaptureOptions:
     allow_delivery_count_increase: bool = False
     #: Seconds without a delivery before the queue is checked for having been drained by someone else.
     idle_timeout: float = 15.0
+    #: Idle checks that cannot tell a drained quorum queue from a slow one before the capture gives up.
+    inconclusive_checks: int = 4
+    #: A queue that cannot be captured without changing it: "skip" leaves it out (named, with its reason), "fail" fails.
+    on_unsafe_queue: str = "skip"
+    #: The broker's ``consumer_timeout`` (rabbitmq.conf), unless the queue sets its own.
+    consumer_timeout_ms: int = DEFAULT_CONSUMER_TIMEOUT_MS
 
     def __post_init__(self) -> None:
         if not 1 <= self.window <= MAX_PREFETCH:
             raise ConfigurationError(f"window must be 1-{MAX_PREFETCH} (AMQP prefetch is 16-bit), got {self.window}")
-        if self.idle_timeout <= 0:
-            raise ConfigurationError("idle_timeout must be > 0")
+        if self.idle_timeout <= 0 or self.inconclusive_checks < 0:
+            raise ConfigurationError("idle_timeout must be > 0 and inconclusive_checks >= 0")
+        if self.on_unsafe_queue not in ("skip", "fail"):
+            raise ConfigurationError(f"on_unsafe_queue must be 'skip' or 'fail', got {self.on_unsafe_queue!r}")
+        if self.consumer_timeout_ms < 1000:
+            raise ConfigurationError(f"consumer_timeout_ms must be at least 1000, got {self.consumer_timeout_ms}")
         object.__setattr__(self, "compression", Compression.parse(self.compression))
 
 
@@ -105,6 +123,10 @@ class CaptureResult:
     #: Seconds spent returning the messages and waiting until the queue's depth shows them back (the broker
     #: re-enqueues asynchronously; the last chunk is stored meanwhile). Included in ``duration_s``.
     return_wait_s: float = 0.0
+    #: Why the queue was left out (nothing was read from it), or None.
+    left_out: str | None = None
+    #: How it was read (:class:`~airflow_rbak.broker.queue_features.CaptureMethod`).
+    method: str | None = None
 
 
 def fingerprint(record: BackupRecord) -> str:
@@ -142,12 +164,13 @@ class QueueCapture:
         done = self.checkpoints.get(opts.backup_id, info.vhost, info.name)
         if done is not None and done.completed:
             return _result_from(done, 0.0, skipped=True)
-        plan = return_plan(info, broker_version)
-        check_delivery_limit(info, broker_version, plan, opts.allow_delivery_count_increase)
+        info, decision = self.decide(info, broker_version)
+        if decision.reason is not None:
+            return self._leave_out(info, decision.reason)
         conn = open_connection(self.connection, info.vhost)
         run: _Run | None = None
         try:
-            run = _Run(self, conn, info, plan, done)
+            run = _Run(self, conn, info, decision, done)
             try:
                 run.consume()
             finally:
@@ -158,6 +181,7 @@ class QueueCapture:
         except CONNECTION_ERRORS as exc:
             if run is not None:
                 run.writer.close()  # the chunk being stored commits its checkpoint first
+                run.raise_if_timed_out(exc)
             raise CaptureInterruptedError(
                 f"capture of {info.queue_type} queue {info.name!r} in vhost {info.vhost!r} was interrupted "
                 f"({type(exc).__name__}) after {run_staged(self, info)} staged messages. No message was removed: "
@@ -169,6 +193,25 @@ class QueueCapture:
                 run.writer.close()
             close_quietly(conn)
         return run.result(time.monotonic() - started, depth_after)
+
+    def decide(self, info: QueueInfo, broker_version: str) -> tuple[QueueInfo, QueueDecision]:
+        """The queue as it is now, not as discovery saw it (a policy may have changed since), and what to do with it."""
+        try:
+            with ManagementClient(self.connection) as client:
+                info = describe_queue(client, info.vhost, info.name)
+        except QueueNotFoundError:
+            return info, QueueDecision(CaptureMethod.LEAVE_OUT, "the queue no longer exists (deleted since discovery)")
+        return info, decide(info, Facts(broker_version, self.options.allow_delivery_count_increase))
+
+    def _leave_out(self, info: QueueInfo, reason: str) -> CaptureResult:
+        """Leave a queue out before its first message is received (or fail, under ``on_unsafe_queue=fail``)."""
+        what = f"{info.queue_type} queue {info.name!r} in vhost {info.vhost!r}"
+        if self.options.on_unsafe_queue == "fail":
+            raise UnsafeQueueError(f"{what} cannot be backed up without changing it: {reason}. Nothing was read from it; "
+                                   "set on_unsafe_queue=skip to back up the other queues without it")
+        log.warning("%s is left out of backup %s: %s. Nothing was read from it", what, self.options.backup_id, reason)
+        return CaptureResult(vhost=info.vhost, queue=info.name, queue_type=info.queue_type, messages=0, bytes=0,
+                             staged_chunks=0, duration_s=0.0, target=0, left_out=reason, method=CaptureMethod.LEAVE_OUT.value)
 
 
 def run_staged(capture: QueueCapture, info: QueueInfo) -> int:
@@ -184,13 +227,10 @@ def _result_from(p: QueueProgress, duration: float, skipped: bool = False) -> Ca
     )
 
 
-def _management_ready(connection: RabbitMQConnection, info: QueueInfo) -> int:
-    """Ready messages by the management API (sampled, a few seconds old); 0 when it cannot tell."""
-    try:
-        with ManagementClient(connection) as client:
-            return int(client.queue(info.vhost, info.name).get("messages_ready") or 0)
-    except BrokerError:
-        return 0
+def _management_ready(connection: RabbitMQConnection, info: QueueInfo) -> int | None:
+    """Ready messages by the management API (sampled, a few seconds old); None when it has no figure."""
+    counts = management_counts(connection, info)
+    return None if counts is None else counts[0]
 
 
 def _delivery_count(props: pika.spec.BasicProperties) -> int:
@@ -203,9 +243,14 @@ def _delivery_count(props: pika.spec.BasicProperties) -> int:
 class _Run:
     """One pass over a queue: consume the staircase, stage, give everything back."""
 
-    def __init__(self, owner: QueueCapture, conn: pika.BlockingConnection, info: QueueInfo, plan: ReturnPlan, progress: QueueProgress | None) -> None:
-        self.opts, self.checkpoints, self.conn, self.info, self.plan = owner.options, owner.checkpoints, conn, info, plan
+    def __init__(self, owner: QueueCapture, conn: pika.BlockingConnection, info: QueueInfo, decision: QueueDecision,
+                 progress: QueueProgress | None) -> None:
+        assert decision.return_plan is not None
+        self.opts, self.checkpoints, self.conn, self.info = owner.options, owner.checkpoints, conn, info
+        self.method, self.plan = decision.method, decision.return_plan
         self.connection = owner.connection
+        self.deadline = Deadline(consumer_timeout_ms(info, self.opts.consumer_timeout_ms))
+        self.inconclusive = 0
         self.channel = conn.channel()
         if progress is None:
             progress = QueueProgress(self.opts.backup_id, info.vhost, info.name, info.queue_type, target_count=self.initial_depth())
@@ -218,10 +263,11 @@ class _Run:
         self.return_wait_s = 0.0
         #: (channel, consumer tag, prefetch) in opening order; ``channels`` are those opened for "close".
         self.consumers: list[tuple[BlockingChannel, str, int]] = []
+        self.cancelled: set[str] = set()
         self.channels: list[BlockingChannel] = []
         #: The highest delivery tag received (tags count up per channel; a nack with ``multiple`` returns all before it).
         self.last_tag = 0
-        self.watch_limit = plan.counts and plan.limit is not None
+        self.watch_limit = self.plan.counts and self.plan.limit is not None
         #: The last staged delivery, for the checkpoint's fingerprint (a record is built once per chunk, not per message).
         self.last_delivery: tuple[pika.spec.Basic.Deliver, pika.spec.BasicProperties, bytes] | None = None
         self.risk: str | None = None
@@ -249,11 +295,21 @@ class _Run:
         if depth or self.info.queue_type != "quorum":
             return depth
         reported = _management_ready(self.connection, self.info)
+        deadline = time.monotonic() + 10.0  # no figure yet: the management API samples every 5 s
+        while reported is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            if depth := self.depth():
+                return depth
+            reported = _management_ready(self.connection, self.info)
         deadline = time.monotonic() + min(self.opts.idle_timeout, 3.0)
         while reported and time.monotonic() < deadline:
             time.sleep(0.5)
             if depth := self.depth():
                 return depth
+        if reported is None:
+            raise CaptureStalledError(
+                f"quorum queue {self.info.name!r} in vhost {self.info.vhost!r} reports 0 messages over AMQP and the "
+                "management API has no count for it: cannot tell whether it is empty. Nothing was read; re-run later")
         if reported:
             log.warning("quorum queue %r in vhost %r reports 0 ready messages over AMQP but %d in the management API; "
                         "capturing by the management API's count", self.info.name, self.info.vhost, reported)
@@ -283,7 +339,7 @@ class _Run:
         # The management API's figure is sampled every few seconds: give it one more interval to catch up.
         deadline = time.monotonic() + wait
         while depth < self.target and self.info.queue_type == "quorum" and time.monotonic() < deadline:
-            depth = max(depth, _management_ready(self.connection, self.info))
+            depth = max(depth, _management_ready(self.connection, self.info) or 0)
             if depth < self.target:
                 time.sleep(1.0)
         self.return_wait_s += time.monotonic() - started
@@ -297,6 +353,12 @@ class _Run:
         return self.channels[-1]
 
     def _open_consumer(self) -> None:
+        if self.method is CaptureMethod.ONE_CONSUMER_AT_A_TIME and self.consumers:
+            # Only one consumer of a single-active-consumer queue receives: the full one steps aside (keeping its
+            # messages) so that the next becomes active.
+            channel, tag, _step = self.consumers[-1]
+            channel.basic_cancel(tag)
+            self.cancelled.add(tag)
         step = min(self.opts.window, self.target - self.requested)
         channel = self._consumer_channel()
         channel.basic_qos(prefetch_count=step)
@@ -306,6 +368,8 @@ class _Run:
 
     def consume(self) -> None:
         """Receive ``target`` messages (staging those past a resumed run's ``skip``)."""
+        if self.method is CaptureMethod.GET:
+            self._consume_by_get()
         idle_since = time.monotonic()
         while self.received < self.target and self.risk is None:
             while self.requested < self.target and self.received == self.requested:
@@ -315,21 +379,73 @@ class _Run:
             now = time.monotonic()
             if self.received != before:
                 idle_since = now
+                self.deadline.start()
             elif now - idle_since > self.opts.idle_timeout:
                 self._on_idle()
                 idle_since = now
+            self._check_time()
         if self.risk is not None:
             raise DeliveryLimitRiskError(self.risk)
 
+    def _consume_by_get(self) -> None:
+        """Read with ``basic.get``, which registers no consumer (auto-delete and single-active-consumer queues).
+
+        An empty answer is the broker's own, exact: the queue holds nothing more for this capture.
+        """
+        while self.received < self.target and self.risk is None:
+            method, props, body = self.channel.basic_get(self.info.name, auto_ack=False)
+            if method is None:
+                self._drained()
+                return
+            self.deadline.start()
+            self._on_message(self.channel, method, props, body)
+            if self.received % 1000 == 0:
+                self._check_time()
+
+    def _check_time(self) -> None:
+        """Stop before the broker's consumer timeout could close a channel that holds messages."""
+        if (why := self.deadline.exceeded(self.received, self.target)) is not None:
+            raise ConsumerTimeoutError(self._timeout_message(f"the capture {why}; it stopped and gave every message back"))
+
+    def _timeout_message(self, what: str) -> str:
+        return (f"{self.info.queue_type} queue {self.info.name!r} in vhost {self.info.vhost!r}: {what} after {self.received} "
+                f"of {self.target} messages. No message was removed, and the queue is not marked complete. A capture "
+                "holds every message until it gives them all back, so it must finish within the broker's "
+                "consumer_timeout: raise it (rabbitmq.conf consumer_timeout; x-consumer-timeout or a consumer-timeout "
+                "policy from RabbitMQ 3.12) and set consumer_timeout_ms to the broker's value")
+
+    def raise_if_timed_out(self, exc: BaseException) -> None:
+        """After a channel error: a consumer timeout says so, and what to do (the broker returned the messages).
+
+        pika raises a broker's ``channel.close`` from ``process_data_events`` (or the next call on the channel).
+        """
+        if isinstance(exc, pika.exceptions.ChannelClosedByBroker) and "timed out" in str(exc.reply_text):
+            raise ConsumerTimeoutError(self._timeout_message(
+                f"the broker closed the capture's channel ({exc.reply_code} {exc.reply_text})")) from None
+
+    def _drained(self) -> None:
+        log.warning("queue %r in vhost %r was drained by another consumer during capture; %d of %d captured",
+                    self.info.name, self.info.vhost, self.received, self.target)
+        self.target = self.received
+
     def _on_idle(self) -> None:
-        if self.depth() == 0:
-            log.warning("queue %r in vhost %r was drained by another consumer during capture; %d of %d captured",
-                        self.info.name, self.info.vhost, self.received, self.target)
-            self.target = self.received
+        """No delivery for ``idle_timeout``: drained by someone else, or a broker that is slow to answer?"""
+        depth = self.depth()
+        counts = management_counts(self.connection, self.info) if not depth and self.info.queue_type == "quorum" else None
+        if drained_by_others(depth, counts, self.info.queue_type, self.received):
+            self._drained()
             return
-        raise CaptureInterruptedError(
-            f"queue {self.info.name!r} in vhost {self.info.vhost!r} stopped delivering after {self.received} of "
-            f"{self.target} messages for {self.opts.idle_timeout:.0f}s; re-run the same backup_id to resume"
+        if not depth and self.inconclusive < self.opts.inconclusive_checks:
+            self.inconclusive += 1
+            log.warning("quorum queue %r in vhost %r delivers nothing and reports 0 messages over AMQP, but the "
+                        "management API (%s ready, unacked) does not confirm it was drained; waiting",
+                        self.info.name, self.info.vhost, counts)
+            return
+        raise CaptureStalledError(
+            f"{self.info.queue_type} queue {self.info.name!r} in vhost {self.info.vhost!r} stopped delivering after "
+            f"{self.received} of {self.target} messages (AMQP depth {depth}, management API ready/unacked {counts}), "
+            "and the broker's counts cannot tell whether someone else consumed the rest. No message was removed and "
+            "nothing was marked complete; re-run the same backup_id to resume"
         )
 
     def _on_message(self, _ch: object, method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes) -> None:
@@ -405,7 +521,7 @@ class _Run:
         started = time.monotonic()
         self._receive_the_rest()
         for channel, tag, _step in self.consumers:
-            if channel.is_open:
+            if channel.is_open and tag not in self.cancelled:
                 channel.basic_cancel(tag)
         if self.plan.method == "close":
             self._close_in_order()
@@ -449,4 +565,5 @@ class _Run:
             vhost=self.info.vhost, queue=self.info.name, queue_type=self.info.queue_type, messages=self.staged,
             bytes=self.staged_bytes, staged_chunks=self.progress.last_chunk, duration_s=round(duration, 3),
             target=self.target, resumed_from=self.skip, depth_after=depth_after, return_wait_s=round(self.return_wait_s, 3),
+            method=self.method.value,
         )

@@ -36,6 +36,10 @@ class QueueInfo:
     operator_policy: dict[str, Any] = field(default_factory=dict)
     messages: int = 0
     durable: bool = True
+    auto_delete: bool = False
+    exclusive: bool = False
+    #: Consumers attached when the management API last sampled the queue (other clients' included).
+    consumers: int = 0
 
     @classmethod
     def from_api(cls, data: dict[str, Any], operator_policy: dict[str, Any] | None = None) -> QueueInfo:
@@ -48,6 +52,9 @@ class QueueInfo:
             operator_policy=dict(operator_policy or {}),
             messages=int(data.get("messages") or 0),
             durable=bool(data.get("durable", True)),
+            auto_delete=bool(data.get("auto_delete", False)),
+            exclusive=bool(data.get("exclusive", False)),
+            consumers=int(data.get("consumers") or 0),
         )
 
 

@@ -44,3 +44,17 @@ class CaptureInterruptedError(BrokerError):
 
 class CaptureIntegrityError(BrokerError):
     """What the queue holds no longer matches what an interrupted run staged; resuming would corrupt the backup."""
+
+
+class UnsafeQueueError(BrokerError):
+    """A queue the backup cannot read without changing it, under ``on_unsafe_queue=fail`` (nothing was received)."""
+
+
+class CaptureStalledError(CaptureInterruptedError):
+    """The queue stopped delivering and the broker's own counts cannot tell whether the rest was consumed by
+    someone else; the capture gives everything back rather than complete with fewer messages."""
+
+
+class ConsumerTimeoutError(BrokerError):
+    """The capture could not give its messages back inside the broker's ``consumer_timeout``; it stopped and
+    returned them (or the broker did, closing the channel), and nothing was marked complete."""

@@ -26,7 +26,7 @@ delivered to it again):
   messages at the default window) the channels' groups may then come back
   in either order.
 
-The delivery-limit rule, exactly (``return_plan``, ``check_delivery_limit``,
+The delivery-limit rule, exactly (``return_plan``, ``queue_features``,
 the capture's ``_reaches_limit``). Let *L* be the effective limit (smallest of
 ``x-delivery-limit``, the policy's and the operator policy's
 ``delivery-limit``; 20 by default from 4.0) and *c* a message's
@@ -34,9 +34,9 @@ the capture's ``_reaches_limit``). Let *L* be the effective limit (smallest of
 *c + 1*; 3.10 drops or dead-letters a message whose count after a return
 exceeds *L* (measured: with *L* = 3, the fourth return loses it).
 
-* Returns count (RabbitMQ < 4.3, quorum, *L* set) and not allowed:
-  ``DeliveryLimitRiskError`` before any message is consumed. Safe however
-  often it runs.
+* Returns count (RabbitMQ < 4.3, quorum, *L* set) and not allowed: the
+  queue is left out before any message is consumed
+  (:mod:`.queue_features`). Safe however often it runs.
 * Allowed (``allow_delivery_count_increase=True``): every capture spends one
   of each message's *L* returns. The capture stops at the first message with
   *c + 1 >= L* (one short of what 3.10 tolerates, so also safe where a
@@ -57,7 +57,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from airflow_rbak.broker.discovery import QueueInfo, effective_delivery_limit, parse_version
-from airflow_rbak.broker.errors import DeliveryLimitRiskError
 
 #: A closed channel's consumers go back in tag order only up to this many (the broker keeps them in an Erlang map,
 #: which iterates in key order only while it holds at most 32 keys).
@@ -81,15 +80,3 @@ def return_plan(info: QueueInfo, version: str) -> ReturnPlan:
     limit = effective_delivery_limit(info, v)
     counts = v < (4, 3, 0)
     return ReturnPlan("close" if counts else "nack", counts=counts, limit=limit)
-
-
-def check_delivery_limit(info: QueueInfo, version: str, plan: ReturnPlan, allow: bool) -> None:
-    """Refuse, before any message is touched, a capture whose returns would count toward a limit."""
-    if plan.counts and plan.limit is not None and not allow:
-        raise DeliveryLimitRiskError(
-            f"refusing to back up quorum queue {info.name!r} in vhost {info.vhost!r}: RabbitMQ {version} counts every "
-            f"returned message toward its delivery limit of {plan.limit}, so each backup raises every message's "
-            "x-delivery-count by one and repeated backups would drop or dead-letter messages. Remove the limit, "
-            "upgrade to RabbitMQ 4.3+ (where basic.nack does not count), or set allow_delivery_count_increase=True "
-            "(the capture then stops before any message reaches the limit)."
-        )

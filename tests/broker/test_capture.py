@@ -10,9 +10,10 @@ import psutil
 import pytest
 
 from airflow_rbak.broker import amqp_types
-from airflow_rbak.broker.errors import CaptureInterruptedError, DeliveryLimitRiskError
+from airflow_rbak.broker.errors import CaptureInterruptedError, DeliveryLimitRiskError, UnsafeQueueError
 from airflow_rbak.codec.records import decode_record
 from airflow_rbak.storage import open_storage
+from tests.reliability.faulty_storage import FaultyStorage
 
 from .helpers import capture_queue, declare, depth, publish
 from .messages import expected_prefix, sequence_of, split_record, staged_json
@@ -148,11 +149,14 @@ def test_delivery_limit_refused_by_default_and_never_exceeded_when_allowed(broke
     publish(broker.connection, vhost, "limited", 50, size=64)
     storage = open_storage("memory://")
 
-    # When it is backed up without permission, repeatedly: refused before any message is touched
-    for n in range(5):
-        with pytest.raises(DeliveryLimitRiskError, match="allow_delivery_count_increase"):
-            capture_queue(broker.connection, storage, f"refused-{n}", vhost, "limited")
+    # When it is backed up without permission, repeatedly: left out before any message is touched, or refused
+    for n in range(4):
+        left_out = capture_queue(broker.connection, storage, f"refused-{n}", vhost, "limited")
+        assert (left_out.messages, left_out.method) == (0, "left out") and "allow_delivery_count_increase" in left_out.left_out
+    with pytest.raises(UnsafeQueueError, match="allow_delivery_count_increase"):
+        capture_queue(broker.connection, storage, "refused-4", vhost, "limited", on_unsafe_queue="fail")
     assert depth(broker.connection, vhost, "limited", 50) == 50
+    assert not list(storage.list("refused-"))
 
     # When allowed: backups succeed until a return would bring messages to the limit, then it stops
     outcomes = []
@@ -197,25 +201,27 @@ def test_broker_stopped_mid_capture_then_rerun_completes_without_duplicates(brok
     count = 24_000
     declare(broker.connection, vhost, "crash", "classic")
     publish(broker.connection, vhost, "crash", count, size=512)
-    storage = open_storage(f"file://{tmp_path / 'store'}")
+    storage = FaultyStorage(open_storage(f"file://{tmp_path / 'store'}"))
     db = str(tmp_path / "offsets.db")
 
-    # When the broker stops once a few chunks are staged
-    def stop_when_staging() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if len(list(storage.list("b1/staging/"))) >= 3:
-                broker.stop()
-                return
-            time.sleep(0.01)
+    # When the broker stops as the third chunk is being stored. The store waits for the stop; the capture waits
+    # for that store before it hands over a fourth chunk (staging keeps one chunk in flight), and with a window of
+    # one chunk it asks the broker for no more than it has received: at most 8,000 of 24,000 messages reach the
+    # client before the broker is gone, whatever the machine's speed.
+    puts: list[str] = []
 
-    stopper = threading.Thread(target=stop_when_staging)
-    stopper.start()
+    def stop_at_third_chunk(key: str) -> None:
+        puts.append(key)
+        if sum("/staging/" in k for k in puts) == 3:
+            broker.stop()
+
+    storage.on_put = stop_at_third_chunk
     try:
         with pytest.raises(CaptureInterruptedError, match="Re-run the same backup_id"):
-            capture_queue(broker.connection, storage, "b1", vhost, "crash", db_path=db, chunk_max_records=2000)
+            capture_queue(broker.connection, storage, "b1", vhost, "crash", db_path=db, chunk_max_records=2000,
+                          window=2000)
     finally:
-        stopper.join()
+        storage.on_put = None
         broker.start()
 
     # Then no message was lost

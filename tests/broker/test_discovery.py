@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_rbak.broker.returns import ReturnPlan, check_delivery_limit, return_plan
+from airflow_rbak.broker.queue_features import CaptureMethod, Facts, decide
+from airflow_rbak.broker.returns import ReturnPlan, return_plan
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, effective_delivery_limit, parse_version
-from airflow_rbak.broker.errors import DeliveryLimitRiskError
 from airflow_rbak.exceptions import ConfigurationError
 
 
@@ -67,15 +67,13 @@ def test_classic_queues_are_returned_by_nack_and_never_count():
     assert return_plan(QueueInfo("/", "c", "classic"), "3.10.8") == ReturnPlan("nack", counts=False, limit=None)
 
 
-def test_a_counting_limit_is_refused_unless_allowed_and_the_message_says_how_to_proceed():
+def test_a_counting_limit_leaves_the_queue_out_unless_allowed_and_the_reason_says_how_to_proceed():
     info, version = quorum(arg=3), "3.10.8"
-    plan = return_plan(info, version)
 
-    with pytest.raises(DeliveryLimitRiskError, match="allow_delivery_count_increase=True") as refused:
-        check_delivery_limit(info, version, plan, allow=False)
-    assert "delivery limit of 3" in str(refused.value)
-    check_delivery_limit(info, version, plan, allow=True)
-    check_delivery_limit(quorum(), version, return_plan(quorum(), version), allow=False)  # no limit: nothing to refuse
+    refused = decide(info, Facts(version))
+    assert refused.left_out and "delivery limit of 3" in refused.reason and "allow_delivery_count_increase=True" in refused.reason
+    assert decide(info, Facts(version, allow_delivery_count_increase=True)).method is CaptureMethod.CONSUMERS
+    assert not decide(quorum(), Facts(version)).left_out  # no limit: nothing to refuse
 
 
 def test_queue_info_reads_the_management_api_shape():
