@@ -2,9 +2,12 @@
 
 Trigger it with the form (every setting is a validated ``Param``) or
 ``airflow dags test rbak_restore -c '{...}'``. Parsing makes no broker,
-storage or database call. A definitions failure stops the run before any
-message is published; a re-run with the same ``checkpoint_state`` continues
-each queue after its last confirmed record.
+storage or database call. The plan refuses (before anything is imported or
+published) to add to target queues that already hold messages unless
+``on_existing_messages`` is ``append``. A definitions failure stops the run
+before any message is published; a re-run with the same ``checkpoint_state``
+continues each queue after its last confirmed record. ``rbak definitions
+rollback`` undoes a definitions import.
 """
 
 from __future__ import annotations
@@ -66,12 +69,19 @@ PARAMS = {
     "allow_unroutable": Param(False, type="boolean", description="do not fail the report when records came back unroutable"),
     "strip_user_id": Param(False, type="boolean",
                            description="publish records whose user_id is another user's without it (RabbitMQ refuses them)"),
+    "on_existing_messages": Param("refuse", type="string", enum=["refuse", "append"],
+                                  description="refuse: stop before touching anything when a target queue already holds "
+                                              "messages; append: add the backup's messages after them"),
+    "definitions_mode": Param("missing", type="string", enum=["missing", "replace"],
+                              description="missing: import only objects the target lacks; replace: also overwrite "
+                                          "existing ones (the plan lists both)"),
 }
 
 SETTINGS = {name: "{{ params.%s }}" % name for name in (
     "storage_url", "backup_id", "vhosts", "queues", "vhost_map", "queue_map", "time_window_start", "time_window_end",
     "restore_definitions", "definitions_selection", "publish_mode", "dry_run", "max_publish_rate", "checkpoint_state",
-    "skip_damaged_segments", "restore_consumer_offsets", "allow_unroutable", "strip_user_id")}
+    "skip_damaged_segments", "restore_consumer_offsets", "allow_unroutable", "strip_user_id", "on_existing_messages",
+    "definitions_mode")}
 
 with DAG(
     dag_id="rbak_restore",

@@ -19,6 +19,7 @@ import orjson
 
 from airflow_rbak import __version__
 from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.backup.ownership import is_interim_copy
 from airflow_rbak.backup.writer import now_ms
 from airflow_rbak.codec import BackupManifest, CodecError, DefinitionsBackup, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.compression import decompress
@@ -82,12 +83,8 @@ def _read_queues(
     storage: Storage, backup_id: str, types: dict[tuple[str, str], str], unrecovered: list[str], cap: int
 ) -> list[QueueBackup]:
     grouped: dict[tuple[str, str], list[SegmentMetadata]] = defaultdict(list)
-    for info in storage.list(f"{backup_id}/queues/"):
-        parsed = parse_segment_key(info.key)
-        if parsed is None:
-            unrecovered.append(f"{info.key}: not a segment key; left out")
-            continue
-        found = _segment_metadata(storage, info.key, parsed, unrecovered, cap)
+    for key, parsed in _segment_keys(storage, backup_id, unrecovered):
+        found = _segment_metadata(storage, key, parsed, unrecovered, cap)
         if found is not None:
             grouped[found[0]].append(found[1])
     queues = []
@@ -101,6 +98,32 @@ def _read_queues(
             queue.extensions["queue_type_unknown"] = True
         queues.append(queue)
     return queues
+
+
+def _segment_keys(storage: Storage, backup_id: str, unrecovered: list[str]) -> list[tuple[str, tuple]]:
+    """The segment keys to read: one per queue folder and sequence.
+
+    A compaction's interim copy (``segment-0NNNN``) holds the same sequence as
+    the canonical segment it becomes; read both and each message counts
+    twice. The canonical key wins; an interim copy is read only where its
+    canonical segment is absent (a compaction stopped between its rounds).
+    """
+    chosen: dict[tuple[str, int], tuple[str, tuple]] = {}
+    for info in storage.list(f"{backup_id}/queues/"):
+        parsed = parse_segment_key(info.key)
+        if parsed is None:
+            unrecovered.append(f"{info.key}: not a segment key; left out")
+            continue
+        slot = (info.key.rsplit("/", 1)[0], parsed[3])
+        held = chosen.get(slot)
+        if held is None or (is_interim_copy(held[0]) and not is_interim_copy(info.key)):
+            if held is not None:
+                unrecovered.append(f"{held[0]}: interim compaction copy of {info.key}; left out")
+            chosen[slot] = (info.key, parsed)
+        else:
+            what = "interim compaction copy" if is_interim_copy(info.key) else "another object with the sequence"
+            unrecovered.append(f"{info.key}: {what} of {held[0]}; left out")
+    return [chosen[slot] for slot in sorted(chosen)]
 
 
 def _segment_metadata(

@@ -14,11 +14,12 @@ from typing import Any
 import orjson
 
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.backup.ownership import definitions_defect, is_interim_copy, segment_defect
 from airflow_rbak.backup.segment_check import check_segment
 from airflow_rbak.codec import BackupManifest, CodecError, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
-from airflow_rbak.codec.layout import compression_from_key, interim_segment_key, manifest_key, segment_key
+from airflow_rbak.codec.layout import compression_from_key, manifest_key
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 
@@ -69,21 +70,39 @@ def validate_backup(
         return report
     _check_manifest(manifest, report)
     for queue in manifest.queues:
-        _check_queue_listing(report.backup_id, queue, report)  # the id asked for: the manifest's may be hostile
+        _check_queue_listing(manifest, queue, report)
         for segment in queue.segments:
+            if segment_defect(manifest, queue, segment) is not None:
+                continue  # another backup's object: named above, never read
             if deep:
                 _check_segment_deep(storage, queue, segment, report, max_decompressed_bytes)
             else:
                 _check_segment_quick(storage, segment, report)
     if manifest.definitions is not None:
         _check_definitions(storage, manifest, report, deep, max_decompressed_bytes)
+    _check_leftovers(storage, manifest, report)
     return report
+
+
+def _check_leftovers(storage: Storage, manifest: BackupManifest, report: ValidationReport) -> None:
+    """Interim compaction copies the manifest does not name: a rebuild would read them as segments of their own."""
+    named = {s.key for q in manifest.queues for s in q.segments}
+    try:
+        listed = [i.key for i in storage.list(f"{report.backup_id}/queues/")]
+    except StorageError as exc:
+        report.add(f"{report.backup_id}/queues/", f"cannot be listed: {exc}")
+        return
+    for key in listed:
+        if is_interim_copy(key) and key not in named:
+            report.add(key, "leftover interim compaction copy, not part of the backup (an interrupted compaction); "
+                            "delete it, or `rbak manifest rebuild` leaves it out")
 
 
 def _check_manifest(manifest: BackupManifest, report: ValidationReport) -> None:
     key = manifest_key(report.backup_id)
     if manifest.backup_id != report.backup_id:
         report.add(key, f"backup_id is {manifest.backup_id!r}, expected {report.backup_id!r}")
+        manifest.backup_id = report.backup_id  # judge its keys by the folder asked for: the manifest's id may be hostile
     if manifest.completed_at is None:
         report.add(key, "backup did not complete (completed_at is null)")
     expected = {
@@ -96,8 +115,8 @@ def _check_manifest(manifest: BackupManifest, report: ValidationReport) -> None:
             report.add(key, f"{name} is {getattr(manifest, name)}, the queues add up to {value}")
 
 
-def _check_queue_listing(backup_id: str, queue: QueueBackup, report: ValidationReport) -> None:
-    where = f"{manifest_key(backup_id)} queue {queue.vhost!r}/{queue.name!r}"
+def _check_queue_listing(manifest: BackupManifest, queue: QueueBackup, report: ValidationReport) -> None:
+    where = f"{manifest_key(manifest.backup_id)} queue {queue.vhost!r}/{queue.name!r}"
     sequences = [s.sequence for s in queue.segments]
     if sequences != list(range(1, len(sequences) + 1)):
         report.add(where, f"segment sequences are {sequences[:10]}, expected 1..{len(sequences)} without gaps")
@@ -109,18 +128,8 @@ def _check_queue_listing(backup_id: str, queue: QueueBackup, report: ValidationR
     if (queue.first_message_timestamp, queue.last_message_timestamp) != (first, last):
         report.add(where, "first/last message timestamps disagree with its segments")
     for segment in queue.segments:
-        expected = _expected_key(backup_id, queue, segment)
-        # a manifest saved mid-compaction names the interim copy (one more leading zero) of some segments
-        if expected is None or segment.key not in (expected, interim_segment_key(expected)):
-            report.add(segment.key, "key does not follow {backup_id}/queues/{vhost}/{queue}/segment-NNNN for this queue")
-
-
-def _expected_key(backup_id: str, queue: QueueBackup, segment: SegmentMetadata) -> str | None:
-    """The key the layout gives this segment (compared whole: shortened long names cannot be parsed back)."""
-    try:
-        return segment_key(backup_id, queue.vhost, queue.name, segment.sequence, compression_from_key(segment.key))
-    except ValueError:  # ConfigurationError: a sequence below 1, reported with the sequences above
-        return None
+        if (reason := segment_defect(manifest, queue, segment)) is not None:
+            report.add(segment.key, reason)
 
 
 def _check_segment_quick(storage: Storage, segment: SegmentMetadata, report: ValidationReport) -> None:
@@ -150,6 +159,9 @@ def _check_segment_deep(storage: Storage, queue: QueueBackup, segment: SegmentMe
 
 def _check_definitions(storage: Storage, manifest: BackupManifest, report: ValidationReport, deep: bool, cap: int) -> None:
     definitions = manifest.definitions
+    if (reason := definitions_defect(manifest)) is not None:
+        report.add(definitions.key, reason)
+        return
     try:
         data = storage.get(definitions.key) if deep else storage.stat(definitions.key)
     except ObjectNotFoundError:

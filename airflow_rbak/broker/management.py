@@ -101,6 +101,21 @@ class ManagementClient:
     def cluster_name(self) -> str | None:
         return self.overview().get("cluster_name")
 
+    def cluster_identity(self) -> str:
+        """What tells this cluster from any other: the random ``internal_cluster_id`` RabbitMQ (3.8+) keeps once per
+        cluster, else (a user without the rights to read it) the cluster name and the answering node's name.
+
+        The cluster name alone is not enough: it is user-set, and two clusters may share it.
+        """
+        try:
+            value = self.get("global-parameters/internal_cluster_id").get("value")
+            if isinstance(value, str) and value:
+                return value
+        except (BrokerApiError, BrokerAuthError, AttributeError):
+            pass
+        overview = self.overview()
+        return f"name:{overview.get('cluster_name')}/node:{overview.get('node')}"
+
     def vhosts(self) -> list[str]:
         return [v["name"] for v in self.get("vhosts")]
 

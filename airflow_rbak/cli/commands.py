@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
+import os
 from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,6 +19,7 @@ from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.codec import read_header
 from airflow_rbak.codec.records import encode_record
 from airflow_rbak.codec.segment import decode_payload, iter_payload_records
+from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectNotFoundError, StorageError
 
@@ -125,6 +127,30 @@ def rebuild_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     out.write("created_at and completed_at are estimated from record timestamps; source_cluster is unknown\n")
     for line in result.unrecovered:
         out.write(f"  not recovered: {line}\n")
+    return 0
+
+
+def rollback_cmd(args: argparse.Namespace, out: IO[str]) -> int:
+    """Return a broker's definitions to the snapshot a restore took before importing (see restore.rollback)."""
+    from airflow_rbak.broker.connection import RabbitMQConnection
+    from airflow_rbak.broker.management import ManagementClient
+    from airflow_rbak.restore.rollback import rollback_definitions
+
+    url = args.broker or os.environ.get("RBAK_ROLLBACK_BROKER_URL")
+    if not url:
+        raise ConfigurationError("give the broker as --broker amqp://user:pass@host:5672/?management_port=15672 "
+                                 "(or in RBAK_ROLLBACK_BROKER_URL, which keeps the password off the command line)")
+    with ManagementClient(RabbitMQConnection.from_url(url)) as client:
+        result = rollback_definitions(client, open_storage(args.path), args.backup_id, args.snapshot, dry_run=args.dry_run)
+    if args.format == "json":
+        _json_line(out, result.to_json())
+        return 0
+    verb = "would" if result.dry_run else "did"
+    out.write(f"rollback to {result.snapshot_key}: {verb} delete {len(result.deleted)} and put back {len(result.restored)} objects\n")
+    for name in result.deleted:
+        out.write(f"  delete {name}\n")
+    for name in result.restored:
+        out.write(f"  put back {name}\n")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""``rbak``: list, describe, validate and repair RBAK backups; dump segments; remove a stale lock.
+"""``rbak``: list, describe, validate and repair RBAK backups; dump segments; remove a stale lock; roll back a
+definitions import.
 
 Exit codes: 0 success (a valid backup), 1 a defect or error (one line on
 stderr, no traceback), 2 a usage error. ``RBAK_DEBUG=1`` shows tracebacks.
@@ -54,6 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
     _backup_args(p)
     p.add_argument("--replace", action="store_true", help="replace an existing manifest.json (the old one is kept aside)")
     p.set_defaults(run=commands.rebuild_cmd)
+
+    definitions = sub.add_parser("definitions", help="Work with the definitions a restore imported.").add_subparsers(
+        dest="definitions_command", required=True)
+    p = command("rollback", "Return a broker's definitions to the snapshot a restore took before importing: delete what "
+                            "the import created, put back what it replaced.", definitions)
+    _backup_args(p)
+    p.add_argument("--broker", help="amqp://user:pass@host:5672/?management_port=15672 (default: $RBAK_ROLLBACK_BROKER_URL)")
+    p.add_argument("--snapshot", help="the snapshot's key (default: the newest rollback-before-import-* of the backup)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted and put back; change nothing")
+    p.set_defaults(run=commands.rollback_cmd)
     return parser
 
 

@@ -10,14 +10,28 @@ JSON objects for XCom; RBAK errors become Airflow errors via ``run_step``
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
+from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk import BaseOperator
 
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.operators.backup import run_step
-from airflow_rbak.restore import RestorePlan, RestoreRun, RestoreSettings
+from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRun, RestoreSettings
+from airflow_rbak.restore.errors import RestoreRefusedError
+
+T = TypeVar("T")
+
+
+def restore_step(step: str, action: Callable[[], T]) -> T:
+    """:func:`run_step`, except that a refusal fails at once, without retries: a retry would only be refused again."""
+    def refusing() -> T:
+        try:
+            return action()
+        except (RestoreRefusedError, BackupNotRestorableError) as exc:
+            raise AirflowFailException(f"rbak {step} refused: {exc}") from exc
+    return run_step(step, refusing)
 
 
 class RbakRestoreOperator(BaseOperator):
@@ -44,12 +58,12 @@ class RbakRestorePlanOperator(RbakRestoreOperator):
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
         run = self.restore_run()
-        plan = run_step("plan", run.plan)
+        plan = restore_step("plan", run.plan)
         for line in plan.summary_lines():
             self.log.info("%s", line)
         context["ti"].xcom_push(key="plan", value=plan.to_json())
         return [{"source_vhost": q.source_vhost, "source_queue": q.source_queue, "target": f"{q.target_vhost}/{q.target_queue}",
-                 "records": q.records_in_window} for q in plan.queues]
+                 "records": q.records_in_window, "target_holds": q.target_depth, "adds": q.to_add} for q in plan.queues]
 
 
 class RbakRestoreDefinitionsOperator(RbakRestoreOperator):
@@ -83,7 +97,7 @@ class RbakRestoreQueueOperator(RbakRestoreOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         run = self.restore_run()
         name = f"{self.restore_queue['source_vhost']}/{self.restore_queue['source_queue']}"
-        result = run_step(f"publish of {name}", lambda: run.publish(RestorePlan.from_json(dict(self.plan)), dict(self.restore_queue)))
+        result = restore_step(f"publish of {name}", lambda: run.publish(RestorePlan.from_json(dict(self.plan)), dict(self.restore_queue)))
         self.log.info("%s -> %s/%s: %d published now, %d in total, %d unroutable%s", name, result.target_vhost,
                       result.target_queue, result.published, result.published_total, len(result.unroutable),
                       " (dry run)" if result.dry_run else "")

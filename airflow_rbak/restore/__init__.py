@@ -9,8 +9,10 @@ from airflow_rbak.restore.errors import (
     BackupNotRestorableError,
     DamagedSegmentsError,
     DefinitionsImportError,
+    DefinitionsRollbackError,
     PublishError,
     RestoreError,
+    RestoreRefusedError,
     TargetChangedError,
     UnroutableMessagesError,
 )
@@ -20,7 +22,7 @@ from airflow_rbak.restore.run import RestoreReport, RestoreRun
 from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings, parse_time
 
 __all__ = [
-    "BackupNotRestorableError", "DamagedSegmentsError", "DefinitionsImportError", "DefinitionsSelection", "PublishError",
-    "QueuePlan", "QueueResult", "RestoreError", "RestorePlan", "RestoreReport", "RestoreRun", "RestoreSettings",
+    "BackupNotRestorableError", "DamagedSegmentsError", "DefinitionsImportError", "DefinitionsRollbackError",
+    "DefinitionsSelection", "PublishError", "QueuePlan", "QueueResult", "RestoreError", "RestoreRefusedError", "RestorePlan", "RestoreReport", "RestoreRun", "RestoreSettings",
     "SegmentPlan", "SkippedSegment", "TargetChangedError", "UnroutableMessagesError", "parse_time", "plan_restore",
 ]

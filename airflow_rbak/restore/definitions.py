@@ -7,9 +7,14 @@ and the bindings between what is selected. Policies of selected vhosts come
 along; users, permissions and runtime parameters (shovels, federation) do
 not: they change the whole cluster, or start moving messages on their own.
 
-Before anything is imported, the target's complete definitions are stored
-at ``definitions/rollback-before-import-<timestamp>.<ext>``; any failure
-raises :class:`DefinitionsImportError`, and the run stops before publishing.
+Each selected object is compared with the target's (``definitions_diff``):
+``definitions_mode: missing`` (the default) imports only what the target
+lacks, ``replace`` also overwrites what differs. Before anything is
+imported, the target's complete definitions are stored at
+``definitions/rollback-before-import-<timestamp>.<ext>`` and what the import
+will create and replace at ``definitions/import-record-<timestamp>.json``
+(what ``rollback`` undoes); any failure raises :class:`DefinitionsImportError`,
+and the run stops before publishing.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from airflow_rbak.codec import CodecError
 from airflow_rbak.codec.compression import compress, decompress
 from airflow_rbak.codec.layout import compression_from_key, rollback_definitions_key
 from airflow_rbak.restore import management_admin
+from airflow_rbak.restore.definitions_diff import ImportChanges, compare, per_vhost
 from airflow_rbak.restore.errors import DefinitionsImportError
 from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings, matches
 from airflow_rbak.storage.base import Storage, StorageError
@@ -43,6 +49,7 @@ class DefinitionsResult:
     dry_run: bool = False
     vhosts: dict[str, dict[str, int]] = field(default_factory=dict)
     created_vhosts: list[str] = field(default_factory=list)
+    changes: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -137,23 +144,53 @@ def save_rollback(client: ManagementClient, storage: Storage, backup_id: str, de
     return key
 
 
-def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreSettings, backup_id: str,
-                        definitions_key: str | None) -> DefinitionsResult:
-    """Read, select and map the saved definitions; unless dry run, save the rollback snapshot, then import."""
+def import_record_key(rollback_key: str) -> str:
+    """Where the list of what an import created and replaced is kept, beside its rollback snapshot."""
+    head, _, name = rollback_key.rpartition("/rollback-before-import-")
+    return f"{head}/import-record-{name.split('.', 1)[0]}.json"
+
+
+def current_definitions(client: ManagementClient) -> dict[str, Any]:
+    """The target's definitions now, parsed (``GET /api/definitions``)."""
+    try:
+        doc = orjson.loads(client.definitions_raw())
+    except (BrokerError, orjson.JSONDecodeError) as exc:
+        raise DefinitionsImportError(f"cannot read the target's definitions ({exc}); nothing was imported") from None
+    return doc if isinstance(doc, dict) else {}
+
+
+def plan_definitions(client: ManagementClient, storage: Storage, settings: RestoreSettings, backup_id: str,
+                     definitions_key: str | None) -> tuple[dict[str, dict[str, Any]], ImportChanges]:
+    """The selected definitions per target vhost, and what importing them in the chosen mode would change."""
     if definitions_key is None:
         raise DefinitionsImportError(f"backup {backup_id!r} holds no definitions; run without restore_definitions")
     selected = select_definitions(load_definitions(storage, definitions_key), settings.definitions_selection, settings)
-    result = DefinitionsResult(dry_run=settings.dry_run, vhosts=counts(selected))
+    return selected, compare(selected, current_definitions(client), settings.definitions_mode)
+
+
+def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreSettings, backup_id: str,
+                        definitions_key: str | None) -> DefinitionsResult:
+    """Compare with the target; unless dry run, save the rollback snapshot and the import record, then import."""
+    selected, changes = plan_definitions(client, storage, settings, backup_id, definitions_key)
+    result = DefinitionsResult(dry_run=settings.dry_run, vhosts=counts(selected), changes=changes.to_json())
     if settings.dry_run:
         return result
     result.rollback_key = save_rollback(client, storage, backup_id, definitions_key)
     log.info("saved the target's definitions to %s before import", result.rollback_key)
-    for vhost, document in selected.items():
+    record = {"snapshot": result.rollback_key, "mode": changes.mode,
+              "created": [{"kind": k, "item": i} for k, i in changes.create],
+              "replaced": [{"kind": k, "item": i} for k, i in changes.replace] if changes.mode == "replace" else []}
+    try:
+        storage.put(import_record_key(result.rollback_key), orjson.dumps(record))
+    except StorageError as exc:
+        raise DefinitionsImportError(f"could not save the import record ({exc}); nothing was imported") from None
+    for vhost in selected:
         try:
             if management_admin.ensure_vhost(client, vhost):
                 result.created_vhosts.append(vhost)
         except BrokerError as exc:
             raise DefinitionsImportError(f"cannot create vhost {vhost!r}: {exc}") from None
+    for vhost, document in per_vhost(changes.to_apply()).items():
         management_admin.import_vhost_definitions(client, vhost, document)
     result.imported = True
     return result

@@ -13,6 +13,10 @@ class BackupNotRestorableError(RestoreError):
     """The chosen backup cannot be restored as it is (incomplete, missing, or no such queue)."""
 
 
+class RestoreRefusedError(RestoreError):
+    """The restore would change its target beyond what it was told to (e.g. add to queues that hold messages)."""
+
+
 class DamagedSegmentsError(RestoreError):
     """Segments the restore would use failed verification; ``defects`` maps each key to its reasons."""
 
@@ -23,6 +27,10 @@ class DamagedSegmentsError(RestoreError):
 
 class DefinitionsImportError(RestoreError):
     """The definitions could not be read, saved for rollback or imported; nothing was published."""
+
+
+class DefinitionsRollbackError(RestoreError):
+    """A definitions rollback cannot start or did not return the target to its snapshot."""
 
 
 class PublishError(RestoreError):

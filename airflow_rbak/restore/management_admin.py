@@ -18,7 +18,7 @@ from airflow_rbak.restore.errors import DefinitionsImportError
 _REASON_CHARS = 300
 
 
-def _send(client: ManagementClient, method: str, path: str, body: Any = None) -> requests.Response:
+def send(client: ManagementClient, method: str, path: str, body: Any = None) -> requests.Response:
     url = f"{client.connection.management_base_url}/api/{path}"
     try:
         response = client._session.request(method, url, json=body, timeout=max(client.connection.timeout, 60))  # noqa: SLF001
@@ -43,10 +43,10 @@ def ensure_vhost(client: ManagementClient, vhost: str) -> bool:
     if vhost in client.vhosts():
         return False
     if addressable(vhost):
-        _send(client, "PUT", f"vhosts/{quote(vhost, safe='')}")
+        send(client, "PUT", f"vhosts/{quote(vhost, safe='')}")
         return True
     full = {"configure": ".*", "write": ".*", "read": ".*"}
-    _send(client, "POST", "definitions", {"vhosts": [{"name": vhost}],
+    send(client, "POST", "definitions", {"vhosts": [{"name": vhost}],
                                           "permissions": [{"user": client.connection.username, "vhost": vhost, **full}]})
     return True
 
@@ -58,7 +58,7 @@ def import_vhost_definitions(client: ManagementClient, vhost: str, document: dic
     endpoint, each naming the vhost.
     """
     if addressable(vhost):
-        _send(client, "POST", f"definitions/{quote(vhost, safe='')}", document)
+        send(client, "POST", f"definitions/{quote(vhost, safe='')}", document)
         return
     named = {part: [{**item, "vhost": vhost} for item in items] for part, items in document.items()}
-    _send(client, "POST", "definitions", named)
+    send(client, "POST", "definitions", named)

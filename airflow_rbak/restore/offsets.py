@@ -12,26 +12,26 @@ import logging
 
 from airflow_rbak.broker import stream_protocol
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.restore.checkpoints import RestoreCheckpoints
+from airflow_rbak.restore.checkpoints import CheckpointStore, QueueCheckpoint
 from airflow_rbak.restore.plan import QueuePlan
 
 log = logging.getLogger(__name__)
 
 
-def map_consumer_offsets(checkpoints: RestoreCheckpoints, backup_id: str, queue: QueuePlan) -> dict[str, int]:
+def map_consumer_offsets(checkpoints: CheckpointStore, cp: QueueCheckpoint, queue: QueuePlan) -> dict[str, int]:
     """Each saved consumer's new offset in the target stream (consumers with nothing restored left out)."""
     mapped: dict[str, int] = {}
     for name, offset in sorted(queue.consumer_offsets.items()):
-        new = checkpoints.mapped_offset(backup_id, queue.source_vhost, queue.source_queue, offset)
+        new = checkpoints.mapped_offset(cp, offset)
         if new is not None:
             mapped[name] = new
     return mapped
 
 
-def restore_consumer_offsets(connection: RabbitMQConnection, checkpoints: RestoreCheckpoints, backup_id: str,
+def restore_consumer_offsets(connection: RabbitMQConnection, checkpoints: CheckpointStore, cp: QueueCheckpoint,
                              queue: QueuePlan) -> dict[str, int]:
     """Store the mapped offsets of the queue's named consumers in the target stream; returns them."""
-    mapped = map_consumer_offsets(checkpoints, backup_id, queue)
+    mapped = map_consumer_offsets(checkpoints, cp, queue)
     for name, offset in mapped.items():
         stream_protocol.store_consumer_offset(connection, queue.target_vhost, queue.target_queue, name, offset)
     if mapped:

@@ -17,8 +17,10 @@ from typing import Any
 
 from airflow_rbak.backup.catalog import latest_complete
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.backup.ownership import foreign_objects
 from airflow_rbak.backup.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata, iter_records
+from airflow_rbak.restore.checkpoints import QueueCheckpoint
 from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
 from airflow_rbak.restore.settings import RestoreSettings
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
@@ -68,6 +70,19 @@ class QueuePlan:
     segments: tuple[SegmentPlan, ...]
     exchanges: tuple[str, ...] = ()
     consumer_offsets: dict[str, int] = field(default_factory=dict)
+    #: The target as the plan found it (``target_check``): messages held (None: no such queue), whether this
+    #: restore's checkpoint says it already began there, and what it confirmed then.
+    target_depth: int | None = None
+    resumes: bool = False
+    published_before: int = 0
+    completed_before: bool = False
+    #: exchange mode: the other non-empty queues of the target vhost, where bindings may route records.
+    vhost_depths: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def to_add(self) -> int:
+        """Records this run will still publish (a finished restore adds nothing; a resumed one the rest)."""
+        return 0 if self.completed_before else max(self.records_in_window - self.published_before, 0)
 
     @property
     def task_id(self) -> str:
@@ -88,6 +103,10 @@ class RestorePlan:
     definitions_key: str | None = None
     segments_verified: int = 0
     segments_outside_window: int = 0
+    source_cluster: str | None = None
+    target_cluster: str | None = None
+    target_cluster_id: str | None = None
+    definitions_changes: dict[str, Any] | None = None
 
     @property
     def records_in_window(self) -> int:
@@ -114,10 +133,20 @@ class RestorePlan:
     def summary_lines(self) -> list[str]:
         """The plan as a few log lines (no secrets: the storage URL is already credential-free)."""
         lines = [f"restore plan for backup {self.backup_id} from {self.storage_url}, window "
-                 f"{self.window_start}..{self.window_end}: {len(self.queues)} queues, {self.records_in_window} records"]
+                 f"{self.window_start}..{self.window_end}: {len(self.queues)} queues, {self.records_in_window} records",
+                 f"  source cluster {self.source_cluster or '(unknown)'} -> target cluster {self.target_cluster or '(not inspected)'}"
+                 + (" (THE SAME CLUSTER)" if self.source_cluster and self.source_cluster == self.target_cluster else "")]
         for q in self.queues:
+            now = "no such queue" if q.target_depth is None else f"holds {q.target_depth}"
             lines.append(f"  {q.source_vhost}/{q.source_queue} ({q.queue_type}) -> {q.target_vhost}/{q.target_queue}: "
-                         f"{q.records_in_window} of {q.records_total} records in {len(q.segments)} segments")
+                         f"{q.records_in_window} of {q.records_total} records in {len(q.segments)} segments; target {now}, "
+                         f"adds {q.to_add}" + (f" (resuming: {q.published_before} confirmed before)" if q.resumes else ""))
+        changes = self.definitions_changes
+        if changes:
+            lines.append(f"  definitions ({changes['mode']} mode): create {changes['create'] or 'nothing'}; "
+                         f"existing and different (replaced only in replace mode): {changes['replace'] or 'none'}; "
+                         f"different but kept in either mode (delete them first to take the backup's): "
+                         f"{changes.get('cannot_replace') or 'none'}")
         for s in self.skipped_segments:
             lines.append(f"  SKIPPED damaged segment {s.key} ({s.record_count} records): {'; '.join(s.reasons)}")
         return lines
@@ -147,6 +176,12 @@ def resolve_manifest(storage: Storage, backup_id: str) -> BackupManifest:
 def plan_restore(storage: Storage, settings: RestoreSettings) -> RestorePlan:
     """Read the manifest, verify the segments the window needs, count what will be published."""
     manifest = resolve_manifest(storage, settings.backup_id)
+    foreign = foreign_objects(manifest)
+    if foreign:
+        raise BackupNotRestorableError(
+            f"the manifest of backup {manifest.backup_id!r} names objects that are not its own "
+            f"({'; '.join(f'{k}: {r}' for k, r in foreign[:5])}); nothing was read from them. "
+            "Run `rbak validate --deep`, then restore from another backup or `rbak manifest rebuild --replace`")
     selected = [q for q in manifest.queues if settings.selects(q.vhost, q.name)]
     _check_targets_unique(selected, settings)
     queues, skipped, defects = [], [], {}
@@ -167,8 +202,16 @@ def plan_restore(storage: Storage, settings: RestoreSettings) -> RestorePlan:
         backup_id=manifest.backup_id, storage_url=storage.url, window_start=settings.time_window_start,
         window_end=settings.time_window_end, queues=tuple(queues), skipped_segments=tuple(skipped),
         definitions_key=manifest.definitions.key if manifest.definitions else None,
-        segments_verified=verified, segments_outside_window=outside,
+        segments_verified=verified, segments_outside_window=outside, source_cluster=manifest.source_cluster,
     )
+
+
+def queue_checkpoint(plan: RestorePlan, queue: QueuePlan, settings: RestoreSettings) -> QueueCheckpoint:
+    """The checkpoint key of one queue of this restore: target cluster, location, backup, queues, window."""
+    if not plan.target_cluster_id:
+        raise BackupNotRestorableError("the plan does not name its target cluster; plan the restore again")
+    return QueueCheckpoint(plan.backup_id, queue.source_vhost, queue.source_queue, queue.target_vhost, queue.target_queue,
+                           settings.window_label(), target_cluster=plan.target_cluster_id, location=plan.storage_url)
 
 
 def _check_targets_unique(selected: list[QueueBackup], settings: RestoreSettings) -> None:

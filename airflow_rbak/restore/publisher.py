@@ -31,7 +31,7 @@ import pika
 import pika.exceptions
 
 from airflow_rbak.broker import amqp_types
-from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpoints, Unroutable
+from airflow_rbak.restore.checkpoints import CheckpointStore, QueueCheckpoint, Unroutable
 from airflow_rbak.restore.errors import PublishError, TargetChangedError
 from airflow_rbak.restore.records import Positioned
 
@@ -54,7 +54,7 @@ class _InFlight:
 class ConfirmPipeline:
     """One channel in confirm mode: publish, track confirms and returns, commit checkpoints."""
 
-    def __init__(self, conn: pika.BlockingConnection, checkpoints: RestoreCheckpoints, checkpoint: QueueCheckpoint,
+    def __init__(self, conn: pika.BlockingConnection, checkpoints: CheckpointStore, checkpoint: QueueCheckpoint,
                  max_in_flight: int, max_rate: float | None = None, track_offsets: bool = False) -> None:
         amqp_types.install()
         self.conn, self.checkpoints, self.cp = conn, checkpoints, checkpoint

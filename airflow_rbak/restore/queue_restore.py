@@ -13,9 +13,9 @@ import pika.exceptions
 
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.restore import target
-from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpoints
+from airflow_rbak.restore.checkpoints import CheckpointStore, QueueCheckpoint
 from airflow_rbak.restore.errors import PublishError
-from airflow_rbak.restore.plan import QueuePlan, RestorePlan
+from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
 from airflow_rbak.restore.publisher import ConfirmPipeline, reconcile
 from airflow_rbak.restore.records import Positioned, iter_window_records
 from airflow_rbak.restore.settings import RestoreSettings
@@ -50,28 +50,26 @@ class QueueResult:
 
 
 def restore_queue(connection: RabbitMQConnection, storage: Storage, settings: RestoreSettings, plan: RestorePlan,
-                  queue: QueuePlan, checkpoints: RestoreCheckpoints) -> QueueResult:
+                  queue: QueuePlan, checkpoints: CheckpointStore) -> QueueResult:
     """Publish the queue's records in the window, resuming after its checkpoint; dry run publishes nothing."""
     started = time.monotonic()
     result = QueueResult(queue.source_vhost, queue.source_queue, queue.target_vhost, queue.target_queue, queue.records_in_window)
     if settings.dry_run:
-        result.dry_run, result.published = True, queue.records_in_window
+        result.dry_run, result.published = True, queue.to_add
         return result
-    blank = QueueCheckpoint(plan.backup_id, queue.source_vhost, queue.source_queue, queue.target_vhost, queue.target_queue,
-                            settings.window_label(), depth_base=None)
-    cp = checkpoints.load(blank)
+    cp = checkpoints.load(queue_checkpoint(plan, queue, settings))
     result.resumed_from = cp.next_ordinal
     if not cp.completed:
         cp = _publish(connection, storage, settings, queue, checkpoints, cp, result)
     result.published_total = cp.published
     result.completed = cp.completed
-    result.unroutable = [asdict(u) for u in checkpoints.unroutable(plan.backup_id, queue.source_vhost, queue.source_queue)]
+    result.unroutable = [asdict(u) for u in checkpoints.unroutable(cp)]
     result.seconds = round(time.monotonic() - started, 3)
     return result
 
 
 def _publish(connection: RabbitMQConnection, storage: Storage, settings: RestoreSettings, queue: QueuePlan,
-             checkpoints: RestoreCheckpoints, cp: QueueCheckpoint, result: QueueResult) -> QueueCheckpoint:
+             checkpoints: CheckpointStore, cp: QueueCheckpoint, result: QueueResult) -> QueueCheckpoint:
     try:
         conn = pika.BlockingConnection(connection.pika_parameters(queue.target_vhost))
     except pika.exceptions.AMQPError as exc:
@@ -95,7 +93,7 @@ def _publish(connection: RabbitMQConnection, storage: Storage, settings: Restore
             pass
 
 
-def _resume(conn: pika.BlockingConnection, connection: RabbitMQConnection, queue: QueuePlan, checkpoints: RestoreCheckpoints,
+def _resume(conn: pika.BlockingConnection, connection: RabbitMQConnection, queue: QueuePlan, checkpoints: CheckpointStore,
             cp: QueueCheckpoint, records: Any, result: QueueResult, track_offsets: bool = False) -> QueueCheckpoint:
     """Measure the target; on a re-run, skip the records a crashed run already got into it."""
     if cp.depth_base is None:
@@ -113,10 +111,12 @@ def _resume(conn: pika.BlockingConnection, connection: RabbitMQConnection, queue
 
 
 def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, settings: RestoreSettings, queue: QueuePlan,
-          checkpoints: RestoreCheckpoints, cp: QueueCheckpoint, records: Any, result: QueueResult) -> QueueCheckpoint:
+          checkpoints: CheckpointStore, cp: QueueCheckpoint, records: Any, result: QueueResult) -> QueueCheckpoint:
     exact = settings.publish_mode == "queue"
     if exact and cp.depth_base is None:
         cp = replace(cp, depth_base=target.queue_depth(conn, connection, queue))
+        checkpoints.save(cp)
+    elif not cp.stored:  # marks the restore as begun: a re-run resumes it instead of refusing what it published
         checkpoints.save(cp)
     stream = queue.queue_type == "stream" and exact
     next_offset = cp.depth_base if stream else None

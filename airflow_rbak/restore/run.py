@@ -1,6 +1,8 @@
 """One restore from start to finish, as separate steps the DAG runs as separate tasks.
 
-``plan`` (manifest, verified segments, counts in the window) ->
+``plan`` (manifest, verified segments, counts in the window; then the
+target: its cluster, what each target queue holds, what the definitions
+import would create or replace; a refusal stops the run here) ->
 ``definitions`` (rollback snapshot, then import; only if asked) ->
 ``publish`` one queue at a time (each a mapped task in the DAG) ->
 ``report``. :meth:`RestoreRun.run` does them all in order. Every step takes
@@ -10,16 +12,17 @@ and returns plain JSON-able objects, so Airflow can pass them as XCom.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.restore.checkpoints import RestoreCheckpoints
-from airflow_rbak.restore.definitions import DefinitionsResult, restore_definitions
-from airflow_rbak.restore.errors import UnroutableMessagesError
+from airflow_rbak.restore.checkpoints import open_checkpoint_store
+from airflow_rbak.restore.definitions import DefinitionsResult, plan_definitions, restore_definitions
+from airflow_rbak.restore.errors import RestoreRefusedError, UnroutableMessagesError
 from airflow_rbak.restore.offsets import restore_consumer_offsets
-from airflow_rbak.restore.plan import QueuePlan, RestorePlan, plan_restore
+from airflow_rbak.restore.plan import QueuePlan, RestorePlan, plan_restore, queue_checkpoint
+from airflow_rbak.restore.target_check import check_target, inspect_target, refusal
 from airflow_rbak.restore.queue_restore import QueueResult, restore_queue
 from airflow_rbak.restore.settings import RestoreSettings
 from airflow_rbak.storage import open_storage
@@ -43,6 +46,9 @@ class RestoreReport:
     segments_verified: int = 0
     segments_outside_window: int = 0
     consumer_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    source_cluster: str | None = None
+    target_cluster: str | None = None
+    refused: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -66,8 +72,14 @@ class RestoreRun:
     def plan(self) -> RestorePlan:
         """Read the manifest, verify the segments the window uses, count; logs the plan."""
         plan = plan_restore(self.storage, self.settings)
+        with ManagementClient(self.connection) as client, open_checkpoint_store(self.settings.checkpoint_state) as checkpoints:
+            plan = inspect_target(plan, client, self.connection, self.settings, checkpoints)
+            if self.settings.restore_definitions:
+                _, changes = plan_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key)
+                plan = replace(plan, definitions_changes=changes.to_json())
         for line in plan.summary_lines():
             log.info("%s", line)
+        check_target(plan, self.settings)
         return plan
 
     def definitions(self, plan: RestorePlan) -> DefinitionsResult:
@@ -79,11 +91,21 @@ class RestoreRun:
         """Restore one queue of the plan (a dict is accepted, as XCom hands it over)."""
         if isinstance(queue, dict):
             queue = plan.queue(queue["source_vhost"], queue["source_queue"])
-        with RestoreCheckpoints(self.settings.checkpoint_state) as checkpoints:
+        self._check_same_target(plan)
+        with open_checkpoint_store(self.settings.checkpoint_state) as checkpoints:
             result = restore_queue(self.connection, self.storage, self.settings, plan, queue, checkpoints)
             if self.settings.restore_consumer_offsets and not self.settings.dry_run and queue.queue_type == "stream":
-                result.consumer_offsets = restore_consumer_offsets(self.connection, checkpoints, plan.backup_id, queue)
+                cp = queue_checkpoint(plan, queue, self.settings)
+                result.consumer_offsets = restore_consumer_offsets(self.connection, checkpoints, cp, queue)
         return result
+
+    def _check_same_target(self, plan: RestorePlan) -> None:
+        """The plan inspected one cluster; publishing into another would skip its checks (and its checkpoints)."""
+        with ManagementClient(self.connection) as client:
+            found = client.cluster_identity()
+        if found != plan.target_cluster_id:
+            raise RestoreRefusedError(f"the connection now reaches cluster {found!r}, not {plan.target_cluster_id!r} that "
+                                      "the plan inspected; nothing was published. Plan the restore again")
 
     def report(self, plan: RestorePlan, results: list[QueueResult | dict[str, Any]],
                definitions: DefinitionsResult | dict[str, Any] | None = None) -> RestoreReport:
@@ -97,6 +119,7 @@ class RestoreRun:
             unroutable=sum(len(r["unroutable"]) for r in rows),
             segments_verified=plan.segments_verified, segments_outside_window=plan.segments_outside_window,
             consumer_offsets={f"{r['target_vhost']}/{r['target_queue']}": r["consumer_offsets"] for r in rows if r.get("consumer_offsets")},
+            source_cluster=plan.source_cluster, target_cluster=plan.target_cluster, refused=refusal(plan, self.settings),
         )
         log.info("restore of %s: %d planned, %d published this run, %d unroutable, %d damaged segments skipped",
                  plan.backup_id, report.planned, report.published, report.unroutable, len(report.skipped_segments))

@@ -20,6 +20,10 @@ from typing import Any
 from airflow_rbak.exceptions import ConfigurationError
 
 PUBLISH_MODES = ("queue", "exchange")
+#: What a restore does when a target queue already holds messages: stop before touching anything, or add to them.
+ON_EXISTING_MESSAGES = ("refuse", "append")
+#: How definitions are imported: create only what the target lacks, or also overwrite what it has.
+DEFINITIONS_MODES = ("missing", "replace")
 DEFAULT_CHECKPOINT_STATE = str(Path(tempfile.gettempdir()) / "rbak-restore" / "checkpoints.db")
 
 
@@ -129,6 +133,8 @@ class RestoreSettings:
     #: RabbitMQ refuses a ``user_id`` other than the publishing user's; set to publish such records without it.
     strip_user_id: bool = False
     allow_unroutable: bool = False
+    on_existing_messages: str = "refuse"
+    definitions_mode: str = "missing"
     max_in_flight: int = 1000
 
     def __post_init__(self) -> None:
@@ -150,6 +156,11 @@ class RestoreSettings:
         object.__setattr__(self, "definitions_selection", selection)
         if self.publish_mode not in PUBLISH_MODES:
             raise ConfigurationError(f"publish_mode must be one of {list(PUBLISH_MODES)}, got {self.publish_mode!r}")
+        if self.on_existing_messages not in ON_EXISTING_MESSAGES:
+            raise ConfigurationError(
+                f"on_existing_messages must be one of {list(ON_EXISTING_MESSAGES)}, got {self.on_existing_messages!r}")
+        if self.definitions_mode not in DEFINITIONS_MODES:
+            raise ConfigurationError(f"definitions_mode must be one of {list(DEFINITIONS_MODES)}, got {self.definitions_mode!r}")
         if self.max_publish_rate is not None and not self.max_publish_rate > 0:
             raise ConfigurationError("max_publish_rate must be > 0 messages per second, or None for no limit")
         if not isinstance(self.max_in_flight, int) or not 1 <= self.max_in_flight <= 65535:

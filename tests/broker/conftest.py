@@ -1,4 +1,5 @@
-"""Broker fixtures: one private RabbitMQ for the session (scripts/rabbitmq.sh), a fresh vhost per test."""
+"""Broker fixtures: one private RabbitMQ for the session (scripts/rabbitmq.sh), a fresh vhost per test, and a second
+node (another cluster, on other loopback ports) for the tests that restore into two clusters."""
 
 from __future__ import annotations
 
@@ -25,12 +26,13 @@ class Broker:
     """The session's broker: its connection settings and a way to stop and start it (data kept)."""
 
     connection: RabbitMQConnection
+    env: dict[str, str] | None = None
 
     def stop(self) -> None:
-        subprocess.run([str(SCRIPT), "stop"], check=True, capture_output=True, env=_env())
+        subprocess.run([str(SCRIPT), "stop"], check=True, capture_output=True, env=self.env or _env())
 
     def start(self) -> None:
-        subprocess.run([str(SCRIPT), "start"], check=True, capture_output=True, env=_env())
+        subprocess.run([str(SCRIPT), "start"], check=True, capture_output=True, env=self.env or _env())
 
     def eval(self, expression: str) -> str:
         """Evaluate an Erlang expression on the private node (``rabbitmqctl eval``): test-only broker settings."""
@@ -67,6 +69,35 @@ def broker() -> Iterator[Broker]:
             stream_port=int(os.environ.get("RBAK_STREAM_PORT", 5552)),
         )
     )
+
+
+def second_node_env() -> dict[str, str]:
+    """The environment of scripts/rabbitmq.sh for the second node: ``RBAK_*2`` variables, defaults beside the first's."""
+    env = _env()
+    amqp = int(env.get("RBAK_AMQP_PORT2", 5673))
+    env.update({
+        "RBAK_AMQP_PORT": str(amqp), "RBAK_MGMT_PORT": env.get("RBAK_MGMT_PORT2", "15673"),
+        "RBAK_STREAM_PORT": env.get("RBAK_STREAM_PORT2", "5553"), "RBAK_DIST_PORT": str(amqp + 20000),
+        "RBAK_RABBIT_NODE": env.get("RBAK_RABBIT_NODE2", "rabbit2@localhost"),
+        "RBAK_RABBIT_DIR": env.get("RBAK_RABBIT_DIR2", str(REPO / ".run" / "rabbitmq2")),
+    })
+    return env
+
+
+@pytest.fixture(scope="session")
+def second_broker() -> Iterator[Broker]:
+    """A second RabbitMQ node, a cluster of its own, started (or reused) for the session; RBAK_TEST_AMQP_URL2 names an
+    external one instead."""
+    url = os.environ.get("RBAK_TEST_AMQP_URL2")
+    if url:
+        yield Broker(RabbitMQConnection.from_url(url))
+        return
+    if shutil.which("rabbitmq-server") is None or os.geteuid() != 0:
+        pytest.skip("two-cluster tests need rabbitmq-server and root (see scripts/rabbitmq.sh)")
+    env = second_node_env()
+    subprocess.run([str(SCRIPT), "start"], check=True, capture_output=True, env=env)
+    yield Broker(RabbitMQConnection(amqp_port=int(env["RBAK_AMQP_PORT"]), management_port=int(env["RBAK_MGMT_PORT"]),
+                                    stream_port=int(env["RBAK_STREAM_PORT"])), env)
 
 
 @pytest.fixture

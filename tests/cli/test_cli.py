@@ -121,3 +121,16 @@ def test_a_missing_manifest_is_a_clear_error(tmp_path):
 
     assert done.returncode == 1
     assert "no manifest.json" in done.stderr and "rbak manifest rebuild" in done.stderr
+
+
+def test_definitions_rollback_without_a_broker_or_a_snapshot_says_so_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("RBAK_ROLLBACK_BROKER_URL", raising=False)
+    build_sample_backup(open_storage(tmp_path.as_uri()), "r-1")
+
+    no_broker = rbak("definitions", "rollback", "--path", tmp_path.as_uri(), "--backup-id", "r-1")
+    no_snapshot = rbak("definitions", "rollback", "--path", tmp_path.as_uri(), "--backup-id", "r-1",
+                       "--broker", "amqp://guest:s3cret-pw@127.0.0.1:1/?management_port=1")
+
+    assert no_broker.returncode == 1 and "--broker" in no_broker.stderr and no_broker.stderr.count("\n") == 1
+    assert no_snapshot.returncode == 1 and "holds no rollback snapshot" in no_snapshot.stderr
+    assert no_snapshot.stderr.count("\n") == 1 and "Traceback" not in no_snapshot.stderr and "s3cret" not in no_snapshot.stderr

@@ -18,9 +18,13 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
 
-def rabbitmq_conn(host: str = "127.0.0.1", amqp_port: int = 5672, management_port: int = 15672, stream_port: int = 5552,
-                  login: str = "guest", password: str = "guest") -> str:
-    """An ``AIRFLOW_CONN_*`` value (JSON form) for a rabbitmq connection."""
+def rabbitmq_conn(host: str = "127.0.0.1", amqp_port: int | None = None, management_port: int | None = None,
+                  stream_port: int | None = None, login: str = "guest", password: str = "guest") -> str:
+    """An ``AIRFLOW_CONN_*`` value (JSON form) for a rabbitmq connection; ports default to the private broker's
+    (``RBAK_AMQP_PORT``, ``RBAK_MGMT_PORT``, ``RBAK_STREAM_PORT``, as scripts/rabbitmq.sh uses them)."""
+    amqp_port = amqp_port or int(os.environ.get("RBAK_AMQP_PORT", 5672))
+    management_port = management_port or int(os.environ.get("RBAK_MGMT_PORT", 15672))
+    stream_port = stream_port or int(os.environ.get("RBAK_STREAM_PORT", 5552))
     return json.dumps({"conn_type": "rabbitmq", "host": host, "port": amqp_port, "login": login, "password": password,
                        "extra": {"management_port": management_port, "stream_port": stream_port, "timeout": 5}})
 

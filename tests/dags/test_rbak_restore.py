@@ -11,7 +11,7 @@ import requests
 from airflow_rbak.storage import open_storage
 from tests.dags.airflow_env import REPO, airflow_env, dags_test, rabbitmq_conn, run, run_facts
 from tests.reliability.secrets import leaks, log_files, stored_objects
-from tests.restore.helpers import backup, body_of, declare, publish, read_queue
+from tests.restore.helpers import backup, body_of, declare, publish, read_queue, ready_count
 
 QUEUES = {"orders": ("classic", 120), "payments": ("quorum", 60)}
 
@@ -60,6 +60,30 @@ def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, v
             pass
 
 
+@pytest.mark.broker
+def test_the_restore_dag_with_only_a_location_and_a_backup_id_refuses_to_add_to_the_source_queue(
+        broker, vhost, tmp_path, airflow_home):
+    # Given a backup of a queue that still holds its 5 messages, and rabbitmq_default pointing at that same broker
+    declare(broker.connection, vhost, {"orders": "classic"})
+    publish(broker.connection, vhost, "orders", 0, 5)
+    location = (tmp_path / "b").as_uri()
+    backup(broker.connection, location, "dag-safe-1", vhost, str(tmp_path / "state"))
+    env = airflow_env(airflow_home)
+
+    # When rbak_restore runs with nothing but storage_url and backup_id
+    done = dags_test(env, {"storage_url": location, "backup_id": "dag-safe-1"}, dag_id="rbak_restore")
+
+    # Then the plan task failed, saying why and what to set; nothing after it ran, and the queue holds its 5 messages
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    assert f"{vhost}/orders holds 5" in output and "on_existing_messages: append" in output
+    facts = run_facts(env, dag_id="rbak_restore")
+    assert facts["tasks"]["plan[-1]"] == "failed"
+    assert all(state != "success" for task, state in facts["tasks"].items() if not task.startswith("plan"))
+    assert ready_count(broker.connection, vhost, "orders") == 5
+    assert [m[0] for m in read_queue(broker.connection, vhost, "orders", "classic", 5)] == [body_of(i, 300) for i in range(5)]
+
+
 _PARSE = r'''
 import copy, json, sys
 from airflow.dag_processing.dagbag import DagBag
@@ -68,6 +92,7 @@ bag = DagBag(dag_folder=sys.argv[1])
 dag = bag.dags["rbak_restore"]
 errors = {}
 for name, value in [("publish_mode", "fanout"), ("max_publish_rate", 0), ("time_window_start", True),
+                    ("on_existing_messages", "overwrite"), ("definitions_mode", "merge"),
                     ("backup_id", "../etc"), ("vhost_map", {"a": ""}), ("definitions_selection", {"users": ["*"]})]:
     params = copy.deepcopy(dag.params)
     try:

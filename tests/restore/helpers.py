@@ -122,5 +122,25 @@ def read_queue(connection: RabbitMQConnection, vhost: str, queue: str, queue_typ
     return found
 
 
+def ready_count(connection, vhost: str, queue: str) -> int:
+    """Ready messages now, by passive declare (the management API's figures can be 5 s old)."""
+    with pika.BlockingConnection(connection.pika_parameters(vhost)) as conn:
+        return conn.channel().queue_declare(queue, passive=True).method.message_count
+
+
 def management_depth(broker: Any, vhost: str, queue: str) -> int:
     return int(broker.api("GET", f"queues/{quote(vhost, safe='')}/{quote(queue, safe='')}").json().get("messages") or 0)
+
+
+def expected_view(i: int, queue_type: str) -> tuple:
+    """Message ``i`` as a consumer of a queue of that type sees it after publishing.
+
+    Streams on RabbitMQ 3.10 (AMQP 1.0 inside) take no decimal header, drop table and array headers and
+    ``cluster_id``, and deliver the header table sorted by key.
+    """
+    body, props = body_of(i, 300), props_of(i, decimal=queue_type != "stream")
+    view = message_view(props, body)
+    if queue_type == "stream":
+        kept = sorted((h for h in view[2] if h[1].kind not in ("Table", "Array")), key=lambda h: h[0])
+        view = (view[0], view[1][:-1] + (None,), tuple(kept))
+    return view

@@ -1,21 +1,38 @@
 """Run one queue's publish step in a process of its own, so a test can kill it mid-queue.
 
 Usage: python -m tests.restore.publish_worker '<json>' with amqp_url, settings (RestoreSettings fields),
-source_vhost and source_queue.
+source_vhost and source_queue; with ``kill_after`` N the worker SIGKILLs itself right after sending its Nth message
+(a crash at a known point: that message and up to ``max_in_flight`` before it are unconfirmed).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 import orjson
 
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.restore.publisher import ConfirmPipeline
+
+
+def _die_after(count: int) -> None:
+    send = ConfirmPipeline.publish
+
+    def publish(self: ConfirmPipeline, *args: object, **kwargs: object) -> None:
+        send(self, *args, **kwargs)
+        if self.published >= count:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    ConfirmPipeline.publish = publish
 
 
 def main(argv: list[str]) -> int:
     args = orjson.loads(argv[0])
+    if args.get("kill_after"):
+        _die_after(int(args["kill_after"]))
     run = RestoreRun(RabbitMQConnection.from_url(args["amqp_url"]), RestoreSettings(**args["settings"]))
     plan = run.plan()
     run.publish(plan, {"source_vhost": args["source_vhost"], "source_queue": args["source_queue"]})

@@ -10,7 +10,7 @@ from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpoints
 from airflow_rbak.restore.publisher import reconcile
 from airflow_rbak.restore.records import Positioned
 
-BLANK = QueueCheckpoint("b-1", "/", "orders", "dr", "orders", "None..None")
+BLANK = QueueCheckpoint("b-1", "/", "orders", "dr", "orders", "None..None", target_cluster="cluster-a", location="file:///b")
 
 
 def test_progress_survives_reopening_and_a_different_window_is_refused(tmp_path):
@@ -23,10 +23,27 @@ def test_progress_survives_reopening_and_a_different_window_is_refused(tmp_path)
     with RestoreCheckpoints(tmp_path / "cp.db") as db:
         loaded = db.load(BLANK)
         assert (loaded.next_ordinal, loaded.published, loaded.depth_base) == (40, 35, 35)
-        assert [u.ordinal for u in db.unroutable("b-1", "/", "orders")] == [7]
-        assert [db.mapped_offset("b-1", "/", "orders", c) for c in (9, 10, 15, 99)] == [None, 100, 101, 102]
+        assert [u.ordinal for u in db.unroutable(BLANK)] == [7]
+        assert [db.mapped_offset(BLANK, c) for c in (9, 10, 15, 99)] == [None, 100, 101, 102]
         with pytest.raises(ConfigurationError, match="window"):
             db.load(QueueCheckpoint(**{**BLANK.__dict__, "window": "1..2"}))
+
+
+def test_another_target_cluster_or_location_never_reuses_a_checkpoint(tmp_path):
+    # Given one checkpoint file holding a finished restore of b-1 into cluster-a, from file:///b
+    with RestoreCheckpoints(tmp_path / "cp.db") as db:
+        db.save(QueueCheckpoint(**{**BLANK.__dict__, "next_ordinal": 10, "published": 10, "depth_base": 10, "completed": True}))
+        db.add_unroutable(BLANK, Unroutable(3, "k", 3, "x", "rk", "312 NO_ROUTE"))
+        db.add_stream_offsets(BLANK, [(1, 1)])
+
+        # When the same backup and queues are restored into another cluster, or from another copy of the backup
+        for other in ({"target_cluster": "cluster-b"}, {"location": "s3://copy/b"}):
+            blank = QueueCheckpoint(**{**BLANK.__dict__, **other})
+
+            # Then that restore starts from nothing: no progress, no unroutable records, no offsets of the first
+            assert db.load(blank) == blank and not blank.started
+            assert db.unroutable(blank) == [] and db.mapped_offset(blank, 5) is None
+        assert db.load(BLANK).completed and db.load(BLANK).started
 
 
 def _items(start: int, count: int) -> list[Positioned]:

@@ -26,7 +26,7 @@ def _published(db: Path) -> int:
         return 0
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as conn:
-            row = conn.execute("SELECT published FROM restore_progress").fetchone()
+            row = conn.execute("SELECT published FROM queue_progress").fetchone()
     except sqlite3.OperationalError:
         return 0
     return row[0] if row else 0
@@ -85,7 +85,7 @@ def test_records_confirmed_after_the_last_commit_are_not_published_again(broker,
     settings = RestoreSettings(location, backup_id="lost-1", queue_map={"orders": "restored"}, checkpoint_state=str(db))
     RestoreRun(broker.connection, settings).run()
     with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE restore_progress SET next_ordinal=130, published=130, depth_base=depth_base-70, completed=0")
+        conn.execute("UPDATE queue_progress SET next_ordinal=130, published=130, depth_base=depth_base-70, completed=0")
 
     # When it runs again
     report = RestoreRun(broker.connection, settings).run()

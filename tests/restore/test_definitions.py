@@ -96,6 +96,6 @@ def test_invalid_definitions_abort_the_restore_before_any_publish(broker, vhost,
     queues = broker.api("GET", f"queues/{quote(target_vhost, safe='')}").json()
     assert [q["name"] for q in queues] == []  # nothing declared, nothing published
     with RestoreCheckpoints(tmp_path / "r.db") as checkpoints:
-        assert checkpoints._db.execute("SELECT COUNT(*) FROM restore_progress").fetchone()[0] == 0
+        assert checkpoints._db.execute("SELECT COUNT(*) FROM queue_progress").fetchone()[0] == 0
     rollbacks = [i.key for i in storage.list("def-1/definitions/rollback-before-import-")]
     assert len(rollbacks) == (1 if damage == "broker-rejects" else 0)  # saved before the import was tried

@@ -89,7 +89,7 @@ def test_stream_consumer_offsets_are_moved_to_the_restored_messages(broker, vhos
     declare(broker.connection, vhost, {"events-2": "stream"})
     publish(broker.connection, vhost, "events-2", 100, 5, decimal=False)  # the target already holds offsets 0..4
     settings = RestoreSettings(location, backup_id="off-1", queue_map={"events": "events-2"}, restore_consumer_offsets=True,
-                               checkpoint_state=str(tmp_path / "r.db"))
+                               checkpoint_state=str(tmp_path / "r.db"), on_existing_messages="append")
 
     report = RestoreRun(broker.connection, settings).run()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_rbak.restore import RestoreRun, RestoreSettings
-from tests.restore.helpers import backup, body_of, declare, message_view, props_of, publish, read_queue
+from tests.restore.helpers import backup, declare, expected_view, publish, read_queue
 
 pytestmark = pytest.mark.broker
 
@@ -18,20 +18,6 @@ QUEUES = {"orders": ("classic", 300), "payments": ("quorum", 200), "events": ("s
 
 def sorted_headers(view: tuple) -> tuple:
     return view[0], view[1], tuple(sorted(view[2], key=lambda h: h[0]))
-
-
-def expected_view(i: int, queue_type: str) -> tuple:
-    """Message ``i`` as a consumer of a queue of that type sees it after publishing.
-
-    Streams on RabbitMQ 3.10 (AMQP 1.0 inside) take no decimal header, drop table and array headers and
-    ``cluster_id``, and deliver the header table sorted by key.
-    """
-    body, props = body_of(i, 300), props_of(i, decimal=queue_type != "stream")
-    view = message_view(props, body)
-    if queue_type == "stream":
-        kept = sorted((h for h in view[2] if h[1].kind not in ("Table", "Array")), key=lambda h: h[0])
-        view = (view[0], view[1][:-1] + (None,), tuple(kept))
-    return view
 
 
 @pytest.fixture
