@@ -30,7 +30,7 @@ from airflow_rbak.broker.errors import QueueNotFoundError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.restore.checkpoints import CheckpointStore
 from airflow_rbak.restore.errors import RestoreRefusedError
-from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
+from airflow_rbak.restore.plan import RestorePlan, queue_checkpoint
 from airflow_rbak.restore.settings import RestoreSettings
 
 log = logging.getLogger(__name__)
