@@ -38,7 +38,7 @@ management.tcp.port = $MGMT_PORT
 stream.listeners.tcp.1 = 127.0.0.1:$STREAM_PORT
 loopback_users = none
 CONF
-  echo '[rabbitmq_management,rabbitmq_stream,rabbitmq_stream_management].' >"$DIR/enabled_plugins"
+  echo '[rabbitmq_management,rabbitmq_stream,rabbitmq_stream_management,rabbitmq_federation,rabbitmq_shovel].' >"$DIR/enabled_plugins"
   chown -R rabbitmq:rabbitmq "$DIR"
 }
 
