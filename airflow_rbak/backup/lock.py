@@ -10,7 +10,9 @@ The holder is an *owner* string: a run of ``BackupRun`` is unique, while
 every task of one Airflow DAG run shares ``rbak_backup/<run_id>``, so a task
 retried or cleared in that run carries on and any other run is refused.
 
-A run that crashes leaves its lock behind. The error names the holder, its
+Every write a run makes is checked against the lock first
+(:class:`~airflow_rbak.backup.lease.LeasedStorage`), so a run whose lock was
+taken over stops at its next write. A run that crashes leaves its lock behind. The error names the holder, its
 host, process and age; when that run is known to be gone, take the lock over
 with ``break_lock`` (a setting and a DAG param) or remove it with
 ``rbak unlock``.
@@ -111,14 +113,14 @@ class BackupLock:
                 return held
         raise BackupLockedError(f"backup {self.backup_id!r}: could not take its lock {self.key} (it keeps changing hands)")
 
-    def check(self) -> None:
-        """Raise :class:`BackupLockedError` unless this owner holds the lock (before the manifest is written)."""
+    def check(self, action: str = "writing the manifest") -> None:
+        """Raise :class:`BackupLockedError` unless this owner holds the lock (before every write that matters)."""
         held = self.read()
         if held is None or held.owner != self.owner:
             holder = held.describe() if held else "nobody (it was removed)"
             raise BackupLockedError(
                 f"backup {self.backup_id!r}: this run ({self.owner!r}) no longer holds its lock {self.key}, now held "
-                f"by {holder}; not writing the manifest. Check which run should finish it")
+                f"by {holder}; not {action}. Check which run should finish it")
 
     def release(self) -> bool:
         """Give the lock back if this owner holds it; True when it was removed."""

@@ -20,6 +20,7 @@ from typing import Any
 from airflow_rbak import __version__
 from airflow_rbak.backup.catalog import latest_complete
 from airflow_rbak.backup.encode import encode_queue, staged_chunk_keys
+from airflow_rbak.backup.lease import LeasedStorage
 from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.backup.writer import now_ms
@@ -83,9 +84,11 @@ class BackupRun:
     def __init__(self, connection: RabbitMQConnection, settings: BackupSettings, storage: Storage | None = None) -> None:
         self.connection = connection
         self.settings = settings
-        self.storage = storage or open_storage(settings.storage_url)
+        plain = storage or open_storage(settings.storage_url)
+        self.lock = BackupLock(plain, settings.backup_id, settings.lock_owner)
+        # Every write of every step is checked against the lock: a run whose lock is taken over stops at once.
+        self.storage = LeasedStorage(plain, self.lock)
         self.manifests = ManifestStore(self.storage)
-        self.lock = BackupLock(self.storage, settings.backup_id, settings.lock_owner)
 
     def run(self) -> BackupManifest:
         """Every step in order under the backup's lock; returns the completed manifest.
