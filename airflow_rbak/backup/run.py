@@ -98,20 +98,25 @@ class BackupRun:
         """
         self.lock.acquire(break_lock=self.settings.break_lock)
         try:
-            done = self._existing()
-            if done is not None and done.completed_at is not None:
-                log.info("backup %s is already complete; nothing to do", self.settings.backup_id)
-                return done
-            with ManagementClient(self.connection) as client:
-                queues = discover_queues(client, self.settings.selector)
-                self.begin(client)
-                if self.settings.include_definitions:
-                    self.export_definitions(client)
-            captures = [self.capture(info) for info in queues]
-            entries = [self.encode(info, result) for info, result in zip(queues, captures)]
-            return self.finish(entries)
+            with self.lock.renewing():
+                return self._run()
         finally:
             self._release_lock()
+
+    def _run(self) -> BackupManifest:
+        """The steps themselves, run while the lock is held and its lease renewed."""
+        done = self._existing()
+        if done is not None and done.completed_at is not None:
+            log.info("backup %s is already complete; nothing to do", self.settings.backup_id)
+            return done
+        with ManagementClient(self.connection) as client:
+            queues = discover_queues(client, self.settings.selector)
+            self.begin(client)
+            if self.settings.include_definitions:
+                self.export_definitions(client)
+        captures = [self.capture(info) for info in queues]
+        entries = [self.encode(info, result) for info, result in zip(queues, captures)]
+        return self.finish(entries)
 
     def _existing(self) -> BackupManifest | None:
         try:

@@ -70,7 +70,8 @@ def run(spark: Any, args: argparse.Namespace) -> JobReport:
     lock = BackupLock(plain, args.backup_id, args.lock_owner)
     lock.acquire()
     try:
-        return _compact(spark, args, LeasedStorage(plain, lock))
+        with lock.renewing():
+            return _compact(spark, args, LeasedStorage(plain, lock))
     finally:
         lock.release()
 

@@ -159,6 +159,35 @@ class S3Storage(Storage):
             with contextlib.closing(body):
                 return body.read()
 
+    def read_tagged(self, key: str) -> tuple[bytes, str]:
+        """The object and its ETag, from one GET."""
+        with self._errors("read", key):
+            response = self._client.get_object(Bucket=self.bucket, Key=self._full_key(key))
+            with contextlib.closing(response["Body"]) as body:
+                return body.read(), response["ETag"]
+
+    def replace_if_unchanged(self, key: str, data: bytes, tag: str) -> bool:
+        """One PutObject with ``If-Match: <ETag>``: S3 refuses it (412) when the object changed."""
+        return self._if_match("write", key, lambda: self._client.put_object(
+            Bucket=self.bucket, Key=self._full_key(key), Body=data, IfMatch=tag, **self._encryption))
+
+    def delete_if_unchanged(self, key: str, tag: str) -> bool:
+        """One DeleteObject with ``If-Match: <ETag>`` (a server that ignores it deletes unconditionally)."""
+        return self._if_match("write", key, lambda: self._client.delete_object(
+            Bucket=self.bucket, Key=self._full_key(key), IfMatch=tag))
+
+    def _if_match(self, action: str, key: str, call: Any) -> bool:
+        try:
+            with self._errors(action, key):
+                call()
+        except ObjectNotFoundError:
+            return False
+        except StorageError as error:
+            if _error_code(error.__cause__) in ("PreconditionFailed", "412", "ConditionalRequestConflict", *_NOT_FOUND_CODES):
+                return False  # changed, being changed, or gone
+            raise
+        return True
+
     def get_range(self, key: str, offset: int, length: int) -> bytes:
         """Fetch only the bytes asked for with an HTTP Range request."""
         check_range(offset, length)

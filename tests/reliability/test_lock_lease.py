@@ -12,10 +12,11 @@ written by the second, every message once, in order, byte-exact, deep-valid.
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
-from airflow_rbak.backup.lock import BackupLockedError
+from airflow_rbak.backup.lock import BackupLock, BackupLockedError
 from airflow_rbak.backup.run import BackupRun, BackupSettings
 from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.broker.discovery import QueueSelector
@@ -28,7 +29,6 @@ from tests.reliability import faults
 from tests.reliability.expect import backed_up, published
 from tests.restore.helpers import declare, publish, read_queue
 
-pytestmark = pytest.mark.broker
 COUNT, SIZE = 3_000, 2_048  # three staging chunks
 
 
@@ -59,6 +59,7 @@ class Witness(faults.TriggerStorage):
         self.landed.append((self.run, "delete", key))
 
 
+@pytest.mark.broker
 def test_a_run_that_loses_its_lock_mid_capture_stops_writing_and_the_backup_is_the_second_runs_whole(
         broker, vhost, tmp_path):
     # Given a queue of 3,000 messages and two runs of one backup_id, each on its own machine (state folder)
@@ -108,3 +109,66 @@ def test_a_run_that_loses_its_lock_mid_capture_stops_writing_and_the_backup_is_t
     assert plain.exists(second.lock.key) is False  # given back
     # and the source queue is untouched
     assert read_queue(broker.connection, vhost, "orders", "classic", COUNT) == published(COUNT, SIZE)
+
+
+class TakenOverDuringRelease(faults.TriggerStorage):
+    """Passes every call through; inside the first conditional delete, another run takes the lock first."""
+
+    def __init__(self, inner: Storage, take_over) -> None:
+        super().__init__(inner)
+        self.take_over = take_over
+
+    def read_tagged(self, key: str) -> tuple[bytes, str]:
+        return self.inner.read_tagged(key)
+
+    def replace_if_unchanged(self, key: str, data: bytes, tag: str) -> bool:
+        return self.inner.replace_if_unchanged(key, data, tag)
+
+    def delete_if_unchanged(self, key: str, tag: str) -> bool:
+        take_over, self.take_over = self.take_over, None
+        if take_over is not None:
+            take_over()
+        return self.inner.delete_if_unchanged(key, tag)
+
+
+@pytest.mark.parametrize("location", ["file", "s3"], indirect=True)
+def test_a_working_run_renews_its_lease_and_a_lost_lock_is_neither_renewed_nor_released(location):
+    # Given a run holding the lock of a backup (on a folder, then on S3)
+    first = BackupLock(open_storage(location), "lease-2", "first", confirm_after=0)
+    taken = first.acquire()
+    # When it renews its lease while it works, then the lease shows it
+    with first.renewing(every=0.01):
+        renewed = wait_for(lambda: (lock := first.read()) is not None and lock.renewed_at > taken.renewed_at)
+    assert renewed and "last renewed" in first.read().describe()
+    # When another run takes the lock over, then the first can neither renew nor give back the second's lock
+    second = BackupLock(open_storage(location), "lease-2", "second", confirm_after=0)
+    second.acquire(break_lock=True)
+    assert first.renew() is False and first.release() is False
+    assert first.read().owner == "second"
+    with pytest.raises(BackupLockedError, match="no longer holds its lock .* not writing lease-2/x"):
+        first.check("writing lease-2/x")
+    assert second.release() is True and first.read() is None
+
+
+@pytest.mark.parametrize("location", ["file", "s3"], indirect=True)
+def test_giving_the_lock_back_never_removes_a_lock_another_run_took_in_between(location):
+    # Given a run that has read its own lock and is about to delete it, when a second run breaks it and
+    # takes the lock at that instant
+    plain = open_storage(location)
+    second = BackupLock(plain, "lease-3", "second", confirm_after=0)
+    first = BackupLock(TakenOverDuringRelease(plain, lambda: second.acquire(break_lock=True)), "lease-3", "first",
+                       confirm_after=0)
+    first.acquire()
+    # Then the first's release removes nothing: the delete is conditional on the lock it read
+    assert first.release() is False
+    assert plain.exists("lease-3/lock.json") and second.read().owner == "second"
+
+
+def wait_for(condition, timeout: float = 30.0) -> bool:
+    """Poll ``condition`` until true (a renewal thread runs on its own schedule); False after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
