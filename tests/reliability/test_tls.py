@@ -136,6 +136,7 @@ def test_a_wrong_ca_or_host_name_is_refused_clearly_on_every_protocol(tls_broker
         with pytest.raises(BrokerTlsError, match=expected) as caught:
             attempt()
         assert "TLS certificate" in str(caught.value), name
+        print(f"{mistake}, {name}: {caught.value}")
 
 
 def test_tls_with_an_http_management_url_is_refused_at_construction():
