@@ -162,7 +162,8 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
         self.rbak_queue_url = queue_url(run.connection.management_base_url, info.vhost, info.name)
         db = Path(run.settings.state_dir) / f"{run.settings.backup_id}.offsets.db"
         sample = checkpoint_sampler(db, run.settings.backup_id, info.vhost, info.name)
-        with ProgressReporter(f"{info.vhost}/{info.name}", sample, info.messages, interval=self.progress_interval, logger=self.log):
+        with run.lock.renewing(), ProgressReporter(f"{info.vhost}/{info.name}", sample, info.messages,
+                                                   interval=self.progress_interval, logger=self.log):
             result = run_step(f"capture of queue {info.name!r} in vhost {info.vhost!r}", lambda: run.capture(info))
         self.log.info("captured %s/%s: %d messages, %.1f MB in %.1fs", info.vhost, info.name, result.messages,
                       result.bytes / 1e6, result.duration_s)
