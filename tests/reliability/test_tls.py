@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 import pytest
 import requests
+import trustme
 
 from airflow_rbak.backup.run import BackupRun, BackupSettings
 from airflow_rbak.broker import stream_protocol
@@ -55,7 +56,6 @@ def tls_broker(tmp_path_factory) -> Iterator[tuple[RabbitMQConnection, Path, Pat
     """Start the TLS node; yield a TLS connection to ``localhost``, the CA's file and another CA's file."""
     if shutil.which("rabbitmq-server") is None or os.geteuid() != 0:
         pytest.skip("broker tests need rabbitmq-server and root (see scripts/rabbitmq.sh)")
-    trustme = pytest.importorskip("trustme")
     certs = tmp_path_factory.mktemp("tls")
     ca, other = trustme.CA(), trustme.CA()
     server = ca.issue_cert("localhost")  # the name only: 127.0.0.1 is a host name mismatch
