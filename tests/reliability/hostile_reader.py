@@ -68,7 +68,7 @@ def _spark_verify(url: str, backup_id: str) -> list[str]:
     """What each Spark verify task runs on its group of segments."""
     queue = ManifestStore(open_storage(url)).load(backup_id).queues[0]
     item = VerifyItem(queue.vhost, queue.name, queue.segments[0].to_json())
-    return [d for result in check_group(url, [item]) for d in result["defects"]]
+    return [f"{result['key']}: {d}" for result in check_group(url, [item]) for d in result["defects"]]
 
 
 PATHS = {"validate": _validate, "plan": _plan, "restore": _restore, "rebuild": _rebuild, "dump": _dump,
