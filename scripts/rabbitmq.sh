@@ -3,6 +3,8 @@
 #   scripts/rabbitmq.sh start|stop|status|env
 # Ports: RBAK_AMQP_PORT (5672), RBAK_MGMT_PORT (15672), RBAK_STREAM_PORT (5552).
 # Folder: RBAK_RABBIT_DIR (default <repo>/.run/rabbitmq). Node: RBAK_RABBIT_NODE (rabbit@localhost).
+# TLS too when RBAK_TLS_DIR holds ca.pem, server.pem, server.key: RBAK_AMQPS_PORT, RBAK_MGMT_TLS_PORT,
+# RBAK_STREAM_TLS_PORT (default: each plain port + 1).
 # Needs root (the server drops to the rabbitmq user), as in FIELD-NOTES.
 set -euo pipefail
 
@@ -38,7 +40,26 @@ management.tcp.port = $MGMT_PORT
 stream.listeners.tcp.1 = 127.0.0.1:$STREAM_PORT
 loopback_users = none
 CONF
-  echo '[rabbitmq_management,rabbitmq_stream,rabbitmq_stream_management].' >"$DIR/enabled_plugins"
+  if [[ -n "${RBAK_TLS_DIR:-}" ]]; then
+    # TLS listeners beside the plain ones: certificates (ca.pem, server.pem, server.key) from RBAK_TLS_DIR,
+    # copied into the node's folder so the rabbitmq user can read them.
+    mkdir -p "$DIR/tls" && cp "$RBAK_TLS_DIR"/{ca.pem,server.pem,server.key} "$DIR/tls/"
+    cat >>"$DIR/rabbitmq.conf" <<CONF
+listeners.ssl.default = 127.0.0.1:${RBAK_AMQPS_PORT:-$((AMQP_PORT + 1))}
+ssl_options.cacertfile = $DIR/tls/ca.pem
+ssl_options.certfile = $DIR/tls/server.pem
+ssl_options.keyfile = $DIR/tls/server.key
+ssl_options.verify = verify_none
+ssl_options.fail_if_no_peer_cert = false
+management.ssl.ip = 127.0.0.1
+management.ssl.port = ${RBAK_MGMT_TLS_PORT:-$((MGMT_PORT + 1))}
+management.ssl.cacertfile = $DIR/tls/ca.pem
+management.ssl.certfile = $DIR/tls/server.pem
+management.ssl.keyfile = $DIR/tls/server.key
+stream.listeners.ssl.1 = 127.0.0.1:${RBAK_STREAM_TLS_PORT:-$((STREAM_PORT + 1))}
+CONF
+  fi
+  echo '[rabbitmq_management,rabbitmq_stream,rabbitmq_stream_management,rabbitmq_federation,rabbitmq_shovel].' >"$DIR/enabled_plugins"
   chown -R rabbitmq:rabbitmq "$DIR"
 }
 

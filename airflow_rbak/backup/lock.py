@@ -10,7 +10,9 @@ The holder is an *owner* string: a run of ``BackupRun`` is unique, while
 every task of one Airflow DAG run shares ``rbak_backup/<run_id>``, so a task
 retried or cleared in that run carries on and any other run is refused.
 
-A run that crashes leaves its lock behind. The error names the holder, its
+Every write a run makes is checked against the lock first
+(:class:`~airflow_rbak.backup.lease.LeasedStorage`), so a run whose lock was
+taken over stops at its next write. A run that crashes leaves its lock behind. The error names the holder, its
 host, process and age; when that run is known to be gone, take the lock over
 with ``break_lock`` (a setting and a DAG param) or remove it with
 ``rbak unlock``.
@@ -18,11 +20,15 @@ with ``break_lock`` (a setting and a DAG param) or remove it with
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import orjson
@@ -34,6 +40,8 @@ from airflow_rbak.storage.base import ObjectNotFoundError, Storage
 log = logging.getLogger(__name__)
 #: Seconds between creating the lock and reading it back.
 DEFAULT_CONFIRM_AFTER = 0.2
+#: Seconds between renewals of a working run's lease.
+DEFAULT_RENEW_EVERY = 30.0
 
 
 class BackupLockedError(RbakError):
@@ -50,6 +58,8 @@ class LockInfo:
     host: str
     pid: int
     acquired_at: int
+    #: When the holder last renewed its lease (epoch ms): a live run renews it while it works.
+    renewed_at: int = 0
 
     def to_bytes(self) -> bytes:
         return orjson.dumps(asdict(self), option=orjson.OPT_INDENT_2)
@@ -59,13 +69,15 @@ class LockInfo:
         """Parse a lock; an unreadable one still blocks, shown as an unknown owner."""
         try:
             obj = orjson.loads(data)
-            return cls(**{name: obj[name] for name in cls.__dataclass_fields__})
+            return cls(**{name: obj[name] for name in cls.__dataclass_fields__ if name != "renewed_at"},
+                       renewed_at=int(obj.get("renewed_at") or obj["acquired_at"]))
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return cls(backup_id, "<unreadable lock.json>", "", "?", 0, 0)
 
     def describe(self, now_ms: int | None = None) -> str:
-        age = ((now_ms or int(time.time() * 1000)) - self.acquired_at) / 60_000
-        return f"{self.owner!r} on host {self.host} (pid {self.pid}) since {age:.1f} minutes"
+        now = now_ms or int(time.time() * 1000)
+        age, quiet = (now - self.acquired_at) / 60_000, (now - (self.renewed_at or self.acquired_at)) / 1000
+        return f"{self.owner!r} on host {self.host} (pid {self.pid}) since {age:.1f} minutes, last renewed {quiet:.0f} s ago"
 
 
 class BackupLock:
@@ -82,10 +94,15 @@ class BackupLock:
 
     def read(self) -> LockInfo | None:
         """The stored lock, or None when the backup is not locked."""
+        found = self._read_tagged()
+        return found[0] if found else None
+
+    def _read_tagged(self) -> tuple[LockInfo, str] | None:
         try:
-            return LockInfo.from_bytes(self.storage.get(self.key), self.backup_id)
+            data, tag = self.storage.read_tagged(self.key)
         except ObjectNotFoundError:
             return None
+        return LockInfo.from_bytes(data, self.backup_id), tag
 
     def acquire(self, *, break_lock: bool = False) -> LockInfo:
         """Take the lock, or carry on under it when this owner holds it; else :class:`BackupLockedError`.
@@ -93,40 +110,79 @@ class BackupLock:
         ``break_lock`` takes over the lock found at the start (only for a holder known to be gone); a
         lock that changes hands meanwhile belongs to a live run and is not broken.
         """
-        held = self.read()
-        stale = held.token if held is not None and break_lock else None
+        found = self._read_tagged()
+        stale = found[0].token if found is not None and break_lock else None
         for _ in range(5):
+            held = found[0] if found else None
             if held is not None and held.owner == self.owner:
                 return held
             if held is not None and held.token != stale:
                 raise self._locked(held)
-            if held is not None:
-                log.warning("breaking the lock of backup %s held by %s", self.backup_id, held.describe())
-                self.storage.delete(self.key)
-            mine = LockInfo(self.backup_id, self.owner, self.token, socket.gethostname(), os.getpid(), int(time.time() * 1000))
+            if found is not None:
+                log.warning("breaking the lock of backup %s held by %s", self.backup_id, found[0].describe())
+                self.storage.delete_if_unchanged(self.key, found[1])  # only the lock found: never a newer one
+            now = int(time.time() * 1000)
+            mine = LockInfo(self.backup_id, self.owner, self.token, socket.gethostname(), os.getpid(), now, now)
             self.storage.put_if_absent(self.key, mine.to_bytes())
             time.sleep(self.confirm_after)  # a racing writer's lock lands before we read
-            held = self.read()
-            if held is not None and held.token == self.token:
-                return held
+            found = self._read_tagged()
+            if found is not None and found[0].token == self.token:
+                return found[0]
         raise BackupLockedError(f"backup {self.backup_id!r}: could not take its lock {self.key} (it keeps changing hands)")
 
-    def check(self) -> None:
-        """Raise :class:`BackupLockedError` unless this owner holds the lock (before the manifest is written)."""
+    def check(self, action: str = "writing the manifest") -> None:
+        """Raise :class:`BackupLockedError` unless this owner holds the lock (before every write that matters)."""
         held = self.read()
         if held is None or held.owner != self.owner:
             holder = held.describe() if held else "nobody (it was removed)"
             raise BackupLockedError(
                 f"backup {self.backup_id!r}: this run ({self.owner!r}) no longer holds its lock {self.key}, now held "
-                f"by {holder}; not writing the manifest. Check which run should finish it")
+                f"by {holder}; not {action}. Check which run should finish it")
 
     def release(self) -> bool:
-        """Give the lock back if this owner holds it; True when it was removed."""
-        held = self.read()
-        if held is None or held.owner != self.owner:
+        """Give the lock back if this owner holds it; True when it was removed.
+
+        The delete is conditional on the lock being the one just read (S3 ``If-Match``, a directory lock on a
+        folder), so a lock another run took in between is never removed.
+        """
+        found = self._read_tagged()
+        if found is None or found[0].owner != self.owner:
             return False
-        self.storage.delete(self.key)
-        return True
+        return self.storage.delete_if_unchanged(self.key, found[1])
+
+    def renew(self) -> bool:
+        """Renew the lease (``renewed_at``) if this owner still holds the lock; False when it was lost."""
+        found = self._read_tagged()
+        if found is None or found[0].owner != self.owner:
+            return False
+        renewed = dataclasses.replace(found[0], renewed_at=int(time.time() * 1000))
+        return self.storage.replace_if_unchanged(self.key, renewed.to_bytes(), found[1])
+
+    @contextlib.contextmanager
+    def renewing(self, every: float = DEFAULT_RENEW_EVERY) -> Iterator[None]:
+        """Renew the lease every ``every`` seconds while the block runs, so others can see this run is alive.
+
+        Losing the lock is not raised here (a thread cannot stop the run): the run's next write is refused
+        by its :class:`~airflow_rbak.backup.lease.LeasedStorage`.
+        """
+        stop = threading.Event()
+
+        def renew_until_stopped() -> None:
+            while not stop.wait(every):
+                try:
+                    if not self.renew():
+                        log.warning("backup %s: this run lost its lock; its next write will be refused", self.backup_id)
+                        return
+                except RbakError as exc:  # a storage fault: try again at the next turn
+                    log.warning("backup %s: could not renew the lock (%s)", self.backup_id, exc)
+
+        thread = threading.Thread(target=renew_until_stopped, name=f"rbak-lease-{self.backup_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def _locked(self, held: LockInfo) -> BackupLockedError:
         return BackupLockedError(

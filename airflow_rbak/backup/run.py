@@ -21,6 +21,7 @@ from typing import Any
 from airflow_rbak import __version__
 from airflow_rbak.backup.catalog import latest_complete
 from airflow_rbak.backup.encode import encode_queue, staged_chunk_keys
+from airflow_rbak.backup.lease import LeasedStorage
 from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.backup.writer import now_ms
@@ -89,9 +90,11 @@ class BackupRun:
     def __init__(self, connection: RabbitMQConnection, settings: BackupSettings, storage: Storage | None = None) -> None:
         self.connection = connection
         self.settings = settings
-        self.storage = storage or open_storage(settings.storage_url)
+        plain = storage or open_storage(settings.storage_url)
+        self.lock = BackupLock(plain, settings.backup_id, settings.lock_owner)
+        # Every write of every step is checked against the lock: a run whose lock is taken over stops at once.
+        self.storage = LeasedStorage(plain, self.lock)
         self.manifests = ManifestStore(self.storage)
-        self.lock = BackupLock(self.storage, settings.backup_id, settings.lock_owner)
 
     def run(self) -> BackupManifest:
         """Every step in order under the backup's lock; returns the completed manifest.
@@ -101,20 +104,25 @@ class BackupRun:
         """
         self.lock.acquire(break_lock=self.settings.break_lock)
         try:
-            done = self._existing()
-            if done is not None and done.completed_at is not None:
-                log.info("backup %s is already complete; nothing to do", self.settings.backup_id)
-                return done
-            with ManagementClient(self.connection) as client:
-                queues = discover_queues(client, self.settings.selector)
-                self.begin(client)
-                if self.settings.include_definitions:
-                    self.export_definitions(client)
-            captures = [self.capture(info) for info in queues]
-            entries = [self.encode(info, result) for info, result in zip(queues, captures) if result.left_out is None]
-            return self.finish(entries, left_out_of(asdict(c) for c in captures))
+            with self.lock.renewing():
+                return self._run()
         finally:
             self._release_lock()
+
+    def _run(self) -> BackupManifest:
+        """The steps themselves, run while the lock is held and its lease renewed."""
+        done = self._existing()
+        if done is not None and done.completed_at is not None:
+            log.info("backup %s is already complete; nothing to do", self.settings.backup_id)
+            return done
+        with ManagementClient(self.connection) as client:
+            queues = discover_queues(client, self.settings.selector)
+            self.begin(client)
+            if self.settings.include_definitions:
+                self.export_definitions(client)
+        captures = [self.capture(info) for info in queues]
+        entries = [self.encode(info, result) for info, result in zip(queues, captures) if result.left_out is None]
+        return self.finish(entries, left_out_of(asdict(c) for c in captures))
 
     def _existing(self) -> BackupManifest | None:
         try:

@@ -7,6 +7,10 @@ timestamps, header against first/last record, ``backed_up_at`` order, records
 of another queue), but returns them for one segment, so a Spark task can
 check any subset and ship a small JSON result back to the driver.
 ``validate.py`` can call :func:`check_segment_bytes` for its deep pass.
+
+Memory: bytes whose SHA-256 or record count disagree with the manifest are
+never decompressed, and the payload may hold exactly the manifest's
+``uncompressed_bytes`` (at most the cap), so hostile bytes cost one chunk.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 
 from airflow_rbak.codec import CodecError, SegmentMetadata
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
-from airflow_rbak.codec.segment import decode_payload, iter_payload_records
+from airflow_rbak.codec.segment import decode_payload, iter_payload_records, read_header
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 
@@ -78,20 +82,23 @@ def check_segment_bytes(
     if len(data) != segment.size_bytes:
         result.defects.append(f"size is {len(data)} bytes, manifest says {segment.size_bytes}")
     digest = hashlib.sha256(data).hexdigest()
-    if digest != segment.checksum:
-        result.defects.append(f"SHA-256 is {digest}, manifest says {segment.checksum}")
     try:
-        _check_contents(data, vhost, queue, segment, result, cap)
+        if digest != segment.checksum:
+            # Bytes the manifest does not vouch for are not decompressed: a bomb costs nothing to refuse.
+            result.defects.append(f"SHA-256 is {digest}, manifest says {segment.checksum}")
+            read_header(data, segment.key)
+        else:
+            _check_contents(data, vhost, queue, segment, result, cap)
     except CodecError as exc:
         result.defects.append(exc.reason + (f" at byte {exc.offset}" if exc.offset is not None else ""))
 
 
 def _check_contents(data: bytes, vhost: str, queue: str, segment: SegmentMetadata, result: SegmentCheck, cap: int) -> None:
-    header, payload = decode_payload(data, segment.key, cap)
+    header = read_header(data, segment.key)
     if header.record_count != segment.record_count:
         result.defects.append(f"header holds {header.record_count} records, manifest says {segment.record_count}")
-    if len(payload) != segment.uncompressed_bytes:
-        result.defects.append(f"payload is {len(payload)} bytes uncompressed, manifest says {segment.uncompressed_bytes}")
+        return  # the payload is bounded by the manifest's counts: one that disagrees is not read
+    header, payload = decode_payload(data, segment.key, cap, expected_size=segment.uncompressed_bytes)
     if (header.first_timestamp, header.last_timestamp) != (segment.first_timestamp or 0, segment.last_timestamp or 0):
         result.defects.append(
             f"header timestamps {header.first_timestamp}..{header.last_timestamp} disagree with the manifest's"

@@ -7,7 +7,7 @@ import pika.exceptions
 
 from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.errors import BrokerAuthError, BrokerUnreachableError
+from airflow_rbak.broker.errors import BrokerAuthError, BrokerUnreachableError, tls_failure
 
 #: What a broker going away looks like to a consumer; a capture turns it into ``CaptureInterruptedError``.
 CONNECTION_ERRORS = (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError, pika.exceptions.StreamLostError, OSError)
@@ -26,6 +26,9 @@ def open_connection(connection: RabbitMQConnection, vhost: str) -> pika.Blocking
     except pika.exceptions.ProbableAccessDeniedError:
         raise BrokerAuthError(f"user {connection.username!r} may not access vhost {vhost!r}") from None
     except (pika.exceptions.AMQPError, OSError) as exc:
+        tls = tls_failure(exc, f"{connection.host}:{connection.amqp_port}")
+        if tls is not None:
+            raise tls from None
         raise BrokerUnreachableError(
             f"cannot connect to RabbitMQ at {connection.host}:{connection.amqp_port} (vhost {vhost!r}): "
             f"{type(exc).__name__}; check host, amqp_port and that the broker is running"

@@ -65,6 +65,9 @@ class RabbitMQConnection:
             raise ConfigurationError("username must not be empty")
         if self.management_url and not self.management_url.startswith(("http://", "https://")):
             raise ConfigurationError("management_url must start with http:// or https://")
+        if self.tls and self.management_url and self.management_url.startswith("http://"):
+            # basic auth would cross the network in clear while the user believes the connection is encrypted
+            raise ConfigurationError("tls is on but management_url is http://; use https:// (or turn tls off)")
         if self.timeout <= 0 or self.heartbeat < 0:
             raise ConfigurationError("timeout must be > 0 and heartbeat >= 0")
         if (self.cert_file is None) != (self.key_file is None):

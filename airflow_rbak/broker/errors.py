@@ -13,6 +13,39 @@ class BrokerUnreachableError(BrokerError):
     """The broker (AMQP, management or stream port) could not be reached or the connection was lost."""
 
 
+class BrokerTlsError(BrokerUnreachableError):
+    """The broker's TLS certificate was refused: signed by a CA not trusted here, or issued for another host."""
+
+
+def tls_failure(exc: BaseException, where: str) -> BrokerTlsError | None:
+    """A :class:`BrokerTlsError` when certificate verification is what failed, found anywhere in ``exc``.
+
+    pika wraps the SSL error in its own connection errors and requests in its own, and both only keep
+    it in their arguments; the verifier's one-line message is all a user needs (it names no secret).
+    """
+    seen: set[int] = set()
+    pending: list[object] = [exc]
+    found: str | None = None
+    while pending:
+        item = pending.pop()
+        if isinstance(item, (list, tuple)):
+            pending.extend(item)
+        if id(item) in seen or not isinstance(item, BaseException):
+            continue
+        seen.add(id(item))
+        if getattr(item, "verify_message", None):
+            found = str(item.verify_message)  # the verifier's own words: best
+            break
+        if found is None and "CERTIFICATE_VERIFY_FAILED" in str(item):
+            found = "certificate verify failed"
+        pending.extend([item.__cause__, item.__context__, *item.args])
+    if found is None:
+        return None
+    hint = ("connect with the host name the certificate names" if "mismatch" in found.lower()
+            else "set ca_file to the CA that signed the broker's certificate")
+    return BrokerTlsError(f"TLS certificate of {where} refused ({found[:160]}); {hint}")
+
+
 class BrokerAuthError(BrokerError):
     """The broker refused the credentials (HTTP 401 or AMQP access refused)."""
 

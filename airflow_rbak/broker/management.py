@@ -13,7 +13,7 @@ from urllib.parse import quote
 import requests
 
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.errors import BrokerApiError, BrokerAuthError, BrokerUnreachableError, QueueNotFoundError
+from airflow_rbak.broker.errors import BrokerApiError, BrokerAuthError, BrokerUnreachableError, QueueNotFoundError, tls_failure
 
 
 #: Names RabbitMQ's HTTP server cannot address: it removes ``.`` and ``..`` path segments, even
@@ -39,10 +39,15 @@ class ManagementClient:
         self.connection = connection
         self._session = requests.Session()
         self._session.auth = (connection.username, connection.password)
-        if connection.tls:
-            self._session.verify = connection.ca_file or connection.tls_verify
-            if connection.cert_file:
-                self._session.cert = (connection.cert_file, connection.key_file)
+        # Passed with every request, not set on the session: requests lets REQUESTS_CA_BUNDLE (set system-wide
+        # on many hosts) override a session's verify, which would ignore ca_file and refuse the broker.
+        self._verify: bool | str = (connection.ca_file or connection.tls_verify) if connection.tls else True
+        if connection.tls and connection.cert_file:
+            self._session.cert = (connection.cert_file, connection.key_file)
+
+    def request(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        """One HTTP request on this client's session, verified against the connection's CA."""
+        return self._session.request(method, url, verify=self._verify, **kwargs)
 
     def close(self) -> None:
         self._session.close()
@@ -57,9 +62,9 @@ class ManagementClient:
         """GET ``/api/{path}`` and return the parsed JSON; typed errors for unreachable, 401 and others."""
         url = f"{self.connection.management_base_url}/api/{path}"
         try:
-            response = self._session.get(url, params=params, timeout=self.connection.timeout)
+            response = self.request("GET", url, params=params, timeout=self.connection.timeout)
         except requests.RequestException as exc:
-            raise BrokerUnreachableError(
+            raise tls_failure(exc, self.connection.management_base_url) or BrokerUnreachableError(
                 f"management API at {self.connection.management_base_url} is unreachable "
                 f"({type(exc).__name__}); check management_port/management_url and that the "
                 "rabbitmq_management plugin is enabled"
@@ -82,9 +87,9 @@ class ManagementClient:
         """GET ``/api/{path}`` and return the raw body (definitions are saved byte for byte)."""
         url = f"{self.connection.management_base_url}/api/{path}"
         try:
-            response = self._session.get(url, timeout=max(self.connection.timeout, 60))
+            response = self.request("GET", url, timeout=max(self.connection.timeout, 60))
         except requests.RequestException as exc:
-            raise BrokerUnreachableError(f"management API unreachable while reading /api/{path} ({type(exc).__name__})") from None
+            raise tls_failure(exc, self.connection.management_base_url) or BrokerUnreachableError(f"management API unreachable while reading /api/{path} ({type(exc).__name__})") from None
         if response.status_code == 401:
             raise BrokerAuthError(f"management API refused user {self.connection.username!r} (HTTP 401)")
         if response.status_code >= 400:

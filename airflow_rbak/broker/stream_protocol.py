@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.errors import BrokerUnreachableError
+from airflow_rbak.broker.errors import BrokerUnreachableError, tls_failure
 from airflow_rbak.exceptions import ConfigurationError
 
 
@@ -44,7 +44,7 @@ def _run(connection: RabbitMQConnection, vhost: str, work: Any) -> Any:
     try:
         return asyncio.run(_with_client(connection, vhost, work))
     except (OSError, asyncio.TimeoutError) as exc:
-        raise BrokerUnreachableError(
+        raise tls_failure(exc, f"{connection.host}:{connection.stream_port}") or BrokerUnreachableError(
             f"stream port {connection.host}:{connection.stream_port} unreachable ({type(exc).__name__}); "
             "check stream_port and that the rabbitmq_stream plugin is enabled"
         ) from None

@@ -12,10 +12,15 @@ FOOTER_SIZE = 8
 LENGTH_PREFIX_SIZE = 4
 
 DEFAULT_ZSTD_LEVEL = 3
-#: A record holds at most one RabbitMQ message (512 MiB at most); its JSON
-#: body can be four times that, so the decode cap sits above it.
-DEFAULT_MAX_DECOMPRESSED_BYTES = 2 * 1024**3
 DEFAULT_SEGMENT_MAX_BYTES = 128 * 1024**2
+#: RabbitMQ's default ``max_message_size`` (3.8 and later): the largest message a record holds at the default limits.
+DEFAULT_MAX_MESSAGE_BYTES = 128 * 1024**2
+#: A record's JSON: the body as an array of numbers takes at most 4 bytes per body byte (``255,``), plus
+#: properties and headers, which fit one content-header frame and grow a few times in JSON.
+DEFAULT_MAX_RECORD_BYTES = 4 * DEFAULT_MAX_MESSAGE_BYTES + 1024**2
+#: What a segment may legitimately hold: the writer seals once the payload reaches ``segment_max_bytes``, so
+#: a payload is at most that plus one record. Readers refuse more (641 MiB) unless told of larger limits.
+DEFAULT_MAX_DECOMPRESSED_BYTES = DEFAULT_SEGMENT_MAX_BYTES + DEFAULT_MAX_RECORD_BYTES
 DEFAULT_SEGMENT_MAX_INTERVAL_MS = 60 * 60 * 1000
 
 

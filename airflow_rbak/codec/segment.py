@@ -224,11 +224,71 @@ def _check_count(index: int, expected: int, name: str) -> None:
         raise errors.RecordCountMismatchError(f"header states {expected} records, payload holds {index}", segment=name, offset=8)
 
 
-def decode_payload(data: bytes | memoryview, name: str = "<segment>", max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> tuple[SegmentHeader, bytes]:
-    """Check a segment and return its header and decompressed payload."""
+def decode_payload(
+    data: bytes | memoryview, name: str = "<segment>", max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    expected_size: int | None = None,
+) -> tuple[SegmentHeader, bytes]:
+    """Check a segment and return its header and decompressed payload.
+
+    ``expected_size`` is the manifest's ``uncompressed_bytes`` where a manifest
+    vouches for the segment: the payload may be neither more nor less.
+    """
     header = read_header(data, name)
     compressed = memoryview(data)[HEADER_SIZE : len(data) - FOOTER_SIZE]
-    return header, decompress(compressed, header.compression, max_decompressed_bytes, name)
+    walk = _FramingWalk(header.record_count, min(max_decompressed_bytes, expected_size or max_decompressed_bytes), name)
+    payload = decompress(compressed, header.compression, max_decompressed_bytes, name, expected_size=expected_size, visit=walk)
+    return header, payload
+
+
+class _FramingWalk:
+    """Follows the length prefixes of a payload as it streams by, holding at most four bytes of it.
+
+    It refuses a length that runs past what the payload may hold, and more
+    records than the header states, before the payload is allocated whole;
+    the record count and trailing bytes are checked when the stream ends.
+    """
+
+    def __init__(self, expected: int, limit: int, name: str) -> None:
+        self.expected, self.limit, self.name = expected, limit, name
+        self.next = 0  # offset of the next length prefix
+        self.index = 0
+        self.partial = b""
+
+    def chunk(self, view: memoryview, offset: int) -> None:
+        if self.partial:
+            self.partial += bytes(view[: LENGTH_PREFIX_SIZE - len(self.partial)])
+            if len(self.partial) < LENGTH_PREFIX_SIZE:
+                return
+            self._record(self.partial, 0)
+            self.partial = b""
+        size = len(view)
+        while (rel := self.next - offset) < size:
+            if rel + LENGTH_PREFIX_SIZE > size:
+                self.partial = bytes(view[rel:])
+                return
+            self._record(view, rel)
+
+    def _record(self, buffer: bytes | memoryview, at: int) -> None:
+        (length,) = _LEN.unpack_from(buffer, at)
+        if self.index == self.expected:
+            raise errors.RecordCountMismatchError(
+                f"payload holds more than the {self.expected} records the header states", segment=self.name, offset=self.next)
+        end = self.next + LENGTH_PREFIX_SIZE + length
+        if length < 2:  # a record is a JSON object; refusing empty ones also stops a bomb of zeros at once
+            raise errors.RecordFramingError(f"record {self.index} declares {length} bytes", segment=self.name, offset=self.next)
+        if end > self.limit:
+            raise errors.RecordFramingError(
+                f"record {self.index} declares {length} bytes, past the {self.limit} bytes the payload may hold",
+                segment=self.name, offset=self.next)
+        self.next, self.index = end, self.index + 1
+
+    def end(self, size: int) -> None:
+        if self.partial or self.next > size:
+            raise errors.RecordFramingError(f"record {self.index - (not self.partial)} runs past the payload's end",
+                                            segment=self.name, offset=size)
+        if self.next < size:
+            raise errors.RecordFramingError(f"{size - self.next} stray bytes after record {self.index}", segment=self.name, offset=self.next)
+        _check_count(self.index, self.expected, self.name)
 
 
 def iter_records(

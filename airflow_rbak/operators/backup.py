@@ -166,7 +166,8 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
         info = QueueInfo(**self.queue_info)
         self.rbak_queue_url = queue_url(run.connection.management_base_url, info.vhost, info.name)
         sample = checkpoint_sampler(run.checkpoint_path(), run.settings.backup_id, info.vhost, info.name)
-        with ProgressReporter(f"{info.vhost}/{info.name}", sample, info.messages, interval=self.progress_interval, logger=self.log):
+        with run.lock.renewing(), ProgressReporter(f"{info.vhost}/{info.name}", sample, info.messages,
+                                                   interval=self.progress_interval, logger=self.log):
             result = run_step(f"capture of queue {info.name!r} in vhost {info.vhost!r}", lambda: run.capture(info))
         if result.left_out:
             self.log.warning("left out %s/%s: %s", info.vhost, info.name, result.left_out)

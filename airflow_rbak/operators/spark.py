@@ -19,6 +19,7 @@ from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_rbak.distributed.reports import ReportError, load_report, new_report_key
 from airflow_rbak.hooks.spark import DEFAULT_MASTER, RbakSparkSubmitHook
+from airflow_rbak.operators.backup import lock_owner
 from airflow_rbak.spark_package import build_package_zip, job_script
 from airflow_rbak.storage import open_storage
 
@@ -151,6 +152,11 @@ class RbakCompactSegmentsOperator(RbakSparkJobOperator):
     def job_arguments(self) -> list[str]:
         args = ["--threshold-bytes", str(self.threshold_bytes), "--compression", self.compression, "--level", str(self.level)]
         return args + _options(segment_max_bytes=self.segment_max_bytes, segment_max_interval_ms=self.segment_max_interval_ms)
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        """Compact under the backup's lock, owned by the DAG run: a retried task carries on, another run is refused."""
+        self.application_args = [*(self.application_args or []), "--lock-owner", lock_owner(context)]
+        return super().execute(context)
 
 
 class RbakVerifyBackupOperator(RbakSparkJobOperator):

@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from airflow_rbak.broker.definitions import without_credentials
 from airflow_rbak.broker.errors import BrokerError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.codec import CodecError
@@ -133,11 +134,11 @@ def rollback_timestamp(now: datetime | None = None) -> str:
 
 
 def save_rollback(client: ManagementClient, storage: Storage, backup_id: str, definitions_key: str) -> str:
-    """Store the target's complete current definitions (compressed like the backup's) and return the key."""
+    """Store the target's current definitions, credentials left out, (compressed like the backup's); return the key."""
     compression = compression_from_key(definitions_key)
     key = rollback_definitions_key(backup_id, rollback_timestamp(), compression)
     try:
-        raw = client.definitions_raw()
+        raw = without_credentials(client.definitions_raw())  # a restore never changes users or parameters
         storage.put(key, compress(raw, compression, 3))
     except (BrokerError, StorageError) as exc:
         raise DefinitionsImportError(f"could not save the rollback snapshot {key} ({exc}); nothing was imported") from None

@@ -21,7 +21,7 @@ _REASON_CHARS = 300
 def send(client: ManagementClient, method: str, path: str, body: Any = None) -> requests.Response:
     url = f"{client.connection.management_base_url}/api/{path}"
     try:
-        response = client._session.request(method, url, json=body, timeout=max(client.connection.timeout, 60))  # noqa: SLF001
+        response = client.request(method, url, json=body, timeout=max(client.connection.timeout, 60))
     except requests.RequestException as exc:
         raise DefinitionsImportError(f"management API unreachable during {method} /api/{path} ({type(exc).__name__})") from None
     if response.status_code >= 400:

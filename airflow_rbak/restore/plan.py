@@ -271,12 +271,13 @@ def verify_and_count(
 ) -> tuple[SegmentCheck, int]:
     """Verify one segment completely; count its records inside the window and note their exchanges.
 
-    A segment that fails is read again (up to :data:`READ_ATTEMPTS` reads) before it is called damaged:
-    a body cut short in transfer fails the same checks, and skipping an intact segment would lose its records.
+    A segment that fails because it came back shorter or longer than the manifest says is read again (up to
+    :data:`READ_ATTEMPTS` reads) before it is called damaged: a body cut short in transfer fails the same checks,
+    and skipping an intact segment would lose its records. Bytes of the right size that fail are damaged: read once.
     """
     check, data = _fetch_checked(storage, entry, meta)
     for _ in range(READ_ATTEMPTS - 1):
-        if check.ok or not check.read:
+        if check.ok or not check.read or (data is not None and len(data) == meta.size_bytes):
             break
         check, data = _fetch_checked(storage, entry, meta)
     if not check.ok or data is None:

@@ -23,6 +23,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_rbak.backup.lease import LeasedStorage
+from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest, SegmentMetadata
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, DEFAULT_ZSTD_LEVEL
@@ -47,6 +49,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--level", type=int, default=DEFAULT_ZSTD_LEVEL)
     # Fault injection for the crash-safety tests: end the process abruptly at a named point.
     parser.add_argument("--crash-after", choices=CRASH_POINTS, help=argparse.SUPPRESS)
+    parser.add_argument("--lock-owner", default=None, help="the backup lock's owner (an Airflow DAG run's); default: this run")
     args = parser.parse_args(argv)
     try:
         args.settings = cp.CompactSettings(
@@ -58,8 +61,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def run(spark: Any, args: argparse.Namespace) -> JobReport:
-    """Recover, plan, write, swap, delete, canonicalize; return the report (not yet stored)."""
-    storage = open_storage(args.storage_url)
+    """Under the backup's lock: recover, plan, write, swap, delete, canonicalize; return the report (not yet stored).
+
+    Compaction deletes segments no manifest references; without the lock it could delete the segments of a
+    backup run that is still writing them. The driver's saves and deletes go through the lease.
+    """
+    plain = open_storage(args.storage_url)
+    lock = BackupLock(plain, args.backup_id, args.lock_owner)
+    lock.acquire()
+    try:
+        with lock.renewing():
+            return _compact(spark, args, LeasedStorage(plain, lock))
+    finally:
+        lock.release()
+
+
+def _compact(spark: Any, args: argparse.Namespace, storage: Storage) -> JobReport:
     store = ManifestStore(storage)
     report = JobReport(JOB, args.backup_id, storage.url, settings=args.settings.to_json())
     started = time.perf_counter()

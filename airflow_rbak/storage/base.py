@@ -8,6 +8,7 @@ storage root named by the URL.
 from __future__ import annotations
 
 import abc
+import hashlib
 import os
 import re
 from collections.abc import Iterator
@@ -111,6 +112,37 @@ class Storage(abc.ABC):
         know compare the stored bytes with their own.
         """
         raise NotImplementedError(f"{type(self).__name__} cannot create an object only if absent")
+
+    def read_tagged(self, key: str) -> tuple[bytes, str]:
+        """The object and a tag that changes whenever it is replaced (an ETag on S3, a digest here)."""
+        data = self.get(key)
+        return data, hashlib.sha256(data).hexdigest()
+
+    def replace_if_unchanged(self, key: str, data: bytes, tag: str) -> bool:
+        """Replace the object only if it still carries ``tag`` (from :meth:`read_tagged`); True when replaced.
+
+        Atomic where the backend allows (S3 ``If-Match``; a directory lock on a folder). This default
+        checks and then writes, so a writer in between can be overwritten.
+        """
+        try:
+            current = self.read_tagged(key)[1]
+        except ObjectNotFoundError:
+            return False
+        if current != tag:
+            return False
+        self.put(key, data)
+        return True
+
+    def delete_if_unchanged(self, key: str, tag: str) -> bool:
+        """Delete the object only if it still carries ``tag``; True when deleted. Atomic as :meth:`replace_if_unchanged`."""
+        try:
+            current = self.read_tagged(key)[1]
+        except ObjectNotFoundError:
+            return False
+        if current != tag:
+            return False
+        self.delete(key)
+        return True
 
     def get_range(self, key: str, offset: int, length: int) -> bytes:
         """Return up to ``length`` bytes from ``offset``: fewer at the object's end, none past it.

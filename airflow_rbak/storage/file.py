@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import shutil
 import stat as stat_module
@@ -68,6 +69,33 @@ class FileStorage(Storage):
         with open(path, "rb") as source, self._errors(key, "write"):
             with atomic_write(target) as handle:
                 shutil.copyfileobj(source, handle, _COPY_CHUNK)
+
+    def replace_if_unchanged(self, key: str, data: bytes, tag: str) -> bool:
+        """Check and replace under an exclusive lock on the file's directory: atomic against other such calls."""
+        with self._directory_locked(key) as present:
+            return present and super().replace_if_unchanged(key, data, tag)
+
+    def delete_if_unchanged(self, key: str, tag: str) -> bool:
+        """Check and delete under the directory lock, as :meth:`replace_if_unchanged`."""
+        with self._directory_locked(key) as present:
+            return present and super().delete_if_unchanged(key, tag)
+
+    @contextlib.contextmanager
+    def _directory_locked(self, key: str) -> Iterator[bool]:
+        """``flock`` on the key's directory (not a file beside it: nothing new appears in listings).
+
+        Yields False when the directory is gone (a delete prunes empty ones): then so is the object.
+        """
+        try:
+            fd = os.open(os.path.dirname(self._path(key)), os.O_RDONLY)
+        except FileNotFoundError:
+            yield False
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield True
+        finally:
+            os.close(fd)
 
     def get(self, key: str) -> bytes:
         """Read the whole file; a directory or a missing file is not an object."""

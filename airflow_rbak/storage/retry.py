@@ -69,6 +69,18 @@ class RetryingStorage(Storage):
         """Store a local file, retrying the whole upload."""
         self._call("put_file", key, lambda: self.inner.put_file(key, path))
 
+    def read_tagged(self, key: str) -> tuple[bytes, str]:
+        """Read with its tag, retrying."""
+        return self._call("get", key, lambda: self.inner.read_tagged(key))
+
+    def replace_if_unchanged(self, key: str, data: bytes, tag: str) -> bool:
+        """Not retried: after a lost reply a retry would answer False for our own replacement."""
+        return self.inner.replace_if_unchanged(key, data, tag)
+
+    def delete_if_unchanged(self, key: str, tag: str) -> bool:
+        """Not retried, as :meth:`replace_if_unchanged`."""
+        return self.inner.delete_if_unchanged(key, tag)
+
     def get(self, key: str) -> bytes:
         """Read, retrying."""
         return self._call("get", key, lambda: self.inner.get(key))

@@ -98,6 +98,7 @@ class S3Storage(Storage):
         self.url = config.url
         self._base = config.prefix + "/" if config.prefix else ""
         self._bucket_known = False
+        self._encryption = config.encryption_args  # every write asks for it: S3 encrypts per object
         self._pagination = {"PageSize": list_page_size} if list_page_size else {}
         self._transfer = TransferConfig(
             multipart_threshold=multipart_threshold,
@@ -119,9 +120,10 @@ class S3Storage(Storage):
         full = self._full_key(key)
         with self._errors("write", key):
             if len(data) <= self._transfer.multipart_threshold:
-                self._client.put_object(Bucket=self.bucket, Key=full, Body=data)
+                self._client.put_object(Bucket=self.bucket, Key=full, Body=data, **self._encryption)
             else:
-                self._client.upload_fileobj(io.BytesIO(data), self.bucket, full, Config=self._transfer)
+                self._client.upload_fileobj(io.BytesIO(data), self.bucket, full, Config=self._transfer,
+                                            ExtraArgs=self._encryption)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """One PutObject with ``If-None-Match: *``: S3 refuses it (412) when the key exists.
@@ -133,7 +135,7 @@ class S3Storage(Storage):
         full = self._full_key(key)
         try:
             with self._errors("write", key):
-                self._client.put_object(Bucket=self.bucket, Key=full, Body=data, IfNoneMatch="*")
+                self._client.put_object(Bucket=self.bucket, Key=full, Body=data, IfNoneMatch="*", **self._encryption)
         except StorageError as error:
             code = _error_code(error.__cause__)
             if code == "PreconditionFailed":
@@ -147,7 +149,7 @@ class S3Storage(Storage):
         """Stream a local file up, in parts when it is large."""
         full = self._full_key(key)
         with open(path, "rb") as source, self._errors("write", key):
-            self._client.upload_fileobj(source, self.bucket, full, Config=self._transfer)
+            self._client.upload_fileobj(source, self.bucket, full, Config=self._transfer, ExtraArgs=self._encryption)
 
     def get(self, key: str) -> bytes:
         """Download the whole object; a broken-off body counts as transient."""
@@ -156,6 +158,35 @@ class S3Storage(Storage):
             body = self._client.get_object(Bucket=self.bucket, Key=full)["Body"]
             with contextlib.closing(body):
                 return body.read()
+
+    def read_tagged(self, key: str) -> tuple[bytes, str]:
+        """The object and its ETag, from one GET."""
+        with self._errors("read", key):
+            response = self._client.get_object(Bucket=self.bucket, Key=self._full_key(key))
+            with contextlib.closing(response["Body"]) as body:
+                return body.read(), response["ETag"]
+
+    def replace_if_unchanged(self, key: str, data: bytes, tag: str) -> bool:
+        """One PutObject with ``If-Match: <ETag>``: S3 refuses it (412) when the object changed."""
+        return self._if_match("write", key, lambda: self._client.put_object(
+            Bucket=self.bucket, Key=self._full_key(key), Body=data, IfMatch=tag, **self._encryption))
+
+    def delete_if_unchanged(self, key: str, tag: str) -> bool:
+        """One DeleteObject with ``If-Match: <ETag>`` (a server that ignores it deletes unconditionally)."""
+        return self._if_match("write", key, lambda: self._client.delete_object(
+            Bucket=self.bucket, Key=self._full_key(key), IfMatch=tag))
+
+    def _if_match(self, action: str, key: str, call: Any) -> bool:
+        try:
+            with self._errors(action, key):
+                call()
+        except ObjectNotFoundError:
+            return False
+        except StorageError as error:
+            if _error_code(error.__cause__) in ("PreconditionFailed", "412", "ConditionalRequestConflict", *_NOT_FOUND_CODES):
+                return False  # changed, being changed, or gone
+            raise
+        return True
 
     def get_range(self, key: str, offset: int, length: int) -> bytes:
         """Fetch only the bytes asked for with an HTTP Range request."""

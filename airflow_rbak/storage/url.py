@@ -21,7 +21,9 @@ _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _REGION_RE = re.compile(r"^[a-z0-9-]+$")
 _MEMORY_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
-_S3_PARAMS = ("region", "endpoint", "path_style")
+_S3_PARAMS = ("region", "endpoint", "path_style", "sse", "sse_kms_key_id")
+#: Server-side encryption by URL value: S3-managed keys, or KMS (a key id, or the account's default KMS key).
+SSE_ALGORITHMS = {"s3": "AES256", "kms": "aws:kms"}
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class S3StorageConfig:
     region: str | None = None
     endpoint: str | None = None
     path_style: bool = False
+    #: Server-side encryption of every object written: ``None``, ``"s3"`` (SSE-S3) or ``"kms"`` (SSE-KMS).
+    sse: str | None = None
+    sse_kms_key_id: str | None = None
 
     def __post_init__(self) -> None:
         if not _BUCKET_RE.match(self.bucket) or ".." in self.bucket:
@@ -71,6 +76,20 @@ class S3StorageConfig:
             )
         if self.endpoint is not None:
             _check_endpoint(self.endpoint)
+        if self.sse is not None and self.sse not in SSE_ALGORITHMS:
+            raise ConfigurationError(f"invalid S3 sse {self.sse!r}: use s3 (SSE-S3) or kms (SSE-KMS)")
+        if self.sse_kms_key_id is not None and self.sse != "kms":
+            raise ConfigurationError("sse_kms_key_id needs sse=kms")
+
+    @property
+    def encryption_args(self) -> dict[str, str]:
+        """The PutObject/upload arguments that ask S3 to encrypt what it stores (empty without ``sse``)."""
+        if self.sse is None:
+            return {}
+        args = {"ServerSideEncryption": SSE_ALGORITHMS[self.sse]}
+        if self.sse_kms_key_id:
+            args["SSEKMSKeyId"] = self.sse_kms_key_id
+        return args
 
     @property
     def url(self) -> str:
@@ -79,6 +98,7 @@ class S3StorageConfig:
         params = [(k, v) for k, v in (("region", self.region), ("endpoint", self.endpoint)) if v]
         if self.path_style:
             params.append(("path_style", "true"))
+        params += [(k, v) for k, v in (("sse", self.sse), ("sse_kms_key_id", self.sse_kms_key_id)) if v]
         query = "?" + urlencode(params, safe=":/") if params else ""
         return f"s3://{self.bucket}{path}{query}"
 
@@ -163,7 +183,7 @@ def _parse_file(netloc: str, path: str, url: str) -> FileStorageConfig:
 
 
 def _parse_s3(netloc: str, path: str, query: str, url: str) -> S3StorageConfig:
-    """Read bucket, prefix and the three supported query parameters."""
+    """Read bucket, prefix and the supported query parameters (:data:`_S3_PARAMS`)."""
     if not netloc:
         raise ConfigurationError(f"S3 URL {url!r} has no bucket; use s3://bucket/optional/prefix")
     params = _query_params(query, url)
@@ -179,6 +199,8 @@ def _parse_s3(netloc: str, path: str, query: str, url: str) -> S3StorageConfig:
         region=params.get("region") or None,
         endpoint=params.get("endpoint") or None,
         path_style=_parse_bool(params.get("path_style", "false"), "path_style"),
+        sse=params.get("sse") or None,
+        sse_kms_key_id=params.get("sse_kms_key_id") or None,
     )
 
 

@@ -49,7 +49,7 @@ def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, v
             restored = read_queue(broker.connection, target, name, queue_type, count)
             assert [m[0] for m in restored] == [body_of(i, 300) for i in range(count)], name
         # and neither the password nor its hash is in the output, task logs, metadata DB, XCom or stored objects
-        # (the rollback snapshot is a definitions export: it holds hashes by design)
+        # (the definitions export holds hashes by design; the rollback snapshot holds none)
         places = {"dags test output": done.stdout + done.stderr, "xcom": json.dumps(facts), **log_files(airflow_home),
                   **stored_objects(open_storage(location), skip=["/definitions/"])}
         assert leaks(secret_user, places) == []

@@ -276,6 +276,20 @@ def test_given_no_object_when_put_if_absent_twice_then_only_the_first_creates_an
     assert storage.put_if_absent("locks/a.json", b"third") is True and storage.get("locks/a.json") == b"third"
 
 
+def test_given_a_tagged_read_when_the_object_changes_then_conditional_replace_and_delete_refuse(storage: Storage) -> None:
+    storage.put("locks/b.json", b"mine")
+    data, tag = storage.read_tagged("locks/b.json")
+    assert data == b"mine"
+    assert storage.replace_if_unchanged("locks/b.json", b"renewed", tag) is True
+    assert storage.get("locks/b.json") == b"renewed"
+    assert storage.delete_if_unchanged("locks/b.json", tag) is False  # the tag is of the old bytes
+    assert storage.replace_if_unchanged("locks/b.json", b"stale", tag) is False
+    _, fresh = storage.read_tagged("locks/b.json")
+    assert storage.delete_if_unchanged("locks/b.json", fresh) is True and not storage.exists("locks/b.json")
+    assert storage.delete_if_unchanged("locks/b.json", fresh) is False  # gone: nothing to delete
+    assert storage.replace_if_unchanged("locks/b.json", b"x", fresh) is False and not storage.exists("locks/b.json")
+
+
 def test_given_threads_racing_when_put_if_absent_then_exactly_one_wins(storage: Storage) -> None:
     if storage.url.startswith("s3:"):
         # moto checks If-None-Match and then writes, not atomically (measured: 1 of 200 eight-way races had two
