@@ -24,7 +24,7 @@ import pika
 
 from airflow_rbak.broker import amqp_types, stream_protocol
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS, close_quietly, open_connection
-from airflow_rbak.broker.capture import CaptureOptions, CaptureResult, _result_from
+from airflow_rbak.broker.capture_options import CaptureOptions, CaptureResult, result_from
 from airflow_rbak.broker.checkpoints import CheckpointStore, QueueProgress
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.delivery_json import delivery_record_json
@@ -69,7 +69,7 @@ class StreamCapture:
         started = time.monotonic()
         progress = self.checkpoints.get(self.options.backup_id, info.vhost, info.name)
         if progress is not None and progress.completed:
-            result = _result_from(progress, 0.0, skipped=True)
+            result = result_from(progress, 0.0, skipped=True)
             return replace(result, last_fingerprint=self._fingerprint(info, progress, resume_after, None))
         if progress is None:
             end = self._tail(info)
@@ -83,7 +83,7 @@ class StreamCapture:
         offsets = self._consumer_offsets(info, consumer_names, management)
         self.checkpoints.save_consumer_offsets(self.options.backup_id, info.vhost, info.name, offsets)
         progress, seen = self._read(info, progress)
-        result = _result_from(progress, time.monotonic() - started)
+        result = result_from(progress, time.monotonic() - started)
         return replace(result, consumer_offsets=offsets, last_offset=progress.stream_end_offset,
                        last_fingerprint=self._fingerprint(info, progress, resume_after, seen))
 

@@ -26,7 +26,7 @@ import pytest
 import zstandard
 
 from airflow_rbak.backup.writer import BackupWriter
-from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES, END_MAGIC, MAGIC, Compression
+from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES, END_MAGIC, MAGIC
 from airflow_rbak.codec.layout import manifest_key
 from airflow_rbak.storage import open_storage
 from tests.backup.sample import sample_records
