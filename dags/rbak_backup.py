@@ -15,6 +15,7 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param
 
+from airflow_rbak.backup.run import STREAM_MODES
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS
 from airflow_rbak.operators.backup import RbakCaptureQueueOperator, RbakDiscoverQueuesOperator, RbakExportDefinitionsOperator
 from airflow_rbak.operators.finalize import RbakFinalizeManifestOperator
@@ -52,6 +53,9 @@ PARAMS = {
                            description="keep users (with password hashes) and permissions in the definitions backup"),
     "break_lock": Param(False, type="boolean",
                         description="take over the lock of a run of the same backup_id that crashed (see docs/reliability.md)"),
+    "streams": Param("incremental", type="string", enum=list(STREAM_MODES),
+                     description="incremental: a stream's backup lists its previous backup's segments and adds what is new; "
+                                 "full: each backup holds its own copy of every stream"),
     "verify": Param("deep", type="string", enum=["none", "quick", "deep"]),
     "allow_delivery_count_increase": Param(False, type="boolean",
                                            description="back up quorum queues whose returns count toward a delivery limit"),
@@ -85,7 +89,7 @@ with DAG(
         include_users="{{ params.include_users }}", compression="{{ params.compression }}", **broker)
     capture = RbakCaptureQueueOperator.partial(
         task_id="capture", compression="{{ params.compression }}",
-        allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}",
+        allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}", streams="{{ params.streams }}",
         map_index_template="{{ task.queue_info['vhost'] }}/{{ task.queue_info['name'] }}", **broker,
     ).expand(queue_info=discover.output)
     encode = RbakEncodeStepOperator(

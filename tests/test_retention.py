@@ -59,7 +59,7 @@ def test_apply_removes_every_object_of_an_expired_backup_and_nothing_else(tmp_pa
         store.save(BackupManifest(f"b{day}", day * DAY, "0", completed_at=day * DAY + 1 if done else None))
         storage.put(f"b{day}/queues/x/segment-1.rbak.zst", b"data")
 
-    removed = apply_retention(storage, RetentionPolicy(keep_last=1), now_ms=NOW, protect="b3")
+    removed = apply_retention(storage, RetentionPolicy(keep_last=1), now_ms=NOW, protect="b3").deleted
 
     assert removed == ["b1"]
     assert store.backup_ids() == ["b2", "b3"]

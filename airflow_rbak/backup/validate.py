@@ -1,7 +1,8 @@
 """Validation of a stored backup: every defect collected, not just the first.
 
 Quick validation checks the manifest and that each segment exists with its
-recorded size. Deep validation also reads every segment: CRC-32, SHA-256
+recorded size, including the segments a stream chain takes from earlier
+backups (a missing base backup is named as such). Deep validation also reads every segment: CRC-32, SHA-256
 against the manifest, record counts, header and manifest timestamps, records
 in ``backed_up_at`` order, and the definitions export.
 """
@@ -13,12 +14,13 @@ from typing import Any
 
 import orjson
 
+from airflow_rbak.backup import chain
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.backup.segment_check import check_segment
 from airflow_rbak.codec import BackupManifest, CodecError, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
-from airflow_rbak.codec.layout import compression_from_key, interim_segment_key, manifest_key, segment_key
+from airflow_rbak.codec.layout import compression_from_key, interim_segment_key, manifest_key
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 
@@ -77,7 +79,27 @@ def validate_backup(
                 _check_segment_quick(storage, segment, report)
     if manifest.definitions is not None:
         _check_definitions(storage, manifest, report, deep, max_decompressed_bytes)
+    _check_chain(manifest, report)
     return report
+
+
+def _check_chain(manifest: BackupManifest, report: ValidationReport) -> None:
+    """Name each base backup whose segments are gone, and keys in folders the manifest does not declare."""
+    key = manifest_key(report.backup_id)
+    try:
+        bases = chain.dependencies(manifest)
+    except CodecError as exc:
+        report.add(key, exc.reason)
+        return
+    for owner in chain.undeclared_owners(manifest):
+        report.add(key, f"lists segments of backup {owner!r}, which its depends_on does not declare")
+    missing = {d.key for d in report.defects if d.reason == "missing"}
+    for base in bases:
+        listed = [s.key for q in manifest.queues for s in q.segments if chain.segment_owner(s.key) == base]
+        gone = [k for k in listed if k in missing]
+        if gone:
+            report.add(key, f"missing base backup {base!r}: {len(gone)} of the {len(listed)} segments this backup "
+                            "takes from it are gone; a restore would miss the start of its streams")
 
 
 def _check_manifest(manifest: BackupManifest, report: ValidationReport) -> None:
@@ -108,19 +130,11 @@ def _check_queue_listing(backup_id: str, queue: QueueBackup, report: ValidationR
     last = stamped[-1].last_timestamp if stamped else None
     if (queue.first_message_timestamp, queue.last_message_timestamp) != (first, last):
         report.add(where, "first/last message timestamps disagree with its segments")
-    for segment in queue.segments:
-        expected = _expected_key(backup_id, queue, segment)
+    # compared whole (shortened long names cannot be parsed back); a chain's segments are numbered in their owner's folder
+    for segment, expected in zip(sorted(queue.segments, key=lambda s: s.sequence), chain.expected_keys(backup_id, queue)):
         # a manifest saved mid-compaction names the interim copy (one more leading zero) of some segments
         if expected is None or segment.key not in (expected, interim_segment_key(expected)):
             report.add(segment.key, "key does not follow {backup_id}/queues/{vhost}/{queue}/segment-NNNN for this queue")
-
-
-def _expected_key(backup_id: str, queue: QueueBackup, segment: SegmentMetadata) -> str | None:
-    """The key the layout gives this segment (compared whole: shortened long names cannot be parsed back)."""
-    try:
-        return segment_key(backup_id, queue.vhost, queue.name, segment.sequence, compression_from_key(segment.key))
-    except ValueError:  # ConfigurationError: a sequence below 1, reported with the sequences above
-        return None
 
 
 def _check_segment_quick(storage: Storage, segment: SegmentMetadata, report: ValidationReport) -> None:
