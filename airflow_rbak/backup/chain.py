@@ -234,3 +234,23 @@ def shared_queues(storage: Storage, manifest: BackupManifest) -> set[tuple[str, 
     listed_elsewhere = set(referenced_keys(others))
     return {(q.vhost, q.name) for q in manifest.queues
             if any(s.key in listed_elsewhere or segment_owner(s.key) != manifest.backup_id for s in q.segments)}
+
+
+def missing_bases(manifest: BackupManifest, missing_keys: set[str]) -> dict[str, tuple[int, int]]:
+    """Each declared base with segments among ``missing_keys``: (segments gone, segments listed from it).
+
+    Validation and the Spark verify job report these as "missing base backup" defects.
+    """
+    found: dict[str, tuple[int, int]] = {}
+    for base in dependencies(manifest):
+        listed = [s.key for q in manifest.queues for s in q.segments if segment_owner(s.key) == base]
+        gone = sum(1 for key in listed if key in missing_keys)
+        if gone:
+            found[base] = (gone, len(listed))
+    return found
+
+
+def missing_base_reason(base: str, gone: int, listed: int) -> str:
+    """The one wording of a missing-base defect."""
+    return (f"missing base backup {base!r}: {gone} of the {listed} segments this backup takes from it are gone; "
+            "a restore would miss the start of its streams")

@@ -87,19 +87,15 @@ def _check_chain(manifest: BackupManifest, report: ValidationReport) -> None:
     """Name each base backup whose segments are gone, and keys in folders the manifest does not declare."""
     key = manifest_key(report.backup_id)
     try:
-        bases = chain.dependencies(manifest)
+        chain.dependencies(manifest)
     except CodecError as exc:
         report.add(key, exc.reason)
         return
     for owner in chain.undeclared_owners(manifest):
         report.add(key, f"lists segments of backup {owner!r}, which its depends_on does not declare")
     missing = {d.key for d in report.defects if d.reason == "missing"}
-    for base in bases:
-        listed = [s.key for q in manifest.queues for s in q.segments if chain.segment_owner(s.key) == base]
-        gone = [k for k in listed if k in missing]
-        if gone:
-            report.add(key, f"missing base backup {base!r}: {len(gone)} of the {len(listed)} segments this backup "
-                            "takes from it are gone; a restore would miss the start of its streams")
+    for base, (gone, listed) in chain.missing_bases(manifest, missing).items():
+        report.add(key, chain.missing_base_reason(base, gone, listed))
 
 
 def _check_manifest(manifest: BackupManifest, report: ValidationReport) -> None:
