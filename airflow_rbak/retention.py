@@ -145,7 +145,7 @@ def apply_retention(storage: Storage, policy: RetentionPolicy, *, now_ms: int, p
     retired = [b.backup_id for b in backups if b.status == "retired"]
     for backup_id, reason in result.kept.items():
         log.info("retention keeps backup %s: %s", backup_id, reason)
-    if not expired and not retired:
+    if not policy.active or (not expired and not retired):  # without a rule nothing is ever deleted
         return result
     needed, all_readable = _needed_keys(storage, backups, set(expired))
     keep = set(needed)
