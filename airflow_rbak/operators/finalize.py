@@ -57,6 +57,7 @@ class RbakFinalizeManifestOperator(BaseOperator):
             storage, policy, now_ms=int(time.time() * 1000), protect=backup_id))
         summary["retention_deleted"] = retention.deleted
         summary["retention_segments_kept_for_chains"] = retention.segments_kept_for_chains
+        summary["retention_kept"] = retention.kept
         context["outlet_events"][AssetAlias(BACKUP_ASSET_ALIAS)].add(backup_asset(storage.url), extra=summary)
         self.log.info("backup %s complete: %d messages, %.1f MB, %d segments, %s s", backup_id, summary["total_messages"],
                       summary["total_bytes"] / 1e6, summary["total_segments"], summary["duration_s"])

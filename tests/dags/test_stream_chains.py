@@ -49,6 +49,7 @@ def test_three_dag_backups_of_a_growing_stream_then_keep_last_1_restore_latest_w
     finalize = run_facts(env)["xcom"]["finalize[-1].return_value"]
     assert finalize["retention_deleted"] == ["dag-c1", "dag-c2"]
     assert set(finalize["retention_segments_kept_for_chains"]) == {"dag-c1", "dag-c2"}
+    assert finalize["retention_kept"] == {"dag-c3": "the backup just written"}
     needed = set(referenced_keys([third]))
     assert [i.key for i in storage.list("") if not i.key.startswith("dag-c3/") and i.key not in needed] == []
 
