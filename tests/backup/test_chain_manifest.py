@@ -21,6 +21,7 @@ from airflow_rbak.retention import RetentionPolicy, apply_retention
 from airflow_rbak.spark_jobs import compact_segments, verify_segments
 from airflow_rbak.storage import open_storage
 from tests.backup.sample import build_sample_backup
+from tests.spark_jobs.conftest import spark_submit_available, submit  # noqa: F401 - a fixture among them
 from tests.spark_jobs.local_spark import LocalSpark
 
 STREAM = ("prod", "events/eu")
@@ -46,15 +47,19 @@ def _chained(storage, base_id: str, backup_id: str, created_at: int) -> BackupMa
     return manifest
 
 
-@pytest.fixture
-def url(tmp_path) -> str:
-    url = (tmp_path / "store").as_uri()
+def _build_chain(url: str) -> str:
+    """sample-1 (three queues) and sample-2, whose stream continues sample-1's."""
     storage = open_storage(url)
     base = build_sample_backup(storage, "sample-1", segment_max_bytes=600)
     base.queue(*STREAM).extensions["stream_offsets"] = {"first": 0, "last": 11, "last_fingerprint": None}
     ManifestStore(storage).save(base)
     _chained(storage, "sample-1", "sample-2", base.created_at + 1000)
     return url
+
+
+@pytest.fixture
+def url(tmp_path) -> str:
+    return _build_chain((tmp_path / "store").as_uri())
 
 
 def test_a_chained_manifest_declares_its_base_and_stays_a_valid_rbak_v1_manifest(url):
@@ -152,3 +157,19 @@ def test_compaction_leaves_queues_shared_with_other_backups_alone(url):
     assert {i.key: i.size for i in storage.list("sample-1/queues/prod/events%2Feu/")} == \
         {k: v for k, v in before.items() if "/events%2Feu/" in k}
     assert validate_backup(storage, "sample-2", deep=True).defects == []
+
+
+@pytest.mark.spark
+def test_spark_submit_verify_of_a_chain_on_loopback_s3_exits_1_naming_the_missing_base(s3_storage_url, spark_submit_available):
+    # Given a chain in loopback S3 whose base's stream segments are then deleted
+    storage = open_storage(_build_chain(s3_storage_url))
+    for info in list(storage.list("sample-1/queues/prod/")):
+        storage.delete(info.key)
+
+    # When the verify job runs through spark-submit
+    run = submit("verify_segments", s3_storage_url, "sample-2")
+
+    # Then it fails and its report names the missing base
+    assert run.returncode == 1, run.stderr
+    assert run.report["summary"]["depends_on"] == ["sample-1"]
+    assert [m.split(":")[0] for m in run.report["summary"]["missing_bases"]] == ["missing base backup 'sample-1'"]
