@@ -10,7 +10,9 @@ backup lists; the full mode makes each backup a copy of the whole stream.
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import uuid
 from argparse import Namespace
 from urllib.parse import quote
@@ -53,13 +55,18 @@ def _grow_and_back_up(broker, vhost: str, location: str, state: str, ids=IDS, **
 
 
 def _stream_records(storage, manifest) -> list[dict]:
-    """Every record of the manifest's stream, read by the independent reader from each listed segment in order."""
-    events = manifest.queue(manifest.queues[0].vhost, "events")
+    """Every record of the backup's stream as a foreign RBAK v1 reader gets it: the manifest as plain JSON, each
+    listed segment by its ``key`` in ``sequence`` order, checked against its SHA-256 and read by the independent reader."""
+    raw = json.loads(storage.get(f"{manifest.backup_id}/manifest.json"))
+    (events,) = [q for q in raw["queues"] if q["name"] == "events"]
     records = []
-    for segment in sorted(events.segments, key=lambda s: s.sequence):
-        header, found = read_segment(storage.get(segment.key))
-        assert header["record_count"] == segment.record_count == len(found), segment.key
+    for segment in sorted(events["segments"], key=lambda s: s["sequence"]):
+        data = storage.get(segment["key"])
+        assert hashlib.sha256(data).hexdigest() == segment["checksum"], segment["key"]
+        header, found = read_segment(data)
+        assert header["record_count"] == segment["record_count"] == len(found), segment["key"]
         records += found
+    assert len(records) == events["message_count"]
     return records
 
 

@@ -84,3 +84,11 @@ def test_three_dag_backups_of_a_growing_stream_then_keep_last_1_restore_latest_w
     full = ManifestStore(storage).load("dag-f4")
     assert dependencies(full) == () and full.queue(vhost, "events").message_count == TOTAL
     assert {segment_owner(s.key) for s in full.queue(vhost, "events").segments} == {"dag-f4"}
+
+
+def test_an_unknown_streams_mode_is_rejected_by_the_param_schema(airflow_home, tmp_path):
+    done = dags_test(airflow_env(airflow_home), {"storage_url": (tmp_path / "b").as_uri(), "streams": "differential"})
+
+    assert done.returncode != 0
+    assert "'differential' is not one of ['incremental', 'full']" in done.stdout + done.stderr
+    assert not (tmp_path / "b").exists()
