@@ -173,3 +173,19 @@ def test_spark_submit_verify_of_a_chain_on_loopback_s3_exits_1_naming_the_missin
     assert run.returncode == 1, run.stderr
     assert run.report["summary"]["depends_on"] == ["sample-1"]
     assert [m.split(":")[0] for m in run.report["summary"]["missing_bases"]] == ["missing base backup 'sample-1'"]
+
+
+def test_a_stream_taken_from_the_middle_without_its_base_fails_instead_of_completing_with_a_hole(url):
+    storage = open_storage(url)
+    entry = copy.deepcopy(ManifestStore(storage).load("sample-2").queue(*STREAM))
+    entry.segments = [s for s in entry.segments if s.key.startswith("sample-2/")]
+
+    entry.extensions["stream_offsets"] = {"first": 40, "last": 45}  # no complete backup ends at offset 39
+    with pytest.raises(chain.ChainBaseMissingError, match="no complete backup .* ends at offset 39"):
+        chain.link_stream_chain(storage, "sample-3", entry)
+
+    entry.extensions["stream_offsets"] = {"first": 13, "last": 20}  # sample-2 ends at 12, but lost a segment
+    lost = ManifestStore(storage).load("sample-2").queue(*STREAM).segments[0].key
+    storage.delete(lost)
+    with pytest.raises(chain.ChainBaseMissingError, match=f"continues backup 'sample-2', but its segment {lost} is missing"):
+        chain.link_stream_chain(storage, "sample-3", entry)
