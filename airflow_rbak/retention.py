@@ -6,20 +6,33 @@ damaged backup may be the only copy of something, so retention leaves it to
 a human. A backup is kept when any configured rule keeps it (among the
 newest ``keep_last``, or younger than ``max_age_days``); with no rule set
 nothing is removed.
+
+Streams form chains (:mod:`airflow_rbak.backup.chain`): a kept backup may
+list segments that an expired one holds. Removing that backup then removes
+its manifest, definitions, state and every object no kept backup lists, and
+keeps exactly the segments kept backups list (its folder becomes *retired*).
+A retired folder's segments go once no kept backup lists them. Whenever a
+manifest cannot be read, what it lists is unknown, so no stream segment of
+an expired or retired backup is removed at all. Every decision is logged
+with its reason.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_rbak.backup.catalog import BackupSummary, list_backups
+from airflow_rbak.backup.chain import referenced_keys
+from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec.layout import check_backup_id, manifest_key
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.base import Storage
 
 _DAY_MS = 86_400_000
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,28 +62,45 @@ class RetentionPolicy:
         return self.keep_last is not None or self.max_age_days is not None
 
 
-def select_expired(backups: list[BackupSummary], policy: RetentionPolicy, *, now_ms: int, protect: str) -> list[str]:
-    """The ids of the backups ``policy`` removes, oldest first; never ``protect``, never an incomplete one."""
-    if not policy.active:
-        return []
+def retention_decisions(
+    backups: list[BackupSummary], policy: RetentionPolicy, *, now_ms: int, protect: str
+) -> dict[str, str | None]:
+    """For each backup id, why it is kept, or None when ``policy`` removes it."""
+    reasons: dict[str, str | None] = {
+        b.backup_id: f"retired: holds only segments that {', '.join(b.needed_by)} list" if b.status == "retired"
+        else f"{b.status}: left to a human" for b in backups if b.status != "complete"}
     complete = sorted((b for b in backups if b.status == "complete"), key=lambda b: (b.created_at or 0, b.backup_id))
     newest_first = list(reversed(complete))
     kept_by_count = {b.backup_id for b in newest_first[: policy.keep_last or 0]}
-    expired = []
     for position, backup in enumerate(newest_first):
-        if backup.backup_id == protect or position == 0:  # the newest complete backup supersedes, it is never superseded
-            continue
         young = policy.max_age_days is not None and (now_ms - (backup.completed_at or 0)) < policy.max_age_days * _DAY_MS
-        if backup.backup_id in kept_by_count or young:
-            continue
-        expired.append(backup.backup_id)
-    return list(reversed(expired))
+        if not policy.active:
+            reasons[backup.backup_id] = "no retention rule set"
+        elif backup.backup_id == protect:
+            reasons[backup.backup_id] = "the backup just written"
+        elif position == 0:  # the newest complete backup supersedes, it is never superseded
+            reasons[backup.backup_id] = "the newest complete backup"
+        elif backup.backup_id in kept_by_count:
+            reasons[backup.backup_id] = f"among the newest {policy.keep_last} complete backups (keep_last)"
+        elif young:
+            reasons[backup.backup_id] = f"younger than {policy.max_age_days} days (max_age_days)"
+        else:
+            reasons[backup.backup_id] = None
+    return reasons
 
 
-def delete_backup(storage: Storage, backup_id: str) -> int:
-    """Remove every object of one backup, its manifest first (a half-removed backup never looks complete)."""
+def select_expired(backups: list[BackupSummary], policy: RetentionPolicy, *, now_ms: int, protect: str) -> list[str]:
+    """The ids of the backups ``policy`` removes, oldest first; never ``protect``, never an incomplete one."""
+    reasons = retention_decisions(backups, policy, now_ms=now_ms, protect=protect)
+    complete = sorted((b for b in backups if b.status == "complete"), key=lambda b: (b.created_at or 0, b.backup_id))
+    return [b.backup_id for b in complete if reasons[b.backup_id] is None]
+
+
+def delete_backup(storage: Storage, backup_id: str, keep: frozenset[str] | set[str] = frozenset()) -> int:
+    """Remove every object of one backup except ``keep``, its manifest first (a half-removed backup never
+    looks complete); return how many objects were removed."""
     prefix = f"{check_backup_id(backup_id)}/"
-    keys = [info.key for info in storage.list(prefix)]
+    keys = [info.key for info in storage.list(prefix) if info.key not in keep]
     manifest = manifest_key(backup_id)
     if manifest in keys:
         storage.delete(manifest)
@@ -80,9 +110,59 @@ def delete_backup(storage: Storage, backup_id: str) -> int:
     return len(keys)
 
 
-def apply_retention(storage: Storage, policy: RetentionPolicy, *, now_ms: int, protect: str) -> list[str]:
-    """Delete what :func:`select_expired` picks; return the removed backup ids."""
-    expired = select_expired(list_backups(storage), policy, now_ms=now_ms, protect=protect)
-    for backup_id in expired:
-        delete_backup(storage, backup_id)
-    return expired
+@dataclass
+class RetentionResult:
+    """What one retention pass did: removed backups, segments kept for others' chains, and why each stayed."""
+
+    deleted: list[str] = field(default_factory=list)
+    segments_kept_for_chains: dict[str, int] = field(default_factory=dict)
+    objects_deleted: int = 0
+    kept: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _needed_keys(storage: Storage, backups: list[BackupSummary], expired: set[str]) -> tuple[dict[str, set[str]], bool]:
+    """Segment keys that backups staying after this pass list (with who lists them); and whether all were readable."""
+    store = ManifestStore(storage)
+    staying = [store.load(b.backup_id) for b in backups
+               if b.backup_id not in expired and b.status in ("complete", "incomplete")]
+    return referenced_keys(staying), not any(b.status == "damaged" for b in backups)
+
+
+def _stream_segment_keys(storage: Storage, backup_id: str) -> set[str]:
+    manifest = ManifestStore(storage).load(backup_id)
+    return {s.key for q in manifest.queues if q.queue_type == "stream" for s in q.segments}
+
+
+def apply_retention(storage: Storage, policy: RetentionPolicy, *, now_ms: int, protect: str) -> RetentionResult:
+    """Remove what the policy expires, keeping every segment a remaining backup lists; log each decision."""
+    backups = list_backups(storage)
+    reasons = retention_decisions(backups, policy, now_ms=now_ms, protect=protect)
+    result = RetentionResult(kept={k: v for k, v in reasons.items() if v is not None})
+    expired = [b.backup_id for b in backups if b.status == "complete" and reasons[b.backup_id] is None]
+    retired = [b.backup_id for b in backups if b.status == "retired"]
+    for backup_id, reason in result.kept.items():
+        log.info("retention keeps backup %s: %s", backup_id, reason)
+    if not policy.active or (not expired and not retired):  # without a rule nothing is ever deleted
+        return result
+    needed, all_readable = _needed_keys(storage, backups, set(expired))
+    keep = set(needed)
+    if not all_readable:
+        log.warning("retention keeps every stream segment of expired and retired backups: a damaged manifest may list them")
+        keep |= {key for backup_id in expired for key in _stream_segment_keys(storage, backup_id)}
+        keep |= {info.key for backup_id in retired for info in storage.list(f"{backup_id}/")}
+    for backup_id in retired + expired:  # retired folders first: a crash then leaves expired manifests, not orphans
+        held = {info.key for info in storage.list(f"{backup_id}/")} & keep
+        result.objects_deleted += delete_backup(storage, backup_id, keep=held)
+        if held:
+            users = sorted({user for key in held for user in needed.get(key, ())})
+            result.segments_kept_for_chains[backup_id] = len(held)
+            log.info("retention removes backup %s but keeps %d of its stream segments: %s list them in their chains",
+                     backup_id, len(held), ", ".join(users) or "an unreadable manifest may")
+        else:
+            log.info("retention removes backup %s entirely: no remaining backup lists any of its objects", backup_id)
+        if backup_id in expired:
+            result.deleted.append(backup_id)
+    return result

@@ -15,6 +15,7 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param
 
+from airflow_rbak.backup.run import STREAM_MODES
 from airflow_rbak.broker.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS
 from airflow_rbak.operators.backup import RbakCaptureQueueOperator, RbakDiscoverQueuesOperator, RbakExportDefinitionsOperator
@@ -53,6 +54,9 @@ PARAMS = {
                            description="keep users (with password hashes) and permissions in the definitions backup"),
     "break_lock": Param(False, type="boolean",
                         description="take over the lock of a run of the same backup_id that crashed (see docs/reliability.md)"),
+    "streams": Param("incremental", type="string", enum=list(STREAM_MODES),
+                     description="incremental: a stream's backup lists its previous backup's segments and adds what is new; "
+                                 "full: each backup holds its own copy of every stream"),
     "verify": Param("deep", type="string", enum=["none", "quick", "deep"]),
     "allow_delivery_count_increase": Param(False, type="boolean",
                                            description="back up quorum queues whose returns count toward a delivery limit"),
@@ -95,6 +99,7 @@ with DAG(
         task_id="capture", compression="{{ params.compression }}",
         allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}",
         on_unsafe_queue="{{ params.on_unsafe_queue }}", consumer_timeout_ms="{{ params.consumer_timeout_ms }}",
+        streams="{{ params.streams }}",
         map_index_template="{{ task.queue_info['vhost'] }}/{{ task.queue_info['name'] }}", **broker,
     ).expand(queue_info=discover.output)
     encode = RbakEncodeStepOperator(

@@ -6,9 +6,9 @@ import pytest
 
 from airflow_rbak.backup.catalog import BackupSummary
 from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.codec import BackupManifest
+from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.retention import RetentionPolicy, apply_retention, delete_backup, select_expired
+from airflow_rbak.retention import RetentionPolicy, apply_retention, delete_backup, retention_decisions, select_expired
 from airflow_rbak.storage import open_storage
 
 DAY = 86_400_000
@@ -59,8 +59,36 @@ def test_apply_removes_every_object_of_an_expired_backup_and_nothing_else(tmp_pa
         store.save(BackupManifest(f"b{day}", day * DAY, "0", completed_at=day * DAY + 1 if done else None))
         storage.put(f"b{day}/queues/x/segment-1.rbak.zst", b"data")
 
-    removed = apply_retention(storage, RetentionPolicy(keep_last=1), now_ms=NOW, protect="b3")
+    removed = apply_retention(storage, RetentionPolicy(keep_last=1), now_ms=NOW, protect="b3").deleted
 
     assert removed == ["b1"]
     assert store.backup_ids() == ["b2", "b3"]
     assert delete_backup(storage, "b2") == 2 and store.backup_ids() == ["b3"]
+
+
+def test_every_backup_retention_keeps_has_a_reason_and_the_removed_have_none():
+    reasons = retention_decisions(BACKUPS, RetentionPolicy(keep_last=2), now_ms=NOW, protect="d99")
+
+    assert reasons == {"d90": None, "d95": None, "d96-broken": "incomplete: left to a human",
+                       "stray": "no-manifest: left to a human", "d98": "among the newest 2 complete backups (keep_last)",
+                       "d99": "the backup just written"}
+
+
+def test_a_retired_folder_loses_only_what_no_backup_lists_and_nothing_without_a_rule(tmp_path):
+    # Given a retired folder (no manifest, only segments) of which a complete backup lists one segment
+    storage = open_storage((tmp_path / "b").as_uri())
+    listed, unlisted = "old/queues/v/s/segment-0001.zst", "old/queues/v/s/segment-0002.zst"
+    for key in (listed, unlisted):
+        storage.put(key, b"data")
+    segment = SegmentMetadata(listed, 1, 0, 4, 0, None, None, "0" * 64)
+    ManifestStore(storage).save(BackupManifest("b3", 3 * DAY, "0", completed_at=3 * DAY + 1, extensions={"depends_on": ["old"]},
+                                               queues=[QueueBackup("v", "s", "stream", [segment])]))
+
+    # When retention runs without a rule, then with one
+    apply_retention(storage, RetentionPolicy(), now_ms=NOW, protect="b3")
+    untouched = sorted(i.key for i in storage.list("old/"))
+    apply_retention(storage, RetentionPolicy(keep_last=1), now_ms=NOW, protect="b3")
+
+    # Then nothing is deleted without a rule; with one, only the segment no backup lists
+    assert untouched == [listed, unlisted]
+    assert [i.key for i in storage.list("old/")] == [listed]

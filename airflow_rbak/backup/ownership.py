@@ -5,45 +5,50 @@ or damaged, it can name another backup's segment or definitions, and a
 restore would publish what belongs to someone else. So restore, validate and
 rebuild read only the objects this module accepts for the manifest:
 
-* a segment of queue *Q* at sequence *n* is the layout's key for *Q* and *n*
-  under ``{backup_id}/`` (or its interim compaction copy, which a manifest
-  saved mid-compaction names: the same sequence of the same queue, same bytes);
+* a segment of queue *Q* is the layout's key for *Q* under ``{backup_id}/``
+  or under a base backup the manifest declares in ``depends_on`` (stream
+  chains, :mod:`airflow_rbak.backup.chain`), numbered in that folder (or its
+  interim compaction copy, which a manifest saved mid-compaction names: the
+  same segment, same bytes);
 * the definitions export is ``{backup_id}/definitions/definitions.json[.ext]``.
-
-A backup that later declares a base backup (stream chains) extends
-:func:`owner_prefixes`; every reader follows.
 """
 
 from __future__ import annotations
 
-from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata
-from airflow_rbak.codec.layout import (
-    check_backup_id,
-    compression_from_key,
-    definitions_key,
-    interim_segment_key,
-    segment_key,
-)
+from airflow_rbak.backup import chain
+from airflow_rbak.codec import BackupManifest, CodecError, QueueBackup
+from airflow_rbak.codec.layout import check_backup_id, compression_from_key, definitions_key, interim_segment_key
 from airflow_rbak.exceptions import ConfigurationError
 
 
-def owner_prefixes(manifest: BackupManifest) -> tuple[str, ...]:
-    """The backup ids whose objects this manifest may read: its own (a declared base would be added here)."""
-    return (manifest.backup_id,)
+def owner_prefixes(manifest: BackupManifest) -> frozenset[str]:
+    """The backup ids whose objects this manifest may read: its own and the bases it declares (stream chains).
+
+    A malformed ``depends_on`` declares nothing here (validate names it), so every other folder stays foreign.
+    """
+    try:
+        return chain.allowed_owners(manifest)
+    except CodecError:
+        return frozenset({manifest.backup_id})
 
 
-def segment_defect(manifest: BackupManifest, queue: QueueBackup, segment: SegmentMetadata) -> str | None:
-    """Why ``segment`` is not an object of this backup's queue, or None when it is."""
-    for owner in owner_prefixes(manifest):
-        try:
-            expected = segment_key(check_backup_id(owner), queue.vhost, queue.name, segment.sequence,
-                                   compression_from_key(segment.key))
-        except ConfigurationError:
-            return f"sequence {segment.sequence} or backup id {owner!r} cannot name a segment"
-        if segment.key in (expected, interim_segment_key(expected)):
-            return None
-    return (f"not an object of backup {manifest.backup_id!r}: queue {queue.vhost!r}/{queue.name!r} sequence "
-            f"{segment.sequence} is stored at {expected}")
+def queue_defects(manifest: BackupManifest, queue: QueueBackup) -> dict[str, str]:
+    """Each segment key of ``queue`` that is not an object of this backup (or a declared base), with why.
+
+    A chain's segments are numbered in their owner's folder from 1 while ``sequence`` runs over the whole
+    chain (:func:`airflow_rbak.backup.chain.expected_keys`).
+    """
+    allowed, defects = owner_prefixes(manifest), {}
+    ordered = sorted(queue.segments, key=lambda s: s.sequence)
+    for segment, expected in zip(ordered, chain.expected_keys(manifest.backup_id, queue)):
+        owner = chain.segment_owner(segment.key)
+        if owner not in allowed:
+            defects[segment.key] = (f"not an object of backup {manifest.backup_id!r}: it lies in backup {owner!r}'s "
+                                    "folder, which its depends_on does not declare")
+        elif expected is None or segment.key not in (expected, interim_segment_key(expected)):
+            defects[segment.key] = (f"not an object of backup {manifest.backup_id!r}: queue {queue.vhost!r}/"
+                                    f"{queue.name!r} sequence {segment.sequence} is stored at {expected}")
+    return defects
 
 
 def definitions_defect(manifest: BackupManifest) -> str | None:
@@ -51,20 +56,18 @@ def definitions_defect(manifest: BackupManifest) -> str | None:
     if manifest.definitions is None:
         return None
     key = manifest.definitions.key
-    for owner in owner_prefixes(manifest):
-        try:
-            expected = definitions_key(check_backup_id(owner), compression_from_key(key))
-        except ConfigurationError:
-            return f"backup id {owner!r} cannot name a definitions export"
-        if key == expected:
-            return None
+    try:
+        expected = definitions_key(check_backup_id(manifest.backup_id), compression_from_key(key))
+    except ConfigurationError:
+        return f"backup id {manifest.backup_id!r} cannot name a definitions export"
+    if key == expected:
+        return None
     return f"not an object of backup {manifest.backup_id!r}: its definitions export is stored at {expected}"
 
 
 def foreign_objects(manifest: BackupManifest) -> list[tuple[str, str]]:
     """Every (key, reason) the manifest names that is not this backup's own object, in manifest order."""
-    found = [(s.key, reason) for q in manifest.queues for s in q.segments
-             if (reason := segment_defect(manifest, q, s)) is not None]
+    found = [pair for q in manifest.queues for pair in queue_defects(manifest, q).items()]
     if (reason := definitions_defect(manifest)) is not None:
         found.append((manifest.definitions.key, reason))
     return found

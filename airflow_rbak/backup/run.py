@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_rbak import __version__
-from airflow_rbak.backup.catalog import latest_complete
+from airflow_rbak.backup.chain import latest_with_stream, link_chains
 from airflow_rbak.backup.encode import encode_queue, staged_chunk_keys
 from airflow_rbak.backup.lease import LeasedStorage
 from airflow_rbak.backup.lock import BackupLock
@@ -44,6 +44,10 @@ from airflow_rbak.storage.base import Storage
 log = logging.getLogger(__name__)
 
 
+#: The backup DAG's ``streams`` param: continue each stream's chain (default), or copy every stream whole.
+STREAM_MODES = ("incremental", "full")
+
+
 class BackupAlreadyCompleteError(RbakError):
     """The backup id names a complete backup, which is never written again."""
 
@@ -61,7 +65,8 @@ class BackupSettings:
     segment_max_interval_ms: int = DEFAULT_SEGMENT_MAX_INTERVAL_MS
     include_definitions: bool = True
     allow_delivery_count_increase: bool = False
-    #: Streams continue after the offset the latest complete backup in the same location reached.
+    #: Streams continue after the offset the newest complete backup of them in the same location reached, and
+    #: list that backup's segments before their own; False: each backup holds a full copy of every stream.
     incremental_streams: bool = True
     state_dir: str = field(default_factory=lambda: str(Path(tempfile.gettempdir()) / "rbak-state"))
     #: Leave users, their password hashes and permissions out of the definitions export.
@@ -212,13 +217,13 @@ class BackupRun:
         return CheckpointStore(self.checkpoint_path(), self.storage, self.settings.backup_id)
 
     def _stream_mark(self, info: QueueInfo) -> StreamMark | None:
-        """Where the latest complete backup of this stream ended (None: capture it from its start)."""
+        """Where the newest complete backup holding this stream ended (None: capture it from its start)."""
         if not self.settings.incremental_streams:
             return None
-        previous = latest_complete(self.storage)
-        if previous is None or previous.backup_id == self.settings.backup_id:
+        previous = latest_with_stream(self.storage, self.settings.backup_id, info.vhost, info.name)
+        if previous is None:
             return None
-        entry = self.manifests.load(previous.backup_id).queue(info.vhost, info.name)
+        entry = previous.queue(info.vhost, info.name)
         offsets: dict[str, Any] = entry.extensions.get("stream_offsets", {}) if entry else {}
         last, fingerprint = offsets.get("last"), offsets.get("last_fingerprint")
         if not isinstance(last, int) or last < 0:
@@ -249,12 +254,15 @@ def finish_backup(
 
     The manifest is the last thing written; staging goes only once it is safely stored. Queues left out are
     named with their reasons in the ``left_out`` extension (a foreign reader ignores it), never listed as queues;
-    what an earlier attempt staged for them goes with the rest of the staging.
+    what an earlier attempt staged for them goes with the rest of the staging. A stream that continued an
+    earlier backup lists that backup's segments before its own (:mod:`backup.chain`), so the completed backup
+    restores whole on its own.
     """
     store = ManifestStore(storage)
     manifest = store.load(backup_id)
     manifest.queues = entries
     manifest.extensions["left_out"] = list(left_out or [])
+    link_chains(storage, manifest)
     manifest.refresh_totals()
     manifest.completed_at = now_ms()
     store.save(manifest)

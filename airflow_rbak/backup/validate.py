@@ -1,7 +1,8 @@
 """Validation of a stored backup: every defect collected, not just the first.
 
 Quick validation checks the manifest and that each segment exists with its
-recorded size. Deep validation also reads every segment: CRC-32, SHA-256
+recorded size, including the segments a stream chain takes from earlier
+backups (a missing base backup is named as such). Deep validation also reads every segment: CRC-32, SHA-256
 against the manifest, record counts, header and manifest timestamps, records
 in ``backed_up_at`` order, and the definitions export.
 """
@@ -13,8 +14,9 @@ from typing import Any
 
 import orjson
 
+from airflow_rbak.backup import chain
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
-from airflow_rbak.backup.ownership import definitions_defect, is_interim_copy, segment_defect
+from airflow_rbak.backup.ownership import definitions_defect, is_interim_copy, queue_defects
 from airflow_rbak.backup.segment_check import check_segment
 from airflow_rbak.codec import BackupManifest, CodecError, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.compression import decompress
@@ -70,10 +72,11 @@ def validate_backup(
         return report
     _check_manifest(manifest, report)
     for queue in manifest.queues:
-        _check_queue_listing(manifest, queue, report)
+        foreign = queue_defects(manifest, queue)
+        _check_queue_listing(manifest, queue, report, foreign)
         for segment in queue.segments:
-            if segment_defect(manifest, queue, segment) is not None:
-                continue  # another backup's object: named above, never read
+            if segment.key in foreign:
+                continue  # not this backup's object: named by the listing check, never read
             if deep:
                 _check_segment_deep(storage, queue, segment, report, max_decompressed_bytes)
             else:
@@ -81,6 +84,7 @@ def validate_backup(
     if manifest.definitions is not None:
         _check_definitions(storage, manifest, report, deep, max_decompressed_bytes)
     _check_leftovers(storage, manifest, report)
+    _check_chain(manifest, report)
     return report
 
 
@@ -96,6 +100,20 @@ def _check_leftovers(storage: Storage, manifest: BackupManifest, report: Validat
         if is_interim_copy(key) and key not in named:
             report.add(key, "leftover interim compaction copy, not part of the backup (an interrupted compaction); "
                             "delete it, or `rbak manifest rebuild` leaves it out")
+
+
+def _check_chain(manifest: BackupManifest, report: ValidationReport) -> None:
+    """Name each base backup whose segments are gone, and keys in folders the manifest does not declare."""
+    key = manifest_key(report.backup_id)
+    try:
+        chain.dependencies(manifest)
+    except CodecError as exc:
+        report.add(key, exc.reason)
+        return
+    # keys in undeclared folders are named per segment (backup.ownership)
+    missing = {d.key for d in report.defects if d.reason == "missing"}
+    for base, (gone, listed) in chain.missing_bases(manifest, missing).items():
+        report.add(key, chain.missing_base_reason(base, gone, listed))
 
 
 def _check_manifest(manifest: BackupManifest, report: ValidationReport) -> None:
@@ -115,7 +133,8 @@ def _check_manifest(manifest: BackupManifest, report: ValidationReport) -> None:
             report.add(key, f"{name} is {getattr(manifest, name)}, the queues add up to {value}")
 
 
-def _check_queue_listing(manifest: BackupManifest, queue: QueueBackup, report: ValidationReport) -> None:
+def _check_queue_listing(manifest: BackupManifest, queue: QueueBackup, report: ValidationReport,
+                         foreign: dict[str, str]) -> None:
     where = f"{manifest_key(manifest.backup_id)} queue {queue.vhost!r}/{queue.name!r}"
     sequences = [s.sequence for s in queue.segments]
     if sequences != list(range(1, len(sequences) + 1)):
@@ -127,9 +146,8 @@ def _check_queue_listing(manifest: BackupManifest, queue: QueueBackup, report: V
     last = stamped[-1].last_timestamp if stamped else None
     if (queue.first_message_timestamp, queue.last_message_timestamp) != (first, last):
         report.add(where, "first/last message timestamps disagree with its segments")
-    for segment in queue.segments:
-        if (reason := segment_defect(manifest, queue, segment)) is not None:
-            report.add(segment.key, reason)
+    for key, reason in foreign.items():
+        report.add(key, reason)
 
 
 def _check_segment_quick(storage: Storage, segment: SegmentMetadata, report: ValidationReport) -> None:

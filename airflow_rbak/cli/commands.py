@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from airflow_rbak.backup.catalog import list_backups
+from airflow_rbak.backup.chain import chain_owners, dependencies
 from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.rebuild import rebuild_manifest
@@ -48,16 +49,22 @@ def list_cmd(args: argparse.Namespace, out: IO[str]) -> int:
             f"{s.backup_id:30} {s.status:12} {_when(s.created_at):23} {_when(s.completed_at):23} "
             f"{s.queues:6d} {s.total_messages:10d} {s.total_bytes:12d}\n"
         )
+        if s.depends_on:
+            out.write(f"  depends on {', '.join(s.depends_on)} (its streams continue their segments)\n")
+        if s.needed_by:
+            out.write(f"  needed by {', '.join(s.needed_by)}\n")
         if s.problem:
             out.write(f"  ! {s.problem}\n")
     return 0
 
 
 def describe_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    manifest = ManifestStore(open_storage(args.path)).load(args.backup_id)
+    storage = open_storage(args.path)
+    manifest = ManifestStore(storage).load(args.backup_id)
     if args.format == "json":
         _json_line(out, manifest.to_json())
         return 0
+    needed_by = next((s.needed_by for s in list_backups(storage) if s.backup_id == manifest.backup_id), ())
     out.write(f"backup {manifest.backup_id} ({'complete' if manifest.completed_at is not None else 'INCOMPLETE'})\n")
     out.write(f"  created   {_when(manifest.created_at)}\n  completed {_when(manifest.completed_at)}\n")
     out.write(f"  source    {manifest.source_cluster or '-'} (RabbitMQ {manifest.rabbitmq_version or '?'})\n")
@@ -65,12 +72,17 @@ def describe_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     if manifest.definitions:
         d = manifest.definitions
         out.write(f"  definitions {d.key}: {d.vhost_count} vhosts, {d.queue_count} queues, {d.exchange_count} exchanges, {d.user_count} users\n")
+    out.write(f"  depends on {', '.join(dependencies(manifest)) or 'nothing (restores on its own data alone)'}\n")
+    out.write(f"  needed by {', '.join(needed_by) or 'no other backup'}\n")
     out.write(f"\n{'VHOST':20} {'QUEUE':30} {'TYPE':8} {'MESSAGES':>10} {'SEGMENTS':>8}  FIRST .. LAST\n")
     for q in manifest.queues:
         out.write(
             f"{q.vhost:20} {q.name:30} {q.queue_type:8} {q.message_count:10d} {len(q.segments):8d}  "
             f"{_when(q.first_message_timestamp)} .. {_when(q.last_message_timestamp)}\n"
         )
+        owners = chain_owners(q)
+        if q.queue_type == "stream" and owners != [manifest.backup_id]:
+            out.write(f"{'':20} chain: segments from {', '.join(owners)}\n")
     for q in manifest.extensions.get("left_out") or []:
         out.write(f"{q.get('vhost', '?'):20} {q.get('queue', '?'):30} LEFT OUT: {q.get('reason', '?')}\n")
     return 0

@@ -20,7 +20,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_rbak.backup.lock import BackupLockedError
-from airflow_rbak.backup.run import BackupAlreadyCompleteError, BackupRun, BackupSettings
+from airflow_rbak.backup.run import STREAM_MODES, BackupAlreadyCompleteError, BackupRun, BackupSettings
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
 from airflow_rbak.broker.errors import ConsumerTimeoutError, UnsafeQueueError
 from airflow_rbak.broker.management import ManagementClient
@@ -146,20 +146,22 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
     """Capture one queue into the backup's staging without changing it; logs progress while it runs."""
 
     template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "queue_info", "compression",
-                                      "allow_delivery_count_increase", "on_unsafe_queue", "consumer_timeout_ms")
+                                      "allow_delivery_count_increase", "on_unsafe_queue", "consumer_timeout_ms", "streams")
     operator_extra_links = (RabbitMQQueueLink(),)
 
     def __init__(self, *, queue_info: dict[str, Any], compression: str = "zstd", allow_delivery_count_increase: bool = False,
                  on_unsafe_queue: str = "skip", consumer_timeout_ms: int = DEFAULT_CONSUMER_TIMEOUT_MS,
-                 progress_interval: float = 10.0, **kwargs: Any) -> None:
+                 streams: str = "incremental", progress_interval: float = 10.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.queue_info, self.compression = queue_info, compression
+        self.queue_info, self.compression, self.streams = queue_info, compression, streams
         self.allow_delivery_count_increase, self.progress_interval = allow_delivery_count_increase, progress_interval
         self.on_unsafe_queue, self.consumer_timeout_ms = on_unsafe_queue, consumer_timeout_ms
         self.rbak_queue_url: str | None = None
 
     def execute(self, context: Any) -> dict[str, Any]:
-        run = self.backup_run(context, compression=self.compression,
+        if str(self.streams) not in STREAM_MODES:
+            raise AirflowFailException(f"streams must be one of {list(STREAM_MODES)}, got {self.streams!r}")
+        run = self.backup_run(context, compression=self.compression, incremental_streams=str(self.streams) == "incremental",
                               allow_delivery_count_increase=bool(self.allow_delivery_count_increase),
                               on_unsafe_queue=str(self.on_unsafe_queue), consumer_timeout_ms=int(self.consumer_timeout_ms))
         run_step("lock", run.lock.acquire)

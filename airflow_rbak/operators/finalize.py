@@ -53,8 +53,11 @@ class RbakFinalizeManifestOperator(BaseOperator):
         run_step("lock", lock.release)
         self.rbak_manifest_url = manifest_url(str(self.storage_url), backup_id)
         summary = manifest_summary(manifest, storage.url)
-        summary["retention_deleted"] = run_step("retention", lambda: apply_retention(
+        retention = run_step("retention", lambda: apply_retention(
             storage, policy, now_ms=int(time.time() * 1000), protect=backup_id))
+        summary["retention_deleted"] = retention.deleted
+        summary["retention_segments_kept_for_chains"] = retention.segments_kept_for_chains
+        summary["retention_kept"] = retention.kept
         context["outlet_events"][AssetAlias(BACKUP_ASSET_ALIAS)].add(backup_asset(storage.url), extra=summary)
         self.log.info("backup %s complete: %d messages, %.1f MB, %d segments, %s s", backup_id, summary["total_messages"],
                       summary["total_bytes"] / 1e6, summary["total_segments"], summary["duration_s"])

@@ -1,6 +1,8 @@
 """The restore plan: which segments of which queues go where, verified, with counts inside the window.
 
-Planning reads the manifest, picks the selected queues, drops segments whose
+Planning reads the manifest (a stream's entry lists the segments of the
+backups its chain continues, so the plan reads them like its own and
+reports which backups it drew from), picks the selected queues, drops segments whose
 header timestamps lie outside the window, then fetches and fully verifies
 every segment it keeps (SHA-256 against the manifest, CRC-32, framing,
 record count, order: the checks of ``backup.segment_check``) and counts the
@@ -16,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_rbak.backup.catalog import latest_complete
+from airflow_rbak.backup.chain import segment_owner
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.backup.ownership import foreign_objects
 from airflow_rbak.backup.segment_check import SegmentCheck, check_segment_bytes
@@ -78,6 +81,8 @@ class QueuePlan:
     completed_before: bool = False
     #: exchange mode: the other non-empty queues of the target vhost, where bindings may route records.
     vhost_depths: dict[str, int] = field(default_factory=dict)
+    #: The backups whose segments hold this queue's records in the window, in chain order (:mod:`backup.chain`).
+    drawn_from: tuple[str, ...] = ()
 
     @property
     def to_add(self) -> int:
@@ -107,6 +112,7 @@ class RestorePlan:
     target_cluster: str | None = None
     target_cluster_id: str | None = None
     definitions_changes: dict[str, Any] | None = None
+    drawn_from: tuple[str, ...] = ()
 
     @property
     def records_in_window(self) -> int:
@@ -124,22 +130,25 @@ class RestorePlan:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> RestorePlan:
         queues = tuple(
-            QueuePlan(**{**q, "segments": tuple(SegmentPlan(**s) for s in q["segments"]), "exchanges": tuple(q.get("exchanges", ()))})
+            QueuePlan(**{**q, "segments": tuple(SegmentPlan(**s) for s in q["segments"]), "exchanges": tuple(q.get("exchanges", ())),
+                         "drawn_from": tuple(q.get("drawn_from", ()))})
             for q in obj["queues"]
         )
         skipped = tuple(SkippedSegment(**{**s, "reasons": tuple(s["reasons"])}) for s in obj.get("skipped_segments", ()))
-        return cls(**{**obj, "queues": queues, "skipped_segments": skipped})
+        return cls(**{**obj, "queues": queues, "skipped_segments": skipped, "drawn_from": tuple(obj.get("drawn_from", ()))})
 
     def summary_lines(self) -> list[str]:
         """The plan as a few log lines (no secrets: the storage URL is already credential-free)."""
         lines = [f"restore plan for backup {self.backup_id} from {self.storage_url}, window "
-                 f"{self.window_start}..{self.window_end}: {len(self.queues)} queues, {self.records_in_window} records",
+                 f"{self.window_start}..{self.window_end}: {len(self.queues)} queues, {self.records_in_window} records, "
+                 f"drawn from backups {', '.join(self.drawn_from) or '-'}",
                  f"  source cluster {self.source_cluster or '(unknown)'} -> target cluster {self.target_cluster or '(not inspected)'}"
                  + (" (THE SAME CLUSTER)" if self.source_cluster and self.source_cluster == self.target_cluster else "")]
         for q in self.queues:
             now = "no such queue" if q.target_depth is None else f"holds {q.target_depth}"
             lines.append(f"  {q.source_vhost}/{q.source_queue} ({q.queue_type}) -> {q.target_vhost}/{q.target_queue}: "
-                         f"{q.records_in_window} of {q.records_total} records in {len(q.segments)} segments; target {now}, "
+                         f"{q.records_in_window} of {q.records_total} records in {len(q.segments)} segments "
+                         f"from {', '.join(q.drawn_from) or '-'}; target {now}, "
                          f"adds {q.to_add}" + (f" (resuming: {q.published_before} confirmed before)" if q.resumes else ""))
         changes = self.definitions_changes
         if changes:
@@ -203,6 +212,7 @@ def plan_restore(storage: Storage, settings: RestoreSettings) -> RestorePlan:
         window_end=settings.time_window_end, queues=tuple(queues), skipped_segments=tuple(skipped),
         definitions_key=manifest.definitions.key if manifest.definitions else None,
         segments_verified=verified, segments_outside_window=outside, source_cluster=manifest.source_cluster,
+        drawn_from=tuple(dict.fromkeys(owner for q in queues for owner in q.drawn_from)),
     )
 
 
@@ -248,6 +258,7 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreSettings)
         target_queue=settings.target_queue(entry.name), queue_type=entry.queue_type, records_total=entry.message_count,
         records_in_window=sum(s.in_window for s in segments), segments=tuple(segments), exchanges=tuple(sorted(exchanges)),
         consumer_offsets={str(k): int(v) for k, v in offsets.items()} if isinstance(offsets, dict) else {},
+        drawn_from=tuple(dict.fromkeys(segment_owner(s.key) for s in segments if s.in_window)),
     )
     return plan, skipped, defects, verified, outside
 

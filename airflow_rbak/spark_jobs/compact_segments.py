@@ -23,6 +23,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_rbak.backup.chain import shared_queues
 from airflow_rbak.backup.lease import LeasedStorage
 from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestStore
@@ -81,10 +82,12 @@ def _compact(spark: Any, args: argparse.Namespace, storage: Storage) -> JobRepor
     report = JobReport(JOB, args.backup_id, storage.url, settings=args.settings.to_json())
     started = time.perf_counter()
     manifest = store.load(args.backup_id)
+    shared = shared_queues(storage, manifest)  # stream chains: their segments are listed by other manifests too
     recovered = _delete(storage, cp.unreferenced_segments(storage, manifest))
-    manifest = _canonicalize(spark, args, store, manifest)
+    manifest = _canonicalize(spark, args, store, manifest, shared)
     before = {(q.vhost, q.name): len(q.segments) for q in manifest.queues}
-    plans = {(q.vhost, q.name): plan for q in manifest.queues if (plan := cp.plan_queue(q, args.settings))}
+    plans = {(q.vhost, q.name): plan for q in manifest.queues
+             if (q.vhost, q.name) not in shared and (plan := cp.plan_queue(q, args.settings))}
     removed: list[str] = []
     if plans:
         old_keys = {s.key for q in manifest.queues for s in q.segments}
@@ -97,10 +100,11 @@ def _compact(spark: Any, args: argparse.Namespace, storage: Storage) -> JobRepor
         store.save(manifest)
         _crash_point(args, "switched")
         removed = _delete(storage, sorted(old_keys - {s.key for q in manifest.queues for s in q.segments}))
-        manifest = _canonicalize(spark, args, store, manifest)
+        manifest = _canonicalize(spark, args, store, manifest, shared)
     report.details = {"queues": [_queue_detail(q, before) for q in manifest.queues if (q.vhost, q.name) in plans]}
     report.summary = {
         "queues_compacted": len(plans),
+        "queues_shared_with_other_backups": len(shared),
         "segments_before": sum(before.values()),
         "segments_after": manifest.total_segments,
         "segments_deleted": len(removed),
@@ -123,11 +127,12 @@ def _parallel(spark: Any, work: list[Any], task: Any) -> dict[Any, Any]:
     return dict(spark.sparkContext.parallelize(work, len(work)).map(task).collect())
 
 
-def _canonicalize(spark: Any, args: argparse.Namespace, store: ManifestStore, manifest: BackupManifest) -> BackupManifest:
+def _canonicalize(spark: Any, args: argparse.Namespace, store: ManifestStore, manifest: BackupManifest,
+                  shared: set[tuple[str, str]]) -> BackupManifest:
     """Move every interim segment to its canonical key; save the manifest; delete the interim copies."""
     backup_id, url = manifest.backup_id, args.storage_url
-    pending = [(q.vhost, q.name, s.to_json()) for q in manifest.queues for s in q.segments
-               if not cp.is_canonical(backup_id, q.vhost, q.name, s)]
+    pending = [(q.vhost, q.name, s.to_json()) for q in manifest.queues if (q.vhost, q.name) not in shared
+               for s in q.segments if not cp.is_canonical(backup_id, q.vhost, q.name, s)]
     if not pending:
         return manifest
     moved = _parallel(spark, pending, lambda p: (p[2]["key"], cp.canonicalize(url, backup_id, p[0], p[1], p[2])))

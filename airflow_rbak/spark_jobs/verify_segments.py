@@ -10,7 +10,9 @@ header against manifest timestamps, first/last record against the header,
 report. Segments are dealt largest first into one group per partition, and
 each task opens storage from the URL. Before finalize there is no
 manifest.json yet: ``--encode-report`` checks the segments an encode report
-lists. Exit code 1 when any defect is found.
+lists. A stream chain's segments held by earlier backups are checked like the
+backup's own (a restore reads them); a declared base whose segments are gone is
+named in ``missing_bases``. Exit code 1 when any defect is found.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_rbak.backup import chain
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
@@ -81,7 +84,12 @@ def run(spark: Any, args: argparse.Namespace) -> JobReport:
     failed = [r for r in results if not r["ok"]]
     report.ok = not failed
     report.details = {"segments": results}
+    missing = {r["key"] for r in failed if "missing" in r["defects"]}
+    bases = chain.missing_bases(manifest, missing)
+    report.ok = report.ok and not bases
     report.summary = {
+        "depends_on": list(chain.dependencies(manifest)),
+        "missing_bases": [chain.missing_base_reason(base, *counts) for base, counts in bases.items()],
         "segments_listed": len(items),
         "segments_checked": len(results),
         "segments_failed": len(failed),

@@ -108,7 +108,9 @@ def test_a_full_backup_keeps_every_message_byte_exact_and_leaves_the_queues_as_t
     assert manifest.definitions is not None and manifest.definitions.queue_count >= len(QUEUES)
 
 
-def test_a_second_backup_of_a_stream_takes_only_the_new_messages(broker, vhost, seeded, tmp_path):
+def test_a_second_backup_of_a_stream_captures_only_the_new_messages_and_lists_the_first_ones_segments(
+    broker, vhost, seeded, tmp_path
+):
     location = (tmp_path / "b").as_uri()
     selector = QueueSelector(vhosts=(vhost,), include=("events",))
     BackupRun(broker.connection, BackupSettings("s-1", location, selector=selector, state_dir=str(tmp_path))).run()
@@ -118,9 +120,12 @@ def test_a_second_backup_of_a_stream_takes_only_the_new_messages(broker, vhost, 
 
     storage = open_storage(location)
     (queue,) = second.queues
+    own = [r for s in queue.segments if s.key.startswith("s-2/") for r in read_segment(storage.get(s.key))[1]]
+    assert [r["delivery_tag"] for r in own] == list(range(150, 190))  # captured: only what is new
     records = [r for s in queue.segments for r in read_segment(storage.get(s.key))[1]]
-    assert [r["delivery_tag"] for r in records] == list(range(150, 190))
-    assert [(r["body"], r["properties"]) for r in records] == [expected_json("events", i)[:2] for i in range(150, 190)]
+    assert [r["delivery_tag"] for r in records] == list(range(190))  # listed: the whole stream, s-1's part first
+    assert [(r["body"], r["properties"]) for r in records] == [expected_json("events", i)[:2] for i in range(190)]
+    assert second.extensions["depends_on"] == ["s-1"] and queue.extensions["chain_base"] == "s-1"
 
 
 @pytest.mark.parametrize("new_count", [100, 200], ids=["shorter", "longer"])
@@ -143,8 +148,11 @@ def test_a_stream_recreated_under_the_same_name_is_backed_up_from_its_start(brok
     assert [r["delivery_tag"] for r in records] == list(range(new_count))
     assert [(r["body"], r["properties"]) for r in records] == [expected_json("events", i)[:2] for i in range(1000, 1000 + new_count)]
     assert queue.extensions["stream_offsets"]["first"] == 0
+    # a new chain: nothing of the old stream's backup is listed
+    assert queue.extensions["chain_base"] is None and second.extensions["depends_on"] == []
 
-    # and a third backup of the unchanged stream is incremental again: nothing new, nothing re-read
+    # and a third backup of the unchanged stream is incremental again: nothing new captured, r-2's chain listed
     third = BackupRun(broker.connection, BackupSettings("r-3", location, selector=selector, state_dir=str(tmp_path))).run()
-    assert third.queues[0].message_count == 0
+    assert third.queues[0].message_count == new_count and third.extensions["depends_on"] == ["r-2"]
+    assert not [s for s in third.queues[0].segments if s.key.startswith("r-3/")]
     assert third.queues[0].extensions["stream_offsets"]["last_fingerprint"] == queue.extensions["stream_offsets"]["last_fingerprint"]
