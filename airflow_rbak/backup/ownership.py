@@ -15,6 +15,8 @@ rebuild read only the objects this module accepts for the manifest:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from airflow_rbak.backup import chain
 from airflow_rbak.codec import BackupManifest, CodecError, QueueBackup
 from airflow_rbak.codec.layout import check_backup_id, compression_from_key, definitions_key, interim_segment_key
@@ -39,13 +41,19 @@ def queue_defects(manifest: BackupManifest, queue: QueueBackup) -> dict[str, str
     chain (:func:`airflow_rbak.backup.chain.expected_keys`).
     """
     allowed, defects = owner_prefixes(manifest), {}
-    ordered = sorted(queue.segments, key=lambda s: s.sequence)
-    for segment, expected in zip(ordered, chain.expected_keys(manifest.backup_id, queue)):
-        owner = chain.segment_owner(segment.key)
-        if owner not in allowed:
+    for segment in queue.segments:
+        if (owner := chain.segment_owner(segment.key)) not in allowed:
             defects[segment.key] = (f"not an object of backup {manifest.backup_id!r}: it lies in backup {owner!r}'s "
                                     "folder, which its depends_on does not declare")
-        elif expected is None or segment.key not in (expected, interim_segment_key(expected)):
+    # The rest must sit where the layout puts them. A foreign key is numbered as if it were this backup's own,
+    # so that it does not shift its neighbours' numbering.
+    own = replace(queue, segments=[s if s.key not in defects else replace(s, key=f"{manifest.backup_id}/{s.key}")
+                                   for s in queue.segments])
+    ordered = sorted(zip(own.segments, queue.segments), key=lambda pair: pair[0].sequence)
+    for (_, segment), expected in zip(ordered, chain.expected_keys(manifest.backup_id, own)):
+        if segment.key in defects:
+            continue
+        if expected is None or segment.key not in (expected, interim_segment_key(expected)):
             defects[segment.key] = (f"not an object of backup {manifest.backup_id!r}: queue {queue.vhost!r}/"
                                     f"{queue.name!r} sequence {segment.sequence} is stored at {expected}")
     return defects
