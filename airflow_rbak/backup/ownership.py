@@ -43,8 +43,8 @@ def queue_defects(manifest: BackupManifest, queue: QueueBackup) -> dict[str, str
     allowed, defects = owner_prefixes(manifest), {}
     for segment in queue.segments:
         if (owner := chain.segment_owner(segment.key)) not in allowed:
-            defects[segment.key] = (f"not an object of backup {manifest.backup_id!r}: it lies in backup {owner!r}'s "
-                                    "folder, which its depends_on does not declare")
+            defects[segment.key] = (f"not an object of backup {manifest.backup_id!r}: it lies in the folder of backup "
+                                    f"{owner!r}, which its depends_on does not declare")
     # The rest must sit where the layout puts them. A foreign key is numbered as if it were this backup's own,
     # so that it does not shift its neighbours' numbering.
     own = replace(queue, segments=[s if s.key not in defects else replace(s, key=f"{manifest.backup_id}/{s.key}")

@@ -88,8 +88,8 @@ def test_keys_in_an_undeclared_backup_folder_are_a_defect(url):
 
     # each of sample-1's segments is named as undeclared (and none is read)
     listed = [s.key for q in manifest.queues for s in q.segments if s.key.startswith("sample-1/")]
-    undeclared = {d.key for d in defects if d.reason == "not an object of backup 'sample-2': it lies in backup "
-                  "'sample-1's folder, which its depends_on does not declare"}
+    undeclared = {d.key for d in defects if d.reason == "not an object of backup 'sample-2': it lies in the folder of "
+                  "backup 'sample-1', which its depends_on does not declare"}
     assert listed and undeclared == set(listed)
 
 
