@@ -191,14 +191,16 @@ FEATURES: tuple[Feature, ...] = (
         "the broker has them); a capture that cannot finish in time stops, gives everything back and fails"),
     Feature(
         "stream", lambda q: q.queue_type == "stream",
-        "read by the stream protocol", "a stream is read by offset: nothing is held, removed or redelivered",
+        "read by the stream protocol, whatever the rows above say", "a stream is read by offset: nothing is held, "
+        "removed or redelivered, so no other row applies",
         method=CaptureMethod.STREAM),
 )
 
 
 def decide(info: QueueInfo, facts: Facts) -> QueueDecision:
     """What the backup does with ``info`` (see :data:`FEATURES`)."""
-    method = CaptureMethod.STREAM if info.queue_type == "stream" else CaptureMethod.CONSUMERS
+    if info.queue_type == "stream":
+        return QueueDecision(CaptureMethod.STREAM)
     forced: CaptureMethod | None = None
     for feature in FEATURES:
         if not feature.applies(info):
@@ -207,7 +209,5 @@ def decide(info: QueueInfo, facts: Facts) -> QueueDecision:
         if reason:
             return QueueDecision(CaptureMethod.LEAVE_OUT, reason)
         forced = forced or feature.method
-    method = forced or method
-    plan = None if method is CaptureMethod.STREAM else return_plan(info, facts.broker_version)
-    return QueueDecision(method, None, plan)
+    return QueueDecision(forced or CaptureMethod.CONSUMERS, None, return_plan(info, facts.broker_version))
 

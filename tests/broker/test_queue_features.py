@@ -25,6 +25,7 @@ def queue(queue_type="classic", *, policy=None, **fields) -> QueueInfo:
         (queue(), CaptureMethod.CONSUMERS),
         (queue("quorum"), CaptureMethod.CONSUMERS),
         (queue("stream"), CaptureMethod.STREAM),
+        (queue("stream", policy={"expires": 60000, "max-length": 5, "overflow": "reject-publish"}), CaptureMethod.STREAM),
         (queue(auto_delete=True), CaptureMethod.GET),
         (queue(arguments={"x-single-active-consumer": True}), CaptureMethod.ONE_CONSUMER_AT_A_TIME),
         (queue(arguments={"x-single-active-consumer": True}, consumers=1), CaptureMethod.GET),
