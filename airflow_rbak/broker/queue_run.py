@@ -265,7 +265,7 @@ class QueueRun:
             f"{self.info.queue_type} queue {self.info.name!r} in vhost {self.info.vhost!r} stopped delivering after "
             f"{self.received} of {self.target} messages (AMQP depth {depth}, management API ready/unacked {counts}), "
             "and the broker's counts cannot tell whether someone else consumed the rest. No message was removed and "
-            "nothing was marked complete; re-run the same backup_id to resume"
+            "nothing was marked complete. Re-run the same backup_id to resume"
         )
 
     def _on_message(self, _ch: object, method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes) -> None:
