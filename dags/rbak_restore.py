@@ -22,6 +22,7 @@ from airflow_rbak.operators.restore import (
     RbakRestoreQueueOperator,
     RbakRestoreReportOperator,
 )
+from airflow_rbak.restore.settings import CONF_NAMES
 from airflow_rbak.settings import default_checkpoint_state, default_storage_url
 
 PLAN = "{{ ti.xcom_pull(task_ids='plan', key='plan') }}"
@@ -77,11 +78,7 @@ PARAMS = {
                                           "existing ones (the plan lists both)"),
 }
 
-SETTINGS = {name: "{{ params.%s }}" % name for name in (
-    "storage_url", "backup_id", "vhosts", "queues", "vhost_map", "queue_map", "time_window_start", "time_window_end",
-    "restore_definitions", "definitions_selection", "publish_mode", "dry_run", "max_publish_rate", "checkpoint_state",
-    "skip_damaged_segments", "restore_consumer_offsets", "allow_unroutable", "strip_user_id", "on_existing_messages",
-    "definitions_mode")}
+SETTINGS = {name: "{{ params.%s }}" % name for name in CONF_NAMES}
 
 with DAG(
     dag_id="rbak_restore",
