@@ -23,7 +23,7 @@ from airflow_rbak.operators.restore import (
     RbakRestoreReportOperator,
 )
 from airflow_rbak.restore.settings import CONF_NAMES
-from airflow_rbak.settings import default_checkpoint_state, default_storage_url
+from airflow_rbak.settings import default_checkpoint_state, default_storage_url, queue_task_limits, task_defaults
 
 PLAN = "{{ ti.xcom_pull(task_ids='plan', key='plan') }}"
 _TIME = {"type": ["null", "integer", "string"],
@@ -87,6 +87,7 @@ with DAG(
     catchup=False,
     params=PARAMS,
     render_template_as_native_obj=True,
+    default_args=task_defaults(),
     tags=["rbak", "rabbitmq", "restore"],
     doc_md=__doc__,
 ):
@@ -95,7 +96,7 @@ with DAG(
     definitions = RbakRestoreDefinitionsOperator(task_id="definitions", plan=PLAN, **common)
     publish = RbakRestoreQueueOperator.partial(
         task_id="publish", plan=PLAN, map_index_template="{{ task.restore_queue['source_vhost'] }}/{{ task.restore_queue['source_queue'] }}",
-        **common,
+        **queue_task_limits(), **common,
     ).expand(restore_queue=plan.output)
     report = RbakRestoreReportOperator(task_id="report", plan=PLAN, results=publish.output, definitions=definitions.output,
                                        **common)

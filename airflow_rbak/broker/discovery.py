@@ -137,3 +137,22 @@ def discover_queues(client: ManagementClient, selector: QueueSelector | None = N
             if selector.accepts(info):
                 found.append(info)
     return sorted(found, key=lambda q: (q.vhost, q.name))
+
+
+def group_queues(queues: list[QueueInfo], max_groups: int) -> list[list[QueueInfo]]:
+    """Split the queues, in order, into at most ``max_groups`` groups of nearly equal size.
+
+    Airflow refuses to map a task over more than ``[core] max_map_length`` (1,024) items, so a broker with
+    more queues than that is captured by tasks that each take a group in turn; up to ``max_groups`` queues,
+    every queue keeps a task of its own.
+    """
+    if max_groups < 1:
+        raise ConfigurationError(f"max_groups must be >= 1, got {max_groups}")
+    count = min(len(queues), max_groups)
+    size, extra = divmod(len(queues), count) if count else (0, 0)
+    groups, start = [], 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        groups.append(queues[start:end])
+        start = end
+    return groups

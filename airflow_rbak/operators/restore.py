@@ -17,6 +17,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk import BaseOperator
 
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
+from airflow_rbak.operators import metrics
 from airflow_rbak.operators.backup import run_step
 from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRun, RestoreSettings
 from airflow_rbak.restore.errors import RestoreRefusedError
@@ -101,6 +102,7 @@ class RbakRestoreQueueOperator(RbakRestoreOperator):
         self.log.info("%s -> %s/%s: %d published now, %d in total, %d unroutable%s", name, result.target_vhost,
                       result.target_queue, result.published, result.published_total, len(result.unroutable),
                       " (dry run)" if result.dry_run else "")
+        metrics.published(result.to_json())
         return result.to_json()
 
 
@@ -119,4 +121,5 @@ class RbakRestoreReportOperator(RbakRestoreOperator):
         definitions = dict(self.definitions) if self.definitions and self.definitions.get("requested", True) else None
         report = run_step("report", lambda: run.report(RestorePlan.from_json(dict(self.plan)),
                                                        [dict(r) for r in (self.results or [])], definitions))
+        metrics.restore_reported(report.to_json())
         return report.to_json()

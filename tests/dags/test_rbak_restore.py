@@ -17,7 +17,8 @@ QUEUES = {"orders": ("classic", 120), "payments": ("quorum", 60)}
 
 
 @pytest.mark.broker
-def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, vhost, tmp_path, airflow_home, secret_user):
+def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, vhost, tmp_path, airflow_home, secret_user,
+                                                                       statsd):
     # Given a backup of two queues (made by the BackupRun steps rbak_backup runs)
     declare(broker.connection, vhost, {n: t for n, (t, _) in QUEUES.items()})
     for name, (_, count) in QUEUES.items():
@@ -27,7 +28,8 @@ def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, v
     target = f"{vhost}-restored"
     c = broker.connection
     env = airflow_env(airflow_home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(
-        c.host, c.amqp_port, c.management_port, c.stream_port, login=secret_user.name, password=secret_user.password))
+        c.host, c.amqp_port, c.management_port, c.stream_port, login=secret_user.name, password=secret_user.password),
+        **statsd.env())
     # (the messages carry user_id guest, which RabbitMQ refuses from another user: strip_user_id)
     conf = {"storage_url": location, "backup_id": "latest", "vhosts": [vhost], "vhost_map": {vhost: target},
             "restore_definitions": True, "checkpoint_state": str(tmp_path / "restore.db"), "strip_user_id": True}
@@ -44,6 +46,13 @@ def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, v
         report = facts["xcom"]["report[-1].return_value"]
         assert report["planned"] == report["published"] == 180 and report["unroutable"] == 0
         assert report["definitions"]["rollback_key"].startswith("dag-r1/definitions/rollback-before-import-")
+        # and the run's metrics reached StatsD: the restore's counts, and each queue's
+        metrics = statsd.received()
+        assert metrics["airflow.rbak.restore.complete"] == [(1, "c")]
+        assert metrics["airflow.rbak.restore.messages"] == [(180, "c")]
+        assert metrics["airflow.rbak.restore.unroutable"] == [(0, "c")]
+        for name, (_, count) in QUEUES.items():
+            assert metrics[f"airflow.rbak.restore.queue.messages.{target}.{name}"] == [(count, "c")]
         broker.api("PUT", f"permissions/{target}/guest", json={"configure": ".*", "write": ".*", "read": ".*"})
         for name, (queue_type, count) in QUEUES.items():  # (the restoring user made the vhost: let guest read it)
             restored = read_queue(broker.connection, target, name, queue_type, count)
