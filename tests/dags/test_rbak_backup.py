@@ -109,7 +109,7 @@ def _assert_metrics(metrics: dict, vhost: str, counts: dict[str, int], manifest:
     for queue, count in counts.items():
         key = f"{vhost}.{queue.replace('/', '_')}"
         assert metrics[f"airflow.rbak.backup.queue.messages.{key}"] == [(count, "c")], queue
-        assert metrics[f"airflow.rbak.backup.queue.bytes.{key}"][0][0] > 0, queue
+        assert (metrics[f"airflow.rbak.backup.queue.bytes.{key}"][0][0] > 0) == (count > 0), queue
         assert metrics[f"airflow.rbak.backup.queue.duration.{key}"][0][1] == "ms", queue
 
 
