@@ -73,12 +73,18 @@ PARAMS = {
     "on_existing_messages": Param("refuse", type="string", enum=["refuse", "append"],
                                   description="refuse: stop before touching anything when a target queue already holds "
                                               "messages; append: add the backup's messages after them"),
+    "max_publish_tasks": Param(256, type="integer", minimum=1, maximum=1024,
+                               description="at most this many publish tasks (Airflow maps at most [core] max_map_length, "
+                                           "1,024); more queues than that are restored in groups, one after another"),
     "definitions_mode": Param("missing", type="string", enum=["missing", "replace"],
                               description="missing: import only objects the target lacks; replace: also overwrite "
                                           "existing ones (the plan lists both)"),
 }
 
 SETTINGS = {name: "{{ params.%s }}" % name for name in CONF_NAMES}
+# A publish task takes a group of queues (one queue each up to max_publish_tasks): named by its first queue.
+GROUP_LABEL = ("{{ task.restore_queue[0]['source_vhost'] }}/{{ task.restore_queue[0]['source_queue'] }}"
+               "{{ ' +%d' % (task.restore_queue | length - 1) if task.restore_queue | length > 1 else '' }}")
 
 with DAG(
     dag_id="rbak_restore",
@@ -92,10 +98,10 @@ with DAG(
     doc_md=__doc__,
 ):
     common = {"restore_settings": SETTINGS, "rabbitmq_conn_id": "{{ params.rabbitmq_conn_id }}"}
-    plan = RbakRestorePlanOperator(task_id="plan", **common)
+    plan = RbakRestorePlanOperator(task_id="plan", max_publish_tasks="{{ params.max_publish_tasks }}", **common)
     definitions = RbakRestoreDefinitionsOperator(task_id="definitions", plan=PLAN, **common)
     publish = RbakRestoreQueueOperator.partial(
-        task_id="publish", plan=PLAN, map_index_template="{{ task.restore_queue['source_vhost'] }}/{{ task.restore_queue['source_queue'] }}",
+        task_id="publish", plan=PLAN, map_index_template=GROUP_LABEL,
         **queue_task_limits(), **common,
     ).expand(restore_queue=plan.output)
     report = RbakRestoreReportOperator(task_id="report", plan=PLAN, results=publish.output, definitions=definitions.output,

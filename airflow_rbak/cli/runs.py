@@ -28,6 +28,8 @@ from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.settings import default_checkpoint_state, default_storage_url
 
 BROKER_URL_ENV = "RBAK_BROKER_URL"
+#: DAG params a run without Airflow ignores.
+AIRFLOW_ONLY = ("rabbitmq_conn_id", "spark_conn_id", "max_capture_tasks", "max_publish_tasks")
 
 
 def add_broker_args(p: argparse.ArgumentParser) -> None:
@@ -61,8 +63,9 @@ def read_conf(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigurationError(f"--conf is not JSON: {exc}") from None
     if not isinstance(conf, Mapping):
         raise ConfigurationError("--conf must be a JSON object of settings, as the DAG's params")
-    # An Airflow connection id means nothing here: the broker comes from the environment or a file.
-    return {k: v for k, v in conf.items() if k != "rabbitmq_conn_id"}
+    # What only Airflow uses means nothing here: the broker comes from the environment or a file, and one
+    # process needs no task mapping.
+    return {k: v for k, v in conf.items() if k not in AIRFLOW_ONLY}
 
 
 def add_conf_args(p: argparse.ArgumentParser) -> None:
@@ -115,7 +118,7 @@ def backup_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     conf.pop("vhosts", None)
     if "streams" in conf:
         conf["incremental_streams"] = conf.pop("streams") == "incremental"
-    for ignored in ("spark_conn_id", "verify", "retention"):  # Spark and retention are the DAG's
+    for ignored in ("verify", "retention"):  # the Spark verify step and retention are the DAG's
         conf.pop(ignored, None)
     backup_id = args.backup_id or conf.pop("backup_id", None)
     if not backup_id:

@@ -48,6 +48,13 @@ def run_step(step: str, action: Callable[[], T]) -> T:
         raise AirflowException(f"rbak {step} failed: {exc}. A re-run resumes where this one stopped.") from exc
 
 
+def mapped_groups(items: list[T], max_tasks: int) -> list[list[T]]:
+    """``items`` in at most ``max_tasks`` groups, and never more than Airflow maps (``[core] max_map_length``)."""
+    from airflow.sdk.configuration import conf
+
+    return run_step("grouping", lambda: group_queues(items, min(max_tasks, conf.getint("core", "max_map_length"))))
+
+
 def lock_owner(context: Any) -> str:
     """The backup lock's owner for every task of one DAG run: ``<dag_id>/<run_id>``."""
     return f"{context['ti'].dag_id}/{context['run_id']}"
@@ -125,12 +132,7 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
             {"vhost": q.vhost, "name": q.name, "queue_type": q.queue_type} for q in queues])
         if self.max_capture_tasks is None:
             return [asdict(q) for q in queues]
-        from airflow.sdk.configuration import conf
-
-        limit = min(int(self.max_capture_tasks), conf.getint("core", "max_map_length"))
-        groups = run_step("discover", lambda: group_queues(queues, limit))
-        self.log.info("%d queues in %d capture tasks", len(queues), len(groups))
-        return [[asdict(q) for q in group] for group in groups]
+        return mapped_groups([asdict(q) for q in queues], int(self.max_capture_tasks))
 
 
 class RbakExportDefinitionsOperator(RbakBrokerOperator):
