@@ -55,12 +55,16 @@ PARAMS = {
     "vhosts": _strings(None, "vhosts to back up (null: all)"),
     "include": _strings(["*"], "queue name globs to include"),
     "exclude": _strings([], "queue name globs to exclude"),
-    "queue_types": Param(QUEUE_TYPES, type="array", items={"type": "string", "enum": QUEUE_TYPES}, minItems=1, uniqueItems=True),
-    "compression": Param("zstd", type="string", enum=["zstd", "lz4", "none"]),
+    "queue_types": Param(QUEUE_TYPES, type="array", items={"type": "string", "enum": QUEUE_TYPES}, minItems=1, uniqueItems=True,
+                         description="the queue types to back up"),
+    "compression": Param("zstd", type="string", enum=["zstd", "lz4", "none"], description="the segments' compression"),
     "compression_level": Param(3, type="integer", minimum=1, maximum=22, description="zstd level"),
-    "segment_max_bytes": Param(DEFAULT_SEGMENT_MAX_BYTES, type="integer", minimum=1),
-    "segment_max_interval_ms": Param(DEFAULT_SEGMENT_MAX_INTERVAL_MS, type="integer", minimum=1),
-    "include_definitions": Param(True, type="boolean"),
+    "segment_max_bytes": Param(DEFAULT_SEGMENT_MAX_BYTES, type="integer", minimum=1,
+                               description="a segment is sealed when its records reach this many bytes"),
+    "segment_max_interval_ms": Param(DEFAULT_SEGMENT_MAX_INTERVAL_MS, type="integer", minimum=1,
+                                     description="... or span this many milliseconds of backup time"),
+    "include_definitions": Param(True, type="boolean",
+                                 description="also store the broker's definitions (vhosts, policies, exchanges, queues, bindings)"),
     "include_users": Param(True, type="boolean",
                            description="keep users (with password hashes) and permissions in the definitions backup"),
     "break_lock": Param(False, type="boolean",
@@ -68,7 +72,8 @@ PARAMS = {
     "streams": Param("incremental", type="string", enum=list(STREAM_MODES),
                      description="incremental: a stream's backup lists its previous backup's segments and adds what is new; "
                                  "full: each backup holds its own copy of every stream"),
-    "verify": Param("deep", type="string", enum=["none", "quick", "deep"]),
+    "verify": Param("deep", type="string", enum=["none", "quick", "deep"],
+                    description="after encoding: quick (every segment present, right size) or deep (every segment read, on Spark)"),
     "allow_delivery_count_increase": Param(False, type="boolean",
                                            description="back up quorum queues whose returns count toward a delivery limit"),
     "on_unsafe_queue": Param("skip", type="string", enum=["skip", "fail"],
@@ -85,6 +90,19 @@ PARAMS = {
                                    "max_age_days": {"type": ["null", "number"], "exclusiveMinimum": 0}},
                        description='e.g. {"keep_last": 7, "max_age_days": 30}; only complete, superseded backups go'),
 }
+
+#: The trigger form's sections, in order (Airflow shows each param under its ``section``).
+SECTIONS = {
+    "Broker and storage": ("rabbitmq_conn_id", "spark_conn_id", "storage_url", "backup_id"),
+    "What to back up": ("vhosts", "include", "exclude", "queue_types", "streams", "include_definitions", "include_users"),
+    "Queues that cannot be read unchanged": ("on_unsafe_queue", "allow_delivery_count_increase", "consumer_timeout_ms"),
+    "Segments": ("compression", "compression_level", "segment_max_bytes", "segment_max_interval_ms"),
+    "After the backup": ("verify", "retention"),
+    "Running": ("max_capture_tasks", "break_lock"),
+}
+for _section, _names in SECTIONS.items():
+    for _name in _names:
+        PARAMS[_name].schema["section"] = _section
 
 
 with DAG(

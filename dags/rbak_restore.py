@@ -81,6 +81,20 @@ PARAMS = {
                                           "existing ones (the plan lists both)"),
 }
 
+#: The trigger form's sections, in order (Airflow shows each param under its ``section``).
+SECTIONS = {
+    "Backup": ("storage_url", "backup_id", "skip_damaged_segments"),
+    "Target and selection": ("rabbitmq_conn_id", "vhosts", "queues", "vhost_map", "queue_map"),
+    "Point in time": ("time_window_start", "time_window_end"),
+    "Definitions": ("restore_definitions", "definitions_selection", "definitions_mode"),
+    "Publishing": ("dry_run", "publish_mode", "on_existing_messages", "max_publish_rate", "strip_user_id",
+                   "allow_unroutable", "restore_consumer_offsets"),
+    "Running": ("checkpoint_state", "max_publish_tasks"),
+}
+for _section, _names in SECTIONS.items():
+    for _name in _names:
+        PARAMS[_name].schema["section"] = _section
+
 SETTINGS = {name: "{{ params.%s }}" % name for name in CONF_NAMES}
 # A publish task takes a group of queues (one queue each up to max_publish_tasks): named by its first queue.
 GROUP_LABEL = ("{{ task.restore_queue[0]['source_vhost'] }}/{{ task.restore_queue[0]['source_queue'] }}"

@@ -51,3 +51,23 @@ def test_the_environment_sets_retries_time_limit_pool_and_cap(tmp_path):
     assert {(f["retries"], f["timeout_s"]) for f in facts.values()} == {(5, 1800)}
     assert (facts["rbak_backup.capture"]["pool"], facts["rbak_backup.capture"]["per_run"]) == ("rbak", 2)
     assert (facts["rbak_restore.publish"]["pool"], facts["rbak_restore.publish"]["per_run"]) == ("rbak", 2)
+
+
+_FORMS = r'''
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+
+bag = DagBag(dag_folder=sys.argv[1])
+print(json.dumps({d: [[n, bag.dags[d].params.get_param(n).schema.get("section"), bag.dags[d].params.get_param(n).description]
+                      for n in bag.dags[d].params] for d in ("rbak_backup", "rbak_restore")}))
+'''
+
+
+def test_the_backup_and_restore_forms_put_every_param_in_a_section_with_a_description(tmp_path):
+    done = run([sys.executable, "-c", _FORMS, str(REPO / "dags")], airflow_env(tmp_path), timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    forms = json.loads(done.stdout.strip().splitlines()[-1])
+
+    for dag_id, params in forms.items():
+        assert [name for name, section, description in params if not section or not description] == [], dag_id
+    assert {s for _, s, _ in forms["rbak_restore"]} >= {"Backup", "Target and selection", "Definitions", "Publishing"}
