@@ -45,7 +45,9 @@ def queue_key(vhost: str, queue: str) -> str:
 
 
 def captured(result: Mapping[str, Any]) -> None:
-    """One queue's capture result (``CaptureResult`` as JSON)."""
+    """One queue's capture result (``CaptureResult`` as JSON); a queue a retry found done was counted already."""
+    if result.get("skipped_completed"):
+        return
     stats, key = _stats(), queue_key(result["vhost"], result["queue"])
     tags = {"vhost": result["vhost"], "queue": result["queue"]}
     if result.get("left_out"):
