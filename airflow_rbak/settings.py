@@ -6,12 +6,21 @@ storage folder is created by the first backup, not by parsing.
 
 from __future__ import annotations
 
+import datetime as dt
+import importlib
 import os
 from pathlib import Path
+from typing import Any
 
 STORAGE_URL_ENV = "RBAK_STORAGE_URL"
 BACKUP_SCHEDULE_ENV = "RBAK_BACKUP_SCHEDULE"
 VERIFY_SCHEDULE_ENV = "RBAK_VERIFY_SCHEDULE"
+RETRIES_ENV = "RBAK_TASK_RETRIES"
+TIMEOUT_ENV = "RBAK_TASK_TIMEOUT_MINUTES"
+POOL_ENV = "RBAK_POOL"
+QUEUE_TASKS_ENV = "RBAK_MAX_ACTIVE_QUEUE_TASKS"
+FRESHNESS_SCHEDULE_ENV = "RBAK_FRESHNESS_SCHEDULE"
+NOTIFIER_ENV = "RBAK_FAILURE_NOTIFIER"
 
 
 def airflow_home() -> Path:
@@ -34,3 +43,59 @@ def schedule_from_env(name: str, default: str | None) -> str | None:
     """A DAG schedule from ``$name`` (cron or preset); empty or ``none`` means manual runs only."""
     value = os.environ.get(name, default)
     return None if value is None or value.strip().lower() in ("", "none") else value.strip()
+
+
+def _int_env(name: str, default: int, minimum: int) -> int:
+    text = os.environ.get(name, "").strip()
+    try:
+        value = int(text) if text else default
+    except ValueError:
+        raise ValueError(f"${name} must be a whole number, got {text!r}") from None
+    if value < minimum:
+        raise ValueError(f"${name} must be >= {minimum}, got {value}")
+    return value
+
+
+def task_defaults() -> dict[str, Any]:
+    """``default_args`` of every DAG: retries with exponential backoff and a time limit per task.
+
+    Every step resumes where it stopped (capture and restore checkpoints, the lock as a lease), so a transient
+    failure (a broker restart, a storage hiccup) is worth retrying; invalid settings and refusals fail at once
+    (the operators raise ``AirflowFailException``), whatever the retries. The first retry waits 1 minute, each
+    next one twice as long, up to 30 minutes.
+    """
+    return {
+        "on_failure_callback": failure_notifiers(),
+        "retries": _int_env(RETRIES_ENV, 3, 0),
+        "retry_delay": dt.timedelta(minutes=1),
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": dt.timedelta(minutes=30),
+        "execution_timeout": dt.timedelta(minutes=_int_env(TIMEOUT_ENV, 360, 1)),
+    }
+
+
+def queue_task_limits() -> dict[str, Any]:
+    """The pool and per-run cap of the tasks that work on queues (capture, publish): the broker's load.
+
+    ``$RBAK_POOL`` (create it first, ``airflow pools set rbak 4 "RabbitMQ"``) bounds them across all runs;
+    ``$RBAK_MAX_ACTIVE_QUEUE_TASKS`` within one run.
+    """
+    return {"pool": os.environ.get(POOL_ENV, "").strip() or "default_pool",
+            "max_active_tis_per_dagrun": _int_env(QUEUE_TASKS_ENV, 4, 1)}
+
+
+def failure_notifiers() -> list[Any]:
+    """The notifier every rbak task calls when it fails for good: ``$RBAK_FAILURE_NOTIFIER`` as ``module:name``.
+
+    ``name`` is any Airflow Notifier (an instance, e.g. ``SlackNotifier(...)`` built in your own module, or a
+    ``BaseNotifier`` subclass taking no arguments, which is instantiated) or any ``callback(context)``.
+    Importing it at parse time makes a typo an import error of the DAG, not a silent lack of alerts.
+    """
+    spec = os.environ.get(NOTIFIER_ENV, "").strip()
+    if not spec:
+        return []
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ValueError(f"${NOTIFIER_ENV} must be module:name (e.g. my_alerts:slack_notifier), got {spec!r}")
+    found = getattr(importlib.import_module(module), name)
+    return [found() if isinstance(found, type) else found]

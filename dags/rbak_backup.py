@@ -1,6 +1,13 @@
 """Scheduled RabbitMQ backup: discover → definitions → capture (one task per queue) → encode (Spark)
 → verify (Spark) → finalize (manifest last, retention, Asset event).
 
+Capture tasks take the queues in groups when there are more than
+``max_capture_tasks`` (any number of queues fits under Airflow's
+``max_map_length``); they run in ``$RBAK_POOL``, at most
+``$RBAK_MAX_ACTIVE_QUEUE_TASKS`` at once per run. Every task retries
+transient failures with exponential backoff (``$RBAK_TASK_RETRIES``) within
+a time limit (``$RBAK_TASK_TIMEOUT_MINUTES``); invalid settings fail at once.
+
 Parsing makes no broker, storage or database call; every setting is a
 validated ``Param`` (the trigger form and ``-c`` conf are checked against
 its JSON schema before a task runs). The schedule comes from the
@@ -21,12 +28,16 @@ from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGM
 from airflow_rbak.operators.backup import RbakCaptureQueueOperator, RbakDiscoverQueuesOperator, RbakExportDefinitionsOperator
 from airflow_rbak.operators.finalize import RbakFinalizeManifestOperator
 from airflow_rbak.operators.spark_steps import RbakEncodeStepOperator, RbakVerifyStepOperator
-from airflow_rbak.settings import BACKUP_SCHEDULE_ENV, default_storage_url, schedule_from_env
+from airflow_rbak.settings import BACKUP_SCHEDULE_ENV, default_storage_url, queue_task_limits, schedule_from_env, task_defaults
 
 QUEUE_TYPES = ["classic", "quorum", "stream"]
 BACKUP_ID = ("{{ params.backup_id or 'rbak-' ~ (logical_date or dag_run.run_after)"
              ".strftime('%Y%m%dT%H%M%SZ') }}")
 ENCODE_REPORT = "{{ ti.xcom_pull(task_ids='encode')['report_key'] }}"
+QUEUE_REFS = "{{ ti.xcom_pull(task_ids='discover', key='queue_refs') }}"
+# A capture task takes a group of queues (one queue each up to max_capture_tasks): named by its first queue.
+GROUP_LABEL = ("{{ task.queue_info[0]['vhost'] }}/{{ task.queue_info[0]['name'] }}"
+               "{{ ' +%d' % (task.queue_info | length - 1) if task.queue_info | length > 1 else '' }}")
 
 
 def _strings(default: list[str] | None, description: str, **schema: object) -> Param:
@@ -44,12 +55,16 @@ PARAMS = {
     "vhosts": _strings(None, "vhosts to back up (null: all)"),
     "include": _strings(["*"], "queue name globs to include"),
     "exclude": _strings([], "queue name globs to exclude"),
-    "queue_types": Param(QUEUE_TYPES, type="array", items={"type": "string", "enum": QUEUE_TYPES}, minItems=1, uniqueItems=True),
-    "compression": Param("zstd", type="string", enum=["zstd", "lz4", "none"]),
+    "queue_types": Param(QUEUE_TYPES, type="array", items={"type": "string", "enum": QUEUE_TYPES}, minItems=1, uniqueItems=True,
+                         description="the queue types to back up"),
+    "compression": Param("zstd", type="string", enum=["zstd", "lz4", "none"], description="the segments' compression"),
     "compression_level": Param(3, type="integer", minimum=1, maximum=22, description="zstd level"),
-    "segment_max_bytes": Param(DEFAULT_SEGMENT_MAX_BYTES, type="integer", minimum=1),
-    "segment_max_interval_ms": Param(DEFAULT_SEGMENT_MAX_INTERVAL_MS, type="integer", minimum=1),
-    "include_definitions": Param(True, type="boolean"),
+    "segment_max_bytes": Param(DEFAULT_SEGMENT_MAX_BYTES, type="integer", minimum=1,
+                               description="a segment is sealed when its records reach this many bytes"),
+    "segment_max_interval_ms": Param(DEFAULT_SEGMENT_MAX_INTERVAL_MS, type="integer", minimum=1,
+                                     description="... or span this many milliseconds of backup time"),
+    "include_definitions": Param(True, type="boolean",
+                                 description="also store the broker's definitions (vhosts, policies, exchanges, queues, bindings)"),
     "include_users": Param(True, type="boolean",
                            description="keep users (with password hashes) and permissions in the definitions backup"),
     "break_lock": Param(False, type="boolean",
@@ -57,7 +72,8 @@ PARAMS = {
     "streams": Param("incremental", type="string", enum=list(STREAM_MODES),
                      description="incremental: a stream's backup lists its previous backup's segments and adds what is new; "
                                  "full: each backup holds its own copy of every stream"),
-    "verify": Param("deep", type="string", enum=["none", "quick", "deep"]),
+    "verify": Param("deep", type="string", enum=["none", "quick", "deep"],
+                    description="after encoding: quick (every segment present, right size) or deep (every segment read, on Spark)"),
     "allow_delivery_count_increase": Param(False, type="boolean",
                                            description="back up quorum queues whose returns count toward a delivery limit"),
     "on_unsafe_queue": Param("skip", type="string", enum=["skip", "fail"],
@@ -66,11 +82,27 @@ PARAMS = {
     "consumer_timeout_ms": Param(DEFAULT_CONSUMER_TIMEOUT_MS, type="integer", minimum=1000,
                                  description="the broker's consumer_timeout (rabbitmq.conf); a capture gives every "
                                              "message back before it runs out"),
+    "max_capture_tasks": Param(256, type="integer", minimum=1, maximum=1024,
+                               description="at most this many capture tasks (Airflow maps at most [core] max_map_length, "
+                                           "1,024); more queues than that are captured in groups, one after another"),
     "retention": Param(None, type=["null", "object"], additionalProperties=False,
                        properties={"keep_last": {"type": ["null", "integer"], "minimum": 1},
                                    "max_age_days": {"type": ["null", "number"], "exclusiveMinimum": 0}},
                        description='e.g. {"keep_last": 7, "max_age_days": 30}; only complete, superseded backups go'),
 }
+
+#: The trigger form's sections, in order (Airflow shows each param under its ``section``).
+SECTIONS = {
+    "Broker and storage": ("rabbitmq_conn_id", "spark_conn_id", "storage_url", "backup_id"),
+    "What to back up": ("vhosts", "include", "exclude", "queue_types", "streams", "include_definitions", "include_users"),
+    "Queues that cannot be read unchanged": ("on_unsafe_queue", "allow_delivery_count_increase", "consumer_timeout_ms"),
+    "Segments": ("compression", "compression_level", "segment_max_bytes", "segment_max_interval_ms"),
+    "After the backup": ("verify", "retention"),
+    "Running": ("max_capture_tasks", "break_lock"),
+}
+for _section, _names in SECTIONS.items():
+    for _name in _names:
+        PARAMS[_name].schema["section"] = _section
 
 
 with DAG(
@@ -81,6 +113,7 @@ with DAG(
     max_active_runs=1,
     params=PARAMS,
     render_template_as_native_obj=True,
+    default_args=task_defaults(),
     tags=["rbak", "rabbitmq", "backup"],
     doc_md=__doc__,
 ):
@@ -91,7 +124,8 @@ with DAG(
     discover = RbakDiscoverQueuesOperator(
         task_id="discover", vhosts="{{ params.vhosts }}", include="{{ params.include }}", exclude="{{ params.exclude }}",
         queue_types="{{ params.queue_types }}", break_lock="{{ params.break_lock }}",
-        allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}", **broker)
+        allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}",
+        max_capture_tasks="{{ params.max_capture_tasks }}", **broker)
     definitions = RbakExportDefinitionsOperator(
         task_id="export_definitions", include_definitions="{{ params.include_definitions }}",
         include_users="{{ params.include_users }}", compression="{{ params.compression }}", **broker)
@@ -100,12 +134,12 @@ with DAG(
         allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}",
         on_unsafe_queue="{{ params.on_unsafe_queue }}", consumer_timeout_ms="{{ params.consumer_timeout_ms }}",
         streams="{{ params.streams }}",
-        map_index_template="{{ task.queue_info['vhost'] }}/{{ task.queue_info['name'] }}", **broker,
+        map_index_template=GROUP_LABEL, **queue_task_limits(), **broker,
     ).expand(queue_info=discover.output)
     encode = RbakEncodeStepOperator(
         task_id="encode", compression="{{ params.compression }}", level="{{ params.compression_level }}",
         segment_max_bytes="{{ params.segment_max_bytes }}", segment_max_interval_ms="{{ params.segment_max_interval_ms }}",
-        queues=discover.output, **spark)
+        queues=QUEUE_REFS, **spark)
     verify = RbakVerifyStepOperator(task_id="verify", verify="{{ params.verify }}", encode_report=ENCODE_REPORT, **spark)
     finalize = RbakFinalizeManifestOperator(
         task_id="finalize", encode_report_key=ENCODE_REPORT, captures=capture.output, retention="{{ params.retention }}",

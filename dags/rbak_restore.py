@@ -22,7 +22,8 @@ from airflow_rbak.operators.restore import (
     RbakRestoreQueueOperator,
     RbakRestoreReportOperator,
 )
-from airflow_rbak.settings import default_checkpoint_state, default_storage_url
+from airflow_rbak.restore.settings import CONF_NAMES
+from airflow_rbak.settings import default_checkpoint_state, default_storage_url, queue_task_limits, task_defaults
 
 PLAN = "{{ ti.xcom_pull(task_ids='plan', key='plan') }}"
 _TIME = {"type": ["null", "integer", "string"],
@@ -72,16 +73,32 @@ PARAMS = {
     "on_existing_messages": Param("refuse", type="string", enum=["refuse", "append"],
                                   description="refuse: stop before touching anything when a target queue already holds "
                                               "messages; append: add the backup's messages after them"),
+    "max_publish_tasks": Param(256, type="integer", minimum=1, maximum=1024,
+                               description="at most this many publish tasks (Airflow maps at most [core] max_map_length, "
+                                           "1,024); more queues than that are restored in groups, one after another"),
     "definitions_mode": Param("missing", type="string", enum=["missing", "replace"],
                               description="missing: import only objects the target lacks; replace: also overwrite "
                                           "existing ones (the plan lists both)"),
 }
 
-SETTINGS = {name: "{{ params.%s }}" % name for name in (
-    "storage_url", "backup_id", "vhosts", "queues", "vhost_map", "queue_map", "time_window_start", "time_window_end",
-    "restore_definitions", "definitions_selection", "publish_mode", "dry_run", "max_publish_rate", "checkpoint_state",
-    "skip_damaged_segments", "restore_consumer_offsets", "allow_unroutable", "strip_user_id", "on_existing_messages",
-    "definitions_mode")}
+#: The trigger form's sections, in order (Airflow shows each param under its ``section``).
+SECTIONS = {
+    "Backup": ("storage_url", "backup_id", "skip_damaged_segments"),
+    "Target and selection": ("rabbitmq_conn_id", "vhosts", "queues", "vhost_map", "queue_map"),
+    "Point in time": ("time_window_start", "time_window_end"),
+    "Definitions": ("restore_definitions", "definitions_selection", "definitions_mode"),
+    "Publishing": ("dry_run", "publish_mode", "on_existing_messages", "max_publish_rate", "strip_user_id",
+                   "allow_unroutable", "restore_consumer_offsets"),
+    "Running": ("checkpoint_state", "max_publish_tasks"),
+}
+for _section, _names in SECTIONS.items():
+    for _name in _names:
+        PARAMS[_name].schema["section"] = _section
+
+SETTINGS = {name: "{{ params.%s }}" % name for name in CONF_NAMES}
+# A publish task takes a group of queues (one queue each up to max_publish_tasks): named by its first queue.
+GROUP_LABEL = ("{{ task.restore_queue[0]['source_vhost'] }}/{{ task.restore_queue[0]['source_queue'] }}"
+               "{{ ' +%d' % (task.restore_queue | length - 1) if task.restore_queue | length > 1 else '' }}")
 
 with DAG(
     dag_id="rbak_restore",
@@ -90,15 +107,16 @@ with DAG(
     catchup=False,
     params=PARAMS,
     render_template_as_native_obj=True,
+    default_args=task_defaults(),
     tags=["rbak", "rabbitmq", "restore"],
     doc_md=__doc__,
 ):
     common = {"restore_settings": SETTINGS, "rabbitmq_conn_id": "{{ params.rabbitmq_conn_id }}"}
-    plan = RbakRestorePlanOperator(task_id="plan", **common)
+    plan = RbakRestorePlanOperator(task_id="plan", max_publish_tasks="{{ params.max_publish_tasks }}", **common)
     definitions = RbakRestoreDefinitionsOperator(task_id="definitions", plan=PLAN, **common)
     publish = RbakRestoreQueueOperator.partial(
-        task_id="publish", plan=PLAN, map_index_template="{{ task.restore_queue['source_vhost'] }}/{{ task.restore_queue['source_queue'] }}",
-        **common,
+        task_id="publish", plan=PLAN, map_index_template=GROUP_LABEL,
+        **queue_task_limits(), **common,
     ).expand(restore_queue=plan.output)
     report = RbakRestoreReportOperator(task_id="report", plan=PLAN, results=publish.output, definitions=definitions.output,
                                        **common)

@@ -10,7 +10,7 @@ import datetime as dt
 from airflow.sdk import DAG, Param, task
 
 from airflow_rbak.operators.spark_steps import RbakVerifyStepOperator
-from airflow_rbak.settings import VERIFY_SCHEDULE_ENV, default_storage_url, schedule_from_env
+from airflow_rbak.settings import VERIFY_SCHEDULE_ENV, default_storage_url, schedule_from_env, task_defaults
 
 
 with DAG(
@@ -18,6 +18,7 @@ with DAG(
     schedule=schedule_from_env(VERIFY_SCHEDULE_ENV, None),
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
+    default_args=task_defaults(),
     params={
         "storage_url": Param(default_storage_url(), type="string", minLength=1),
         "backup_id": Param("latest", type="string", pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$",

@@ -18,7 +18,7 @@ import pytest
 from tests.dags.airflow_env import REPO, airflow_env, run
 
 DOC = REPO / "docs" / "configuration.md"
-DAGS = ("rbak_backup", "rbak_verify", "rbak_restore")
+DAGS = ("rbak_backup", "rbak_verify", "rbak_restore", "rbak_freshness")
 
 _LOAD = r'''
 import json, sys

@@ -6,7 +6,7 @@ import fnmatch
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.exceptions import ConfigurationError
@@ -56,6 +56,9 @@ class QueueInfo:
             exclusive=bool(data.get("exclusive", False)),
             consumers=int(data.get("consumers") or 0),
         )
+
+
+T = TypeVar("T")
 
 
 def effective_delivery_limit(info: QueueInfo, version: tuple[int, int, int]) -> int | None:
@@ -137,3 +140,22 @@ def discover_queues(client: ManagementClient, selector: QueueSelector | None = N
             if selector.accepts(info):
                 found.append(info)
     return sorted(found, key=lambda q: (q.vhost, q.name))
+
+
+def group_queues(queues: list[T], max_groups: int) -> list[list[T]]:
+    """Split the queues, in order, into at most ``max_groups`` groups of nearly equal size.
+
+    Airflow refuses to map a task over more than ``[core] max_map_length`` (1,024) items, so a broker with
+    more queues than that is captured (or restored) by tasks that each take a group in turn; up to
+    ``max_groups`` queues, every queue keeps a task of its own.
+    """
+    if max_groups < 1:
+        raise ConfigurationError(f"max_groups must be >= 1, got {max_groups}")
+    count = min(len(queues), max_groups)
+    size, extra = divmod(len(queues), count) if count else (0, 0)
+    groups, start = [], 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        groups.append(queues[start:end])
+        start = end
+    return groups

@@ -108,3 +108,12 @@ def store_consumer_offset(connection: RabbitMQConnection, vhost: str, stream: st
         await client.store_offset(stream, reference, offset)
 
     _run(connection, vhost, work)
+
+
+def stream_handshake(connection: RabbitMQConnection, vhost: str) -> None:
+    """Open and close a stream-protocol connection (TCP, TLS, login, vhost): a connection test's stream check."""
+
+    async def work(client: Any, rstream: Any) -> None:
+        return None
+
+    _run(connection, vhost, work)

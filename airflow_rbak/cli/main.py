@@ -1,5 +1,5 @@
 """``rbak``: list, describe, validate and repair RBAK backups; dump segments; remove a stale lock; roll back a
-definitions import.
+definitions import; restore or back up without Airflow.
 
 Exit codes: 0 success (a valid backup), 1 a defect or error (one line on
 stderr, no traceback), 2 a usage error. ``RBAK_DEBUG=1`` shows tracebacks.
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from airflow_rbak import __version__
-from airflow_rbak.cli import commands
+from airflow_rbak.cli import commands, runs
 from airflow_rbak.exceptions import RbakError
 
 
@@ -65,6 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--snapshot", help="the snapshot's key (default: the newest rollback-before-import-* of the backup)")
     p.add_argument("--dry-run", action="store_true", help="list what would be deleted and put back; change nothing")
     p.set_defaults(run=commands.rollback_cmd)
+
+    p = command("restore", "Restore a backup without Airflow: the rbak_restore DAG's engine and settings, in this "
+                           "process (the disaster path in docs/operations.md).")
+    runs.add_conf_args(p)
+    runs.add_broker_args(p)
+    p.add_argument("--vhost-map", action="append", metavar="SOURCE=TARGET", help="restore a vhost under another name")
+    p.add_argument("--dry-run", action="store_true", help="plan and report; publish and import nothing")
+    p.set_defaults(run=runs.restore_cmd)
+
+    p = command("backup", "Back up without Airflow: the rbak_backup DAG's steps in this process (encode without Spark).")
+    runs.add_conf_args(p)
+    runs.add_broker_args(p)
+    p.set_defaults(run=runs.backup_cmd)
     return parser
 
 

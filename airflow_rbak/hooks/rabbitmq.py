@@ -154,15 +154,23 @@ class RabbitMQHook(BaseHook):
         }
 
     def test_connection(self) -> tuple[bool, str]:
-        """Airflow's "Test" button: ask the management API for the broker's version."""
-        from airflow_rbak.broker.errors import BrokerError
-        from airflow_rbak.broker.management import ManagementClient
+        """Airflow's "Test" button: every endpoint a backup uses and the user's rights; the answer names each failure.
+
+        See :func:`airflow_rbak.broker.preflight.check_broker`: management API, tags, permissions on the
+        connection's vhost, AMQP, stream port.
+        """
+        from airflow_rbak.broker.preflight import check_broker
 
         try:
-            with ManagementClient(self.get_conn()) as client:
-                return True, f"Connected to RabbitMQ {client.version()}"
-        except (BrokerError, ConfigurationError) as exc:
+            connection = self.get_conn()
+        except ConfigurationError as exc:
             return False, str(exc)
+        checks = check_broker(connection, self.vhost)
+        failed = [c for c in checks if not c.ok]
+        if failed:
+            return False, "; ".join(c.line() for c in failed) + ". Passed: " + (
+                ", ".join(c.name for c in checks if c.ok) or "nothing")
+        return True, "; ".join(c.line() for c in checks)
 
 
 def connection_type_info() -> dict[str, Any]:

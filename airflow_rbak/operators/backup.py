@@ -11,7 +11,7 @@ what to do, configuration errors without retries.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,13 +21,14 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_rbak.backup.lock import BackupLockedError
 from airflow_rbak.backup.run import STREAM_MODES, BackupAlreadyCompleteError, BackupRun, BackupSettings
-from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
+from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues, group_queues
 from airflow_rbak.broker.errors import ConsumerTimeoutError, UnsafeQueueError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.broker.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS, Facts, decide
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.links import RabbitMQQueueLink, queue_url
+from airflow_rbak.operators import metrics
 from airflow_rbak.progress import ProgressReporter, checkpoint_sampler
 
 T = TypeVar("T")
@@ -45,6 +46,13 @@ def run_step(step: str, action: Callable[[], T]) -> T:
         raise AirflowFailException(f"rbak {step} failed: {exc}") from exc
     except RbakError as exc:
         raise AirflowException(f"rbak {step} failed: {exc}. A re-run resumes where this one stopped.") from exc
+
+
+def mapped_groups(items: list[T], max_tasks: int) -> list[list[T]]:
+    """``items`` in at most ``max_tasks`` groups, and never more than Airflow maps (``[core] max_map_length``)."""
+    from airflow.sdk.configuration import conf
+
+    return run_step("grouping", lambda: group_queues(items, min(max_tasks, conf.getint("core", "max_map_length"))))
 
 
 def lock_owner(context: Any) -> str:
@@ -77,20 +85,23 @@ class RbakBrokerOperator(BaseOperator):
 class RbakDiscoverQueuesOperator(RbakBrokerOperator):
     """List the queues to back up and write the manifest with ``completed_at: null``.
 
-    Returns the queues (one JSON object each: Airflow maps only over a task's return value)
-    and pushes its summary as the ``summary`` XCom.
-    The broker is contacted before anything is written, so an unreachable broker leaves no manifest.
+    Returns the queues (one JSON object each: Airflow maps only over a task's return value); with
+    ``max_capture_tasks`` set, the queues in at most that many groups (lists), within Airflow's
+    ``[core] max_map_length``. Pushes its summary as the ``summary`` XCom and each queue's name and type as
+    ``queue_refs`` (what the encode step needs). The broker is contacted before anything is written, so an
+    unreachable broker leaves no manifest.
     """
 
     template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "vhosts", "include", "exclude", "queue_types",
-                                      "break_lock", "allow_delivery_count_increase")
+                                      "break_lock", "allow_delivery_count_increase", "max_capture_tasks")
 
     def __init__(self, *, vhosts: list[str] | None = None, include: list[str] | None = None, exclude: list[str] | None = None,
                  queue_types: list[str] | None = None, break_lock: bool = False, allow_delivery_count_increase: bool = False,
-                 **kwargs: Any) -> None:
+                 max_capture_tasks: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.vhosts, self.include, self.exclude, self.queue_types = vhosts, include, exclude, queue_types
         self.break_lock, self.allow_delivery_count_increase = break_lock, allow_delivery_count_increase
+        self.max_capture_tasks = max_capture_tasks
 
     def selector(self) -> QueueSelector:
         return QueueSelector(
@@ -100,7 +111,7 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
             **({"queue_types": tuple(self.queue_types)} if self.queue_types else {}),
         )
 
-    def execute(self, context: Any) -> list[dict[str, Any]]:
+    def execute(self, context: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
         run = self.backup_run(context)
         selector = run_step("discover", self.selector)
         with ManagementClient(run.connection) as client:
@@ -117,7 +128,11 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
         self.log.info("backup %s: %d queues to capture from %s", run.settings.backup_id, len(queues), manifest.source_cluster)
         for q in foreseen:
             self.log.warning("queue %r in vhost %r will be left out: %s", q["queue"], q["vhost"], q["reason"])
-        return [asdict(q) for q in queues]
+        context["ti"].xcom_push(key="queue_refs", value=[
+            {"vhost": q.vhost, "name": q.name, "queue_type": q.queue_type} for q in queues])
+        if self.max_capture_tasks is None:
+            return [asdict(q) for q in queues]
+        return mapped_groups([asdict(q) for q in queues], int(self.max_capture_tasks))
 
 
 class RbakExportDefinitionsOperator(RbakBrokerOperator):
@@ -143,30 +158,41 @@ class RbakExportDefinitionsOperator(RbakBrokerOperator):
 
 
 class RbakCaptureQueueOperator(RbakBrokerOperator):
-    """Capture one queue into the backup's staging without changing it; logs progress while it runs."""
+    """Capture one queue (``queue_info`` a dict), or each of a group in turn (a list), into the backup's staging
+    without changing it; logs progress while it runs.
+
+    Returns the queue's capture result, or for a group the list of its queues' results in order (the
+    finalize step reads either).
+    """
 
     template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "queue_info", "compression",
                                       "allow_delivery_count_increase", "on_unsafe_queue", "consumer_timeout_ms", "streams")
     operator_extra_links = (RabbitMQQueueLink(),)
 
-    def __init__(self, *, queue_info: dict[str, Any], compression: str = "zstd", allow_delivery_count_increase: bool = False,
-                 on_unsafe_queue: str = "skip", consumer_timeout_ms: int = DEFAULT_CONSUMER_TIMEOUT_MS,
-                 streams: str = "incremental", progress_interval: float = 10.0, **kwargs: Any) -> None:
+    def __init__(self, *, queue_info: dict[str, Any] | list[dict[str, Any]], compression: str = "zstd",
+                 allow_delivery_count_increase: bool = False, on_unsafe_queue: str = "skip",
+                 consumer_timeout_ms: int = DEFAULT_CONSUMER_TIMEOUT_MS, streams: str = "incremental",
+                 progress_interval: float = 10.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.queue_info, self.compression, self.streams = queue_info, compression, streams
         self.allow_delivery_count_increase, self.progress_interval = allow_delivery_count_increase, progress_interval
         self.on_unsafe_queue, self.consumer_timeout_ms = on_unsafe_queue, consumer_timeout_ms
         self.rbak_queue_url: str | None = None
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Any) -> dict[str, Any] | list[dict[str, Any]]:
         if str(self.streams) not in STREAM_MODES:
             raise AirflowFailException(f"streams must be one of {list(STREAM_MODES)}, got {self.streams!r}")
         run = self.backup_run(context, compression=self.compression, incremental_streams=str(self.streams) == "incremental",
                               allow_delivery_count_increase=bool(self.allow_delivery_count_increase),
                               on_unsafe_queue=str(self.on_unsafe_queue), consumer_timeout_ms=int(self.consumer_timeout_ms))
         run_step("lock", run.lock.acquire)
-        info = QueueInfo(**self.queue_info)
-        self.rbak_queue_url = queue_url(run.connection.management_base_url, info.vhost, info.name)
+        if isinstance(self.queue_info, Mapping):
+            return self.capture(run, QueueInfo(**self.queue_info))
+        return [self.capture(run, QueueInfo(**q)) for q in self.queue_info]
+
+    def capture(self, run: BackupRun, info: QueueInfo) -> dict[str, Any]:
+        """One queue's capture, with its progress logged; the task's link shows the first queue of a group."""
+        self.rbak_queue_url = self.rbak_queue_url or queue_url(run.connection.management_base_url, info.vhost, info.name)
         sample = checkpoint_sampler(run.checkpoint_path(), run.settings.backup_id, info.vhost, info.name)
         with run.lock.renewing(), ProgressReporter(f"{info.vhost}/{info.name}", sample, info.messages,
                                                    interval=self.progress_interval, logger=self.log):
@@ -176,4 +202,5 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
         else:
             self.log.info("captured %s/%s (%s): %d messages, %.1f MB in %.1fs", info.vhost, info.name, result.method,
                           result.messages, result.bytes / 1e6, result.duration_s)
+        metrics.captured(asdict(result))
         return asdict(result)

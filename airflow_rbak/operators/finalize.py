@@ -11,6 +11,7 @@ from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.finalize import finalize_backup, manifest_summary
 from airflow_rbak.links import RbakManifestLink, manifest_url
+from airflow_rbak.operators import metrics
 from airflow_rbak.operators.backup import lock_owner, run_step
 from airflow_rbak.retention import RetentionPolicy, apply_retention
 from airflow_rbak.storage import open_storage
@@ -46,6 +47,8 @@ class RbakFinalizeManifestOperator(BaseOperator):
         captures = self.captures or []
         # Index by length: iterating Airflow's lazy XCom sequence probes one past the end (a logged 404).
         captures = [captures[i] for i in range(len(captures))]
+        # a capture task of a group of queues returned a list of their results
+        captures = [c for item in captures for c in (item if isinstance(item, list) else [item])]
         lock = BackupLock(storage, backup_id, lock_owner(context))
         # The manifest is written only by the run that holds the backup (re-taken by a retry after it was given back).
         run_step("lock", lock.acquire)
@@ -59,6 +62,7 @@ class RbakFinalizeManifestOperator(BaseOperator):
         summary["retention_segments_kept_for_chains"] = retention.segments_kept_for_chains
         summary["retention_kept"] = retention.kept
         context["outlet_events"][AssetAlias(BACKUP_ASSET_ALIAS)].add(backup_asset(storage.url), extra=summary)
+        metrics.backup_completed(summary)
         self.log.info("backup %s complete: %d messages, %.1f MB, %d segments, %s s", backup_id, summary["total_messages"],
                       summary["total_bytes"] / 1e6, summary["total_segments"], summary["duration_s"])
         return summary

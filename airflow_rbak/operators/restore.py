@@ -17,7 +17,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk import BaseOperator
 
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
-from airflow_rbak.operators.backup import run_step
+from airflow_rbak.operators import metrics
+from airflow_rbak.operators.backup import mapped_groups, run_step
 from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRun, RestoreSettings
 from airflow_rbak.restore.errors import RestoreRefusedError
 
@@ -52,18 +53,26 @@ class RbakRestoreOperator(BaseOperator):
 class RbakRestorePlanOperator(RbakRestoreOperator):
     """Read the manifest, verify the segments the window needs, count; the plan goes to the log and XCom.
 
-    Returns one object per queue (the publish task maps over it) and pushes
-    the whole plan as the ``plan`` XCom.
+    Returns one object per queue (the publish task maps over it), or with ``max_publish_tasks`` the queues in
+    at most that many groups (within Airflow's ``max_map_length``), and pushes the whole plan as the ``plan``
+    XCom.
     """
 
-    def execute(self, context: Any) -> list[dict[str, Any]]:
+    template_fields: Sequence[str] = (*RbakRestoreOperator.template_fields, "max_publish_tasks")
+
+    def __init__(self, *, max_publish_tasks: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_publish_tasks = max_publish_tasks
+
+    def execute(self, context: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
         run = self.restore_run()
         plan = restore_step("plan", run.plan)
         for line in plan.summary_lines():
             self.log.info("%s", line)
         context["ti"].xcom_push(key="plan", value=plan.to_json())
-        return [{"source_vhost": q.source_vhost, "source_queue": q.source_queue, "target": f"{q.target_vhost}/{q.target_queue}",
-                 "records": q.records_in_window, "target_holds": q.target_depth, "adds": q.to_add} for q in plan.queues]
+        queues = [{"source_vhost": q.source_vhost, "source_queue": q.source_queue, "target": f"{q.target_vhost}/{q.target_queue}",
+                   "records": q.records_in_window, "target_holds": q.target_depth, "adds": q.to_add} for q in plan.queues]
+        return queues if self.max_publish_tasks is None else mapped_groups(queues, int(self.max_publish_tasks))
 
 
 class RbakRestoreDefinitionsOperator(RbakRestoreOperator):
@@ -86,21 +95,30 @@ class RbakRestoreDefinitionsOperator(RbakRestoreOperator):
 
 
 class RbakRestoreQueueOperator(RbakRestoreOperator):
-    """Publish one queue's records in the window, resuming after its checkpoint."""
+    """Publish one queue's records in the window (``restore_queue`` a dict), or each of a group's in turn (a list),
+    resuming after its checkpoint; returns the queue's result, or the group's list of results."""
 
     template_fields: Sequence[str] = (*RbakRestoreOperator.template_fields, "plan", "restore_queue")
 
-    def __init__(self, *, plan: Mapping[str, Any], restore_queue: Mapping[str, Any], **kwargs: Any) -> None:
+    def __init__(self, *, plan: Mapping[str, Any], restore_queue: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.plan, self.restore_queue = plan, restore_queue
 
-    def execute(self, context: Any) -> dict[str, Any]:
-        run = self.restore_run()
-        name = f"{self.restore_queue['source_vhost']}/{self.restore_queue['source_queue']}"
-        result = restore_step(f"publish of {name}", lambda: run.publish(RestorePlan.from_json(dict(self.plan)), dict(self.restore_queue)))
+    def execute(self, context: Any) -> dict[str, Any] | list[dict[str, Any]]:
+        run, plan = self.restore_run(), RestorePlan.from_json(dict(self.plan))
+        if isinstance(self.restore_queue, Mapping):
+            return self.publish(run, plan, self.restore_queue)
+        return [self.publish(run, plan, queue) for queue in self.restore_queue]
+
+    def publish(self, run: RestoreRun, plan: RestorePlan, queue: Mapping[str, Any]) -> dict[str, Any]:
+        """One queue of the plan, logged and counted."""
+        name = f"{queue['source_vhost']}/{queue['source_queue']}"
+        result = restore_step(f"publish of {name}", lambda: run.publish(plan, dict(queue)))
         self.log.info("%s -> %s/%s: %d published now, %d in total, %d unroutable%s", name, result.target_vhost,
                       result.target_queue, result.published, result.published_total, len(result.unroutable),
                       " (dry run)" if result.dry_run else "")
+        metrics.published(result.to_json())
         return result.to_json()
 
 
@@ -117,6 +135,10 @@ class RbakRestoreReportOperator(RbakRestoreOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         run = self.restore_run()
         definitions = dict(self.definitions) if self.definitions and self.definitions.get("requested", True) else None
-        report = run_step("report", lambda: run.report(RestorePlan.from_json(dict(self.plan)),
-                                                       [dict(r) for r in (self.results or [])], definitions))
+        results = self.results or []
+        # a publish task of a group of queues returned a list of their results
+        rows = [dict(r) for item in (results[i] for i in range(len(results)))
+                for r in (item if isinstance(item, list) else [item])]
+        report = run_step("report", lambda: run.report(RestorePlan.from_json(dict(self.plan)), rows, definitions))
+        metrics.restore_reported(report.to_json())
         return report.to_json()

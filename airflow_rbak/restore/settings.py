@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from types import MappingProxyType
@@ -168,6 +168,14 @@ class RestoreSettings:
         if not self.checkpoint_state:
             raise ConfigurationError("checkpoint_state must be a local file path for the SQLite checkpoint database")
 
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any]) -> RestoreSettings:
+        """Settings from a restore DAG run's conf (the same names as its params); unknown names are refused."""
+        unknown = sorted(set(conf) - set(CONF_NAMES))
+        if unknown:
+            raise ConfigurationError(f"unknown restore settings {unknown}; known: {list(CONF_NAMES)}")
+        return cls(**dict(conf))
+
     def in_window(self, stamp: int) -> bool:
         """True when a ``backed_up_at`` lies in the window (both ends inclusive)."""
         start, end = self.time_window_start, self.time_window_end
@@ -192,3 +200,8 @@ class RestoreSettings:
 
     def target_queue(self, queue: str) -> str:
         return self.queue_map.get(queue, queue)
+
+
+#: The settings a restore takes from its DAG params or ``rbak restore --conf``: every field but the internal
+#: ``max_in_flight``. The DAG and the command line both read this tuple.
+CONF_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RestoreSettings) if f.name != "max_in_flight")

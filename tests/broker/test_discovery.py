@@ -6,7 +6,7 @@ import pytest
 
 from airflow_rbak.broker.queue_features import CaptureMethod, Facts, decide
 from airflow_rbak.broker.returns import ReturnPlan, return_plan
-from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, effective_delivery_limit, parse_version
+from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, effective_delivery_limit, group_queues, parse_version
 from airflow_rbak.exceptions import ConfigurationError
 
 
@@ -103,3 +103,19 @@ def test_selector_filters_by_vhost_glob_type_and_depth():
 def test_selector_refuses_unknown_queue_types():
     with pytest.raises(ConfigurationError, match="unknown queue types"):
         QueueSelector(queue_types=("classic", "kafka"))
+
+
+@pytest.mark.parametrize("count, max_groups, sizes", [
+    (0, 256, []), (3, 256, [1, 1, 1]), (1100, 1024, [2] * 76 + [1] * 948), (1100, 6, [184, 184, 183, 183, 183, 183])])
+def test_queues_are_grouped_in_order_into_at_most_max_groups_of_nearly_equal_size(count, max_groups, sizes):
+    queues = [QueueInfo("/", f"q{i:04d}", "classic") for i in range(count)]
+
+    groups = group_queues(queues, max_groups)
+
+    assert [len(g) for g in groups] == sizes
+    assert [q for g in groups for q in g] == queues
+
+
+def test_grouping_into_no_group_is_a_configuration_error():
+    with pytest.raises(ConfigurationError, match="max_groups must be >= 1"):
+        group_queues([], 0)

@@ -40,6 +40,8 @@ def airflow_env(home: Path, **extra: str) -> dict[str, str]:
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "AIRFLOW_CONN_RABBITMQ_DEFAULT": rabbitmq_conn(),
         "RBAK_BACKUP_SCHEDULE": "none",
+        # a failing task fails the test at once (retries wait minutes; tests/dags/test_task_defaults.py covers them)
+        "RBAK_TASK_RETRIES": "0",
         "RBAK_SPARK_PACKAGE_DIR": str(home / "spark-package"),
         "PATH": os.pathsep.join([str(VENV_BIN), env.get("PATH", "")]),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
@@ -93,3 +95,9 @@ def runs_facts(env: dict[str, str], *dag_ids: str) -> dict[str, dict[str, Any]]:
     done = run([sys.executable, "-c", _RUN_FACTS, *dag_ids], env, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def capture_results(xcom: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every queue's capture result in a run's XCom, by queue name (a capture task returns a group's list)."""
+    found = [v for k, v in xcom.items() if k.startswith("capture[") and k.endswith(".return_value")]
+    return {r["queue"]: r for item in found for r in (item if isinstance(item, list) else [item])}

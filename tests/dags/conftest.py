@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,47 @@ def secret_user(broker, vhost):  # noqa: F811 - the imported fixtures
     user = create_user(broker, vhost)
     yield user
     broker.api("DELETE", f"users/{user.name}")
+
+
+class StatsdListener:
+    """A UDP socket on a free loopback port that Airflow's StatsD client sends to.
+
+    Read after the DAG run has ended: loopback UDP puts each datagram into the socket's buffer as it is sent,
+    so draining it then finds everything (no thread, no waiting). Only ``rbak*`` metrics are allowed through,
+    which keeps them few enough for the buffer.
+    """
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.setblocking(False)
+        self.port = self.sock.getsockname()[1]
+
+    def env(self) -> dict[str, str]:
+        """The Airflow settings that send metrics here."""
+        return {"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                "AIRFLOW__METRICS__STATSD_PORT": str(self.port), "AIRFLOW__METRICS__METRICS_ALLOW_LIST": "rbak"}
+
+    def received(self) -> dict[str, list[tuple[float, str]]]:
+        """Every metric received so far: name (with Airflow's prefix) -> [(value, type)] in arrival order."""
+        found: dict[str, list[tuple[float, str]]] = {}
+        while True:
+            try:
+                data = self.sock.recv(65536).decode()
+            except BlockingIOError:
+                return found
+            for line in data.splitlines():
+                name, _, rest = line.partition(":")
+                value, _, kind = rest.partition("|")
+                found.setdefault(name, []).append((float(value), kind.split("|")[0]))
+
+
+@pytest.fixture
+def statsd() -> Iterator[StatsdListener]:
+    listener = StatsdListener()
+    yield listener
+    listener.sock.close()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -15,7 +15,7 @@ from airflow_rbak.codec import BackupManifest
 from airflow_rbak.storage import open_storage
 from tests.backup.test_run import QUEUES, expected_json, publish, settled_depths
 from tests.codec.independent_reader import read_segment
-from tests.dags.airflow_env import VENV_BIN, airflow_env, dags_test, rabbitmq_conn, run, run_facts
+from tests.dags.airflow_env import VENV_BIN, airflow_env, capture_results, dags_test, rabbitmq_conn, run, run_facts
 from tests.reliability.secrets import distinctive_password, leaks, log_files, stored_objects
 
 # Queues beyond tests/backup/test_run.py's: a classic queue with arguments (priority, TTL, length limit).
@@ -48,14 +48,15 @@ def _old_backups(location: str) -> None:
 @pytest.mark.broker
 @pytest.mark.spark
 def test_the_backup_dag_keeps_every_message_reports_its_work_and_leaves_the_queues_alone(
-    broker, vhost, seeded_queues, location, airflow_home, secret_user
+    broker, vhost, seeded_queues, location, airflow_home, secret_user, statsd
 ):
     # Given seeded queues of every type, two older backups in the location, and a connection as a user with a
     # distinctive password
     _old_backups(location)
     c = broker.connection
     env = airflow_env(airflow_home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(
-        c.host, c.amqp_port, c.management_port, c.stream_port, login=secret_user.name, password=secret_user.password))
+        c.host, c.amqp_port, c.management_port, c.stream_port, login=secret_user.name, password=secret_user.password),
+        **statsd.env())
     # Deep verify (a spark-submit) on files; on S3 the quick check, which runs in the task (Spark verify on S3 is
     # tests/spark_jobs/test_verify_segments.py's)
     verify = "deep" if location.startswith("file:") else "quick"
@@ -92,8 +93,24 @@ def test_the_backup_dag_keeps_every_message_reports_its_work_and_leaves_the_queu
     facts = run_facts(env)
     _assert_reports(facts, storage.url, vhost, seeded_queues, manifest, verify)
     _assert_no_secrets(secret_user, done, facts, airflow_home, storage)
+    _assert_metrics(statsd.received(), vhost, seeded_queues, manifest)
     if location.startswith("file:"):  # once is enough for the re-verify DAG (one more spark-submit)
         _assert_reverify(env, location)
+
+
+def _assert_metrics(metrics: dict, vhost: str, counts: dict[str, int], manifest: BackupManifest) -> None:
+    """What StatsD received from the run: the backup's totals, duration and completion time, and each queue's."""
+    assert metrics["airflow.rbak.backup.complete"] == [(1, "c")]
+    assert metrics["airflow.rbak.backup.messages"] == [(sum(counts.values()), "c")]
+    assert metrics["airflow.rbak.backup.bytes"] == [(manifest.total_bytes, "c")]
+    assert metrics["airflow.rbak.backup.last_complete"] == [(manifest.completed_at / 1000, "g")]
+    ((duration_ms, kind),) = metrics["airflow.rbak.backup.duration"]
+    assert kind == "ms" and duration_ms > 0
+    for queue, count in counts.items():
+        key = f"{vhost}.{queue.replace('/', '_')}"
+        assert metrics[f"airflow.rbak.backup.queue.messages.{key}"] == [(count, "c")], queue
+        assert (metrics[f"airflow.rbak.backup.queue.bytes.{key}"][0][0] > 0) == (count > 0), queue
+        assert metrics[f"airflow.rbak.backup.queue.duration.{key}"][0][1] == "ms", queue
 
 
 def _assert_no_secrets(user, done, facts: dict, airflow_home, storage) -> None:
@@ -124,7 +141,7 @@ def _assert_reports(facts: dict, safe_url: str, vhost: str, counts: dict[str, in
     assert facts["state"] == "success" and set(facts["tasks"].values()) == {"success"}
     assert x["discover[-1].summary"]["queues"] == len(counts) and x["discover[-1].summary"]["backup_id"] == "dag-1"
     assert x["export_definitions[-1].return_value"]["included"] is True
-    captures = {v["queue"]: v for k, v in x.items() if k.startswith("capture[") and k.endswith(".return_value")}
+    captures = capture_results(x)
     assert {q: v["messages"] for q, v in captures.items()} == counts
     assert x["encode[-1].return_value"]["messages"] == sum(counts.values())
     verified = x["verify[-1].return_value"]
@@ -156,14 +173,20 @@ def test_an_unknown_compression_is_rejected_by_the_param_schema(airflow_home, tm
     assert not (tmp_path / "b").exists()
 
 
-def test_an_unreachable_broker_fails_the_first_task_clearly_and_writes_no_manifest(airflow_home, tmp_path):
+def test_an_unreachable_broker_fails_the_first_task_clearly_writes_no_manifest_and_calls_the_notifier(airflow_home, tmp_path):
+    # Given an unreachable broker, and a failure notifier (any Airflow Notifier; this one records its calls)
     password = distinctive_password()
+    calls = tmp_path / "notifier.jsonl"
     env = airflow_env(airflow_home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(amqp_port=1, management_port=1,
-                                                                                password=password))
+                                                                                password=password),
+                      RBAK_FAILURE_NOTIFIER="tests.dags.recording_notifier:RecordingNotifier",
+                      RBAK_TEST_NOTIFIER_FILE=str(calls))
     location = (tmp_path / "b").as_uri()
 
+    # When a backup runs
     done = dags_test(env, {"storage_url": location, "backup_id": "unreachable-1"})
 
+    # Then discover fails, saying why, before anything is written
     assert done.returncode != 0
     assert "rbak discover failed: management API at http://127.0.0.1:1 is unreachable" in done.stdout + done.stderr
     assert password not in done.stdout + done.stderr  # the failure and its traceback never show the password
@@ -171,3 +194,7 @@ def test_an_unreachable_broker_fails_the_first_task_clearly_and_writes_no_manife
     assert facts["tasks"]["discover[-1]"] == "failed"
     assert {t for t, s in facts["tasks"].items() if s == "success"} == set()
     assert not [i.key for i in open_storage(location).list("")]
+    # and the notifier was called once, for discover, with the reason (and without the password)
+    (call,) = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert (call["dag_id"], call["task_id"]) == ("rbak_backup", "discover")
+    assert "management API at http://127.0.0.1:1 is unreachable" in call["exception"] and password not in call["exception"]

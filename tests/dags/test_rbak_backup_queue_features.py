@@ -24,7 +24,7 @@ from tests.broker.helpers import publish as publish_numbered
 from tests.broker.messages import body_of
 from tests.broker.test_queue_features_on_broker import read_back
 from tests.codec.independent_reader import read_segment
-from tests.dags.airflow_env import airflow_env, dags_test, rabbitmq_conn, run_facts
+from tests.dags.airflow_env import airflow_env, capture_results, dags_test, rabbitmq_conn, run_facts
 
 SAC_COUNT = 70_000  # deeper than the 16-bit prefetch of one consumer
 
@@ -121,7 +121,7 @@ def test_a_backup_of_queues_real_brokers_have_completes_and_leaves_every_queue_a
         assert "exclusive" in reasons["mine"] and "delivery limit of 5" in reasons["late"]
         x = facts["xcom"]
         assert {q["queue"]: q["reason"] for q in x["finalize[-1].return_value"]["left_out"]} == reasons
-        captures = {v["queue"]: v for k, v in x.items() if k.startswith("capture[") and k.endswith(".return_value")}
+        captures = capture_results(x)
         assert {q: v["left_out"] for q, v in captures.items() if v["left_out"]} == reasons
         assert captures["auto"]["method"] == "basic.get" and captures["sac"]["method"] == "one consumer at a time"
         assert "mine" in {q["queue"] for q in x["discover[-1].summary"]["expected_left_out"]}

@@ -17,7 +17,8 @@ QUEUES = {"orders": ("classic", 120), "payments": ("quorum", 60)}
 
 
 @pytest.mark.broker
-def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, vhost, tmp_path, airflow_home, secret_user):
+def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, vhost, tmp_path, airflow_home, secret_user,
+                                                                       statsd):
     # Given a backup of two queues (made by the BackupRun steps rbak_backup runs)
     declare(broker.connection, vhost, {n: t for n, (t, _) in QUEUES.items()})
     for name, (_, count) in QUEUES.items():
@@ -27,23 +28,33 @@ def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, v
     target = f"{vhost}-restored"
     c = broker.connection
     env = airflow_env(airflow_home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(
-        c.host, c.amqp_port, c.management_port, c.stream_port, login=secret_user.name, password=secret_user.password))
+        c.host, c.amqp_port, c.management_port, c.stream_port, login=secret_user.name, password=secret_user.password),
+        **statsd.env())
     # (the messages carry user_id guest, which RabbitMQ refuses from another user: strip_user_id)
     conf = {"storage_url": location, "backup_id": "latest", "vhosts": [vhost], "vhost_map": {vhost: target},
-            "restore_definitions": True, "checkpoint_state": str(tmp_path / "restore.db"), "strip_user_id": True}
+            "restore_definitions": True, "checkpoint_state": str(tmp_path / "restore.db"), "strip_user_id": True,
+            "max_publish_tasks": 1}  # both queues in one publish task, as a broker with more queues than Airflow maps
 
     # When the restore DAG runs
     try:
         done = dags_test(env, conf, dag_id="rbak_restore")
 
-        # Then every task succeeded, one publish task per queue, and the target holds every message in order
+        # Then every task succeeded, one publish task for the two queues, and the target holds every message in order
         assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
         facts = run_facts(env, dag_id="rbak_restore")
         assert facts["state"] == "success"
-        assert sorted(facts["tasks"]) == ["definitions[-1]", "plan[-1]", "publish[0]", "publish[1]", "report[-1]"]
+        assert sorted(facts["tasks"]) == ["definitions[-1]", "plan[-1]", "publish[0]", "report[-1]"]
+        assert [r["source_queue"] for r in facts["xcom"]["publish[0].return_value"]] == sorted(QUEUES)
         report = facts["xcom"]["report[-1].return_value"]
         assert report["planned"] == report["published"] == 180 and report["unroutable"] == 0
         assert report["definitions"]["rollback_key"].startswith("dag-r1/definitions/rollback-before-import-")
+        # and the run's metrics reached StatsD: the restore's counts, and each queue's
+        metrics = statsd.received()
+        assert metrics["airflow.rbak.restore.complete"] == [(1, "c")]
+        assert metrics["airflow.rbak.restore.messages"] == [(180, "c")]
+        assert metrics["airflow.rbak.restore.unroutable"] == [(0, "c")]
+        for name, (_, count) in QUEUES.items():
+            assert metrics[f"airflow.rbak.restore.queue.messages.{target}.{name}"] == [(count, "c")]
         broker.api("PUT", f"permissions/{target}/guest", json={"configure": ".*", "write": ".*", "read": ".*"})
         for name, (queue_type, count) in QUEUES.items():  # (the restoring user made the vhost: let guest read it)
             restored = read_queue(broker.connection, target, name, queue_type, count)

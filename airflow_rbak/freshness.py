@@ -1,0 +1,60 @@
+"""Is a backup location's newest complete backup recent enough? The ``rbak_freshness`` DAG asks for each location.
+
+A backup that stops running fails loudly only when it runs: a DAG paused by
+mistake, a scheduler that is down or a schedule set to ``none`` produce no
+failure at all. Checking the result (the newest ``completed_at`` in
+storage) rather than Airflow's run history catches all of them, and also a
+backup written by ``rbak backup`` or another Airflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from airflow_rbak.backup.catalog import list_backups
+from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.storage.base import Storage
+
+HOUR_MS = 3_600_000
+
+
+class StaleBackupError(RbakError):
+    """The newest complete backup of a location is older than allowed, or there is none."""
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """The newest complete backup of one location and its age."""
+
+    storage_url: str
+    max_age_hours: float
+    backup_id: str | None = None
+    completed_at: int | None = None
+    age_hours: float | None = None
+
+    @property
+    def fresh(self) -> bool:
+        return self.age_hours is not None and self.age_hours <= self.max_age_hours
+
+    def describe(self) -> str:
+        if self.backup_id is None:
+            return f"{self.storage_url} holds no complete backup"
+        return (f"{self.storage_url}: newest complete backup {self.backup_id} finished {self.age_hours:.1f} h ago "
+                f"(allowed: {self.max_age_hours:g} h)")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "fresh": self.fresh}
+
+
+def check_freshness(storage: Storage, max_age_hours: float, now_ms: int) -> Freshness:
+    """The location's newest complete backup (by ``completed_at``); raises StaleBackupError when too old or absent."""
+    if not max_age_hours > 0:
+        raise ConfigurationError(f"max_age_hours must be > 0, got {max_age_hours!r}")
+    complete = [s for s in list_backups(storage) if s.status == "complete" and s.completed_at is not None]
+    newest = max(complete, key=lambda s: s.completed_at or 0, default=None)
+    found = Freshness(storage.url, max_age_hours) if newest is None else Freshness(
+        storage.url, max_age_hours, newest.backup_id, newest.completed_at, (now_ms - (newest.completed_at or 0)) / HOUR_MS)
+    if not found.fresh:
+        raise StaleBackupError(f"backup too old: {found.describe()}")
+    return found

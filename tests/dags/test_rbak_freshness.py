@@ -1,0 +1,42 @@
+"""``airflow dags test rbak_freshness``: one check per location; a stale one fails and calls the notifier."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.codec import BackupManifest
+from airflow_rbak.freshness import HOUR_MS
+from airflow_rbak.storage import open_storage
+from tests.dags.airflow_env import airflow_env, dags_test, run_facts
+
+
+def location_finished(tmp_path, name: str, hours_ago: float) -> str:
+    """A file location whose only backup completed ``hours_ago``."""
+    url = (tmp_path / name).as_uri()
+    finished = int(time.time() * 1000 - hours_ago * HOUR_MS)
+    ManifestStore(open_storage(url)).save(BackupManifest(f"{name}-1", finished - 60_000, "0", completed_at=finished))
+    return url
+
+
+def test_the_freshness_dag_passes_a_recent_location_and_fails_a_stale_one_calling_the_notifier(airflow_home, tmp_path):
+    # Given one location backed up an hour ago and one 30 hours ago, and a failure notifier
+    fresh, stale = location_finished(tmp_path, "fresh", 1), location_finished(tmp_path, "stale", 30)
+    calls = tmp_path / "notifier.jsonl"
+    env = airflow_env(airflow_home, RBAK_FAILURE_NOTIFIER="tests.dags.recording_notifier:RecordingNotifier",
+                      RBAK_TEST_NOTIFIER_FILE=str(calls))
+
+    # When the freshness DAG checks both with its default threshold (26 hours)
+    done = dags_test(env, {"storage_urls": [fresh, stale]}, dag_id="rbak_freshness")
+
+    # Then the run fails: the recent location's check passed, the stale one's failed naming the backup and its age
+    assert done.returncode != 0
+    facts = run_facts(env, "rbak_freshness")
+    assert facts["tasks"] == {"locations[-1]": "success", "check[0]": "success", "check[1]": "failed"}
+    assert facts["xcom"]["check[0].return_value"]["backup_id"] == "fresh-1"
+    assert facts["xcom"]["check[0].return_value"]["fresh"] is True
+    assert "newest complete backup stale-1 finished 30.0 h ago (allowed: 26 h)" in done.stdout + done.stderr
+    # and the notifier was called for the stale location's check
+    (call,) = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert (call["dag_id"], call["task_id"]) == ("rbak_freshness", "check") and "stale-1" in call["exception"]
