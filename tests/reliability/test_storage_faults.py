@@ -87,14 +87,14 @@ def test_faults_that_retries_absorb_leave_a_complete_byte_exact_backup(broker, o
 
 
 def test_faults_beyond_retries_stop_the_run_clearly_and_a_rerun_completes_it(broker, orders, tmp_path):
-    # Given storage that fails 15% of calls with one retry (so a run fails at a random point), and in every
+    # Given storage that fails 25% of calls with one retry (so a run fails at a random point), and in every
     # other run also cuts 4% of reads short without any error
     location = (tmp_path / "b").as_uri()
     clean = open_storage(location)
     failures = []
     for seed in range(5):
         backup_id = f"beyond-{seed}"
-        faulty = FaultyStorage(open_storage(location, retries=0), rate=0.15, truncate_rate=0.04 * (seed % 2), seed=seed)
+        faulty = FaultyStorage(open_storage(location, retries=0), rate=0.25, truncate_rate=0.04 * (seed % 2), seed=seed)
 
         # When a backup runs through it
         try:
