@@ -12,6 +12,7 @@ from pathlib import Path
 STORAGE_URL_ENV = "RBAK_STORAGE_URL"
 BACKUP_SCHEDULE_ENV = "RBAK_BACKUP_SCHEDULE"
 VERIFY_SCHEDULE_ENV = "RBAK_VERIFY_SCHEDULE"
+PROGRESS_INTERVAL_ENV = "RBAK_PROGRESS_INTERVAL"
 
 
 def airflow_home() -> Path:
@@ -26,11 +27,20 @@ def default_storage_url() -> str:
 
 
 def default_checkpoint_state() -> str:
-    """The restore DAG's local SQLite checkpoint file, ``$AIRFLOW_HOME/rbak-restore/checkpoints.db``."""
-    return str((airflow_home() / "rbak-restore" / "checkpoints.db").resolve())
+    """The restore DAG's checkpoints: ``backup``, objects in the backup's own storage, so any worker resumes."""
+    return "backup"
 
 
 def schedule_from_env(name: str, default: str | None) -> str | None:
     """A DAG schedule from ``$name`` (cron or preset); empty or ``none`` means manual runs only."""
     value = os.environ.get(name, default)
     return None if value is None or value.strip().lower() in ("", "none") else value.strip()
+
+
+def progress_interval_s() -> float:
+    """Seconds between progress lines in capture and restore task logs: ``$RBAK_PROGRESS_INTERVAL``, else 10."""
+    try:
+        value = float(os.environ.get(PROGRESS_INTERVAL_ENV, "") or 10.0)
+    except ValueError:
+        return 10.0
+    return value if value > 0 else 10.0

@@ -18,8 +18,10 @@ from airflow.sdk import BaseOperator
 
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.operators.backup import run_step
+from airflow_rbak.progress import ProgressReporter
 from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRun, RestoreSettings
 from airflow_rbak.restore.errors import RestoreRefusedError
+from airflow_rbak.settings import progress_interval_s
 
 T = TypeVar("T")
 
@@ -97,7 +99,11 @@ class RbakRestoreQueueOperator(RbakRestoreOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         run = self.restore_run()
         name = f"{self.restore_queue['source_vhost']}/{self.restore_queue['source_queue']}"
-        result = restore_step(f"publish of {name}", lambda: run.publish(RestorePlan.from_json(dict(self.plan)), dict(self.restore_queue)))
+        plan = RestorePlan.from_json(dict(self.plan))
+        queue = plan.queue(self.restore_queue["source_vhost"], self.restore_queue["source_queue"])
+        with ProgressReporter(name, run.published_sampler(plan, queue), queue.records_in_window,
+                              interval=progress_interval_s(), logger=self.log):
+            result = restore_step(f"publish of {name}", lambda: run.publish(plan, queue))
         self.log.info("%s -> %s/%s: %d published now, %d in total, %d unroutable%s", name, result.target_vhost,
                       result.target_queue, result.published, result.published_total, len(result.unroutable),
                       " (dry run)" if result.dry_run else "")
