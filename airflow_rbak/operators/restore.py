@@ -18,6 +18,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.operators.backup import run_step
+from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 from airflow_rbak.progress import ProgressReporter
 from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRun, RestoreSettings
 from airflow_rbak.restore.errors import RestoreRefusedError
@@ -36,7 +37,7 @@ def restore_step(step: str, action: Callable[[], T]) -> T:
     return run_step(step, refusing)
 
 
-class RbakRestoreOperator(BaseOperator):
+class RbakRestoreOperator(StorageConnectionMixin, BaseOperator):
     """Base of the restore operators: the target connection and the restore's settings."""
 
     template_fields: Sequence[str] = ("rabbitmq_conn_id", "restore_settings")
