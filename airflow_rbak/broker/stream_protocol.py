@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.errors import BrokerUnreachableError, tls_failure
+from airflow_rbak.broker.errors import BrokerError, BrokerUnreachableError, tls_failure
 from airflow_rbak.exceptions import ConfigurationError
 
 
@@ -101,11 +101,27 @@ def query_consumer_offsets(connection: RabbitMQConnection, vhost: str, stream: s
     return _run(connection, vhost, work)
 
 
-def store_consumer_offset(connection: RabbitMQConnection, vhost: str, stream: str, reference: str, offset: int) -> None:
-    """Store a named consumer's offset (tests and restore)."""
+def store_consumer_offset(connection: RabbitMQConnection, vhost: str, stream: str, reference: str, offset: int,
+                          wait: float = 30.0) -> None:
+    """Store a named consumer's offset and return once the broker answers it (restore, tests).
+
+    ``store_offset`` has no reply: the broker writes it to the stream later, and a query made at once can still
+    miss it (measured on 3.10). So this asks until the stored value comes back, and fails after ``wait`` seconds.
+    """
 
     async def work(client: Any, rstream: Any) -> None:
         await client.store_offset(stream, reference, offset)
+        deadline = asyncio.get_running_loop().time() + wait
+        while True:
+            try:
+                if await client.query_offset(stream, reference) == offset:
+                    return
+            except Exception:  # noqa: BLE001 - rstream raises ServerError while nothing is stored yet
+                pass
+            if asyncio.get_running_loop().time() > deadline:
+                raise BrokerError(f"stream {stream!r} in vhost {vhost!r} did not confirm the offset {offset} stored for "
+                                  f"consumer {reference!r} within {wait:.0f} s")
+            await asyncio.sleep(0.05)
 
     _run(connection, vhost, work)
 
