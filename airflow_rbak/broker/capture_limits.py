@@ -4,7 +4,8 @@
 delivery is older than ``consumer_timeout`` (30 min by default; checked on
 the channel's tick, every 60 s by default, so it may close late but never
 early). A capture holds every message it has read until it gives them all
-back, so it must finish within that time from its first delivery: the
+back, so it must finish within that time from its first delivery (the
+:class:`Deadline` counts from the first consumer, a little earlier): the
 :class:`Deadline` leaves a margin for the return itself and stops the
 capture when it is reached, or earlier when the rate so far says the rest
 cannot be read in time.
@@ -31,7 +32,7 @@ from airflow_rbak.broker.management import ManagementClient
 
 @dataclass
 class Deadline:
-    """The latest moment a capture may still hold messages, counted from its first delivery."""
+    """The latest moment a capture may still hold messages, counted from its first consumer (or ``basic.get``)."""
 
     timeout_ms: int
     started: float | None = None

@@ -165,6 +165,9 @@ class QueueRun:
             channel, tag, _step = self.consumers[-1]
             channel.basic_cancel(tag)
             self.cancelled.add(tag)
+        # The broker's timer starts at a delivery, never before the consumer exists: starting here counts no less
+        # than the broker does, even when staging holds the consuming thread inside a delivery callback.
+        self.deadline.start()
         step = min(self.opts.window, self.target - self.requested)
         channel = self._consumer_channel()
         channel.basic_qos(prefetch_count=step)
@@ -194,7 +197,6 @@ class QueueRun:
             now = time.monotonic()
             if self.received != before:
                 idle_since = now
-                self.deadline.start()
             elif now - idle_since > self.opts.idle_timeout:
                 self._on_idle()
                 idle_since = now
@@ -207,12 +209,12 @@ class QueueRun:
 
         An empty answer is the broker's own, exact: the queue holds nothing more for this capture.
         """
+        self.deadline.start()
         while self.received < self.target and self.risk is None:
             method, props, body = self.channel.basic_get(self.info.name, auto_ack=False)
             if method is None:
                 self._drained()
                 return
-            self.deadline.start()
             self._on_message(self.channel, method, props, body)
             if self.received % 1000 == 0:
                 self._check_time()
