@@ -124,25 +124,24 @@ class Storage(abc.ABC):
         Atomic where the backend allows (S3 ``If-Match``; a directory lock on a folder). This default
         checks and then writes, so a writer in between can be overwritten.
         """
-        try:
-            current = self.read_tagged(key)[1]
-        except ObjectNotFoundError:
-            return False
-        if current != tag:
+        if not self._still_tagged(key, tag):
             return False
         self.put(key, data)
         return True
 
     def delete_if_unchanged(self, key: str, tag: str) -> bool:
         """Delete the object only if it still carries ``tag``; True when deleted. Atomic as :meth:`replace_if_unchanged`."""
-        try:
-            current = self.read_tagged(key)[1]
-        except ObjectNotFoundError:
-            return False
-        if current != tag:
+        if not self._still_tagged(key, tag):
             return False
         self.delete(key)
         return True
+
+    def _still_tagged(self, key: str, tag: str) -> bool:
+        """Whether the object exists and still carries ``tag`` (the non-atomic defaults' check)."""
+        try:
+            return self.read_tagged(key)[1] == tag
+        except ObjectNotFoundError:
+            return False
 
     def get_range(self, key: str, offset: int, length: int) -> bytes:
         """Return up to ``length`` bytes from ``offset``: fewer at the object's end, none past it.
