@@ -1,29 +1,33 @@
-"""Periodic progress lines for long captures: messages, MB, rate and ETA (no Airflow here).
+"""Periodic progress lines for long captures and restores: messages, MB, rate and ETA (no Airflow here).
 
-The capture engine records its progress in the checkpoint database after
-every staged chunk; a reporter thread samples it and logs one line every
-``interval`` seconds, so a task log shows a long capture moving without the
-engine knowing about logs.
+The capture engine stores its checkpoint after every staged chunk, wherever
+checkpoints live (the backup's storage); a reporter thread samples it and
+logs one line every ``interval`` seconds, and one more when the work ends,
+so a task log shows a long capture moving without the engine knowing about
+logs. Restore publishing reports the same way from its confirmed count.
 """
 
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
+from typing import Protocol
 
-Sample = Callable[[], "tuple[int, int] | None"]
+#: (messages, bytes) so far, or None before there is any; bytes may be None where they are not counted (restore).
+Sample = Callable[[], "tuple[int, int | None] | None"]
 
 
-def format_progress(label: str, messages: int, nbytes: int, target: int | None, elapsed: float) -> str:
-    """``orders: 12,000/20,000 messages, 11.7 MB, 5,300 msg/s, 1.2 MB/s, ETA 2s``."""
+def format_progress(label: str, messages: int, nbytes: int | None, target: int | None, elapsed: float) -> str:
+    """``orders: 12,000/20,000 messages, 11.7 MB, 5,300 msg/s, 1.2 MB/s, ETA 2s`` (no MB where bytes are None)."""
     rate = messages / elapsed if elapsed > 0 else 0.0
-    mb = nbytes / 1e6
-    line = f"{label}: {messages:,}" + (f"/{target:,}" if target else "") + f" messages, {mb:.1f} MB, "
-    line += f"{rate:,.0f} msg/s, {mb / elapsed if elapsed > 0 else 0:.1f} MB/s"
+    line = f"{label}: {messages:,}" + (f"/{target:,}" if target else "") + " messages, "
+    if nbytes is None:
+        line += f"{rate:,.0f} msg/s"
+    else:
+        mb = nbytes / 1e6
+        line += f"{mb:.1f} MB, {rate:,.0f} msg/s, {mb / elapsed if elapsed > 0 else 0:.1f} MB/s"
     if target and rate > 0 and messages < target:
         line += f", ETA {round((target - messages) / rate)}s"
     return line
@@ -49,6 +53,7 @@ class ProgressReporter:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        self.report()  # the last line says where the work ended, however short it was
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -68,17 +73,20 @@ class ProgressReporter:
         return line
 
 
-def checkpoint_sampler(db_path: str | Path, backup_id: str, vhost: str, queue: str) -> Sample:
-    """Read a queue's staged records and bytes from the capture's checkpoint database (read-only)."""
+class _Progress(Protocol):
+    staged_records: int
+    staged_bytes: int
+
+
+class _Checkpoints(Protocol):
+    def get(self, backup_id: str, vhost: str, queue: str) -> _Progress | None: ...
+
+
+def checkpoint_sampler(checkpoints: _Checkpoints, backup_id: str, vhost: str, queue: str) -> Sample:
+    """Read a queue's staged records and bytes from its stored capture checkpoint (a capture store's ``get``)."""
 
     def sample() -> tuple[int, int] | None:
-        if not Path(db_path).exists():
-            return None
-        with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=1) as db:
-            row = db.execute(
-                "SELECT staged_records, staged_bytes FROM queue_progress WHERE backup_id=? AND vhost=? AND queue=?",
-                (backup_id, vhost, queue),
-            ).fetchone()
-        return (int(row[0]), int(row[1])) if row else None
+        progress = checkpoints.get(backup_id, vhost, queue)
+        return None if progress is None else (int(progress.staged_records), int(progress.staged_bytes))
 
     return sample

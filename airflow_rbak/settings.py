@@ -21,6 +21,7 @@ POOL_ENV = "RBAK_POOL"
 QUEUE_TASKS_ENV = "RBAK_MAX_ACTIVE_QUEUE_TASKS"
 FRESHNESS_SCHEDULE_ENV = "RBAK_FRESHNESS_SCHEDULE"
 NOTIFIER_ENV = "RBAK_FAILURE_NOTIFIER"
+PROGRESS_INTERVAL_ENV = "RBAK_PROGRESS_INTERVAL"
 
 
 def airflow_home() -> Path:
@@ -35,8 +36,8 @@ def default_storage_url() -> str:
 
 
 def default_checkpoint_state() -> str:
-    """The restore DAG's local SQLite checkpoint file, ``$AIRFLOW_HOME/rbak-restore/checkpoints.db``."""
-    return str((airflow_home() / "rbak-restore" / "checkpoints.db").resolve())
+    """The restore DAG's checkpoints: ``backup``, objects in the backup's own storage, so any worker resumes."""
+    return "backup"
 
 
 def schedule_from_env(name: str, default: str | None) -> str | None:
@@ -99,3 +100,12 @@ def failure_notifiers() -> list[Any]:
         raise ValueError(f"${NOTIFIER_ENV} must be module:name (e.g. my_alerts:slack_notifier), got {spec!r}")
     found = getattr(importlib.import_module(module), name)
     return [found() if isinstance(found, type) else found]
+
+
+def progress_interval_s() -> float:
+    """Seconds between progress lines in capture and restore task logs: ``$RBAK_PROGRESS_INTERVAL``, else 10."""
+    try:
+        value = float(os.environ.get(PROGRESS_INTERVAL_ENV, "") or 10.0)
+    except ValueError:
+        return 10.0
+    return value if value > 0 else 10.0

@@ -85,7 +85,7 @@ def run_capture(conn: RabbitMQConnection, vhost: str, queue: str, stream: bool) 
         info, version = describe_queue(mg, vhost, queue), mg.version()
         backup_id = f"bench-{uuid.uuid4().hex[:8]}"
         storage = open_storage(f"file://{folder}/store")
-        checkpoints = CheckpointStore(f"{folder}/offsets.db", storage, backup_id)
+        checkpoints = CheckpointStore(storage, backup_id)
         options = CaptureOptions(backup_id, chunk_max_records=10_000, chunk_max_bytes=8 * 1024 * 1024)
         started, cpu = time.perf_counter(), time.process_time()
         if stream:

@@ -123,7 +123,7 @@ def _bench(connection: RabbitMQConnection, vhost: str, tmp: Path, args: argparse
     pipelined_publish(connection, vhost, "source", args.messages, args.in_flight)
     location = (tmp / "backups").as_uri()
     started = time.perf_counter()
-    BackupRun(connection, BackupSettings("bench-1", location, selector=QueueSelector(vhosts=(vhost,)), state_dir=str(tmp))).run()
+    BackupRun(connection, BackupSettings("bench-1", location, selector=QueueSelector(vhosts=(vhost,)))).run()
     print(f"backup of {args.messages} x {BODY_SIZE} B: {time.perf_counter() - started:.1f} s")
     rows = []
     for r in range(args.repeat):

@@ -1,11 +1,11 @@
-"""Progress lines of long captures: messages, MB, rates and ETA, sampled from the checkpoint database."""
+"""Progress lines of long captures: messages, MB, rates and ETA, sampled from the stored checkpoints."""
 
 from __future__ import annotations
 
 import logging
-import sqlite3
-
+from airflow_rbak.broker.checkpoints import CheckpointStore, QueueProgress
 from airflow_rbak.progress import ProgressReporter, checkpoint_sampler, format_progress
+from airflow_rbak.storage import open_storage
 
 
 def test_a_progress_line_has_counts_size_rates_and_eta():
@@ -36,12 +36,23 @@ def test_the_reporter_logs_while_the_block_runs_and_survives_a_failing_sample(ca
     assert "q: 5/10 messages" in caplog.text
 
 
-def test_the_sampler_reads_the_checkpoint_database_and_tolerates_its_absence(tmp_path):
-    db = tmp_path / "b.offsets.db"
-    sample = checkpoint_sampler(db, "b", "/", "orders")
+def test_the_sampler_reads_the_stored_checkpoint_and_tolerates_its_absence():
+    storage = open_storage("memory://")
+    sample = checkpoint_sampler(CheckpointStore(storage, "b"), "b", "/", "orders")
     assert sample() is None
-    with sqlite3.connect(db) as conn:
-        conn.execute("CREATE TABLE queue_progress (backup_id, vhost, queue, staged_records, staged_bytes)")
-        conn.execute("INSERT INTO queue_progress VALUES ('b', '/', 'orders', 7, 700)")
+
+    # When the capture (another store, as in the task: the engine's own) stores a checkpoint
+    CheckpointStore(storage, "b").save(QueueProgress("b", "/", "orders", "classic", 10, staged_records=7, staged_bytes=700))
 
     assert sample() == (7, 700)
+
+
+def test_the_reporter_logs_a_last_line_when_the_work_ends_however_short(caplog):
+    with caplog.at_level(logging.INFO), ProgressReporter("q", lambda: (3, 3_000), 3, interval=3600) as reporter:
+        pass
+
+    assert reporter.lines == [reporter.lines[-1]] and reporter.lines[-1].startswith("q: 3/3 messages")
+
+
+def test_a_restore_line_counts_messages_only_when_bytes_are_not_counted():
+    assert format_progress("v/orders", 500, None, 2_000, 1.0) == "v/orders: 500/2,000 messages, 500 msg/s, ETA 3s"

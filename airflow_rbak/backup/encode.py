@@ -35,7 +35,10 @@ def iter_staged_json(storage: Storage, keys: list[str], cap: int = DEFAULT_MAX_D
 def encode_queue(
     storage: Storage, backup_id: str, queue: QueueBackup, writer: SegmentWriter, chunk_keys: list[str] | None = None
 ) -> QueueBackup:
-    """Encode one queue's staging into ``queues/{vhost}/{queue}/segment-NNNN``; return its manifest entry."""
+    """Encode one queue's staging into ``queues/{vhost}/{queue}/segment-NNNN``; return its manifest entry.
+
+    ``chunk_keys`` are the chunks to seal (capture passes those its checkpoint accounts for); None: every staged one.
+    """
     keys = chunk_keys if chunk_keys is not None else staged_chunk_keys(storage, backup_id, queue.vhost, queue.name)
     queue.segments.clear()
     sink = QueueSegmentSink(storage, backup_id, queue, writer)

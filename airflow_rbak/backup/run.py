@@ -10,12 +10,9 @@ does them all in order, for the demo, the tests and small installations.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from airflow_rbak import __version__
@@ -26,7 +23,7 @@ from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.backup.writer import now_ms
 from airflow_rbak.broker.capture import CaptureOptions, CaptureResult, QueueCapture
-from airflow_rbak.broker.checkpoints import CheckpointStore
+from airflow_rbak.broker.checkpoints import CheckpointStore, queue_chunk_keys, write_offsets_summary
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.definitions import export_definitions
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
@@ -68,7 +65,6 @@ class BackupSettings:
     #: Streams continue after the offset the newest complete backup of them in the same location reached, and
     #: list that backup's segments before their own; False: each backup holds a full copy of every stream.
     incremental_streams: bool = True
-    state_dir: str = field(default_factory=lambda: str(Path(tempfile.gettempdir()) / "rbak-state"))
     #: Leave users, their password hashes and permissions out of the definitions export.
     include_users: bool = True
     #: Who holds the backup's lock: every task of one DAG run passes the same owner; None: this run alone.
@@ -181,7 +177,7 @@ class BackupRun:
             on_unsafe_queue=self.settings.on_unsafe_queue,
             consumer_timeout_ms=self.settings.consumer_timeout_ms,
         )
-        checkpoints = self._checkpoints()
+        checkpoints = self.checkpoints()
         try:
             if info.queue_type == "stream":
                 with ManagementClient(self.connection) as client:
@@ -196,7 +192,8 @@ class BackupRun:
     def encode(self, info: QueueInfo, capture: CaptureResult | None = None) -> QueueBackup:
         """Seal one queue's staging into final segments; stream offsets go into its manifest entry."""
         entry = QueueBackup(vhost=info.vhost, name=info.name, queue_type=info.queue_type)
-        encode_queue(self.storage, self.settings.backup_id, entry, self.settings.segment_writer())
+        keys = queue_chunk_keys(self.storage, self.settings.backup_id, info.vhost, info.name)
+        encode_queue(self.storage, self.settings.backup_id, entry, self.settings.segment_writer(), keys)
         if capture is not None and info.queue_type == "stream":
             record_stream_offsets(entry, capture.first_offset, capture.last_offset, capture.consumer_offsets,
                                   capture.last_fingerprint)
@@ -207,14 +204,10 @@ class BackupRun:
         self.lock.check()
         return finish_backup(self.storage, self.settings.backup_id, entries, left_out)
 
-    def checkpoint_path(self) -> Path:
-        """This backup's checkpoint database: keyed by location too, so the same backup_id in two locations never
-        shares progress (the capture task's progress lines read it)."""
-        location = hashlib.sha256(self.storage.url.encode()).hexdigest()[:12]
-        return Path(self.settings.state_dir) / location / f"{self.settings.backup_id}.offsets.db"
-
-    def _checkpoints(self) -> CheckpointStore:
-        return CheckpointStore(self.checkpoint_path(), self.storage, self.settings.backup_id)
+    def checkpoints(self) -> CheckpointStore:
+        """This backup's capture checkpoints, in its own storage: any worker resumes any queue, and the capture
+        task's progress lines read them from there."""
+        return CheckpointStore(self.storage, self.settings.backup_id)
 
     def _stream_mark(self, info: QueueInfo) -> StreamMark | None:
         """Where the newest complete backup holding this stream ended (None: capture it from its start)."""
@@ -266,6 +259,7 @@ def finish_backup(
     manifest.refresh_totals()
     manifest.completed_at = now_ms()
     store.save(manifest)
+    write_offsets_summary(storage, backup_id)
     for vhost, name in [(e.vhost, e.name) for e in entries] + [(q["vhost"], q["queue"]) for q in left_out or []]:
         for key in staged_chunk_keys(storage, backup_id, vhost, name):
             storage.delete(key)

@@ -1,38 +1,44 @@
-"""Capture checkpoints in SQLite (``state/offsets.db``), synced to the backup's storage.
+"""Capture checkpoints: one small JSON object per queue in the backup's storage.
 
-Per (backup_id, vhost, queue): the target count, the last staged chunk and
-how many records it ends at, a fingerprint of the last staged message,
-completion, and for streams the offsets. A chunk is stored before its
-checkpoint is committed, so a re-run rewrites at most the chunk whose commit
-was lost (same name, same records) and never skips or duplicates a record.
+``{backup_id}/state/queues/{vhost}/{queue}.json`` holds the queue's target
+count, the last staged chunk and how many records it ends at, a fingerprint
+of the last staged message, completion, for streams the offsets and the
+named consumers' offsets. Each capture task writes only its own queue's
+object, and every write replaces it whole (storage writes are atomic), so
+captures running at once on several workers never overwrite each other's
+progress, and a task re-run on any worker resumes where the last one
+stopped: nothing of it lives on a worker's disk (issue 16: a SQLite file per
+backup, uploaded whole by every task, lost progress to the last writer).
+
+A chunk is stored before its checkpoint, so a re-run rewrites at most the
+chunks whose checkpoint was lost (same names, same records). Staged chunks
+past ``last_chunk`` belong to no checkpoint; :func:`accounted_chunk_keys` is
+what encode takes, so they are never encoded.
+
+``finish`` summarises every checkpoint into ``state/offsets.db`` (the SQLite
+layout of seed 001) for foreign readers; nothing here reads that file.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import sqlite3
+import tempfile
 import threading
 import time
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from airflow_rbak.codec.layout import state_key
+from airflow_rbak.codec.layout import checkpoint_dir_key, checkpoint_key, encode_name, staging_prefix, state_key, vhost_dir
+from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS queue_progress (
-    backup_id TEXT NOT NULL, vhost TEXT NOT NULL, queue TEXT NOT NULL,
-    queue_type TEXT NOT NULL, target_count INTEGER NOT NULL,
-    staged_records INTEGER NOT NULL DEFAULT 0, staged_bytes INTEGER NOT NULL DEFAULT 0,
-    last_chunk INTEGER NOT NULL DEFAULT 0, last_fingerprint TEXT,
-    completed INTEGER NOT NULL DEFAULT 0,
-    stream_start_offset INTEGER, stream_end_offset INTEGER, stream_next_offset INTEGER,
-    updated_at INTEGER NOT NULL,
-    PRIMARY KEY (backup_id, vhost, queue));
-CREATE TABLE IF NOT EXISTS stream_consumer_offsets (
-    backup_id TEXT NOT NULL, vhost TEXT NOT NULL, stream TEXT NOT NULL,
-    reference TEXT NOT NULL, stored_offset INTEGER NOT NULL,
-    PRIMARY KEY (backup_id, vhost, stream, reference));
-"""
+_CHUNK_RE = re.compile(r"/chunk-(\d{8})(?:\.[a-z0-9]+)?$")
+
+
+class CheckpointFormatError(RbakError):
+    """A stored capture checkpoint cannot be read; its key says which queue's."""
 
 
 @dataclass(frozen=True)
@@ -58,76 +64,149 @@ _COLUMNS = [f.name for f in fields(QueueProgress)]
 
 
 class CheckpointStore:
-    """The SQLite checkpoint database of one backup, kept locally and mirrored to storage."""
+    """The capture checkpoints of a backup, in its storage (one object per queue).
 
-    def __init__(self, path: str | Path, storage: Storage | None = None, backup_id: str | None = None) -> None:
-        self.path = Path(path)
-        self.storage = storage
-        self.backup_id = backup_id
+    ``save(..., sync=False)`` keeps a checkpoint in this process only: a queue's first checkpoint (its
+    target) needs no store, as there is nothing to resume before its first chunk.
+    """
+
+    def __init__(self, storage: Storage, backup_id: str) -> None:
+        self.storage, self.backup_id = storage, backup_id
         self._lock = threading.Lock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if storage is not None and backup_id is not None and not self.path.exists():
-            self._download()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.executescript(_SCHEMA)
-
-    def _download(self) -> None:
-        assert self.storage is not None and self.backup_id is not None
-        try:
-            self.path.write_bytes(self.storage.get(state_key(self.backup_id)))
-        except ObjectNotFoundError:
-            pass
-
-    def sync(self) -> None:
-        """Upload the database to ``{backup_id}/state/offsets.db`` (no-op without storage)."""
-        if self.storage is None or self.backup_id is None:
-            return
-        with self._lock:
-            data = self._db.serialize()
-        self.storage.put(state_key(self.backup_id), data)
+        self._local: dict[tuple[str, str, str], QueueProgress] = {}
+        self._consumers: dict[tuple[str, str, str], dict[str, int]] = {}
 
     def close(self) -> None:
-        self._db.close()
+        """Nothing to release: every stored write was complete when its call returned."""
 
     def get(self, backup_id: str, vhost: str, queue: str) -> QueueProgress | None:
-        row = self._db.execute(
-            f"SELECT {', '.join(_COLUMNS)} FROM queue_progress WHERE backup_id=? AND vhost=? AND queue=?",
-            (backup_id, vhost, queue),
-        ).fetchone()
-        if row is None:
-            return None
-        values = dict(zip(_COLUMNS, row))
-        values["completed"] = bool(values["completed"])
-        return QueueProgress(**values)
+        """This process's latest checkpoint of the queue, else the stored one, else None."""
+        with self._lock:
+            if (backup_id, vhost, queue) in self._local:
+                return self._local[(backup_id, vhost, queue)]
+        return read_progress(self.storage, checkpoint_key(backup_id, vhost, queue))
 
     def save(self, progress: QueueProgress, *, sync: bool = True) -> None:
-        """Insert or replace one queue's checkpoint, then mirror the database."""
-        values = [getattr(progress, c) for c in _COLUMNS]
-        values[_COLUMNS.index("completed")] = int(progress.completed)
-        placeholders = ", ".join("?" for _ in _COLUMNS)
+        """Replace one queue's checkpoint; stored (atomically, whole) unless ``sync`` is False."""
         with self._lock:
-            self._db.execute(
-                f"INSERT OR REPLACE INTO queue_progress ({', '.join(_COLUMNS)}, updated_at) VALUES ({placeholders}, ?)",
-                (*values, int(time.time() * 1000)),
-            )
-        if sync:
-            self.sync()
+            self._local[(progress.backup_id, progress.vhost, progress.queue)] = progress
+            if sync:
+                self._put(progress)
 
     def all(self, backup_id: str) -> list[QueueProgress]:
-        rows = self._db.execute("SELECT vhost, queue FROM queue_progress WHERE backup_id=? ORDER BY vhost, queue", (backup_id,))
-        return [p for v, q in rows.fetchall() if (p := self.get(backup_id, v, q)) is not None]
+        """Every stored checkpoint of the backup, by vhost and queue."""
+        found = [read_progress(self.storage, info.key) for info in self.storage.list(f"{backup_id}/state/queues/")
+                 if info.key.endswith(".json")]
+        return sorted((p for p in found if p is not None), key=lambda p: (p.vhost, p.queue))
 
     def save_consumer_offsets(self, backup_id: str, vhost: str, stream: str, offsets: dict[str, int]) -> None:
+        """Keep a stream's named consumers' offsets with its checkpoint (stored with the next save)."""
         with self._lock:
-            self._db.execute("DELETE FROM stream_consumer_offsets WHERE backup_id=? AND vhost=? AND stream=?", (backup_id, vhost, stream))
-            self._db.executemany(
-                "INSERT INTO stream_consumer_offsets VALUES (?, ?, ?, ?, ?)",
-                [(backup_id, vhost, stream, ref, off) for ref, off in sorted(offsets.items())],
-            )
+            self._consumers[(backup_id, vhost, stream)] = dict(sorted(offsets.items()))
+            current = self._local.get((backup_id, vhost, stream))
+            if current is not None:
+                self._put(current)
 
     def consumer_offsets(self, backup_id: str, vhost: str, stream: str) -> dict[str, int]:
-        rows = self._db.execute(
-            "SELECT reference, stored_offset FROM stream_consumer_offsets WHERE backup_id=? AND vhost=? AND stream=?",
-            (backup_id, vhost, stream),
-        )
-        return dict(rows.fetchall())
+        with self._lock:
+            if (backup_id, vhost, stream) in self._consumers:
+                return dict(self._consumers[(backup_id, vhost, stream)])
+        return _read(self.storage, checkpoint_key(backup_id, vhost, stream)).get("consumer_offsets", {})
+
+    def _put(self, progress: QueueProgress) -> None:
+        document = {**asdict(progress), "updated_at": int(time.time() * 1000)}
+        consumers = self._consumers.get((progress.backup_id, progress.vhost, progress.queue))
+        if consumers is not None:
+            document["consumer_offsets"] = consumers
+        key = checkpoint_key(progress.backup_id, progress.vhost, progress.queue)
+        self.storage.put(key, json.dumps(document, sort_keys=True).encode())
+
+
+def _read(storage: Storage, key: str) -> dict:
+    try:
+        document = json.loads(storage.get(key))
+    except ObjectNotFoundError:
+        return {}
+    except ValueError as exc:
+        raise CheckpointFormatError(f"{key}: not a capture checkpoint ({exc})") from None
+    if not isinstance(document, dict):
+        raise CheckpointFormatError(f"{key}: not a capture checkpoint (a JSON object is expected)")
+    return document
+
+
+def read_progress(storage: Storage, key: str) -> QueueProgress | None:
+    """The checkpoint stored at ``key``, or None when there is none."""
+    document = _read(storage, key)
+    if not document:
+        return None
+    try:
+        return QueueProgress(**{c: document[c] for c in _COLUMNS if c in document})
+    except TypeError as exc:
+        raise CheckpointFormatError(f"{key}: not a capture checkpoint ({exc})") from None
+
+
+def chunk_sequence(key: str) -> int | None:
+    """The sequence number of a staged chunk key, or None for any other key."""
+    match = _CHUNK_RE.search(key)
+    return int(match.group(1)) if match else None
+
+
+def accounted_chunk_keys(storage: Storage, backup_id: str, vhost_part: str, queue_part: str, keys: list[str]) -> list[str]:
+    """The staged chunks of one staging folder that its queue's checkpoint accounts for, in capture order.
+
+    A re-run that lost a checkpoint write restages from the last stored checkpoint; chunks past it are an
+    earlier attempt's (or a killed task's) and would duplicate records, so encode never takes them.
+    """
+    progress = read_progress(storage, checkpoint_dir_key(backup_id, vhost_part, queue_part))
+    last = progress.last_chunk if progress is not None else 0
+    numbered = sorted((n, k) for k in keys if (n := chunk_sequence(k)) is not None)
+    return [k for n, k in numbered if n <= last]
+
+
+def queue_chunk_keys(storage: Storage, backup_id: str, vhost: str, queue: str) -> list[str]:
+    """One queue's staged chunks that its checkpoint accounts for (what encode seals), in capture order."""
+    keys = [info.key for info in storage.list(staging_prefix(backup_id, vhost, queue))]
+    return accounted_chunk_keys(storage, backup_id, vhost_dir(vhost), encode_name(queue), keys)
+
+
+_SUMMARY_SCHEMA = """
+CREATE TABLE queue_progress (
+    backup_id TEXT NOT NULL, vhost TEXT NOT NULL, queue TEXT NOT NULL,
+    queue_type TEXT NOT NULL, target_count INTEGER NOT NULL,
+    staged_records INTEGER NOT NULL DEFAULT 0, staged_bytes INTEGER NOT NULL DEFAULT 0,
+    last_chunk INTEGER NOT NULL DEFAULT 0, last_fingerprint TEXT,
+    completed INTEGER NOT NULL DEFAULT 0,
+    stream_start_offset INTEGER, stream_end_offset INTEGER, stream_next_offset INTEGER,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (backup_id, vhost, queue));
+CREATE TABLE stream_consumer_offsets (
+    backup_id TEXT NOT NULL, vhost TEXT NOT NULL, stream TEXT NOT NULL,
+    reference TEXT NOT NULL, stored_offset INTEGER NOT NULL,
+    PRIMARY KEY (backup_id, vhost, stream, reference));
+"""
+
+
+def write_offsets_summary(storage: Storage, backup_id: str) -> str:
+    """Write every queue's final checkpoint as ``state/offsets.db`` (seed 001's SQLite layout); return its key.
+
+    Only ``finish`` writes it, once, after every capture: a foreign reader sees each queue's last chunk,
+    counts and stream offsets. Resuming never reads it.
+    """
+    store = CheckpointStore(storage, backup_id)
+    now = int(time.time() * 1000)
+    with tempfile.TemporaryDirectory(prefix="rbak-offsets-") as folder:
+        path = Path(folder) / "offsets.db"
+        db = sqlite3.connect(path)
+        try:
+            db.executescript(_SUMMARY_SCHEMA)
+            for p in store.all(backup_id):
+                values = [int(v) if isinstance(v, bool) else v for v in (getattr(p, c) for c in _COLUMNS)]
+                db.execute(f"INSERT INTO queue_progress VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})", (*values, now))
+                db.executemany("INSERT INTO stream_consumer_offsets VALUES (?, ?, ?, ?, ?)",
+                               [(backup_id, p.vhost, p.queue, ref, off)
+                                for ref, off in store.consumer_offsets(backup_id, p.vhost, p.queue).items()])
+            db.commit()
+        finally:
+            db.close()
+        storage.put(state_key(backup_id), path.read_bytes())
+    return state_key(backup_id)

@@ -3,8 +3,8 @@
 They run :class:`RestoreRun` and :class:`BackupRun` in this process, with
 the settings the DAGs take as params (``--conf`` takes a DAG run's conf as
 it is), so a restore planned in Airflow and one run here behave alike and
-share the restore checkpoints (``$AIRFLOW_HOME/rbak-restore/checkpoints.db``
-by default, as the DAG). Nothing here imports Airflow.
+share the restore checkpoints (objects in the backup's own storage by
+default, as the DAG). Nothing here imports Airflow.
 
 The broker's credentials never go on the command line, where ``ps`` and
 shell history would keep them: the connection URL comes from

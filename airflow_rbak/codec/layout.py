@@ -150,7 +150,23 @@ def lock_key(backup_id: str) -> str:
 
 
 def state_key(backup_id: str) -> str:
+    """The SQLite summary of a backup's capture checkpoints that ``finish`` writes for foreign readers (seed 001)."""
     return f"{check_backup_id(backup_id)}/state/offsets.db"
+
+
+def checkpoint_dir_key(backup_id: str, vhost_part: str, queue_part: str) -> str:
+    """The capture checkpoint of the queue staged under ``staging/{vhost_part}/{queue_part}/``: one object per queue."""
+    return f"{check_backup_id(backup_id)}/state/queues/{vhost_part}/{queue_part}.json"
+
+
+def checkpoint_key(backup_id: str, vhost: str, queue: str) -> str:
+    """Where one queue's capture checkpoint lives, so that no two capture tasks ever write the same object."""
+    return checkpoint_dir_key(backup_id, vhost_dir(vhost), encode_name(queue))
+
+
+def restore_state_prefix(backup_id: str) -> str:
+    """Where restores of this backup keep their checkpoints when they share the backup's storage."""
+    return f"{check_backup_id(backup_id)}/state/restore/"
 
 
 def reports_prefix(backup_id: str) -> str:

@@ -31,6 +31,7 @@ import orjson
 
 from airflow_rbak import __version__
 from airflow_rbak.backup.encode import iter_staged_json
+from airflow_rbak.broker.checkpoints import accounted_chunk_keys
 from airflow_rbak.codec import BackupManifest, EncodedSegment, QueueBackup, SegmentMetadata, SegmentWriter
 from airflow_rbak.codec.constants import (
     DEFAULT_SEGMENT_MAX_BYTES,
@@ -118,7 +119,8 @@ class RangeResult:
 
 
 def discover_staging(storage: Storage, backup_id: str) -> dict[tuple[str, str], list[ObjectInfo]]:
-    """Every staged chunk under ``{backup_id}/staging/``, grouped by (vhost, queue), in capture order."""
+    """Every staged chunk under ``{backup_id}/staging/`` that a capture checkpoint accounts for, grouped by
+    (vhost, queue), in capture order."""
     prefix = f"{check_backup_id(backup_id)}/staging/"
     found: dict[tuple[str, str], list[ObjectInfo]] = {}
     folders: dict[tuple[str, str], list[ObjectInfo]] = {}
@@ -127,8 +129,11 @@ def discover_staging(storage: Storage, backup_id: str) -> dict[tuple[str, str], 
         if len(parts) == 3 and parts[2].startswith("chunk-"):
             folders.setdefault((parts[0], parts[1]), []).append(info)
     for (vhost_part, queue_part), chunks in folders.items():
-        chunks.sort(key=lambda c: c.key)
-        found[_staged_names(storage, vhost_part, queue_part, chunks[0].key)] = chunks
+        # Only what the queue's capture checkpoint accounts for: a killed attempt's extra chunks are never encoded.
+        accounted = set(accounted_chunk_keys(storage, backup_id, vhost_part, queue_part, [c.key for c in chunks]))
+        chunks = sorted((c for c in chunks if c.key in accounted), key=lambda c: c.key)
+        if chunks:
+            found[_staged_names(storage, vhost_part, queue_part, chunks[0].key)] = chunks
     return found
 
 

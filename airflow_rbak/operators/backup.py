@@ -10,10 +10,8 @@ what to do, configuration errors without retries.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, TypeVar
 
 from airflow.sdk import BaseOperator
@@ -30,9 +28,9 @@ from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.links import RabbitMQQueueLink, queue_url
 from airflow_rbak.operators import metrics
 from airflow_rbak.progress import ProgressReporter, checkpoint_sampler
+from airflow_rbak.settings import progress_interval_s
 
 T = TypeVar("T")
-DEFAULT_STATE_DIR = str(Path(tempfile.gettempdir()) / "rbak-state")
 
 
 def run_step(step: str, action: Callable[[], T]) -> T:
@@ -66,9 +64,9 @@ class RbakBrokerOperator(BaseOperator):
     template_fields: Sequence[str] = ("rabbitmq_conn_id", "storage_url", "backup_id")
 
     def __init__(self, *, storage_url: str, backup_id: str, rabbitmq_conn_id: str = "rabbitmq_default",
-                 state_dir: str = DEFAULT_STATE_DIR, **kwargs: Any) -> None:
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.storage_url, self.backup_id, self.rabbitmq_conn_id, self.state_dir = storage_url, backup_id, rabbitmq_conn_id, state_dir
+        self.storage_url, self.backup_id, self.rabbitmq_conn_id = storage_url, backup_id, rabbitmq_conn_id
 
     def backup_run(self, context: Any, **settings: Any) -> BackupRun:
         """The :class:`BackupRun` for this task's connection and settings (validated before any I/O).
@@ -77,8 +75,7 @@ class RbakBrokerOperator(BaseOperator):
         """
         return run_step("setup", lambda: BackupRun(
             RabbitMQHook(self.rabbitmq_conn_id).get_conn(),
-            BackupSettings(str(self.backup_id), str(self.storage_url), state_dir=self.state_dir,
-                           lock_owner=lock_owner(context), **settings),
+            BackupSettings(str(self.backup_id), str(self.storage_url), lock_owner=lock_owner(context), **settings),
         ))
 
 
@@ -172,10 +169,11 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
     def __init__(self, *, queue_info: dict[str, Any] | list[dict[str, Any]], compression: str = "zstd",
                  allow_delivery_count_increase: bool = False, on_unsafe_queue: str = "skip",
                  consumer_timeout_ms: int = DEFAULT_CONSUMER_TIMEOUT_MS, streams: str = "incremental",
-                 progress_interval: float = 10.0, **kwargs: Any) -> None:
+                 progress_interval: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.queue_info, self.compression, self.streams = queue_info, compression, streams
-        self.allow_delivery_count_increase, self.progress_interval = allow_delivery_count_increase, progress_interval
+        self.allow_delivery_count_increase = allow_delivery_count_increase
+        self.progress_interval = progress_interval if progress_interval is not None else progress_interval_s()
         self.on_unsafe_queue, self.consumer_timeout_ms = on_unsafe_queue, consumer_timeout_ms
         self.rbak_queue_url: str | None = None
 
@@ -193,7 +191,7 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
     def capture(self, run: BackupRun, info: QueueInfo) -> dict[str, Any]:
         """One queue's capture, with its progress logged; the task's link shows the first queue of a group."""
         self.rbak_queue_url = self.rbak_queue_url or queue_url(run.connection.management_base_url, info.vhost, info.name)
-        sample = checkpoint_sampler(run.checkpoint_path(), run.settings.backup_id, info.vhost, info.name)
+        sample = checkpoint_sampler(run.checkpoints(), run.settings.backup_id, info.vhost, info.name)
         with run.lock.renewing(), ProgressReporter(f"{info.vhost}/{info.name}", sample, info.messages,
                                                    interval=self.progress_interval, logger=self.log):
             result = run_step(f"capture of queue {info.name!r} in vhost {info.vhost!r}", lambda: run.capture(info))

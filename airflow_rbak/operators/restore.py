@@ -19,8 +19,10 @@ from airflow.sdk import BaseOperator
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.operators import metrics
 from airflow_rbak.operators.backup import mapped_groups, run_step
+from airflow_rbak.progress import ProgressReporter
 from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRun, RestoreSettings
 from airflow_rbak.restore.errors import RestoreRefusedError
+from airflow_rbak.settings import progress_interval_s
 
 T = TypeVar("T")
 
@@ -111,10 +113,13 @@ class RbakRestoreQueueOperator(RbakRestoreOperator):
             return self.publish(run, plan, self.restore_queue)
         return [self.publish(run, plan, queue) for queue in self.restore_queue]
 
-    def publish(self, run: RestoreRun, plan: RestorePlan, queue: Mapping[str, Any]) -> dict[str, Any]:
-        """One queue of the plan, logged and counted."""
-        name = f"{queue['source_vhost']}/{queue['source_queue']}"
-        result = restore_step(f"publish of {name}", lambda: run.publish(plan, dict(queue)))
+    def publish(self, run: RestoreRun, plan: RestorePlan, restore_queue: Mapping[str, Any]) -> dict[str, Any]:
+        """One queue of the plan, its progress logged, counted."""
+        name = f"{restore_queue['source_vhost']}/{restore_queue['source_queue']}"
+        queue = plan.queue(restore_queue["source_vhost"], restore_queue["source_queue"])
+        with ProgressReporter(name, run.published_sampler(plan, queue), queue.records_in_window,
+                              interval=progress_interval_s(), logger=self.log):
+            result = restore_step(f"publish of {name}", lambda: run.publish(plan, queue))
         self.log.info("%s -> %s/%s: %d published now, %d in total, %d unroutable%s", name, result.target_vhost,
                       result.target_queue, result.published, result.published_total, len(result.unroutable),
                       " (dry run)" if result.dry_run else "")

@@ -1,4 +1,4 @@
-"""Restore checkpoints in a local SQLite file (``checkpoint_state``): where each queue's restore stands.
+"""Restore checkpoints: where each queue's restore stands (in storage, or a local SQLite file for one worker).
 
 One row per restore of one queue: the target cluster (its identity from the
 management API), the backup's location and id, the source queue and the
@@ -14,8 +14,9 @@ exactly that many records and so publishes neither a duplicate nor a gap
 (see ``publisher``). Unroutable records are kept here too, so the report
 lists them across re-runs.
 
-:class:`CheckpointStore` is the whole interface the restore uses, so another
-store (shared storage, for several workers) can replace the SQLite file.
+:class:`CheckpointStore` is the whole interface the restore uses; by default
+:mod:`.shared_checkpoints` keeps it in the backup's storage, so a restore
+task resumes on any worker (``checkpoint_state``: see :func:`open_checkpoint_store`).
 """
 
 from __future__ import annotations
@@ -24,9 +25,13 @@ import sqlite3
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.storage.base import Storage
+
+if TYPE_CHECKING:
+    from airflow_rbak.restore.shared_checkpoints import StoredRestoreCheckpoints
 
 _KEY_COLUMNS = ("target_cluster TEXT NOT NULL, location TEXT NOT NULL, backup_id TEXT NOT NULL, source_vhost TEXT NOT NULL, "
                 "source_queue TEXT NOT NULL, target_vhost TEXT NOT NULL, target_queue TEXT NOT NULL")
@@ -98,8 +103,25 @@ class CheckpointStore(Protocol):
     def mapped_offset(self, cp: QueueCheckpoint, source_offset: int) -> int | None: ...
 
 
-def open_checkpoint_store(location: str) -> RestoreCheckpoints:
-    """The checkpoint store a restore uses (today: the SQLite file ``checkpoint_state`` names); close it after use."""
+#: ``checkpoint_state`` value that keeps restore checkpoints in the backup's own storage (the default).
+IN_BACKUP_STORAGE = "backup"
+
+
+def open_checkpoint_store(location: str, backup_storage: Storage | None = None) -> RestoreCheckpoints | StoredRestoreCheckpoints:
+    """The checkpoint store ``checkpoint_state`` names; close it after use.
+
+    ``backup`` (default): objects in the backup's storage, so a restore task resumes on any worker; a storage
+    URL (``s3://…``, ``file://…``): objects there; a plain path: a local SQLite file (one worker only).
+    """
+    from airflow_rbak.restore.shared_checkpoints import StoredRestoreCheckpoints  # it builds on this module's types
+    from airflow_rbak.storage import open_storage
+
+    if location == IN_BACKUP_STORAGE:
+        if backup_storage is None:
+            raise ConfigurationError("checkpoint_state 'backup' needs the backup's storage")
+        return StoredRestoreCheckpoints(backup_storage)
+    if "://" in location:
+        return StoredRestoreCheckpoints(open_storage(location))
     return RestoreCheckpoints(location)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.progress import Sample
 from airflow_rbak.restore.checkpoints import open_checkpoint_store
 from airflow_rbak.restore.definitions import DefinitionsResult, plan_definitions, restore_definitions
 from airflow_rbak.restore.errors import RestoreRefusedError, UnroutableMessagesError
@@ -72,7 +73,7 @@ class RestoreRun:
     def plan(self) -> RestorePlan:
         """Read the manifest, verify the segments the window uses, count; logs the plan."""
         plan = plan_restore(self.storage, self.settings)
-        with ManagementClient(self.connection) as client, open_checkpoint_store(self.settings.checkpoint_state) as checkpoints:
+        with ManagementClient(self.connection) as client, open_checkpoint_store(self.settings.checkpoint_state, self.storage) as checkpoints:
             plan = inspect_target(plan, client, self.connection, self.settings, checkpoints)
             if self.settings.restore_definitions:
                 _, changes = plan_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key)
@@ -92,12 +93,23 @@ class RestoreRun:
         if isinstance(queue, dict):
             queue = plan.queue(queue["source_vhost"], queue["source_queue"])
         self._check_same_target(plan)
-        with open_checkpoint_store(self.settings.checkpoint_state) as checkpoints:
+        with open_checkpoint_store(self.settings.checkpoint_state, self.storage) as checkpoints:
             result = restore_queue(self.connection, self.storage, self.settings, plan, queue, checkpoints)
             if self.settings.restore_consumer_offsets and not self.settings.dry_run and queue.queue_type == "stream":
                 cp = queue_checkpoint(plan, queue, self.settings)
                 result.consumer_offsets = restore_consumer_offsets(self.connection, checkpoints, cp, queue)
         return result
+
+    def published_sampler(self, plan: RestorePlan, queue: QueuePlan) -> Sample:
+        """The confirmed count of one queue's restore, read from where its checkpoints live (progress lines)."""
+        blank = queue_checkpoint(plan, queue, self.settings)
+
+        def sample() -> tuple[int, int | None] | None:
+            with open_checkpoint_store(self.settings.checkpoint_state, self.storage) as store:
+                cp = store.load(blank)
+            return (cp.published, None) if cp.stored else None
+
+        return sample
 
     def _check_same_target(self, plan: RestorePlan) -> None:
         """The plan inspected one cluster; publishing into another would skip its checks (and its checkpoints)."""

@@ -9,11 +9,9 @@ source vhosts and queues in the target.
 from __future__ import annotations
 
 import fnmatch
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -24,7 +22,8 @@ PUBLISH_MODES = ("queue", "exchange")
 ON_EXISTING_MESSAGES = ("refuse", "append")
 #: How definitions are imported: create only what the target lacks, or also overwrite what it has.
 DEFINITIONS_MODES = ("missing", "replace")
-DEFAULT_CHECKPOINT_STATE = str(Path(tempfile.gettempdir()) / "rbak-restore" / "checkpoints.db")
+#: Restore checkpoints live in the backup's storage unless ``checkpoint_state`` names another place.
+DEFAULT_CHECKPOINT_STATE = "backup"
 
 
 def parse_time(value: Any, name: str) -> int | None:
@@ -166,7 +165,8 @@ class RestoreSettings:
         if not isinstance(self.max_in_flight, int) or not 1 <= self.max_in_flight <= 65535:
             raise ConfigurationError("max_in_flight must be 1-65535 unconfirmed messages")
         if not self.checkpoint_state:
-            raise ConfigurationError("checkpoint_state must be a local file path for the SQLite checkpoint database")
+            raise ConfigurationError("checkpoint_state must be 'backup' (in the backup's storage), a storage URL, "
+                                     "or a local file path for a SQLite checkpoint database")
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> RestoreSettings:

@@ -41,7 +41,7 @@ SEGMENT_BYTES = 512 * 1024  # several segments per backup, so chains are many se
 IDS = ("c1", "c2", "c3")
 
 
-def _grow_and_back_up(broker, vhost: str, location: str, state: str, ids=IDS, **settings) -> list:
+def _grow_and_back_up(broker, vhost: str, location: str, ids=IDS, **settings) -> list:
     """Publish each growth step to stream ``events`` (and 50 messages to classic ``orders``), then back up."""
     declare(broker.connection, vhost, {"events": "stream", "orders": "classic"})
     publish(broker.connection, vhost, "orders", 0, 50, size=SIZE)
@@ -49,7 +49,7 @@ def _grow_and_back_up(broker, vhost: str, location: str, state: str, ids=IDS, **
     for backup_id, count in zip(ids, GROWTH):
         publish(broker.connection, vhost, "events", start, count, size=SIZE, decimal=False)
         start += count
-        manifests.append(backup(broker.connection, location, backup_id, vhost, state,
+        manifests.append(backup(broker.connection, location, backup_id, vhost,
                                 segment_max_bytes=SEGMENT_BYTES, **settings))
     return manifests
 
@@ -93,7 +93,7 @@ def _restore(broker, location: str, backup_id: str, source: str, target: str, tm
 @pytest.fixture
 def chain(broker, vhost, tmp_path):
     location = (tmp_path / "backups").as_uri()
-    manifests = _grow_and_back_up(broker, vhost, location, str(tmp_path / "state"))
+    manifests = _grow_and_back_up(broker, vhost, location)
     return location, manifests
 
 
@@ -153,7 +153,7 @@ def test_retention_keep_last_1_keeps_exactly_what_the_kept_backup_needs_and_it_s
     # Given the chain of three backups in loopback S3 (tests/dags/test_stream_chains.py runs keep_last 1 over a
     # folder; one location keeps this 20,000-message test to one run)
     location = s3_storage_url
-    _, _, third = _grow_and_back_up(broker, vhost, location, str(tmp_path / "state"))
+    _, _, third = _grow_and_back_up(broker, vhost, location)
     storage = open_storage(location)
 
     # When retention keep_last 1 runs after the third
@@ -187,7 +187,7 @@ def test_retention_keep_last_1_keeps_exactly_what_the_kept_backup_needs_and_it_s
 
     # When the stream grows again and a fourth backup continues the chain across the retired folders
     publish(broker.connection, vhost, "events", TOTAL, 1_000, size=SIZE, decimal=False)
-    fourth = backup(broker.connection, location, "c4", vhost, str(tmp_path / "state"), segment_max_bytes=SEGMENT_BYTES)
+    fourth = backup(broker.connection, location, "c4", vhost, segment_max_bytes=SEGMENT_BYTES)
     # Then it lists all 21,000 messages; retention then frees c3's own folder of all but its stream segments
     assert dependencies(fourth) == ("c1", "c2", "c3")
     _assert_whole_stream(_stream_records(storage, fourth), TOTAL + 1_000)
@@ -199,7 +199,7 @@ def test_retention_keep_last_1_keeps_exactly_what_the_kept_backup_needs_and_it_s
 def test_full_mode_makes_each_backup_a_whole_copy_that_retention_of_the_others_leaves_alone(broker, vhost, tmp_path):
     # Given three backups of the growing stream in full mode
     location = (tmp_path / "backups").as_uri()
-    manifests = _grow_and_back_up(broker, vhost, location, str(tmp_path / "state"), ids=("f1", "f2", "f3"),
+    manifests = _grow_and_back_up(broker, vhost, location, ids=("f1", "f2", "f3"),
                                   incremental_streams=False)
     storage = open_storage(location)
 

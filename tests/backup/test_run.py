@@ -89,8 +89,7 @@ def seeded(broker, vhost):
 
 
 def test_a_full_backup_keeps_every_message_byte_exact_and_leaves_the_queues_as_they_were(broker, vhost, seeded, location, tmp_path):
-    settings = BackupSettings("run-1", location, selector=QueueSelector(vhosts=(vhost,)), segment_max_bytes=64 * 1024,
-                              state_dir=str(tmp_path / "state"))
+    settings = BackupSettings("run-1", location, selector=QueueSelector(vhosts=(vhost,)), segment_max_bytes=64 * 1024)
 
     manifest = BackupRun(broker.connection, settings).run()
 
@@ -113,10 +112,10 @@ def test_a_second_backup_of_a_stream_captures_only_the_new_messages_and_lists_th
 ):
     location = (tmp_path / "b").as_uri()
     selector = QueueSelector(vhosts=(vhost,), include=("events",))
-    BackupRun(broker.connection, BackupSettings("s-1", location, selector=selector, state_dir=str(tmp_path))).run()
+    BackupRun(broker.connection, BackupSettings("s-1", location, selector=selector)).run()
     publish(broker, vhost, "events", 150, 40)
 
-    second = BackupRun(broker.connection, BackupSettings("s-2", location, selector=selector, state_dir=str(tmp_path))).run()
+    second = BackupRun(broker.connection, BackupSettings("s-2", location, selector=selector)).run()
 
     storage = open_storage(location)
     (queue,) = second.queues
@@ -133,14 +132,14 @@ def test_a_stream_recreated_under_the_same_name_is_backed_up_from_its_start(brok
     # Given a complete backup of a 150-message stream, which is then deleted and re-created with other messages
     location = (tmp_path / "b").as_uri()
     selector = QueueSelector(vhosts=(vhost,), include=("events",))
-    BackupRun(broker.connection, BackupSettings("r-1", location, selector=selector, state_dir=str(tmp_path))).run()
+    BackupRun(broker.connection, BackupSettings("r-1", location, selector=selector)).run()
     broker.api("DELETE", f"queues/{quote(vhost, safe='')}/events")
     with pika.BlockingConnection(broker.connection.pika_parameters(vhost)) as conn:
         conn.channel().queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
     publish(broker, vhost, "events", 1000, new_count)  # message numbers 1000.. : other bodies at the same offsets
 
     # When the next backup runs (shorter: fewer offsets than before; longer: the old last offset exists again)
-    second = BackupRun(broker.connection, BackupSettings("r-2", location, selector=selector, state_dir=str(tmp_path))).run()
+    second = BackupRun(broker.connection, BackupSettings("r-2", location, selector=selector)).run()
 
     # Then it holds every message of the new stream, from offset 0, not just those past the old last offset
     (queue,) = second.queues
@@ -152,7 +151,7 @@ def test_a_stream_recreated_under_the_same_name_is_backed_up_from_its_start(brok
     assert queue.extensions["chain_base"] is None and second.extensions["depends_on"] == []
 
     # and a third backup of the unchanged stream is incremental again: nothing new captured, r-2's chain listed
-    third = BackupRun(broker.connection, BackupSettings("r-3", location, selector=selector, state_dir=str(tmp_path))).run()
+    third = BackupRun(broker.connection, BackupSettings("r-3", location, selector=selector)).run()
     assert third.queues[0].message_count == new_count and third.extensions["depends_on"] == ["r-2"]
     assert not [s for s in third.queues[0].segments if s.key.startswith("r-3/")]
     assert third.queues[0].extensions["stream_offsets"]["last_fingerprint"] == queue.extensions["stream_offsets"]["last_fingerprint"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 import time
 
 import pika
@@ -82,15 +81,11 @@ def depth(connection: RabbitMQConnection, vhost: str, queue: str, expect: int | 
 
 def capture_queue(
     connection: RabbitMQConnection, storage: Storage, backup_id: str, vhost: str, queue: str,
-    db_path: str | None = None, **options: object,
+    **options: object,
 ) -> CaptureResult:
-    """One capture with a checkpoint database mirrored to ``storage``."""
+    """One capture, its checkpoints in ``storage`` (as every capture keeps them)."""
     with ManagementClient(connection) as mg:
         info = describe_queue(mg, vhost, queue)
         version = mg.version()
-    with tempfile.TemporaryDirectory(prefix="rbak-test-") as scratch:  # the database is mirrored to storage
-        checkpoints = CheckpointStore(db_path or f"{scratch}/offsets.db", storage, backup_id)
-        try:
-            return QueueCapture(connection, storage, checkpoints, CaptureOptions(backup_id, **options)).capture(info, version)
-        finally:
-            checkpoints.close()
+    checkpoints = CheckpointStore(storage, backup_id)
+    return QueueCapture(connection, storage, checkpoints, CaptureOptions(backup_id, **options)).capture(info, version)

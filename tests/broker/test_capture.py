@@ -202,7 +202,6 @@ def test_broker_stopped_mid_capture_then_rerun_completes_without_duplicates(brok
     declare(broker.connection, vhost, "crash", "classic")
     publish(broker.connection, vhost, "crash", count, size=512)
     storage = FaultyStorage(open_storage(f"file://{tmp_path / 'store'}"))
-    db = str(tmp_path / "offsets.db")
 
     # When the broker stops as the third chunk is being stored. The store waits for the stop; the capture waits
     # for that store before it hands over a fourth chunk (staging keeps one chunk in flight), and with a window of
@@ -219,7 +218,7 @@ def test_broker_stopped_mid_capture_then_rerun_completes_without_duplicates(brok
     try:
         # (the connection drops, or under load the broker stops delivering first and the capture gives up idle)
         with pytest.raises(CaptureInterruptedError, match="Re-run the same backup_id"):
-            capture_queue(broker.connection, storage, "b1", vhost, "crash", db_path=db, chunk_max_records=2000,
+            capture_queue(broker.connection, storage, "b1", vhost, "crash", chunk_max_records=2000,
                           window=2000)
     finally:
         storage.on_put = None
@@ -228,7 +227,7 @@ def test_broker_stopped_mid_capture_then_rerun_completes_without_duplicates(brok
     # Then no message was lost
     assert depth(broker.connection, vhost, "crash", count, wait=30) == count
     # And a re-run of the same backup completes with every message exactly once, in order, byte-exact
-    result = capture_queue(broker.connection, storage, "b1", vhost, "crash", db_path=db, chunk_max_records=2000)
+    result = capture_queue(broker.connection, storage, "b1", vhost, "crash", chunk_max_records=2000)
     assert 0 < result.resumed_from < count and result.messages == count and result.depth_after == count
     staged = [split_record(raw)[0] for raw in staged_json(storage, "b1", vhost, "crash")]
     assert len(staged) == count

@@ -1,9 +1,11 @@
-"""CheckpointStore: the bookkeeping a re-run resumes from, kept in SQLite and mirrored to storage."""
+"""CheckpointStore: the bookkeeping a re-run resumes from, one object per queue in the backup's storage."""
 
 from __future__ import annotations
 
-from airflow_rbak.broker.checkpoints import CheckpointStore, QueueProgress
-from airflow_rbak.codec.layout import state_key
+import sqlite3
+
+from airflow_rbak.broker.checkpoints import CheckpointStore, QueueProgress, accounted_chunk_keys, write_offsets_summary
+from airflow_rbak.codec.layout import checkpoint_key, state_key
 from airflow_rbak.storage import open_storage
 
 
@@ -12,8 +14,8 @@ def progress(**changes: object) -> QueueProgress:
     return QueueProgress(**{**base.__dict__, **changes})
 
 
-def test_a_saved_checkpoint_reads_back_field_for_field(tmp_path):
-    store = CheckpointStore(tmp_path / "offsets.db")
+def test_a_saved_checkpoint_reads_back_field_for_field():
+    store = CheckpointStore(open_storage("memory://"), "b1")
     saved = progress(staged_records=40, staged_bytes=4096, last_chunk=2, last_fingerprint="ab" * 16, completed=True,
                      stream_start_offset=5, stream_end_offset=99, stream_next_offset=45)
 
@@ -23,8 +25,8 @@ def test_a_saved_checkpoint_reads_back_field_for_field(tmp_path):
     assert store.get("b1", "/", "other") is None and store.get("b2", "/", "orders") is None
 
 
-def test_later_saves_replace_earlier_ones(tmp_path):
-    store = CheckpointStore(tmp_path / "offsets.db")
+def test_later_saves_replace_earlier_ones():
+    store = CheckpointStore(open_storage("memory://"), "b1")
     store.save(progress(staged_records=10, last_chunk=1))
 
     store.save(progress(staged_records=20, last_chunk=2))
@@ -33,42 +35,96 @@ def test_later_saves_replace_earlier_ones(tmp_path):
     assert len(store.all("b1")) == 1
 
 
-def test_a_rerun_on_another_machine_resumes_from_the_mirrored_database(tmp_path):
-    # Given a capture that checkpointed into storage and then lost its machine
+def test_a_rerun_on_another_worker_resumes_from_the_stored_checkpoint():
+    # Given a capture that checkpointed into storage and then lost its worker
     storage = open_storage("memory://")
-    first = CheckpointStore(tmp_path / "a" / "offsets.db", storage, "b1")
-    first.save(progress(staged_records=30, last_chunk=3, last_fingerprint="f" * 32))
-    first.close()
-    assert storage.exists(state_key("b1"))
+    CheckpointStore(storage, "b1").save(progress(staged_records=30, last_chunk=3, last_fingerprint="f" * 32))
 
-    # When the re-run opens a fresh local path for the same backup
-    second = CheckpointStore(tmp_path / "b" / "offsets.db", storage, "b1")
+    # When the re-run, in another process with nothing local, opens the same backup's checkpoints
+    second = CheckpointStore(storage, "b1")
 
     # Then it sees where the first run stopped
     assert second.get("b1", "/", "orders") == progress(staged_records=30, last_chunk=3, last_fingerprint="f" * 32)
 
 
-def test_a_new_backup_starts_empty_even_when_storage_holds_another(tmp_path):
+def test_concurrent_captures_of_two_queues_never_touch_each_others_checkpoint():
+    # Given two workers' stores of one backup, each capturing its own queue
     storage = open_storage("memory://")
-    CheckpointStore(tmp_path / "a.db", storage, "b1").save(progress())
+    worker_a, worker_b = CheckpointStore(storage, "b1"), CheckpointStore(storage, "b1")
 
-    assert CheckpointStore(tmp_path / "b.db", storage, "b2").all("b2") == []
+    # When they save in interleaved order
+    worker_a.save(progress(queue="a", last_chunk=1))
+    worker_b.save(progress(queue="b", last_chunk=1))
+    worker_a.save(progress(queue="a", last_chunk=2))
+
+    # Then each queue has its own object, and the last write of one never replaces the other
+    assert storage.exists(checkpoint_key("b1", "/", "a")) and storage.exists(checkpoint_key("b1", "/", "b"))
+    assert [(p.queue, p.last_chunk) for p in CheckpointStore(storage, "b1").all("b1")] == [("a", 2), ("b", 1)]
 
 
-def test_all_lists_every_queue_of_one_backup_sorted(tmp_path):
-    store = CheckpointStore(tmp_path / "offsets.db")
+def test_a_first_checkpoint_kept_in_process_is_not_stored():
+    storage = open_storage("memory://")
+    store = CheckpointStore(storage, "b1")
+
+    store.save(progress(), sync=False)
+
+    assert store.get("b1", "/", "orders") == progress()
+    assert CheckpointStore(storage, "b1").get("b1", "/", "orders") is None
+
+
+def test_a_new_backup_starts_empty_even_when_storage_holds_another():
+    storage = open_storage("memory://")
+    CheckpointStore(storage, "b1").save(progress())
+
+    assert CheckpointStore(storage, "b2").all("b2") == []
+
+
+def test_all_lists_every_queue_of_one_backup_sorted():
+    storage = open_storage("memory://")
+    store = CheckpointStore(storage, "b1")
     for vhost, queue in [("v2", "a"), ("/", "z"), ("/", "b")]:
         store.save(progress(vhost=vhost, queue=queue))
     store.save(progress(backup_id="other"))
 
-    assert [(p.vhost, p.queue) for p in store.all("b1")] == [("/", "b"), ("/", "z"), ("v2", "a")]
+    assert [(p.vhost, p.queue) for p in CheckpointStore(storage, "b1").all("b1")] == [("/", "b"), ("/", "z"), ("v2", "a")]
 
 
-def test_stream_consumer_offsets_are_replaced_as_a_set(tmp_path):
-    store = CheckpointStore(tmp_path / "offsets.db")
+def test_stream_consumer_offsets_are_replaced_as_a_set_and_stored_with_the_checkpoint():
+    storage = open_storage("memory://")
+    store = CheckpointStore(storage, "b1")
+    store.save(progress(queue="events", queue_type="stream"))
     store.save_consumer_offsets("b1", "/", "events", {"billing": 10, "audit": 3})
 
     store.save_consumer_offsets("b1", "/", "events", {"billing": 12})
 
-    assert store.consumer_offsets("b1", "/", "events") == {"billing": 12}
+    assert CheckpointStore(storage, "b1").consumer_offsets("b1", "/", "events") == {"billing": 12}
     assert store.consumer_offsets("b1", "/", "other") == {}
+
+
+def test_encode_takes_only_the_chunks_the_checkpoint_accounts_for():
+    # Given a checkpoint at chunk 2, and chunks 3 and 4 a killed attempt stored before its checkpoint
+    storage = open_storage("memory://")
+    CheckpointStore(storage, "b1").save(progress(last_chunk=2))
+    keys = [f"b1/staging/_default/orders/chunk-{n:08d}.zst" for n in (4, 1, 3, 2)]
+
+    # Then only chunks 1 and 2 are encoded, in capture order; a queue without a checkpoint has none
+    assert accounted_chunk_keys(storage, "b1", "_default", "orders", keys) == keys[1:2] + keys[3:]
+    assert accounted_chunk_keys(storage, "b1", "_default", "other", keys) == []
+
+
+def test_the_offsets_summary_is_seed_001s_sqlite_layout_for_foreign_readers(tmp_path):
+    storage = open_storage("memory://")
+    store = CheckpointStore(storage, "b1")
+    store.save(progress(staged_records=100, last_chunk=3, completed=True))
+    store.save(progress(queue="events", queue_type="stream", stream_end_offset=9))
+    store.save_consumer_offsets("b1", "/", "events", {"billing": 4})
+
+    write_offsets_summary(storage, "b1")
+
+    (tmp_path / "offsets.db").write_bytes(storage.get(state_key("b1")))
+    with sqlite3.connect(tmp_path / "offsets.db") as db:
+        rows = db.execute("SELECT queue, last_chunk, staged_records, completed, stream_end_offset FROM queue_progress "
+                          "WHERE backup_id='b1' ORDER BY queue").fetchall()
+        consumers = db.execute("SELECT stream, reference, stored_offset FROM stream_consumer_offsets").fetchall()
+    assert rows == [("events", 0, 0, 0, 9), ("orders", 3, 100, 1, None)]
+    assert consumers == [("events", "billing", 4)]

@@ -144,11 +144,8 @@ def test_a_delivery_limit_policy_added_after_discovery_leaves_the_queue_out_unto
                json={"pattern": "^late$", "definition": {"delivery-limit": 5}, "apply-to": "queues"})
     _wait_for_policy(broker, vhost, "late")
     storage = open_storage("memory://")
-    checkpoints = CheckpointStore(tmp_path / "offsets.db", storage, "b1")
-    try:
-        result = QueueCapture(broker.connection, storage, checkpoints, CaptureOptions("b1")).capture(seen_at_discovery, version)
-    finally:
-        checkpoints.close()
+    checkpoints = CheckpointStore(storage, "b1")
+    result = QueueCapture(broker.connection, storage, checkpoints, CaptureOptions("b1")).capture(seen_at_discovery, version)
 
     # Then the capture read the policy itself and left the queue out before receiving a message
     assert result.method == "left out" and "delivery limit of 5" in result.left_out
@@ -175,20 +172,19 @@ def test_a_quorum_queue_reporting_depth_zero_while_it_holds_messages_is_never_ba
     leader = f"element(1, amqqueue:get_pid(element(2, rabbit_amqqueue:lookup(rabbit_misc:r(<<\"{vhost}\">>, queue, <<\"q0\">>)))))"
     broker.eval(f"sys:suspend(whereis({leader})).")
     storage = open_storage(f"file://{tmp_path / 'store'}")
-    db = str(tmp_path / "offsets.db")
     try:
         assert depth(broker.connection, vhost, "q0") == 0  # the misreport this test is about
 
         # When it is captured: the capture must give up rather than complete with fewer messages than the queue holds
         with pytest.raises(CaptureInterruptedError):
-            capture_queue(broker.connection, storage, "b1", vhost, "q0", db_path=db, idle_timeout=1.0,
+            capture_queue(broker.connection, storage, "b1", vhost, "q0", idle_timeout=1.0,
                           inconclusive_checks=2)
     finally:
         broker.eval(f"sys:resume(whereis({leader})).")
 
     # Then nothing was lost, and a re-run once the leader answers again completes with every message, in order
     assert depth(broker.connection, vhost, "q0", count, wait=60) == count
-    result = capture_queue(broker.connection, storage, "b1", vhost, "q0", db_path=db)
+    result = capture_queue(broker.connection, storage, "b1", vhost, "q0")
     assert (result.messages, result.depth_after) == (count, count)
     assert [sequence_of(raw) for raw in staged_json(storage, "b1", vhost, "q0")] == list(range(count))
 
@@ -224,7 +220,6 @@ def test_a_capture_that_outlives_the_consumer_timeout_fails_clearly_and_loses_no
     declare(broker.connection, vhost, "slow", "classic")
     publish(broker.connection, vhost, "slow", count, size=64)
     storage = FaultyStorage(open_storage(f"file://{tmp_path / 'store'}"))
-    db = str(tmp_path / "offsets.db")
 
     # And storage that stalls the first chunk: for 2.5 s when the capture knows the timeout (it must stop itself),
     # until the broker has closed the capture's channel and taken its messages back when it does not
@@ -240,18 +235,14 @@ def test_a_capture_that_outlives_the_consumer_timeout_fails_clearly_and_loses_no
 
     # When it is captured: a clear error naming the consumer timeout
     with pytest.raises(ConsumerTimeoutError, match="consumer_timeout"):
-        capture_queue(broker.connection, storage, "b1", vhost, "slow", db_path=db, chunk_max_records=1000, **options)
+        capture_queue(broker.connection, storage, "b1", vhost, "slow", chunk_max_records=1000, **options)
 
     # Then no message was lost or reordered, and nothing is marked complete
     short_consumer_timeout.restore()  # for the reading back
     assert depth(broker.connection, vhost, "slow", count, wait=30) == count
     assert [n for n, _ in read_back(broker.connection, vhost, "slow")] == list(range(count))
-    checkpoints = CheckpointStore(db, storage, "b1")
-    try:
-        progress = checkpoints.get("b1", vhost, "slow")
-        assert progress is None or not progress.completed
-    finally:
-        checkpoints.close()
+    progress = CheckpointStore(storage, "b1").get("b1", vhost, "slow")
+    assert progress is None or not progress.completed
 
 
 def _wait_for_consumers(broker, vhost: str, queue: str, expected: int, wait: float = 60.0) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 
 import pytest
 
@@ -24,12 +23,8 @@ SIZE = 512
 def capture_stream(broker, storage, backup_id: str, vhost: str, stream: str, **kwargs: object) -> CaptureResult:
     with ManagementClient(broker.connection) as mg:
         info = describe_queue(mg, vhost, stream)
-        with tempfile.TemporaryDirectory(prefix="rbak-test-") as scratch:  # the database is mirrored to storage
-            checkpoints = CheckpointStore(f"{scratch}/offsets.db", storage, backup_id)
-            try:
-                return StreamCapture(broker.connection, storage, checkpoints, CaptureOptions(backup_id)).capture(info, management=mg, **kwargs)
-            finally:
-                checkpoints.close()
+        checkpoints = CheckpointStore(storage, backup_id)
+        return StreamCapture(broker.connection, storage, checkpoints, CaptureOptions(backup_id)).capture(info, management=mg, **kwargs)
 
 
 def assert_staged_messages_exact(storage, backup_id: str, vhost: str, stream: str, messages: range, offsets: range) -> None:

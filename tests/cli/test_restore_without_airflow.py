@@ -62,7 +62,7 @@ def test_rbak_backs_up_and_restores_into_another_vhost_byte_exact_without_airflo
         # When `rbak backup` and then `rbak restore` run, with no Airflow anywhere
         backed_up, backup_modules = rbak_without_airflow(
             ["backup", "--path", location, "--backup-id", "dr-1", "--broker-file", str(secret_file), "--format", "json",
-             "--conf", json.dumps({"vhosts": [vhost], "state_dir": str(tmp_path / "state")})], home)
+             "--conf", json.dumps({"vhosts": [vhost]})], home)
         # (the messages carry user_id guest, which RabbitMQ refuses from another user: strip_user_id)
         conf = {"vhosts": [vhost], "restore_definitions": True, "checkpoint_state": str(tmp_path / "restore.db"),
                 "strip_user_id": True}

@@ -24,7 +24,7 @@ def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, v
     for name, (_, count) in QUEUES.items():
         publish(broker.connection, vhost, name, 0, count)
     location = (tmp_path / "b").as_uri()
-    backup(broker.connection, location, "dag-r1", vhost, str(tmp_path / "state"))
+    backup(broker.connection, location, "dag-r1", vhost)
     target = f"{vhost}-restored"
     c = broker.connection
     env = airflow_env(airflow_home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(
@@ -78,7 +78,7 @@ def test_the_restore_dag_with_only_a_location_and_a_backup_id_refuses_to_add_to_
     declare(broker.connection, vhost, {"orders": "classic"})
     publish(broker.connection, vhost, "orders", 0, 5)
     location = (tmp_path / "b").as_uri()
-    backup(broker.connection, location, "dag-safe-1", vhost, str(tmp_path / "state"))
+    backup(broker.connection, location, "dag-safe-1", vhost)
     env = airflow_env(airflow_home)
 
     # When rbak_restore runs with nothing but storage_url and backup_id

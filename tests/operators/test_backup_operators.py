@@ -6,6 +6,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_rbak.backup.run import BackupRun, BackupSettings
+from airflow_rbak.broker.checkpoints import QueueProgress
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.errors import BrokerUnreachableError
 from airflow_rbak.exceptions import ConfigurationError
@@ -26,13 +27,15 @@ def test_a_bad_setting_fails_without_retry_and_a_broker_fault_says_a_rerun_resum
 
 
 def test_the_same_backup_id_in_two_locations_keeps_separate_checkpoints(tmp_path):
-    def state_dir(url: str) -> str:
-        return str(BackupRun(RabbitMQConnection(), BackupSettings("b", url, state_dir=str(tmp_path))).checkpoint_path())
+    def checkpoints(url: str):
+        return BackupRun(RabbitMQConnection(), BackupSettings("b", url)).checkpoints()
 
-    first, second = state_dir((tmp_path / "a").as_uri()), state_dir((tmp_path / "b").as_uri())
+    writer = BackupRun(RabbitMQConnection(), BackupSettings("b", (tmp_path / "a").as_uri()))
+    writer.lock.acquire()  # every write of a backup's task is made under its lock
+    writer.checkpoints().save(QueueProgress("b", "/", "q", "classic", target_count=5, last_chunk=1))
 
-    assert first != second and first.startswith(str(tmp_path))
-    assert state_dir((tmp_path / "a").as_uri()) == first
+    assert checkpoints((tmp_path / "a").as_uri()).get("b", "/", "q").last_chunk == 1
+    assert checkpoints((tmp_path / "b").as_uri()).get("b", "/", "q") is None
 
 
 def test_the_selector_comes_from_the_templated_lists():

@@ -1,7 +1,7 @@
 """Capture one queue in a process of its own and report its peak RSS, so a test can bound the client's memory.
 
-Usage: python -m tests.reliability.capture_worker '<json>' with amqp_url, vhost, queue, storage_url, backup_id,
-db_path and optional CaptureOptions fields under "options". Prints one JSON line: the CaptureResult fields,
+Usage: python -m tests.reliability.capture_worker '<json>' with amqp_url, vhost, queue, storage_url, backup_id
+and optional CaptureOptions fields under "options". Prints one JSON line: the CaptureResult fields,
 ``rss_before`` (bytes resident once everything is imported, just before the capture) and ``peak_rss`` (the
 high-water mark of this program's resident set, ``VmHWM``). Not ``ru_maxrss``: Linux carries that across
 ``execve``, so it reports the parent's size at the fork whenever the parent (pytest) is the larger.
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     rss_before = memory_status("VmRSS")
     try:
         result = capture_queue(connection, storage, args["backup_id"], args["vhost"], args["queue"],
-                               db_path=args["db_path"], **args.get("options", {}))
+                               **args.get("options", {}))
     except RbakError as exc:
         print(orjson.dumps({"error": type(exc).__name__, "message": str(exc)}).decode())
         return 1

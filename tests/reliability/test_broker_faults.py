@@ -46,7 +46,7 @@ def test_connections_closed_mid_capture_then_a_rerun_backs_up_every_message_once
     declare(broker.connection, vhost, {"orders": queue_type})
     publish(broker.connection, vhost, "orders", 0, COUNT, SIZE)
     storage = faults.TriggerStorage(open_storage((tmp_path / "b").as_uri()))
-    settings = BackupSettings("close-1", storage.url, selector=QueueSelector(vhosts=(vhost,)), state_dir=str(tmp_path / "state"))
+    settings = BackupSettings("close-1", storage.url, selector=QueueSelector(vhosts=(vhost,)))
 
     # When the broker closes every connection once the first chunk is staged (the rest are delivered, unacked)
     storage.arm(lambda op, key: op == "put" and key.endswith("chunk-00000001.zst"), lambda: faults.close_all_connections(vhost))
@@ -77,7 +77,7 @@ def test_a_queue_consumed_between_interrupted_run_and_rerun_is_refused_and_left_
     declare(broker.connection, vhost, {"orders": "quorum"})
     publish(broker.connection, vhost, "orders", 0, COUNT, SIZE)
     storage = faults.TriggerStorage(open_storage((tmp_path / "b").as_uri()))
-    settings = BackupSettings("changed-1", storage.url, selector=QueueSelector(vhosts=(vhost,)), state_dir=str(tmp_path / "state"))
+    settings = BackupSettings("changed-1", storage.url, selector=QueueSelector(vhosts=(vhost,)))
     storage.arm(lambda op, key: op == "put" and key.endswith("chunk-00000001.zst"), lambda: faults.close_all_connections(vhost))
     with pytest.raises(CaptureInterruptedError):
         BackupRun(broker.connection, settings, storage).run()
@@ -123,7 +123,7 @@ def test_broker_fault_mid_restore_then_a_rerun_publishes_every_message_once(brok
     declare(broker.connection, vhost, {"orders": queue_type})
     publish(broker.connection, vhost, "orders", 0, RESTORE_COUNT, persistent=True)
     location = (tmp_path / "b").as_uri()
-    manifest = backup(broker.connection, location, "r-1", vhost, str(tmp_path / "state"), segment_max_bytes=64 * 1024)
+    manifest = backup(broker.connection, location, "r-1", vhost, segment_max_bytes=64 * 1024)
     segments = manifest.queue(vhost, "orders").segments
     assert len(segments) >= 40
     storage = faults.TriggerStorage(open_storage(location))
@@ -159,7 +159,7 @@ def test_broker_restart_mid_definitions_import_then_a_rerun_imports_everything(b
     publish(broker.connection, vhost, "q0000", 0, 500, persistent=True)
     location = (tmp_path / "b").as_uri()
     selector = QueueSelector(vhosts=(vhost,), include=("q0000",))
-    BackupRun(broker.connection, BackupSettings("d-1", location, selector=selector, state_dir=str(tmp_path / "state"))).run()
+    BackupRun(broker.connection, BackupSettings("d-1", location, selector=selector)).run()
     target = f"{vhost}-restored"
     settings = RestoreSettings(location, backup_id="d-1", vhosts=[vhost], vhost_map={vhost: target}, restore_definitions=True,
                                checkpoint_state=str(tmp_path / "restore.db"))

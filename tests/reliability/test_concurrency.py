@@ -28,12 +28,12 @@ def test_a_backup_and_a_restore_into_another_vhost_at_once_are_both_exact(broker
     publish(broker.connection, vhost, "orders", 0, COUNT)
     location = (tmp_path / "b").as_uri()
     selector = QueueSelector(vhosts=(vhost,))
-    BackupRun(broker.connection, BackupSettings("before", location, selector=selector, state_dir=str(tmp_path / "s1"))).run()
+    BackupRun(broker.connection, BackupSettings("before", location, selector=selector)).run()
     restore_storage = TriggerStorage(open_storage(location))
     restore = RestoreRun(broker.connection, RestoreSettings(
         location, backup_id="before", vhosts=[vhost], vhost_map={vhost: target_vhost}, restore_definitions=True,
         checkpoint_state=str(tmp_path / "restore.db"), max_publish_rate=1000), restore_storage)
-    during = BackupRun(broker.connection, BackupSettings("during", location, selector=selector, state_dir=str(tmp_path / "s2")))
+    during = BackupRun(broker.connection, BackupSettings("during", location, selector=selector))
     times: dict[str, float] = {}
     outcome: dict[str, object] = {}
 

@@ -83,14 +83,13 @@ def test_a_second_backup_run_of_the_same_id_is_refused_while_the_first_captures(
     paused, resume = threading.Event(), threading.Event()
     first_storage = FaultyStorage(open_storage(location))
     first_storage.on_put = lambda key: (paused.set(), resume.wait(60)) if "/staging/" in key else None
-    settings = BackupSettings("same-1", location, selector=QueueSelector(vhosts=(vhost,)), state_dir=str(tmp_path / "s1"))
+    settings = BackupSettings("same-1", location, selector=QueueSelector(vhosts=(vhost,)))
     first = ThreadPoolExecutor(1).submit(BackupRun(broker.connection, settings, first_storage).run)
     assert paused.wait(60)
 
     # When a second run of the same backup id starts
     second_storage = FaultyStorage(open_storage(location))
-    second = BackupRun(broker.connection, BackupSettings("same-1", location, selector=QueueSelector(vhosts=(vhost,)),
-                                                         state_dir=str(tmp_path / "s2")), second_storage)
+    second = BackupRun(broker.connection, BackupSettings("same-1", location, selector=QueueSelector(vhosts=(vhost,))), second_storage)
     with pytest.raises(BackupLockedError) as refused:
         second.run()
     resume.set()

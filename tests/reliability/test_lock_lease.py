@@ -70,8 +70,7 @@ def test_a_run_that_loses_its_lock_mid_capture_stops_writing_and_the_backup_is_t
     first_storage, second_storage = Witness(plain, "first", landed), Witness(plain, "second", landed)
 
     def settings(state: str, **more) -> BackupSettings:
-        return BackupSettings("lease-1", plain.url, selector=QueueSelector(vhosts=(vhost,)),
-                              state_dir=str(tmp_path / state), **more)
+        return BackupSettings("lease-1", plain.url, selector=QueueSelector(vhosts=(vhost,)), **more)
 
     first = BackupRun(broker.connection, settings("state-1"), first_storage)
     second = BackupRun(broker.connection, settings("state-2", break_lock=True), second_storage)

@@ -102,8 +102,7 @@ def test_hostile_names_are_backed_up_and_restored_under_the_same_names(broker, h
 
     # When they are backed up, their vhosts dropped, and the backup restored with its definitions
     selector = QueueSelector(vhosts=tuple(hostile))
-    manifest = BackupRun(broker.connection, BackupSettings("names-1", location, selector=selector,
-                                                           state_dir=str(tmp_path / "state"))).run()
+    manifest = BackupRun(broker.connection, BackupSettings("names-1", location, selector=selector)).run()
     for vhost in hostile:
         drop_vhost(broker, vhost)
     settings = RestoreSettings(location, backup_id="names-1", restore_definitions=True,

@@ -88,7 +88,6 @@ def capture_in_child(broker, vhost: str, queue: str, tmp_path: Path) -> dict:  #
     args = {
         "amqp_url": f"amqp://{c.username}:{c.password}@{c.host}:{c.amqp_port}/?management_port={c.management_port}",
         "vhost": vhost, "queue": queue, "storage_url": (tmp_path / "store").as_uri(), "backup_id": "bound",
-        "db_path": str(tmp_path / "offsets.db"),
     }
     done = subprocess.run([sys.executable, "-m", "tests.reliability.capture_worker", orjson.dumps(args).decode()], cwd=REPO,
                           capture_output=True, text=True, timeout=600)

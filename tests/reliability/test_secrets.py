@@ -52,8 +52,7 @@ def test_a_backup_and_restore_logged_at_debug_leak_no_password_or_hash(broker, v
 
     # When it backs up (definitions included) and restores into another queue
     connection = as_user(broker, secret_user)
-    BackupRun(connection, BackupSettings("s-1", location, selector=QueueSelector(vhosts=(vhost,)),
-                                         state_dir=str(tmp_path / "state"))).run()
+    BackupRun(connection, BackupSettings("s-1", location, selector=QueueSelector(vhosts=(vhost,)))).run()
     report = RestoreRun(connection, RestoreSettings(location, backup_id="s-1", queue_map={"orders": "restored"},
                                                     strip_user_id=True, restore_definitions=True,
                                                     checkpoint_state=str(tmp_path / "r.db"))).run()
@@ -78,8 +77,8 @@ def test_failures_name_the_user_and_never_the_password(broker, vhost, secret_use
     location = (tmp_path / "b").as_uri()
     attempts = {
         "management login": lambda: ManagementClient(wrong).version(),
-        "backup, wrong password": lambda: BackupRun(wrong, BackupSettings("f-1", location, state_dir=str(tmp_path))).run(),
-        "backup, closed ports": lambda: BackupRun(closed, BackupSettings("f-2", location, state_dir=str(tmp_path))).run(),
+        "backup, wrong password": lambda: BackupRun(wrong, BackupSettings("f-1", location)).run(),
+        "backup, closed ports": lambda: BackupRun(closed, BackupSettings("f-2", location)).run(),
         "restore, wrong password": lambda: RestoreRun(wrong, RestoreSettings(location, backup_id="s-9")).publish(
             *_one_queue_plan(broker, vhost, tmp_path)),
         "connection URL": lambda: RabbitMQConnection.from_url(f"amqp://{secret_user.name}:{quote(wrong.password)}@h:bad/"),
@@ -106,8 +105,7 @@ def _one_queue_plan(broker, vhost: str, tmp_path):
     declare(broker.connection, vhost, {"q": "classic"})
     publish(broker.connection, vhost, "q", 0, 3)
     location = (tmp_path / "b").as_uri()
-    BackupRun(broker.connection, BackupSettings("s-9", location, selector=QueueSelector(vhosts=(vhost,)),
-                                                state_dir=str(tmp_path / "state"), include_definitions=False)).run()
+    BackupRun(broker.connection, BackupSettings("s-9", location, selector=QueueSelector(vhosts=(vhost,)), include_definitions=False)).run()
     plan = RestoreRun(broker.connection, RestoreSettings(location, backup_id="s-9")).plan()
     return plan, plan.queues[0]
 
@@ -118,8 +116,7 @@ def test_include_users_false_keeps_users_and_password_hashes_out_of_the_backup(b
     location = (tmp_path / "b").as_uri()
 
     # When a backup leaves users out of its definitions
-    manifest = BackupRun(broker.connection, BackupSettings("nu-1", location, selector=QueueSelector(vhosts=(vhost,)),
-                                                           state_dir=str(tmp_path / "state"), include_users=False)).run()
+    manifest = BackupRun(broker.connection, BackupSettings("nu-1", location, selector=QueueSelector(vhosts=(vhost,)), include_users=False)).run()
 
     # Then the definitions hold the vhosts and queues but no user, permission or hash, and the manifest says so
     storage = open_storage(location)

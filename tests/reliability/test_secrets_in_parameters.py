@@ -59,7 +59,7 @@ def test_include_users_false_keeps_federation_and_shovel_credentials_out_of_back
     try:
         # When a backup leaves users out, and a restore with definitions saves a rollback snapshot
         manifest = BackupRun(broker.connection, BackupSettings(
-            "fed-1", location, selector=QueueSelector(vhosts=(vhost,)), state_dir=str(tmp_path / "state"),
+            "fed-1", location, selector=QueueSelector(vhosts=(vhost,)),
             include_users=False)).run()
         report = RestoreRun(broker.connection, RestoreSettings(
             location, backup_id="fed-1", queue_map={"orders": "restored", "shovelled": "restored-2"},

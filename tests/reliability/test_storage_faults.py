@@ -36,8 +36,7 @@ def retrying(inner: Storage, retries: int) -> RetryingStorage:
 
 
 def settings(location: str, vhost: str, tmp_path, backup_id: str = "faults-1", **kwargs) -> BackupSettings:
-    return BackupSettings(backup_id, location, selector=QueueSelector(vhosts=(vhost,)), segment_max_bytes=SEGMENT_BYTES,
-                          state_dir=str(tmp_path / "state"), lock_owner="fault drill", **kwargs)
+    return BackupSettings(backup_id, location, selector=QueueSelector(vhosts=(vhost,)), segment_max_bytes=SEGMENT_BYTES, lock_owner="fault drill", **kwargs)
 
 
 @pytest.fixture

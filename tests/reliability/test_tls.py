@@ -100,8 +100,7 @@ def test_capture_definitions_restore_and_stream_protocol_all_run_over_tls(tls_br
     location = (tmp_path / "b").as_uri()
 
     # When it backs up (capture and definitions export) and restores with definitions into new queues
-    manifest = BackupRun(connection, BackupSettings("tls-1", location, selector=QueueSelector(vhosts=(tls_vhost,)),
-                                                    state_dir=str(tmp_path / "state"))).run()
+    manifest = BackupRun(connection, BackupSettings("tls-1", location, selector=QueueSelector(vhosts=(tls_vhost,)))).run()
     report = RestoreRun(connection, RestoreSettings(
         location, backup_id="tls-1", queue_map={"orders": "orders-back", "events": "events-back"},
         restore_definitions=True, checkpoint_state=str(tmp_path / "r.db"))).run()

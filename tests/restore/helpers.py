@@ -86,9 +86,9 @@ def publish(connection: RabbitMQConnection, vhost: str, queue: str, start: int, 
         assert len(acked) == count, f"only {len(acked)} of {count} publishes confirmed"
 
 
-def backup(connection: RabbitMQConnection, location: str, backup_id: str, vhost: str, state_dir: str, **kwargs: Any) -> BackupManifest:
+def backup(connection: RabbitMQConnection, location: str, backup_id: str, vhost: str, **kwargs: Any) -> BackupManifest:
     """A backup made the way rbak_backup makes it: the BackupRun steps."""
-    settings = BackupSettings(backup_id, location, selector=QueueSelector(vhosts=(vhost,)), state_dir=state_dir, **kwargs)
+    settings = BackupSettings(backup_id, location, selector=QueueSelector(vhosts=(vhost,)), **kwargs)
     return BackupRun(connection, settings).run()
 
 

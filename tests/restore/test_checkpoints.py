@@ -1,4 +1,5 @@
-"""The checkpoint database and the resume arithmetic after a crash (no broker)."""
+"""Every restore checkpoint store (SQLite file, the backup's storage, a named storage URL) and the resume arithmetic
+after a crash (no broker)."""
 
 from __future__ import annotations
 
@@ -6,21 +7,30 @@ import pytest
 
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.restore import TargetChangedError
-from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpoints, Unroutable
+from airflow_rbak.restore.checkpoints import QueueCheckpoint, Unroutable, open_checkpoint_store
 from airflow_rbak.restore.publisher import reconcile
 from airflow_rbak.restore.records import Positioned
+from airflow_rbak.storage import open_storage
 
 BLANK = QueueCheckpoint("b-1", "/", "orders", "dr", "orders", "None..None", target_cluster="cluster-a", location="file:///b")
 
 
-def test_progress_survives_reopening_and_a_different_window_is_refused(tmp_path):
-    with RestoreCheckpoints(tmp_path / "cp.db") as db:
+@pytest.fixture(params=["sqlite", "backup", "url"])
+def opener(request, tmp_path):
+    """Open the store ``checkpoint_state`` names: each call is a fresh process's view (nothing cached)."""
+    backup_storage = open_storage((tmp_path / "backup").as_uri())
+    state = {"sqlite": str(tmp_path / "cp.db"), "backup": "backup", "url": (tmp_path / "shared").as_uri()}[request.param]
+    return lambda: open_checkpoint_store(state, backup_storage)
+
+
+def test_progress_survives_reopening_and_a_different_window_is_refused(opener):
+    with opener() as db:
         assert db.load(BLANK) == BLANK
         db.save(QueueCheckpoint(**{**BLANK.__dict__, "next_ordinal": 40, "published": 35, "depth_base": 35}))
         db.add_unroutable(BLANK, Unroutable(7, "k/segment-0001.zst", 7, "x", "rk", "312 NO_ROUTE"))
         db.add_stream_offsets(BLANK, [(10, 100), (12, 101), (20, 102)])
 
-    with RestoreCheckpoints(tmp_path / "cp.db") as db:
+    with opener() as db:
         loaded = db.load(BLANK)
         assert (loaded.next_ordinal, loaded.published, loaded.depth_base) == (40, 35, 35)
         assert [u.ordinal for u in db.unroutable(BLANK)] == [7]
@@ -29,9 +39,9 @@ def test_progress_survives_reopening_and_a_different_window_is_refused(tmp_path)
             db.load(QueueCheckpoint(**{**BLANK.__dict__, "window": "1..2"}))
 
 
-def test_another_target_cluster_or_location_never_reuses_a_checkpoint(tmp_path):
-    # Given one checkpoint file holding a finished restore of b-1 into cluster-a, from file:///b
-    with RestoreCheckpoints(tmp_path / "cp.db") as db:
+def test_another_target_cluster_or_location_never_reuses_a_checkpoint(opener):
+    # Given one checkpoint store holding a finished restore of b-1 into cluster-a, from file:///b
+    with opener() as db:
         db.save(QueueCheckpoint(**{**BLANK.__dict__, "next_ordinal": 10, "published": 10, "depth_base": 10, "completed": True}))
         db.add_unroutable(BLANK, Unroutable(3, "k", 3, "x", "rk", "312 NO_ROUTE"))
         db.add_stream_offsets(BLANK, [(1, 1)])

@@ -54,7 +54,7 @@ def test_a_killed_publish_resumes_without_duplicates_or_gaps(broker, vhost, tmp_
     declare(broker.connection, vhost, {"orders": queue_type})
     publish(broker.connection, vhost, "orders", 0, COUNT, decimal=queue_type != "stream")
     location = (tmp_path / "b").as_uri()
-    backup(broker.connection, location, "crash-1", vhost, str(tmp_path / "state"), segment_max_bytes=64 * 1024)
+    backup(broker.connection, location, "crash-1", vhost, segment_max_bytes=64 * 1024)
     db = tmp_path / "restore.db"
     fields = {"storage_url": location, "backup_id": "crash-1", "queue_map": {"orders": "restored"},
               "checkpoint_state": str(db), "max_in_flight": 300}
@@ -80,7 +80,7 @@ def test_records_confirmed_after_the_last_commit_are_not_published_again(broker,
     declare(broker.connection, vhost, {"orders": "quorum"})
     publish(broker.connection, vhost, "orders", 0, 200)
     location = (tmp_path / "b").as_uri()
-    backup(broker.connection, location, "lost-1", vhost, str(tmp_path / "state"))
+    backup(broker.connection, location, "lost-1", vhost)
     db = tmp_path / "restore.db"
     settings = RestoreSettings(location, backup_id="lost-1", queue_map={"orders": "restored"}, checkpoint_state=str(db))
     RestoreRun(broker.connection, settings).run()

@@ -45,7 +45,7 @@ def _vhost_part(doc: dict, vhost: str) -> dict:
 def source(broker, vhost, tmp_path):
     _topology(broker, vhost)
     location = (tmp_path / "b").as_uri()
-    backup(broker.connection, location, "def-1", vhost, str(tmp_path / "state"))
+    backup(broker.connection, location, "def-1", vhost)
     return location
 
 

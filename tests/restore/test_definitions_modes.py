@@ -50,7 +50,7 @@ def backed_up(broker, vhost, tmp_path):
     _policy(broker, vhost, 1000)
     publish(broker.connection, vhost, "orders", 0, 20)
     location = (tmp_path / "b").as_uri()
-    backup(broker.connection, location, "pol-1", vhost, str(tmp_path / "state"))
+    backup(broker.connection, location, "pol-1", vhost)
     return location
 
 

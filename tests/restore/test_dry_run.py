@@ -18,7 +18,7 @@ def test_a_dry_run_reports_the_counts_the_real_run_publishes(broker, vhost, targ
     for name, (queue_type, count) in QUEUES.items():
         publish(broker.connection, vhost, name, 0, count, decimal=queue_type != "stream")
     location = (tmp_path / "b").as_uri()
-    manifest = backup(broker.connection, location, "dry-1", vhost, str(tmp_path / "state"))
+    manifest = backup(broker.connection, location, "dry-1", vhost)
     common = {"storage_url": location, "backup_id": "latest", "vhosts": [vhost], "queues": ["orders", "pay*", "events"],
               "vhost_map": {vhost: target_vhost}, "restore_definitions": True, "checkpoint_state": str(tmp_path / "r.db"),
               "time_window_start": manifest.created_at}

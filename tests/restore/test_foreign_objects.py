@@ -22,10 +22,10 @@ def test_a_manifest_naming_another_backups_object_is_refused(broker, vhost, targ
     declare(broker.connection, vhost, {"orders": "classic"})
     publish(broker.connection, vhost, "orders", 0, 5)
     location = (tmp_path / "b").as_uri()
-    first = backup(broker.connection, location, "old-1", vhost, str(tmp_path / "s1"))
+    first = backup(broker.connection, location, "old-1", vhost)
     publish(broker.connection, vhost, "orders", 5, 3)
     store = ManifestStore(open_storage(location))
-    backup(broker.connection, location, "new-1", vhost, str(tmp_path / "s2"))
+    backup(broker.connection, location, "new-1", vhost)
     second = store.load("new-1")
     if what == "segment":
         second.queues[0].segments[0] = replace(first.queues[0].segments[0])

@@ -51,7 +51,7 @@ def test_a_window_over_the_middle_wave_restores_exactly_that_wave(broker, vhost,
     monkeypatch.setattr(capture_module, "time", wave_clock())
     monkeypatch.setattr(stream_capture_module, "time", wave_clock())
     location = (tmp_path / "b").as_uri()
-    backup(broker.connection, location, "pit-1", vhost, str(tmp_path / "state"))
+    backup(broker.connection, location, "pit-1", vhost)
     monkeypatch.undo()
     wave2 = T0 + WAVE_GAP
     settings = RestoreSettings(

@@ -29,7 +29,7 @@ def routed_source(broker, vhost, tmp_path):
         for i in range(20):
             ch.basic_publish("orders.x", "new", f"o-{i}".encode())
     location = (tmp_path / "b").as_uri()
-    backup(broker.connection, location, "pub-1", vhost, str(tmp_path / "state"))
+    backup(broker.connection, location, "pub-1", vhost)
     return location
 
 
@@ -78,7 +78,7 @@ def test_stream_consumer_offsets_are_moved_to_the_restored_messages(broker, vhos
     stream_protocol.store_consumer_offset(broker.connection, vhost, "events", "billing", 9)
     stream_protocol.store_consumer_offset(broker.connection, vhost, "events", "audit", 29)
     location = (tmp_path / "b").as_uri()
-    manifest = backup(broker.connection, location, "off-1", vhost, str(tmp_path / "state"))
+    manifest = backup(broker.connection, location, "off-1", vhost)
     # BackupRun finds named consumers through the management API, i.e. only those connected during the backup;
     # here none is, so the offsets it would have saved are written into the manifest entry as capture writes them.
     store = ManifestStore(open_storage(location))
@@ -102,7 +102,7 @@ def test_damaged_segments_are_refused_by_name_or_skipped_and_reported(broker, vh
     declare(broker.connection, vhost, {"orders": "classic"})
     publish(broker.connection, vhost, "orders", 0, 300)
     location = (tmp_path / "b").as_uri()
-    manifest = backup(broker.connection, location, "dmg-1", vhost, str(tmp_path / "state"), segment_max_bytes=16 * 1024)
+    manifest = backup(broker.connection, location, "dmg-1", vhost, segment_max_bytes=16 * 1024)
     segments = manifest.queues[0].segments
     assert len(segments) >= 3
     victim = segments[1]

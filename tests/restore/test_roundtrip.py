@@ -26,7 +26,7 @@ def source(broker, vhost, tmp_path):
     for name, (queue_type, count) in QUEUES.items():
         publish(broker.connection, vhost, name, 0, count, decimal=queue_type != "stream")
     location = (tmp_path / "backups").as_uri()
-    manifest = backup(broker.connection, location, "rt-1", vhost, str(tmp_path / "state"), segment_max_bytes=32 * 1024)
+    manifest = backup(broker.connection, location, "rt-1", vhost, segment_max_bytes=32 * 1024)
     assert {q.name: q.message_count for q in manifest.queues} == {n: c for n, (_, c) in QUEUES.items()}
     return location
 

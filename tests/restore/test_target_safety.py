@@ -33,7 +33,7 @@ def test_a_default_restore_into_the_source_while_its_queue_holds_messages_publis
     publish(broker.connection, vhost, "orders", 0, 5)
     publish(broker.connection, vhost, "audit", 0, 3)
     location = (tmp_path / "b").as_uri()
-    backup(broker.connection, location, "safe-1", vhost, str(tmp_path / "state"))
+    backup(broker.connection, location, "safe-1", vhost)
     broker.api("DELETE", f"queues/{quote(vhost, safe='')}/audit/contents")
     checkpoints = tmp_path / "restore.db"
 
@@ -55,7 +55,7 @@ def test_append_is_the_explicit_mode_that_adds_to_a_queue_holding_messages(broke
     declare(broker.connection, vhost, {"orders": "classic"})
     publish(broker.connection, vhost, "orders", 0, 5)
     location = (tmp_path / "b").as_uri()
-    backup(broker.connection, location, "app-1", vhost, str(tmp_path / "state"))
+    backup(broker.connection, location, "app-1", vhost)
     settings = RestoreSettings(location, backup_id="app-1", checkpoint_state=str(tmp_path / "r.db"), on_existing_messages="append")
 
     # When the restore is told to append
@@ -90,7 +90,7 @@ def test_one_backup_restored_into_two_clusters_with_default_checkpoints_holds_ev
     for name, (queue_type, count) in QUEUES.items():
         publish(broker.connection, vhost, name, 0, count, decimal=queue_type != "stream")
     location = (tmp_path / "b").as_uri()
-    backup(broker.connection, location, "two-1", vhost, str(tmp_path / "state"), segment_max_bytes=32 * 1024)
+    backup(broker.connection, location, "two-1", vhost, segment_max_bytes=32 * 1024)
     published = {n: [expected_view(i, t) for i in range(c)] for n, (t, c) in QUEUES.items()}  # what a consumer saw
     target = f"dr-{uuid.uuid4().hex[:8]}"
     make_vhost(broker, target)
@@ -132,7 +132,7 @@ def test_exchange_mode_refuses_a_vhost_with_messages_anywhere_but_resumes_its_ow
         for i in range(300):
             ch.basic_publish("orders.x", "new", f"o-{i}".encode())
     location = (tmp_path / "b").as_uri()
-    backup(broker.connection, location, "ex-1", vhost, str(tmp_path / "state"))
+    backup(broker.connection, location, "ex-1", vhost)
     make_vhost(broker, target_vhost)
     with pika.BlockingConnection(broker.connection.pika_parameters(target_vhost)) as conn:
         ch = conn.channel()

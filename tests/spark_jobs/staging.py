@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from airflow_rbak.broker.staging import StagingWriter
+from dataclasses import replace
+
+from airflow_rbak.broker.checkpoints import CheckpointStore, QueueProgress
+from airflow_rbak.broker.staging import StagedChunk, StagingWriter
 from airflow_rbak.codec import BackupProperties, BackupRecord, HeaderValue, encode_record
 from airflow_rbak.storage.base import Storage
 
@@ -28,8 +31,17 @@ def make_record(vhost: str, queue: str, i: int) -> BackupRecord:
 def stage_queue(
     storage: Storage, backup_id: str, vhost: str, queue: str, count: int, *, chunk_records: int = 5000
 ) -> list[bytes]:
-    """Stage ``count`` records of one queue in chunks; return their JSON in capture order."""
-    writer = StagingWriter(storage, backup_id, vhost, queue, max_records=chunk_records)
+    """Stage ``count`` records of one queue in chunks, each committed to its checkpoint as capture commits it;
+    return their JSON in capture order."""
+    checkpoints = CheckpointStore(storage, backup_id)
+    progress = QueueProgress(backup_id, vhost, queue, "classic", target_count=count)
+
+    def on_chunk(chunk: StagedChunk) -> None:
+        nonlocal progress
+        progress = replace(progress, staged_records=progress.staged_records + chunk.record_count, last_chunk=chunk.sequence)
+        checkpoints.save(progress)
+
+    writer = StagingWriter(storage, backup_id, vhost, queue, max_records=chunk_records, on_chunk=on_chunk)
     staged = []
     for i in range(count):
         raw = encode_record(make_record(vhost, queue, i))
