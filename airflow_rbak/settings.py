@@ -22,6 +22,7 @@ QUEUE_TASKS_ENV = "RBAK_MAX_ACTIVE_QUEUE_TASKS"
 FRESHNESS_SCHEDULE_ENV = "RBAK_FRESHNESS_SCHEDULE"
 NOTIFIER_ENV = "RBAK_FAILURE_NOTIFIER"
 PROGRESS_INTERVAL_ENV = "RBAK_PROGRESS_INTERVAL"
+STORAGE_CONN_ID_ENV = "RBAK_STORAGE_CONN_ID"
 
 
 def airflow_home() -> Path:
@@ -109,3 +110,9 @@ def progress_interval_s() -> float:
     except ValueError:
         return 10.0
     return value if value > 0 else 10.0
+
+
+def default_storage_conn_id() -> str | None:
+    """``$RBAK_STORAGE_CONN_ID``: the Airflow connection (type aws) every task takes S3 credentials from; unset: the
+    environment's (boto3's chain)."""
+    return os.environ.get(STORAGE_CONN_ID_ENV, "").strip() or None

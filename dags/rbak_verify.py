@@ -34,8 +34,11 @@ with DAG(
     def resolve_backup(params: dict | None = None) -> str:
         """The backup to verify: the given id, or the newest complete one for ``latest``."""
         from airflow_rbak.backup.catalog import latest_complete
+        from airflow_rbak.hooks.storage import use_storage_connection
+        from airflow_rbak.settings import default_storage_conn_id
         from airflow_rbak.storage import open_storage
 
+        use_storage_connection(default_storage_conn_id())
         if params["backup_id"] != "latest":
             return params["backup_id"]
         found = latest_complete(open_storage(params["storage_url"]))

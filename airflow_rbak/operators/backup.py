@@ -27,6 +27,7 @@ from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.links import RabbitMQQueueLink, queue_url
 from airflow_rbak.operators import metrics
+from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 from airflow_rbak.progress import ProgressReporter, checkpoint_sampler
 from airflow_rbak.settings import progress_interval_s
 
@@ -58,7 +59,7 @@ def lock_owner(context: Any) -> str:
     return f"{context['ti'].dag_id}/{context['run_id']}"
 
 
-class RbakBrokerOperator(BaseOperator):
+class RbakBrokerOperator(StorageConnectionMixin, BaseOperator):
     """Base of the broker-facing operators: connection id, backup location and id."""
 
     template_fields: Sequence[str] = ("rabbitmq_conn_id", "storage_url", "backup_id")

@@ -15,6 +15,7 @@ from airflow_rbak.operators import metrics
 from airflow_rbak.operators.backup import lock_owner, run_step
 from airflow_rbak.retention import RetentionPolicy, apply_retention
 from airflow_rbak.storage import open_storage
+from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 
 #: Every backup location's Asset is attached through this alias (locations are only known at run time).
 BACKUP_ASSET_ALIAS = "rbak-backups"
@@ -25,7 +26,7 @@ def backup_asset(safe_storage_url: str) -> Asset:
     return Asset(uri=safe_storage_url, name=f"rbak:{safe_storage_url}", group="rbak")
 
 
-class RbakFinalizeManifestOperator(BaseOperator):
+class RbakFinalizeManifestOperator(StorageConnectionMixin, BaseOperator):
     """Write ``manifest.json`` last (segments from the encode report, totals, ``completed_at``), drop staging,
     give back the backup's lock, apply retention, and record an Asset event with the backup's metadata."""
 

@@ -19,6 +19,7 @@ from airflow.sdk import BaseOperator
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.operators import metrics
 from airflow_rbak.operators.backup import mapped_groups, run_step
+from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 from airflow_rbak.progress import ProgressReporter
 from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRun, RestoreSettings
 from airflow_rbak.restore.errors import RestoreRefusedError
@@ -37,7 +38,7 @@ def restore_step(step: str, action: Callable[[], T]) -> T:
     return run_step(step, refusing)
 
 
-class RbakRestoreOperator(BaseOperator):
+class RbakRestoreOperator(StorageConnectionMixin, BaseOperator):
     """Base of the restore operators: the target connection and the restore's settings."""
 
     template_fields: Sequence[str] = ("rabbitmq_conn_id", "restore_settings")

@@ -22,9 +22,10 @@ from airflow_rbak.hooks.spark import DEFAULT_MASTER, RbakSparkSubmitHook
 from airflow_rbak.operators.backup import lock_owner
 from airflow_rbak.spark_package import build_package_zip, job_script
 from airflow_rbak.storage import open_storage
+from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 
 
-class RbakSparkJobOperator(SparkSubmitOperator):
+class RbakSparkJobOperator(StorageConnectionMixin, SparkSubmitOperator):
     """Base of the RBAK job operators: common arguments, package shipping, the summary as XCom."""
 
     job_module: ClassVar[str]
