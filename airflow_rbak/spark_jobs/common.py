@@ -74,6 +74,30 @@ def warm_up(spark: Any, module: str) -> float:
     return round(time.perf_counter() - started, 3)
 
 
+def codec_build() -> dict[str, Any]:
+    """Which build of the codec this Python runs: the package version, whether its C accelerator loaded, the
+    interpreter, and the compressors' and JSON library's versions (a job reports it from every executor)."""
+    import platform
+
+    import lz4
+    import orjson
+    import zstandard
+
+    from airflow_rbak import __version__
+    from airflow_rbak.codec import records
+
+    return {"rbak": __version__, "speedups": records.format_byte_array is not None, "python": platform.python_version(),
+            "executable": sys.executable, "zstandard": zstandard.__version__, "lz4": lz4.__version__,
+            "orjson": orjson.__version__}
+
+
+def executor_codec_builds(spark: Any) -> list[dict[str, Any]]:
+    """The distinct :func:`codec_build` of the executors' Python workers (one small task per core)."""
+    workers = spark.sparkContext.defaultParallelism
+    found = spark.sparkContext.parallelize(range(workers), workers).map(lambda _: codec_build()).collect()
+    return [dict(b) for b in sorted({tuple(sorted(b.items())) for b in found})]
+
+
 def slices(spark: Any, items: int, requested: int | None, per_core: int = 1) -> int:
     """How many partitions to cut ``items`` work items into: at most one item each."""
     wanted = requested or spark.sparkContext.defaultParallelism * per_core
@@ -91,6 +115,7 @@ def main(
     spark = spark_session(f"rbak-{job}-{args.backup_id}")
     try:
         report = run(spark, args)
+        report.summary["executor_codec"] = executor_codec_builds(spark)
         code = EXIT_OK if report.ok else EXIT_DEFECTS
     except Exception as exc:  # the report must say why, whatever failed
         traceback.print_exc(file=sys.stderr)

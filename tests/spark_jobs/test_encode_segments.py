@@ -142,6 +142,8 @@ def test_spark_encode_of_three_queues_writes_each_in_capture_order(tmp_path, spa
     assert first.returncode == 0, first.stderr
 
     summary = first.report["summary"]
+    (build,) = summary["executor_codec"]  # the report says which codec build ran on the executors
+    assert build["rbak"] and build["python"] and build["zstandard"] and isinstance(build["speedups"], bool)
     assert summary["queues"] == 3 and summary["messages"] == 60_000 + 3000 + 10 and summary["ranges"] > 3
     for (vhost, queue), records in staged.items():
         sequences, decoded = read_queue_independently(storage, "b1", vhost, queue)
