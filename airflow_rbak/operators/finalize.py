@@ -13,9 +13,9 @@ from airflow_rbak.finalize import finalize_backup, manifest_summary
 from airflow_rbak.links import RbakManifestLink, manifest_url
 from airflow_rbak.operators import metrics
 from airflow_rbak.operators.backup import lock_owner, run_step
+from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 from airflow_rbak.retention import RetentionPolicy, apply_retention
 from airflow_rbak.storage import open_storage
-from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 
 #: Every backup location's Asset is attached through this alias (locations are only known at run time).
 BACKUP_ASSET_ALIAS = "rbak-backups"

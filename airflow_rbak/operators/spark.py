@@ -20,9 +20,10 @@ from airflow.providers.common.compat.sdk import AirflowException
 from airflow_rbak.distributed.reports import ReportError, load_report, new_report_key
 from airflow_rbak.hooks.spark import DEFAULT_MASTER, RbakSparkSubmitHook
 from airflow_rbak.operators.backup import lock_owner
+from airflow_rbak.operators.storage_connection import StorageConnectionMixin
+from airflow_rbak.spark_env import build_executor_env
 from airflow_rbak.spark_package import build_package_zip, job_script
 from airflow_rbak.storage import open_storage
-from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 
 
 class RbakSparkJobOperator(StorageConnectionMixin, SparkSubmitOperator):
@@ -80,7 +81,9 @@ class RbakSparkJobOperator(StorageConnectionMixin, SparkSubmitOperator):
 
     def _get_hook(self) -> RbakSparkSubmitHook:
         base = super()._get_hook()  # the provider's own mapping of operator fields to hook arguments
-        return RbakSparkSubmitHook(default_master=self.default_master, **_hook_kwargs(base, self))
+        cache = self.package_cache_dir
+        shipped = (lambda: build_executor_env(cache)) if self.ship_package else None
+        return RbakSparkSubmitHook(default_master=self.default_master, executor_env=shipped, **_hook_kwargs(base, self))
 
 
 def _hook_kwargs(base: Any, op: SparkSubmitOperator) -> dict[str, Any]:
