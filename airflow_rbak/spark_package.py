@@ -5,8 +5,8 @@ cluster does not have to have it installed (and runs the same code as the
 Airflow worker). The zip is cached under a name derived from the sources'
 hash, so it is rebuilt only when the code changes, and it is written to a
 temp file and renamed so concurrent tasks never read half a zip. Only the
-package's own Python files go in: its dependencies (zstandard, lz4, orjson,
-numpy, boto3) must be installed on the executors.
+package's own Python files go in; for cluster masters :mod:`.spark_env`
+ships the dependencies and the C accelerator as an environment archive.
 """
 
 from __future__ import annotations
