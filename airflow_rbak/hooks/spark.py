@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.common.compat.sdk import AirflowNotFoundException
 
 from airflow_rbak.spark_env import ENV_ALIAS
+from airflow_rbak.storage.credentials import STORAGE_ENV
 
 DEFAULT_MASTER = "local[*]"
 
@@ -33,14 +35,38 @@ class RbakSparkSubmitHook(SparkSubmitHook):
         super().__init__(*args, **kwargs)
         if self._connection["master"].startswith("local"):
             self._env_vars = {**local_python_env(), **(self._env_vars or {})}
-        elif executor_env is not None:
-            self._ship_executor_env(executor_env())
+        else:
+            if executor_env is not None:
+                self._ship_executor_env(executor_env())
+            self._executor_credentials = storage_environment()
 
     def _ship_executor_env(self, archive: str) -> None:
         """Executors of a cluster run the Python of the archive (``spark_env``); the driver runs here, on this one."""
         self._archives = ",".join(filter(None, [self._archives, f"{archive}#{ENV_ALIAS}"]))
         self._conf = {**(self._conf or {}), "spark.pyspark.python": f"./{ENV_ALIAS}/bin/python",
                       "spark.pyspark.driver.python": sys.executable}
+
+    def submit(self, application: str = "", **kwargs: Any) -> str | None:
+        """Submit; executors of a cluster get this task's storage credentials from a private properties file.
+
+        Remote executors do not inherit the task's environment, and ``--conf`` would put the secret on a command
+        line, so ``spark.executorEnv.AWS_*`` go in a file only this user can read, removed when the job ends
+        (Spark redacts their values in its UI and logs by its ``spark.redaction.regex``).
+        """
+        credentials = getattr(self, "_executor_credentials", None)
+        if not credentials:
+            return super().submit(application, **kwargs)
+        given = self._properties_file
+        fd, path = tempfile.mkstemp(prefix="rbak-spark-", suffix=".conf")  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(_base_properties(given))
+                handle.writelines(f"spark.executorEnv.{name} {value}\n" for name, value in credentials.items())
+            self._properties_file = path
+            return super().submit(application, **kwargs)
+        finally:
+            self._properties_file = given
+            os.unlink(path)
 
     def _resolve_connection(self) -> dict[str, Any]:
         try:
@@ -53,6 +79,23 @@ class RbakSparkSubmitHook(SparkSubmitHook):
             self.log.info("No connection %r: using master %s", self._conn_id, self._default_master)
             connection["master"] = self._default_master
         return connection
+
+
+def storage_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The S3 settings of this process's environment (a storage connection exports them there) to hand on."""
+    environ = os.environ if environ is None else environ
+    return {name: environ[name] for name in STORAGE_ENV if environ.get(name)}
+
+
+def _base_properties(given: str | None) -> str:
+    """What ``--properties-file`` replaces: the user's file, else ``spark-defaults.conf`` (both may be absent)."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(os.environ.get("SPARK_HOME", ""), "conf")
+    path = given or os.path.join(conf_dir, "spark-defaults.conf")
+    if not os.path.isfile(path):
+        return ""
+    with open(path) as handle:
+        text = handle.read()
+    return text if text.endswith("\n") or not text else text + "\n"
 
 
 def local_python_env(python: str = sys.executable, environ: dict[str, str] | None = None) -> dict[str, str]:

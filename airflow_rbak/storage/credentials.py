@@ -38,14 +38,15 @@ class S3Credentials:
         return env
 
 
-#: What :func:`export_credentials` replaces: a stale session token must not pair with a new key.
-_EXPORTED = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")
+#: The variables credentials are handed on in (what :func:`export_credentials` replaces: a stale session token must
+#: not pair with a new key).
+STORAGE_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")
 
 
 def export_credentials(credentials: S3Credentials | None) -> None:
     """Make ``credentials`` the ones this process and its children use; None leaves the environment's own."""
     if credentials is None:
         return
-    for name in _EXPORTED:
+    for name in STORAGE_ENV:
         os.environ.pop(name, None)
     os.environ.update(credentials.environment())

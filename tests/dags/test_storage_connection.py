@@ -4,49 +4,17 @@ Spark job, and the secret key shows up in no log, XCom, report, stored object or
 from __future__ import annotations
 
 import json
-import subprocess
-import threading
 import uuid
-from pathlib import Path
 
 import pytest
 
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from tests.dags.airflow_env import VENV_BIN, airflow_env, run, run_facts
-from tests.reliability.secrets import log_files, stored_objects
+from tests.reliability.secrets import CommandLines, log_files, stored_objects
 from tests.restore.helpers import declare, publish
 
 COUNT = 500
-
-
-class CommandLines:
-    """Every process command line seen on the machine while a block runs (read from /proc)."""
-
-    def __init__(self) -> None:
-        self.seen: set[bytes] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> CommandLines:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self._sample()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(0.05):
-            self._sample()
-
-    def _sample(self) -> None:
-        for path in Path("/proc").glob("[0-9]*/cmdline"):
-            try:
-                self.seen.add(path.read_bytes())
-            except OSError:
-                pass  # the process ended meanwhile
 
 
 @pytest.mark.broker

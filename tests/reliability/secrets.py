@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -95,3 +96,31 @@ def log_files(folder: Path) -> dict[str, bytes]:
     """Every file below ``folder`` (Airflow's task and scheduler logs)."""
     return {f"log {p.relative_to(folder)}": p.read_bytes() for p in Path(folder).rglob("*") if p.is_file()}
 
+
+class CommandLines:
+    """Every process command line seen on the machine while a block runs (read from /proc)."""
+
+    def __init__(self) -> None:
+        self.seen: set[bytes] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> CommandLines:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._sample()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.05):
+            self._sample()
+
+    def _sample(self) -> None:
+        for path in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                self.seen.add(path.read_bytes())
+            except OSError:
+                pass  # the process ended meanwhile

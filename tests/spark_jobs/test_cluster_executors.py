@@ -1,6 +1,7 @@
-"""Must show (issue 16, item 4): a Spark standalone cluster whose executors run a Python with none of the project's
-dependencies encodes a backup, because the hook ships the codec, its dependencies and its C accelerator as an
-environment archive; the job's report says which build ran there."""
+"""A Spark standalone cluster whose executors run a Python with none of the project's dependencies, and no storage
+credentials, encodes a backup on loopback S3: the hook ships the codec, its dependencies and its C accelerator as an
+environment archive, and the task's S3 credentials in a private properties file (never on a command line); the
+job's report says which codec build ran there."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +23,10 @@ import pytest
 import pyspark
 from airflow_rbak.spark_package import job_script
 from airflow_rbak.storage import open_storage
+from tests.reliability.secrets import CommandLines
 from tests.spark_jobs.staging import read_queue_independently, stage_queue
 
+CLUSTER_FOLDERS: dict[str, Path] = {}
 BARE_PYTHON = Path(getattr(sys, "_base_executable", sys.executable))  # the interpreter the venv was made from
 
 
@@ -36,7 +40,8 @@ def bare_env(**extra: str) -> dict[str, str]:
     """No virtualenv on PATH, no PYSPARK_PYTHON: what a cluster node that has only Java, Python and Spark sees."""
     keep = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "JAVA_HOME", "TMPDIR")}
     return {**keep, "PATH": "/usr/local/bin:/usr/bin:/bin", "SPARK_HOME": os.path.dirname(pyspark.__file__),
-            "SPARK_LOCAL_IP": "127.0.0.1", **extra}
+            "SPARK_LOCAL_IP": "127.0.0.1", "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+            "AWS_EC2_METADATA_DISABLED": "true", **extra}
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +71,7 @@ def spark_cluster(tmp_path_factory) -> Iterator[str]:
                 pass
             assert time.monotonic() < deadline, (folder / "worker.log").read_text()[-3000:]
             time.sleep(0.5)
+        CLUSTER_FOLDERS[f"spark://127.0.0.1:{port}"] = folder
         yield f"spark://127.0.0.1:{port}"
     finally:
         for process in (worker, master):
@@ -73,11 +79,22 @@ def spark_cluster(tmp_path_factory) -> Iterator[str]:
             process.wait(timeout=60)
 
 
+def spark_logs(master: str) -> list[Path]:
+    """Every file the cluster wrote: its daemons' logs and each executor's stdout and stderr."""
+    return [p for p in CLUSTER_FOLDERS[master].rglob("*") if p.is_file() and p.suffix not in (".gz", ".zip", ".so")
+            and "rbakenv" not in p.parts]
+
+
 @pytest.mark.spark
-def test_executors_with_a_bare_python_encode_with_the_shipped_codec_and_say_so(spark_cluster, tmp_path, monkeypatch):
-    # Given executors whose Python lacks the project's dependencies, and a staged queue
+def test_bare_executors_encode_on_s3_with_the_shipped_codec_and_credentials_and_say_so(
+    spark_cluster, tmp_path, monkeypatch, s3_storage_url
+):
+    # Given executors whose Python lacks the project's dependencies and whose environment has no S3 credentials,
+    # a task whose environment has them (as a storage connection exports them), and a queue staged on S3
     assert subprocess.run([str(BARE_PYTHON), "-c", "import zstandard"], capture_output=True).returncode != 0
-    url = (tmp_path / "store").as_uri()
+    secret = f"rbak-s3-secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    url = s3_storage_url
     staged = stage_queue(open_storage(url), "b1", "/", "orders", 3000, chunk_records=700)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTER", json.dumps({"conn_type": "spark", "host": spark_cluster}))
     monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
@@ -87,7 +104,8 @@ def test_executors_with_a_bare_python_encode_with_the_shipped_codec_and_say_so(s
     # When the encode job is submitted to the cluster through the hook
     hook = RbakSparkSubmitHook(conn_id="spark_cluster", executor_env=lambda: build_executor_env(tmp_path / "cache"),
                                application_args=["--storage-url", url, "--backup-id", "b1", "--report-key", "b1/reports/e.json"])
-    hook.submit(job_script("encode_segments"))
+    with CommandLines() as lines:
+        hook.submit(job_script("encode_segments"))
 
     # Then the queue is encoded in capture order, and the report names the build the executors ran: the shipped one,
     # with the C accelerator
@@ -96,3 +114,8 @@ def test_executors_with_a_bare_python_encode_with_the_shipped_codec_and_say_so(s
     assert build["speedups"] is True and "/rbakenv/" in build["executable"], build
     _, records = read_queue_independently(open_storage(url), "b1", "/", "orders")
     assert records == [json.loads(raw) for raw in staged]
+    # and the secret was on no process's command line, nor in the report or the cluster's logs
+    assert any(b"spark-submit" in line for line in lines.seen) or any(b"SparkSubmit" in line for line in lines.seen)
+    assert [line for line in lines.seen if secret.encode() in line] == []
+    assert secret not in json.dumps(report)
+    assert [p for p in spark_logs(spark_cluster) if secret in p.read_text(errors="replace")] == []
