@@ -1,0 +1,87 @@
+"""Must show 1: the DAGs as deployed. Airflow's scheduler (LocalExecutor), dag-processor and api-server as separate
+processes; a Spark standalone cluster whose executors' Python has none of the project's dependencies; S3 on the
+loopback moto server reached only through an Airflow connection. ``rbak_backup`` and then ``rbak_restore`` are
+triggered with the ``airflow`` CLI, as a user triggers them, on one stack."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from urllib.parse import quote
+
+import pytest
+
+from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.storage import open_storage
+from tests.deployed.airflow_stack import AirflowStack
+from tests.restore.helpers import body_of, declare, publish, read_queue, ready_count
+from tests.spark_jobs.staging import read_queue_independently
+
+QUEUES, COUNT, SIZE = ("orders", "payments", "audit"), 5000, 512
+
+
+@pytest.mark.broker
+@pytest.mark.spark
+def test_backup_and_restore_run_as_deployed_byte_exact(broker, vhost, spark_cluster, s3_server, s3_bucket, tmp_path):
+    # Given three queues, and a stack whose only S3 credentials are an Airflow connection's
+    declare(broker.connection, vhost, {q: "classic" for q in QUEUES})
+    for queue in QUEUES:
+        publish(broker.connection, vhost, queue, 0, COUNT, size=SIZE)
+    s3 = json.dumps({"conn_type": "aws", "login": "rbak-key", "password": f"rbak-secret-{uuid.uuid4().hex}",
+                     "extra": {"endpoint_url": s3_server, "region_name": "us-east-1"}})
+    stack = AirflowStack(tmp_path / "airflow", AIRFLOW_CONN_RBAK_S3=s3, RBAK_STORAGE_CONN_ID="rbak_s3",
+                         AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": spark_cluster}),
+                         RBAK_PROGRESS_INTERVAL="1")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        stack.env.pop(name, None)
+    url = f"s3://{s3_bucket}/backups?region=us-east-1&path_style=true"  # the endpoint comes from the connection
+    target = f"{vhost}-r"
+    stack.start()
+    try:
+        stack.wait_for_dag("rbak_backup")
+        stack.wait_for_dag("rbak_restore")
+
+        # When the backup DAG is triggered
+        state = stack.trigger_and_wait("rbak_backup", {"storage_url": url, "backup_id": "stack-1", "vhosts": [vhost],
+                                                       "verify": "deep"})
+
+        # Then it succeeds, its capture tasks overlapped in time, the segments on S3 hold every message byte-exact
+        # (read by the independent reader), and the queues are as they were
+        assert state == "success", _logs(stack)
+        times = stack.task_times("rbak_backup")
+        captures = [v for k, v in times.items() if k.startswith("capture[")]
+        assert len(captures) == len(QUEUES)
+        assert max(start for start, _ in captures) < min(end for _, end in captures), captures
+        # (Must show 3 on real task log files: each capture's log shows its progress, and no pika lines)
+        logs = sorted((stack.home / "logs" / "dag_id=rbak_backup").rglob("task_id=capture/*/attempt=1.log"))
+        assert len(logs) == len(QUEUES)
+        for log in logs:
+            text = log.read_text()
+            assert re.search(rf"{re.escape(vhost)}/\w+: 5,000/5,000 messages, [\d.]+ MB, [\d,]+ msg/s", text), text[-2000:]
+            assert "pika" not in text
+        storage = open_storage(f"{url}&endpoint={s3_server}")
+        assert ManifestStore(storage).load("stack-1").total_messages == COUNT * len(QUEUES)
+        for queue in QUEUES:
+            _, records = read_queue_independently(storage, "stack-1", vhost, queue)
+            assert [bytes(r["body"] or b"") for r in records] == [body_of(i, SIZE) for i in range(COUNT)], queue
+            assert ready_count(broker.connection, vhost, queue) == COUNT
+
+        # When the restore DAG is triggered into another vhost
+        state = stack.trigger_and_wait("rbak_restore", {"storage_url": url, "backup_id": "stack-1", "vhosts": [vhost],
+                                                        "vhost_map": {vhost: target}, "restore_definitions": True})
+
+        # Then every queue there holds every message, byte-exact, in order
+        assert state == "success", _logs(stack)
+        for queue in QUEUES:
+            restored = read_queue(broker.connection, target, queue, "classic", COUNT)
+            assert [m[0] for m in restored] == [body_of(i, SIZE) for i in range(COUNT)], queue
+    finally:
+        stack.stop()
+        broker.api("DELETE", f"vhosts/{quote(target, safe='')}")
+
+
+def _logs(stack: AirflowStack) -> str:
+    """The tail of every task log and daemon output, to say why a run failed."""
+    files = sorted(p for p in stack.home.rglob("*") if p.is_file() and p.suffix in (".log", ".out"))
+    return "\n".join(f"== {p}\n{p.read_text(errors='replace')[-1500:]}" for p in files)[-12000:]
