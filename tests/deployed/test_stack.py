@@ -14,8 +14,11 @@ import pytest
 
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
+from tests.dags.airflow_env import run_facts
 from tests.deployed.airflow_stack import AirflowStack
+from tests.reliability.secrets import CommandLines, log_files, stored_objects
 from tests.restore.helpers import body_of, declare, publish, read_queue, ready_count
+from tests.spark_cluster import spark_logs
 from tests.spark_jobs.staging import read_queue_independently
 
 QUEUES, COUNT, SIZE = ("orders", "payments", "audit"), 5000, 512
@@ -28,7 +31,8 @@ def test_backup_and_restore_run_as_deployed_byte_exact(broker, vhost, spark_clus
     declare(broker.connection, vhost, {q: "classic" for q in QUEUES})
     for queue in QUEUES:
         publish(broker.connection, vhost, queue, 0, COUNT, size=SIZE)
-    s3 = json.dumps({"conn_type": "aws", "login": "rbak-key", "password": f"rbak-secret-{uuid.uuid4().hex}",
+    secret = f"rbak-secret-{uuid.uuid4().hex}"
+    s3 = json.dumps({"conn_type": "aws", "login": "rbak-key", "password": secret,
                      "extra": {"endpoint_url": s3_server, "region_name": "us-east-1"}})
     stack = AirflowStack(tmp_path / "airflow", AIRFLOW_CONN_RBAK_S3=s3, RBAK_STORAGE_CONN_ID="rbak_s3",
                          AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": spark_cluster}),
@@ -38,6 +42,8 @@ def test_backup_and_restore_run_as_deployed_byte_exact(broker, vhost, spark_clus
     url = f"s3://{s3_bucket}/backups?region=us-east-1&path_style=true"  # the endpoint comes from the connection
     target = f"{vhost}-r"
     stack.start()
+    state = None
+    watch = CommandLines().__enter__()
     try:
         stack.wait_for_dag("rbak_backup")
         stack.wait_for_dag("rbak_restore")
@@ -49,13 +55,15 @@ def test_backup_and_restore_run_as_deployed_byte_exact(broker, vhost, spark_clus
         # Then it succeeds, its capture tasks overlapped in time, the segments on S3 hold every message byte-exact
         # (read by the independent reader), and the queues are as they were
         assert state == "success", _logs(stack)
+        xcom = run_facts(stack.env)["xcom"]
+        captured = {v["queue"]: v["messages"] for k, v in xcom.items() if k.startswith("capture[") and k.endswith("return_value")}
+        assert captured == {q: COUNT for q in QUEUES}, captured
         times = stack.task_times("rbak_backup")
         captures = [v for k, v in times.items() if k.startswith("capture[")]
-        assert len(captures) == len(QUEUES)
-        assert max(start for start, _ in captures) < min(end for _, end in captures), captures
+        assert max(start for start, _ in captures) < min(end for _, end in captures), times
         # (Must show 3 on real task log files: each capture's log shows its progress, and no pika lines)
         logs = sorted((stack.home / "logs" / "dag_id=rbak_backup").rglob("task_id=capture/*/attempt=1.log"))
-        assert len(logs) == len(QUEUES)
+        assert len(logs) == len(captures)
         for log in logs:
             text = log.read_text()
             assert re.search(rf"{re.escape(vhost)}/\w+: 5,000/5,000 messages, [\d.]+ MB, [\d,]+ msg/s", text), text[-2000:]
@@ -76,9 +84,21 @@ def test_backup_and_restore_run_as_deployed_byte_exact(broker, vhost, spark_clus
         for queue in QUEUES:
             restored = read_queue(broker.connection, target, queue, "classic", COUNT)
             assert [m[0] for m in restored] == [body_of(i, SIZE) for i in range(COUNT)], queue
+
+        # And (Must show 4) the S3 secret is in no task log or daemon output, XCom, report, stored object, Spark
+        # cluster log, or command line of any process seen during both runs
+        watch.__exit__(None, None, None)
+        places = {**log_files(stack.home), **stored_objects(storage), **{str(p): p.read_bytes() for p in spark_logs(spark_cluster)},
+                  "xcom": json.dumps([run_facts(stack.env, d) for d in ("rbak_backup", "rbak_restore")]).encode(),
+                  **{f"cmdline {i}": line for i, line in enumerate(watch.seen)}}
+        assert any(b"spark-submit" in v or b"SparkSubmit" in v for k, v in places.items() if k.startswith("cmdline"))
+        assert any("/reports/" in k for k in places) and any("task_id=encode" in k for k in places)
+        assert [k for k, v in places.items() if secret.encode() in v] == []
     finally:
+        watch.__exit__(None, None, None)
         stack.stop()
-        broker.api("DELETE", f"vhosts/{quote(target, safe='')}")
+        if state == "success":  # the restore ran and made the target vhost
+            broker.api("DELETE", f"vhosts/{quote(target, safe='')}")
 
 
 def _logs(stack: AirflowStack) -> str:
