@@ -23,6 +23,7 @@ FRESHNESS_SCHEDULE_ENV = "RBAK_FRESHNESS_SCHEDULE"
 NOTIFIER_ENV = "RBAK_FAILURE_NOTIFIER"
 PROGRESS_INTERVAL_ENV = "RBAK_PROGRESS_INTERVAL"
 STORAGE_CONN_ID_ENV = "RBAK_STORAGE_CONN_ID"
+APPROVAL_TIMEOUT_ENV = "RBAK_APPROVAL_TIMEOUT_HOURS"
 
 
 def airflow_home() -> Path:
@@ -74,6 +75,15 @@ def task_defaults() -> dict[str, Any]:
         "max_retry_delay": dt.timedelta(minutes=30),
         "execution_timeout": dt.timedelta(minutes=_int_env(TIMEOUT_ENV, 360, 1)),
     }
+
+
+def approval_timeout() -> dt.timedelta:
+    """How long a restore waits for a person to approve its plan: ``$RBAK_APPROVAL_TIMEOUT_HOURS``, default 24.
+
+    No answer in that time counts as a rejection (nothing is imported or published): a plan a day old describes a
+    target that may have changed since, and a run waiting for ever would hold its place among the active runs.
+    """
+    return dt.timedelta(hours=_int_env(APPROVAL_TIMEOUT_ENV, 24, 1))
 
 
 def queue_task_limits() -> dict[str, Any]:

@@ -1,10 +1,20 @@
-"""Manual RabbitMQ restore: plan → definitions → publish (one task per queue) → report.
+"""Manual RabbitMQ restore: plan → approve → definitions → publish (one task per queue) → report.
 
 Trigger it with the form (every setting is a validated ``Param``) or
 ``airflow dags test rbak_restore -c '{...}'``. Parsing makes no broker,
 storage or database call. The plan refuses (before anything is imported or
 published) to add to target queues that already hold messages unless
-``on_existing_messages`` is ``append``. A definitions failure stops the run
+``on_existing_messages`` is ``append``.
+
+**Approval.** After the plan the run waits until a person approves it (the
+``approve`` task shows the plan: queues, message counts, target cluster and
+vhosts, ``on_existing_messages``, definitions mode; Airflow's "Required
+actions"). Reject, or no answer within ``RBAK_APPROVAL_TIMEOUT_HOURS``
+(default 24): the run fails at ``approve`` saying so, and nothing is imported
+or published. ``skip_approval: true`` goes on without asking (automation,
+``airflow dags test``, which cannot wait for an answer); dry runs never ask.
+
+A definitions failure stops the run
 before any message is published; a re-run with the same ``checkpoint_state``
 continues each queue after its last confirmed record. ``rbak definitions
 rollback`` undoes a definitions import.
@@ -22,8 +32,15 @@ from airflow_rbak.operators.restore import (
     RbakRestoreQueueOperator,
     RbakRestoreReportOperator,
 )
+from airflow_rbak.operators.restore_approval import RbakRestoreApprovalOperator
 from airflow_rbak.restore.settings import CONF_NAMES
-from airflow_rbak.settings import default_checkpoint_state, default_storage_url, queue_task_limits, task_defaults
+from airflow_rbak.settings import (
+    approval_timeout,
+    default_checkpoint_state,
+    default_storage_url,
+    queue_task_limits,
+    task_defaults,
+)
 
 PLAN = "{{ ti.xcom_pull(task_ids='plan', key='plan') }}"
 _TIME = {"type": ["null", "integer", "string"],
@@ -79,6 +96,10 @@ PARAMS = {
     "definitions_mode": Param("missing", type="string", enum=["missing", "replace"],
                               description="missing: import only objects the target lacks; replace: also overwrite "
                                           "existing ones (the plan lists both)"),
+    "skip_approval": Param(False, type="boolean",
+                           description="go on without waiting for a person to approve the plan (automation, "
+                                       "airflow dags test); otherwise the run waits at 'approve', and a rejection or no "
+                                       "answer in time imports and publishes nothing. Dry runs never wait"),
 }
 
 #: The trigger form's sections, in order (Airflow shows each param under its ``section``).
@@ -89,7 +110,7 @@ SECTIONS = {
     "Definitions": ("restore_definitions", "definitions_selection", "definitions_mode"),
     "Publishing": ("dry_run", "publish_mode", "on_existing_messages", "max_publish_rate", "strip_user_id",
                    "allow_unroutable", "restore_consumer_offsets"),
-    "Running": ("checkpoint_state", "max_publish_tasks"),
+    "Running": ("skip_approval", "checkpoint_state", "max_publish_tasks"),
 }
 for _section, _names in SECTIONS.items():
     for _name in _names:
@@ -113,6 +134,8 @@ with DAG(
 ):
     common = {"restore_settings": SETTINGS, "rabbitmq_conn_id": "{{ params.rabbitmq_conn_id }}"}
     plan = RbakRestorePlanOperator(task_id="plan", max_publish_tasks="{{ params.max_publish_tasks }}", **common)
+    approve = RbakRestoreApprovalOperator(task_id="approve", plan=PLAN, skip_approval="{{ params.skip_approval }}",
+                                          response_timeout=approval_timeout(), **common)
     definitions = RbakRestoreDefinitionsOperator(task_id="definitions", plan=PLAN, **common)
     publish = RbakRestoreQueueOperator.partial(
         task_id="publish", plan=PLAN, map_index_template=GROUP_LABEL,
@@ -121,4 +144,4 @@ with DAG(
     report = RbakRestoreReportOperator(task_id="report", plan=PLAN, results=publish.output, definitions=definitions.output,
                                        **common)
 
-    plan >> definitions >> publish >> report
+    plan >> approve >> definitions >> publish >> report

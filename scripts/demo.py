@@ -96,7 +96,8 @@ def _demo(connection: RabbitMQConnection) -> bool:
     checkpoints = WORK / "restore-checkpoints" / f"{backup_id}.db"
     _dags_test(env, "rbak_restore", {"storage_url": storage_url, "backup_id": backup_id, "vhosts": [source],
                                      "vhost_map": {source: target}, "restore_definitions": True,
-                                     "checkpoint_state": str(checkpoints)})
+                                     "checkpoint_state": str(checkpoints),
+                                     "skip_approval": True})  # `dags test` runs unattended: nobody to approve
     restored = _depths(connection, target, expected=before)
     facts = _facts(env)
 

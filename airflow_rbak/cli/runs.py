@@ -29,7 +29,7 @@ from airflow_rbak.settings import default_checkpoint_state, default_storage_url
 
 BROKER_URL_ENV = "RBAK_BROKER_URL"
 #: DAG params a run without Airflow ignores.
-AIRFLOW_ONLY = ("rabbitmq_conn_id", "spark_conn_id", "max_capture_tasks", "max_publish_tasks")
+AIRFLOW_ONLY = ("rabbitmq_conn_id", "spark_conn_id", "max_capture_tasks", "max_publish_tasks", "skip_approval")
 
 
 def add_broker_args(p: argparse.ArgumentParser) -> None:
@@ -63,8 +63,8 @@ def read_conf(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigurationError(f"--conf is not JSON: {exc}") from None
     if not isinstance(conf, Mapping):
         raise ConfigurationError("--conf must be a JSON object of settings, as the DAG's params")
-    # What only Airflow uses means nothing here: the broker comes from the environment or a file, and one
-    # process needs no task mapping.
+    # What only Airflow uses means nothing here: the broker comes from the environment or a file, one process
+    # needs no task mapping, and whoever runs the command has approved it.
     return {k: v for k, v in conf.items() if k not in AIRFLOW_ONLY}
 
 

@@ -13,6 +13,7 @@ from airflow_rbak.restore.errors import (
     PublishError,
     RestoreError,
     RestoreRefusedError,
+    RestoreRejectedError,
     TargetChangedError,
     UnroutableMessagesError,
 )
@@ -23,6 +24,6 @@ from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings,
 
 __all__ = [
     "BackupNotRestorableError", "DamagedSegmentsError", "DefinitionsImportError", "DefinitionsRollbackError",
-    "DefinitionsSelection", "PublishError", "QueuePlan", "QueueResult", "RestoreError", "RestoreRefusedError", "RestorePlan", "RestoreReport", "RestoreRun", "RestoreSettings",
+    "DefinitionsSelection", "PublishError", "QueuePlan", "QueueResult", "RestoreError", "RestoreRefusedError", "RestoreRejectedError", "RestorePlan", "RestoreReport", "RestoreRun", "RestoreSettings",
     "SegmentPlan", "SkippedSegment", "TargetChangedError", "UnroutableMessagesError", "parse_time", "plan_restore",
 ]

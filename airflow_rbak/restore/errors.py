@@ -43,3 +43,7 @@ class TargetChangedError(RestoreError):
 
 class UnroutableMessagesError(RestoreError):
     """Some records were returned unroutable by the broker; the report lists their positions."""
+
+
+class RestoreRejectedError(RestoreRefusedError):
+    """Nobody approved the restore's plan (rejected, or no answer in time): nothing was imported or published."""

@@ -8,6 +8,8 @@ import sys
 import pytest
 import requests
 
+from airflow_rbak.cli.runs import AIRFLOW_ONLY
+from airflow_rbak.restore.settings import CONF_NAMES
 from airflow_rbak.storage import open_storage
 from tests.dags.airflow_env import REPO, airflow_env, dags_test, rabbitmq_conn, run, run_facts
 from tests.reliability.secrets import leaks, log_files, stored_objects
@@ -33,7 +35,8 @@ def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, v
     # (the messages carry user_id guest, which RabbitMQ refuses from another user: strip_user_id)
     conf = {"storage_url": location, "backup_id": "latest", "vhosts": [vhost], "vhost_map": {vhost: target},
             "restore_definitions": True, "checkpoint_state": str(tmp_path / "restore.db"), "strip_user_id": True,
-            "max_publish_tasks": 1}  # both queues in one publish task, as a broker with more queues than Airflow maps
+            "max_publish_tasks": 1,  # both queues in one publish task, as a broker with more queues than Airflow maps
+            "skip_approval": True}  # `dags test` runs unattended (tests/dags/test_rbak_restore_approval.py waits)
 
     # When the restore DAG runs
     try:
@@ -43,7 +46,8 @@ def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, v
         assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
         facts = run_facts(env, dag_id="rbak_restore")
         assert facts["state"] == "success"
-        assert sorted(facts["tasks"]) == ["definitions[-1]", "plan[-1]", "publish[0]", "report[-1]"]
+        assert sorted(facts["tasks"]) == ["approve[-1]", "definitions[-1]", "plan[-1]", "publish[0]", "report[-1]"]
+        assert facts["xcom"]["approve[-1].return_value"] == {"approved": True, "asked": False, "reason": "skip_approval is set"}
         assert [r["source_queue"] for r in facts["xcom"]["publish[0].return_value"]] == sorted(QUEUES)
         report = facts["xcom"]["report[-1].return_value"]
         assert report["planned"] == report["published"] == 180 and report["unroutable"] == 0
@@ -81,8 +85,8 @@ def test_the_restore_dag_with_only_a_location_and_a_backup_id_refuses_to_add_to_
     backup(broker.connection, location, "dag-safe-1", vhost)
     env = airflow_env(airflow_home)
 
-    # When rbak_restore runs with nothing but storage_url and backup_id
-    done = dags_test(env, {"storage_url": location, "backup_id": "dag-safe-1"}, dag_id="rbak_restore")
+    # When rbak_restore runs with nothing but storage_url and backup_id (and skip_approval: nobody answers here)
+    done = dags_test(env, {"storage_url": location, "backup_id": "dag-safe-1", "skip_approval": True}, dag_id="rbak_restore")
 
     # Then the plan task failed, saying why and what to set; nothing after it ran, and the queue holds its 5 messages
     assert done.returncode != 0
@@ -114,7 +118,8 @@ for name, value in [("publish_mode", "fanout"), ("max_publish_rate", 0), ("time_
         errors[name] = str(exc)
 copy.deepcopy(dag.params).validate()
 print(json.dumps({"import_errors": {k: str(v) for k, v in bag.import_errors.items() if "rbak_restore" in k},
-                  "tasks": [t.task_id for t in dag.tasks], "schedule": str(dag.schedule), "param_errors": errors}))
+                  "tasks": [t.task_id for t in dag.tasks], "schedule": str(dag.schedule), "param_errors": errors,
+                  "params": list(dag.params)}))
 '''
 
 
@@ -124,6 +129,10 @@ def test_the_restore_dag_parses_is_manual_and_its_params_reject_bad_values(tmp_p
     facts = json.loads(done.stdout.strip().splitlines()[-1])
 
     assert facts["import_errors"] == {}
-    assert facts["tasks"] == ["plan", "definitions", "publish", "report"]
+    assert facts["tasks"] == ["plan", "approve", "definitions", "publish", "report"]
     assert facts["schedule"] == "None"
     assert all(facts["param_errors"].values()), facts["param_errors"]
+    # every param is a restore setting `rbak restore --conf` takes, or one it knowingly ignores (skip_approval: whoever
+    # runs the command approves it)
+    assert sorted(set(facts["params"]) - set(CONF_NAMES)) == sorted(set(AIRFLOW_ONLY) & set(facts["params"]))
+    assert "skip_approval" in AIRFLOW_ONLY

@@ -56,7 +56,7 @@ def test_three_dag_backups_of_a_growing_stream_then_keep_last_1_restore_latest_w
     # When rbak_restore restores `latest` into another vhost
     target = f"{vhost}-chain"
     conf = {"storage_url": location, "backup_id": "latest", "vhosts": [vhost], "vhost_map": {vhost: target},
-            "restore_definitions": True, "checkpoint_state": str(tmp_path / "restore.db")}
+            "restore_definitions": True, "checkpoint_state": str(tmp_path / "restore.db"), "skip_approval": True}
     try:
         done = dags_test(env, conf, dag_id="rbak_restore")
         assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]

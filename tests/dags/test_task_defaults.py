@@ -14,12 +14,14 @@ from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
 facts = {"errors": {k: str(v) for k, v in bag.import_errors.items()}}
 for dag_id, task_id in [("rbak_backup", "capture"), ("rbak_backup", "finalize"), ("rbak_restore", "publish"),
-                        ("rbak_restore", "plan"), ("rbak_verify", "verify")]:
+                        ("rbak_restore", "plan"), ("rbak_restore", "approve"), ("rbak_verify", "verify")]:
     t = bag.dags[dag_id].get_task(task_id)
     facts[f"{dag_id}.{task_id}"] = {
         "retries": t.retries, "backoff": t.retry_exponential_backoff, "delay_s": t.retry_delay.total_seconds(),
         "max_delay_s": t.max_retry_delay.total_seconds(), "timeout_s": t.execution_timeout.total_seconds(),
         "pool": t.pool, "per_run": t.max_active_tis_per_dagrun}
+    if task_id == "approve":
+        facts[f"{dag_id}.{task_id}"]["response_timeout_s"] = t.response_timeout.total_seconds()
 print(json.dumps(facts))
 '''
 
@@ -42,15 +44,18 @@ def test_every_task_retries_with_exponential_backoff_and_queue_tasks_share_a_poo
     # and the tasks that load the broker run in the default pool, 4 at a time per run; the others are not capped
     assert {t: (f["pool"], f["per_run"]) for t, f in facts.items() if f["per_run"]} == {
         "rbak_backup.capture": ("default_pool", 4), "rbak_restore.publish": ("default_pool", 4)}
+    # and the restore waits a day for a person to approve its plan
+    assert facts["rbak_restore.approve"]["response_timeout_s"] == 24 * 3600
 
 
 def test_the_environment_sets_retries_time_limit_pool_and_cap(tmp_path):
     facts = task_facts(tmp_path, RBAK_TASK_RETRIES="5", RBAK_TASK_TIMEOUT_MINUTES="30", RBAK_POOL="rbak",
-                       RBAK_MAX_ACTIVE_QUEUE_TASKS="2")
+                       RBAK_MAX_ACTIVE_QUEUE_TASKS="2", RBAK_APPROVAL_TIMEOUT_HOURS="2")
 
     assert {(f["retries"], f["timeout_s"]) for f in facts.values()} == {(5, 1800)}
     assert (facts["rbak_backup.capture"]["pool"], facts["rbak_backup.capture"]["per_run"]) == ("rbak", 2)
     assert (facts["rbak_restore.publish"]["pool"], facts["rbak_restore.publish"]["per_run"]) == ("rbak", 2)
+    assert facts["rbak_restore.approve"]["response_timeout_s"] == 2 * 3600
 
 
 _FORMS = r'''

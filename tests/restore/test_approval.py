@@ -1,0 +1,78 @@
+"""What the approver of a restore sees, when nobody is asked, and what a rejection says (no Airflow, no broker)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+
+from airflow_rbak.restore import QueuePlan, RestorePlan, RestoreRejectedError, RestoreSettings
+from airflow_rbak.restore.approval import QUEUES_SHOWN, approval_body, approval_not_needed, approval_subject, rejection
+
+
+def _queue(i: int, depth: int | None = None) -> QueuePlan:
+    return QueuePlan(source_vhost="prod", source_queue=f"q{i}", target_vhost="prod-restored", target_queue=f"q{i}",
+                     queue_type="quorum", records_total=100 + i, records_in_window=100 + i, segments=(), target_depth=depth)
+
+
+def _plan(queues: int = 2, **changes) -> RestorePlan:
+    plan = RestorePlan(backup_id="daily-1", storage_url="s3://backups/rabbit?region=eu-west-1", window_start=None,
+                       window_end=None, queues=tuple(_queue(i) for i in range(queues)), source_cluster="rabbit@old",
+                       target_cluster="rabbit@new", target_cluster_id="rabbitmq-cluster-id-x", drawn_from=("daily-1",))
+    return replace(plan, **changes)
+
+
+def test_only_a_real_restore_without_skip_approval_waits():
+    real, dry = RestoreSettings("memory://"), RestoreSettings("memory://", dry_run=True)
+
+    assert approval_not_needed(real, skip_approval=False) is None
+    assert approval_not_needed(real, skip_approval=True) == "skip_approval is set"
+    assert approval_not_needed(dry, skip_approval=False) == "dry run: nothing is imported or published"
+
+
+def test_the_request_shows_each_queue_its_counts_the_target_and_the_modes():
+    settings = RestoreSettings("memory://", restore_definitions=True, definitions_mode="replace", on_existing_messages="append")
+    plan = replace(_plan(), queues=(_queue(0), replace(_queue(1, depth=7), published_before=1)),
+                   definitions_changes={"mode": "replace", "create": ["vhost prod-restored", "queue prod-restored/q0"],
+                                        "replace": ["policy prod-restored/limits"], "cannot_replace": []})
+
+    body = approval_body(plan, settings, "rabbitmq_dr")
+
+    assert "`daily-1` from `s3://backups/rabbit?region=eu-west-1`" in body
+    assert "connection `rabbitmq_dr`, cluster `rabbit@new`" in body and "source cluster `rabbit@old`" in body
+    assert "| `prod/q0` | quorum | `prod-restored` | `q0` | 100 | no such queue | 100 |" in body
+    assert "| `prod/q1` | quorum | `prod-restored` | `q1` | 101 | 7 | 100 |" in body
+    assert "201 records in the window, 200 to publish now" in body
+    assert "`on_existing_messages: append`" in body and "`definitions_mode: replace`" in body
+    assert "Creates 2 (`vhost prod-restored`, `queue prod-restored/q0`)" in body
+    assert "existing and different, replaced: 1 (`policy prod-restored/limits`)" in body
+    assert approval_subject(plan) == "Restore backup daily-1: 201 records into 2 queues of rabbit@new?"
+
+
+def test_the_request_says_so_when_the_target_is_the_source_cluster_and_when_definitions_stay():
+    plan = _plan(target_cluster="rabbit@old")
+
+    body = approval_body(plan, RestoreSettings("memory://"), "rabbitmq_default")
+
+    assert "**the same cluster the backup was taken from**" in body
+    assert "**Definitions**: not imported (`restore_definitions: false`)." in body
+
+
+def test_a_restore_of_many_queues_lists_the_first_and_sums_the_rest():
+    plan = _plan(queues=QUEUES_SHOWN + 30)
+
+    body = approval_body(plan, RestoreSettings("memory://"), "rabbitmq_default")
+
+    rows = [line for line in body.splitlines() if line.startswith("| `prod/")]
+    assert len(rows) == QUEUES_SHOWN
+    rest = sum(100 + i for i in range(QUEUES_SHOWN, QUEUES_SHOWN + 30))
+    assert f"| ... and 30 more queues | | | | {rest} | | {rest} |" in body
+
+
+def test_a_rejection_names_who_rejected_or_how_long_nobody_answered():
+    by_user = rejection(_plan(), "alice", timed_out=False, timeout=dt.timedelta(hours=24))
+    timed_out = rejection(_plan(), None, timed_out=True, timeout=dt.timedelta(hours=24))
+
+    assert isinstance(by_user, RestoreRejectedError)
+    assert str(by_user) == ("restore of backup 'daily-1' rejected: the plan was rejected by alice; nothing was imported "
+                            "or published. Trigger the restore again to ask again")
+    assert "nobody approved the plan within 24 hours (a timeout counts as a rejection)" in str(timed_out)
