@@ -6,6 +6,7 @@ node that has only Java, Python and Spark sees. Ports are free loopback ports ch
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -38,12 +39,9 @@ def bare_env(**extra: str) -> dict[str, str]:
             "AWS_EC2_METADATA_DISABLED": "true", **extra}
 
 
-@pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory) -> Iterator[str]:
-    """A standalone master and one worker from the venv's spark-class, on free loopback ports."""
-    if shutil.which("java") is None:
-        pytest.skip("a Spark cluster needs java")
-    folder = tmp_path_factory.mktemp("spark-cluster")
+@contextlib.contextmanager
+def standalone_cluster(folder: Path) -> Iterator[str]:
+    """A standalone master and one worker from the venv's spark-class, on free loopback ports; yields the master URL."""
     spark_class = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
     port, ui = free_port(), free_port()
     env = bare_env(SPARK_LOG_DIR=str(folder), SPARK_WORKER_DIR=str(folder / "work"))
@@ -71,6 +69,15 @@ def spark_cluster(tmp_path_factory) -> Iterator[str]:
         for process in (worker, master):
             process.terminate()
             process.wait(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory) -> Iterator[str]:
+    """The session's standalone cluster (:func:`standalone_cluster`)."""
+    if shutil.which("java") is None:
+        pytest.skip("a Spark cluster needs java")
+    with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as master:
+        yield master
 
 
 def spark_logs(master: str) -> list[Path]:

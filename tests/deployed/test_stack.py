@@ -23,6 +23,33 @@ from tests.spark_jobs.staging import read_queue_independently
 
 QUEUES, COUNT, SIZE = ("orders", "payments", "audit"), 5000, 512
 
+# Holds each capture task, once running, until every capture task of the run is running: that the captures
+# overlap then depends on the executor running them side by side, not on how long each one takes.
+BARRIER = '''
+import os, pathlib, time
+from airflow.listeners import hookimpl
+from airflow.plugins_manager import AirflowPlugin
+
+
+class CaptureBarrier:
+    @hookimpl
+    def on_task_instance_running(self, previous_state, task_instance):
+        if task_instance.task_id != "capture":
+            return
+        folder = pathlib.Path(os.environ["RBAK_TEST_BARRIER"])
+        (folder / f"{task_instance.run_id}-{task_instance.map_index}").touch()
+        deadline = time.monotonic() + 300
+        while len(list(folder.glob(f"{task_instance.run_id}-*"))) < int(os.environ["RBAK_TEST_BARRIER_COUNT"]):
+            if time.monotonic() > deadline:
+                return  # the executor never ran them side by side: the test's overlap check says so
+            time.sleep(0.2)
+
+
+class RbakTestPlugin(AirflowPlugin):
+    name = "rbak_test_capture_barrier"
+    listeners = [CaptureBarrier()]
+'''
+
 
 @pytest.mark.broker
 @pytest.mark.spark
@@ -34,7 +61,13 @@ def test_backup_and_restore_run_as_deployed_byte_exact(broker, vhost, spark_clus
     secret = f"rbak-secret-{uuid.uuid4().hex}"
     s3 = json.dumps({"conn_type": "aws", "login": "rbak-key", "password": secret,
                      "extra": {"endpoint_url": s3_server, "region_name": "us-east-1"}})
+    plugins, barrier = tmp_path / "plugins", tmp_path / "barrier"
+    plugins.mkdir()
+    barrier.mkdir()
+    (plugins / "capture_barrier.py").write_text(BARRIER)
     stack = AirflowStack(tmp_path / "airflow", AIRFLOW_CONN_RBAK_S3=s3, RBAK_STORAGE_CONN_ID="rbak_s3",
+                         AIRFLOW__CORE__PLUGINS_FOLDER=str(plugins), RBAK_TEST_BARRIER=str(barrier),
+                         RBAK_TEST_BARRIER_COUNT=str(len(QUEUES)),
                          AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": spark_cluster}),
                          RBAK_PROGRESS_INTERVAL="1")
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
