@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from airflow_rbak.broker.connection import RabbitMQConnection  # noqa: E402
 from tests.dags.airflow_env import VENV_BIN, airflow_env, dags_test, rabbitmq_conn, run  # noqa: E402
-from tests.deployed.airflow_stack import AirflowStack  # noqa: E402
+from tests.airflow_stack import airflow_stack  # noqa: E402
 from tests.spark_cluster import standalone_cluster  # noqa: E402
 
 PHASES = ("discover", "export_definitions", "capture", "encode", "verify", "finalize")
@@ -141,7 +141,8 @@ def deployed_run(conn: RabbitMQConnection, home: Path, vhost: str) -> tuple[list
         with standalone_cluster(home / "spark") as master:
             s3 = json.dumps({"conn_type": "aws", "login": "bench", "password": "bench",
                              "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"}})
-            stack = AirflowStack(home / "airflow", AIRFLOW_CONN_RBAK_S3=s3, RBAK_STORAGE_CONN_ID="rbak_s3",
+            (home / "airflow").mkdir()
+            stack = airflow_stack(home / "airflow", AIRFLOW__CORE__PARALLELISM="8", AIRFLOW_CONN_RBAK_S3=s3, RBAK_STORAGE_CONN_ID="rbak_s3",
                                  AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": master}),
                                  AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(
                                      conn.host, conn.amqp_port, conn.management_port, conn.stream_port,
@@ -150,14 +151,15 @@ def deployed_run(conn: RabbitMQConnection, home: Path, vhost: str) -> tuple[list
             try:
                 stack.wait_for_dag("rbak_backup")
                 started = time.perf_counter()
-                state = stack.trigger_and_wait("rbak_backup", {
+                run_id = stack.trigger("rbak_backup", {
                     "storage_url": "s3://rbak-bench/backups?region=us-east-1&path_style=true",
                     "backup_id": "bench-1", "vhosts": [vhost]})
+                state = stack.wait_for_run("rbak_backup", run_id, 3600)
                 seconds = time.perf_counter() - started
                 if state != "success":
                     raise SystemExit(f"rbak_backup ended {state}; logs under {stack.home}")
-                done = run([str(VENV_BIN / "python"), "-c", _TIMES], stack.env)
-                return json.loads(done.stdout.strip().splitlines()[-1]), seconds
+                times = stack.task_times("rbak_backup", run_id)
+                return [[key.split("[")[0], start, end, "success"] for key, (start, end) in times.items()], seconds
             finally:
                 stack.stop()
     finally:

@@ -1,6 +1,6 @@
 """``rbak_restore`` waits for a person: triggered and answered through Airflow's REST API, on a running Airflow.
 
-One Airflow (api-server, scheduler with the LocalExecutor, dag-processor; ``tests/dags/airflow_stack.py``) serves
+One Airflow (api-server, scheduler with the LocalExecutor, dag-processor; ``tests/airflow_stack.py``) serves
 both cases. Each triggers the DAG without ``skip_approval``, waits (by polling states) until the ``approve`` task
 is ``awaiting_input``, checks that nothing has reached the target yet, and answers through the Human-in-the-loop
 endpoint: approved, the run restores every message byte for byte; rejected, it ends ``failed`` at ``approve``
@@ -17,7 +17,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from tests.dags.airflow_stack import USER, AirflowStack, airflow_stack
+from tests.airflow_stack import USER, AirflowStack, airflow_stack
 from tests.reliability.secrets import BrokerUser, leaks
 from tests.restore.helpers import backup, body_of, declare, message_view, props_of, publish, read_queue
 

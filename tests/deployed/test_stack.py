@@ -1,7 +1,7 @@
 """Must show 1: the DAGs as deployed. Airflow's scheduler (LocalExecutor), dag-processor and api-server as separate
 processes; a Spark standalone cluster whose executors' Python has none of the project's dependencies; S3 on the
 loopback moto server reached only through an Airflow connection. ``rbak_backup`` and then ``rbak_restore`` are
-triggered with the ``airflow`` CLI, as a user triggers them, on one stack."""
+triggered through Airflow's REST API, as a user's automation triggers them, on one stack."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ import pytest
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from tests.dags.airflow_env import run_facts
-from tests.deployed.airflow_stack import AirflowStack
+from tests.airflow_stack import AirflowStack, airflow_stack
 from tests.reliability.secrets import CommandLines, log_files, stored_objects
 from tests.restore.helpers import body_of, declare, publish, read_queue, ready_count
 from tests.spark_cluster import spark_logs
 from tests.spark_jobs.staging import read_queue_independently
 
 QUEUES, COUNT, SIZE = ("orders", "payments", "audit"), 5000, 512
+RUN_DEADLINE_S = 900.0  # two Spark submits to a cluster on a shared 2-core machine
 
 # Holds each capture task, once running, until every capture task of the run is running: that the captures
 # overlap then depends on the executor running them side by side, not on how long each one takes.
@@ -65,7 +66,8 @@ def test_backup_and_restore_run_as_deployed_byte_exact(broker, vhost, spark_clus
     plugins.mkdir()
     barrier.mkdir()
     (plugins / "capture_barrier.py").write_text(BARRIER)
-    stack = AirflowStack(tmp_path / "airflow", AIRFLOW_CONN_RBAK_S3=s3, RBAK_STORAGE_CONN_ID="rbak_s3",
+    (tmp_path / "airflow").mkdir()
+    stack = airflow_stack(tmp_path / "airflow", AIRFLOW__CORE__PARALLELISM="8", AIRFLOW_CONN_RBAK_S3=s3, RBAK_STORAGE_CONN_ID="rbak_s3",
                          AIRFLOW__CORE__PLUGINS_FOLDER=str(plugins), RBAK_TEST_BARRIER=str(barrier),
                          RBAK_TEST_BARRIER_COUNT=str(len(QUEUES)),
                          AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": spark_cluster}),
@@ -82,8 +84,9 @@ def test_backup_and_restore_run_as_deployed_byte_exact(broker, vhost, spark_clus
         stack.wait_for_dag("rbak_restore")
 
         # When the backup DAG is triggered
-        state = stack.trigger_and_wait("rbak_backup", {"storage_url": url, "backup_id": "stack-1", "vhosts": [vhost],
-                                                       "verify": "deep"})
+        backup_run = stack.trigger("rbak_backup", {"storage_url": url, "backup_id": "stack-1", "vhosts": [vhost],
+                                                   "verify": "deep"})
+        state = stack.wait_for_run("rbak_backup", backup_run, RUN_DEADLINE_S)
 
         # Then it succeeds, its capture tasks overlapped in time, the segments on S3 hold every message byte-exact
         # (read by the independent reader), and the queues are as they were
@@ -91,7 +94,7 @@ def test_backup_and_restore_run_as_deployed_byte_exact(broker, vhost, spark_clus
         xcom = run_facts(stack.env)["xcom"]
         captured = {v["queue"]: v["messages"] for k, v in xcom.items() if k.startswith("capture[") and k.endswith("return_value")}
         assert captured == {q: COUNT for q in QUEUES}, captured
-        times = stack.task_times("rbak_backup")
+        times = stack.task_times("rbak_backup", backup_run)
         captures = [v for k, v in times.items() if k.startswith("capture[")]
         assert max(start for start, _ in captures) < min(end for _, end in captures), times
         # (Must show 3 on real task log files: each capture's log shows its progress, and no pika lines)
@@ -109,8 +112,10 @@ def test_backup_and_restore_run_as_deployed_byte_exact(broker, vhost, spark_clus
             assert ready_count(broker.connection, vhost, queue) == COUNT
 
         # When the restore DAG is triggered into another vhost
-        state = stack.trigger_and_wait("rbak_restore", {"storage_url": url, "backup_id": "stack-1", "vhosts": [vhost],
-                                                        "vhost_map": {vhost: target}, "restore_definitions": True})
+        restore_run = stack.trigger("rbak_restore", {"storage_url": url, "backup_id": "stack-1", "vhosts": [vhost],
+                                                     "vhost_map": {vhost: target}, "restore_definitions": True,
+                                                     "skip_approval": True})
+        state = stack.wait_for_run("rbak_restore", restore_run, RUN_DEADLINE_S)
 
         # Then every queue there holds every message, byte-exact, in order
         assert state == "success", _logs(stack)

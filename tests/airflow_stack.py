@@ -9,6 +9,7 @@ state against a deadline, never by sleeping for an assumed time.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import secrets
@@ -108,12 +109,18 @@ class AirflowStack:
             return True if any(needle in line and "state=awaiting_input" in line for line in lines) else None
         poll(f"the scheduler to see {task_id} of {run_id} parked", probe)
 
-    def wait_for_run(self, dag_id: str, run_id: str) -> str:
+    def wait_for_run(self, dag_id: str, run_id: str, deadline_s: float = DEADLINE_S) -> str:
         """Poll until the run ends; its final state."""
         def probe() -> str | None:
             state = self.api("GET", self.run_path(dag_id, run_id)).json()["state"]
             return state if state in TERMINAL_RUN_STATES else None
-        return poll(f"{dag_id} {run_id} to end", probe)
+        return poll(f"{dag_id} {run_id} to end", probe, deadline_s, every_s=2)
+
+    def task_times(self, dag_id: str, run_id: str) -> dict[str, tuple[float, float]]:
+        """Each finished task instance's (start, end) in epoch seconds, by ``task_id[map_index]``."""
+        found = self.api("GET", f"{self.run_path(dag_id, run_id)}/taskInstances", params={"limit": 1000}).json()
+        return {f"{t['task_id']}[{t['map_index']}]": (_epoch(t["start_date"]), _epoch(t["end_date"]))
+                for t in found["task_instances"] if t["start_date"] and t["end_date"]}
 
     def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
         """The task's log (its latest try) as text."""
@@ -170,6 +177,10 @@ class AirflowStack:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=30)
+
+
+def _epoch(iso: str) -> float:
+    return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def airflow_stack(home: Path, **extra: str) -> AirflowStack:
