@@ -24,6 +24,7 @@ NOTIFIER_ENV = "RBAK_FAILURE_NOTIFIER"
 PROGRESS_INTERVAL_ENV = "RBAK_PROGRESS_INTERVAL"
 STORAGE_CONN_ID_ENV = "RBAK_STORAGE_CONN_ID"
 APPROVAL_TIMEOUT_ENV = "RBAK_APPROVAL_TIMEOUT_HOURS"
+UI_LOCATIONS_ENV = "RBAK_UI_LOCATIONS"
 
 
 def airflow_home() -> Path:
@@ -35,6 +36,16 @@ def default_storage_url() -> str:
     """``$RBAK_STORAGE_URL``, else ``$AIRFLOW_HOME/rbak-backups`` as a file URL: where every DAG looks first."""
     configured = os.environ.get(STORAGE_URL_ENV, "").strip()
     return configured or (airflow_home() / "rbak-backups").resolve().as_uri()
+
+
+def ui_storage_urls() -> list[str]:
+    """The locations the Airflow UI's backups view lists: the default storage URL, then ``$RBAK_UI_LOCATIONS``.
+
+    ``$RBAK_UI_LOCATIONS`` holds further storage URLs separated by spaces or newlines (storage URLs hold
+    neither, and no credentials: S3 keys come from the AWS chain); each location is listed once.
+    """
+    urls = [default_storage_url(), *os.environ.get(UI_LOCATIONS_ENV, "").split()]
+    return list(dict.fromkeys(urls))
 
 
 def default_checkpoint_state() -> str:

@@ -54,12 +54,13 @@ def poll(what: str, probe: Callable[[], T | None], deadline_s: float = DEADLINE_
 
 @dataclass
 class AirflowStack:
-    """One Airflow: its home, environment, REST base URL, the approver's token and the processes it runs."""
+    """One Airflow: its home, environment, REST base URL, its users' passwords, the approver's token and the
+    processes it runs."""
 
     home: Path
     env: dict[str, str]
     url: str
-    password: str
+    passwords: dict[str, str]
     token: str = ""
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
 
@@ -135,14 +136,17 @@ class AirflowStack:
         return "\n".join(f"--- {name}\n{(self.home / f'{name}.log').read_text(errors='replace')[-chars:]}"
                          for name in self.processes)
 
-    def start(self) -> None:
-        """Migrate the database, start the three processes, wait until the API answers and the DAGs are parsed."""
-        done = run([str(VENV_BIN / "airflow"), "db", "migrate"], self.env, timeout=300)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    def start(self, only_api_server: bool = False) -> None:
+        """Migrate the database, start the three processes (or the api-server alone, over DAGs serialized here
+        once), and wait until the API issues the approver's token."""
+        setup = [["db", "migrate"], *([["dags", "reserialize"]] if only_api_server else [])]
+        for args in setup:
+            done = run([str(VENV_BIN / "airflow"), *args], self.env, timeout=600)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         port = self.url.rsplit(":", 1)[1]
         commands = {"api-server": ["api-server", "--host", "127.0.0.1", "--port", port, "--workers", "1"],
                     "scheduler": ["scheduler"], "dag-processor": ["dag-processor"]}
-        for name, args in commands.items():
+        for name, args in list(commands.items())[:1 if only_api_server else 3]:
             with open(self.home / f"{name}.log", "wb") as out:
                 # its own process group, so that stop() ends the workers it spawns too
                 self.processes[name] = subprocess.Popen([str(VENV_BIN / "airflow"), *args], env=self.env, cwd=REPO,
@@ -153,10 +157,14 @@ class AirflowStack:
         for name, process in self.processes.items():
             assert process.poll() is None, f"airflow {name} exited {process.returncode}\n{self.logs_tail()}"
         try:
-            response = requests.post(f"{self.url}/auth/token", json={"username": USER, "password": self.password},
-                                     timeout=10)
+            return self.token_of(USER)
         except requests.ConnectionError:
             return None
+
+    def token_of(self, user: str) -> str | None:
+        """A bearer token for one of the stack's users (None while the api-server does not issue one yet)."""
+        response = requests.post(f"{self.url}/auth/token", json={"username": user, "password": self.passwords[user]},
+                                 timeout=10)
         return response.json()["access_token"] if response.status_code == 201 else None
 
     def wait_for_dag(self, dag_id: str) -> None:
@@ -183,11 +191,12 @@ def _epoch(iso: str) -> float:
     return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def airflow_stack(home: Path, **extra: str) -> AirflowStack:
-    """A stack (not started) with its own home, SQLite database, loopback port, secrets and one admin, the approver."""
-    port, password = free_port(), secrets.token_urlsafe(16)
-    passwords = home / "passwords.json"
-    passwords.write_text(json.dumps({USER: password}))
+def airflow_stack(home: Path, roles: dict[str, str] | None = None, **extra: str) -> AirflowStack:
+    """A stack (not started) with its own home, SQLite database, loopback port and secrets; its users are an admin,
+    the approver, and ``roles`` (user name -> SimpleAuthManager role), each with a random password."""
+    port, roles = free_port(), {USER: "admin", **(roles or {})}
+    passwords = {user: secrets.token_urlsafe(16) for user in roles}
+    (home / "passwords.json").write_text(json.dumps(passwords))
     url = f"http://127.0.0.1:{port}"
     env = airflow_env(home, **{
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
@@ -196,10 +205,10 @@ def airflow_stack(home: Path, **extra: str) -> AirflowStack:
         "AIRFLOW__API__BASE_URL": url,
         "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{user}:{role}" for user, role in roles.items()),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
         **extra,
     })
-    return AirflowStack(home=home, env=env, url=url, password=password)
+    return AirflowStack(home=home, env=env, url=url, passwords=passwords)

@@ -7,11 +7,14 @@ kept the stream segments later backups' chains take from it.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from airflow_rbak.backup.chain import dependencies
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.codec import BackupManifest
+from airflow_rbak.codec.layout import compression_from_key
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import Storage
 
@@ -21,7 +24,8 @@ class BackupSummary:
     """One backup as ``rbak list`` shows it; ``status`` is complete, incomplete, no-manifest, damaged or retired.
 
     ``depends_on``: the backups whose segments it lists (its stream chains); ``needed_by``: the backups
-    that list segments of this one, so retention keeps what they need.
+    that list segments of this one, so retention keeps what they need; ``compression``: the codecs its
+    segments' keys name (``zstd``, ``lz4``, ``none``), sorted.
     """
 
     backup_id: str
@@ -35,15 +39,25 @@ class BackupSummary:
     problem: str | None = None
     depends_on: tuple[str, ...] = ()
     needed_by: tuple[str, ...] = ()
+    compression: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def list_backups(storage: Storage) -> list[BackupSummary]:
-    """Every backup under ``storage``, oldest first (those without a readable manifest last)."""
+def list_backups(storage: Storage, workers: int = 1) -> list[BackupSummary]:
+    """Every backup under ``storage``, oldest first (those without a readable manifest last).
+
+    ``workers`` > 1 reads that many manifests at a time: on S3 each read is a round trip, so a
+    catalog of hundreds of backups is bound by latency, not by parsing.
+    """
     store = ManifestStore(storage)
-    summaries = [_summary(store, backup_id) for backup_id in store.backup_ids()]
+    backup_ids = store.backup_ids()
+    if workers > 1 and len(backup_ids) > 1:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rbak-catalog") as pool:
+            summaries = list(pool.map(lambda backup_id: _summary(store, backup_id), backup_ids))
+    else:
+        summaries = [_summary(store, backup_id) for backup_id in backup_ids]
     dependents: dict[str, list[str]] = {}
     for summary in summaries:
         for base in summary.depends_on:
@@ -92,4 +106,11 @@ def _summary(store: ManifestStore, backup_id: str) -> BackupSummary:
         total_bytes=manifest.total_bytes,
         total_segments=manifest.total_segments,
         depends_on=depends_on,
+        compression=segment_compressions(manifest),
     )
+
+
+def segment_compressions(manifest: BackupManifest) -> tuple[str, ...]:
+    """The codecs the manifest's segment keys name (``zstd``, ``lz4``, ``none``), sorted; () for no segments."""
+    found = {compression_from_key(s.key).name.lower() for q in manifest.queues for s in q.segments}
+    return tuple(sorted(found))

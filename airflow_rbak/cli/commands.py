@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import os
 from typing import IO, Any
@@ -19,6 +18,7 @@ from airflow_rbak.backup.rebuild import rebuild_manifest
 from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.codec import read_header
 from airflow_rbak.codec.records import encode_record
+from airflow_rbak.display import when as _when
 from airflow_rbak.codec.segment import decode_payload, iter_payload_records
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage import open_storage
@@ -27,12 +27,6 @@ from airflow_rbak.storage.base import ObjectNotFoundError, StorageError
 
 def _json_line(out: IO[str], value: Any) -> None:
     out.write(orjson.dumps(value).decode() + "\n")
-
-
-def _when(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def list_cmd(args: argparse.Namespace, out: IO[str]) -> int:

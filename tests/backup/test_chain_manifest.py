@@ -20,42 +20,9 @@ from airflow_rbak.codec import BackupManifest, ManifestError
 from airflow_rbak.retention import RetentionPolicy, apply_retention
 from airflow_rbak.spark_jobs import compact_segments, verify_segments
 from airflow_rbak.storage import open_storage
-from tests.backup.sample import build_sample_backup
+from tests.backup.sample import STREAM, build_sample_chain as _build_chain, chained as _chained
 from tests.spark_jobs.conftest import spark_submit_available, submit  # noqa: F401 - a fixture among them
 from tests.spark_jobs.local_spark import LocalSpark
-
-STREAM = ("prod", "events/eu")
-
-
-def _chained(storage, base_id: str, backup_id: str, created_at: int) -> BackupManifest:
-    """A complete backup whose stream continues ``base_id`` (its own part: a copy of the base's last segment)."""
-    base = ManifestStore(storage).load(base_id)
-    manifest = copy.deepcopy(base)
-    manifest.backup_id, manifest.created_at, manifest.completed_at = backup_id, created_at, created_at + 1
-    manifest.queues = [q for q in manifest.queues if (q.vhost, q.name) == STREAM]
-    entry = manifest.queues[0]
-    entry.extensions["stream_offsets"] = {"first": 12, "last": 12, "last_fingerprint": None}
-    own = copy.deepcopy(entry.segments[-1])
-    own.key = own.key.replace(f"{base_id}/", f"{backup_id}/", 1).rsplit("/", 1)[0] + "/segment-0001.zst"
-    storage.put(own.key, storage.get(entry.segments[-1].key))
-    own.sequence = len(entry.segments) + 1
-    entry.segments.append(own)
-    manifest.definitions = None
-    chain.declare_dependencies(manifest)
-    manifest.refresh_totals()
-    ManifestStore(storage).save(manifest)
-    return manifest
-
-
-def _build_chain(url: str) -> str:
-    """sample-1 (three queues) and sample-2, whose stream continues sample-1's."""
-    storage = open_storage(url)
-    base = build_sample_backup(storage, "sample-1", segment_max_bytes=600)
-    base.queue(*STREAM).extensions["stream_offsets"] = {"first": 0, "last": 11, "last_fingerprint": None}
-    ManifestStore(storage).save(base)
-    _chained(storage, "sample-1", "sample-2", base.created_at + 1000)
-    return url
-
 
 @pytest.fixture
 def url(tmp_path) -> str:

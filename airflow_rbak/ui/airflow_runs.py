@@ -1,0 +1,78 @@
+"""Reads the ``rbak_backup`` and ``rbak_verify`` runs from Airflow's metadata database (Airflow side).
+
+Three small queries (runs, their ``verify`` tasks, the XComs that name a resolved backup id) read
+every run of the two DAGs at once, newest first up to ``limit``; :class:`~airflow_rbak.ui.runs.RunIndex`
+then matches them to backups without Airflow.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import and_, or_, select
+from sqlalchemy.orm import Session
+
+from airflow.models.dagrun import DagRun
+from airflow.models.taskinstance import TaskInstance
+from airflow.models.xcom import XComModel
+from airflow_rbak.settings import default_storage_url
+from airflow_rbak.ui.runs import BACKUP_DAG_ID, VERIFY_DAG_ID, BackupRun
+
+#: The XCom that names the backup a run chose itself: discover's summary, resolve_backup's return value.
+_RESOLVED = {BACKUP_DAG_ID: ("discover", "summary"), VERIFY_DAG_ID: ("resolve_backup", "return_value")}
+_KIND = {BACKUP_DAG_ID: "backup", VERIFY_DAG_ID: "verify"}
+
+
+def _ms(when: dt.datetime | None) -> int | None:
+    return None if when is None else int(when.timestamp() * 1000)
+
+
+def _state(value: Any) -> str | None:
+    return None if value is None else str(getattr(value, "value", value))
+
+
+def _xcoms(session: Session) -> dict[tuple[str, str, str], Any]:
+    wanted = [and_(XComModel.dag_id == dag_id, XComModel.task_id == task, XComModel.key == key)
+              for dag_id, (task, key) in _RESOLVED.items()]
+    wanted.append(and_(XComModel.dag_id.in_(_KIND), XComModel.task_id == "verify", XComModel.key == "return_value"))
+    rows = session.scalars(select(XComModel).where(or_(*wanted), XComModel.map_index == -1))
+    return {(x.dag_id, x.run_id, x.task_id): XComModel.deserialize_value(x) for x in rows}
+
+
+def load_backup_runs(session: Session, limit: int = 5000) -> list[BackupRun]:
+    """Every run of the backup and verify DAGs (newest ``limit``) with the backup it made or verified."""
+    runs = session.scalars(select(DagRun).where(DagRun.dag_id.in_(_KIND)).order_by(DagRun.id.desc()).limit(limit)).all()
+    verify_tis = {(t.dag_id, t.run_id): t for t in session.execute(
+        select(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.state, TaskInstance.end_date)
+        .where(TaskInstance.dag_id.in_(_KIND), TaskInstance.task_id == "verify", TaskInstance.map_index == -1))}
+    xcoms = _xcoms(session)
+    default_url = default_storage_url()
+    found = []
+    for run in runs:
+        conf = run.conf if isinstance(run.conf, dict) else {}
+        backup_id = _backup_id(run.dag_id, run.run_id, conf, xcoms)
+        if not backup_id:
+            continue  # still queued without an id of its own: nothing to show yet
+        ti = verify_tis.get((run.dag_id, run.run_id))
+        verified = xcoms.get((run.dag_id, run.run_id, "verify"))
+        verify_state = _state(ti.state) if ti is not None else None
+        if isinstance(verified, dict) and verified.get("mode") == "none":
+            verify_state = None  # verify: none checks nothing
+        found.append(BackupRun(
+            dag_id=run.dag_id, run_id=run.run_id, kind=_KIND[run.dag_id],
+            storage_url=str(conf.get("storage_url") or default_url), backup_id=backup_id,
+            state=_state(run.state) or "none", started_at=_ms(run.start_date), ended_at=_ms(run.end_date),
+            verify_state=verify_state, verify_at=_ms(ti.end_date) if ti is not None else None))
+    return found
+
+
+def _backup_id(dag_id: str, run_id: str, conf: dict[str, Any], xcoms: dict[tuple[str, str, str], Any]) -> str | None:
+    given = conf.get("backup_id")
+    if isinstance(given, str) and given and given != "latest":
+        return given
+    task, _ = _RESOLVED[dag_id]
+    resolved = xcoms.get((dag_id, run_id, task))
+    if isinstance(resolved, dict):
+        resolved = resolved.get("backup_id")
+    return resolved if isinstance(resolved, str) and resolved else None

@@ -1,0 +1,151 @@
+"""The backups view's FastAPI app, mounted on Airflow's api-server by :mod:`airflow_rbak.ui.plugin`.
+
+Authentication and authorisation are Airflow's: every route needs a user whom the auth manager lets
+read the runs of ``rbak_backup`` (the JWT of Airflow's UI cookie, or a bearer token); Restore… and
+Verify appear only for users it lets trigger ``rbak_restore`` and ``rbak_verify``. Verify posts to
+Airflow's own REST API, so triggering is checked (and audited) by Airflow itself. Storage is only read.
+"""
+
+from __future__ import annotations
+
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse
+
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from airflow.models.dag import DagModel
+from airflow.models.serialized_dag import SerializedDagModel
+from airflow.utils.session import create_session
+from airflow_rbak.backup.manifest_store import ManifestNotFoundError
+from airflow_rbak.settings import ui_storage_urls
+from airflow_rbak.ui.airflow_runs import load_backup_runs
+from airflow_rbak.ui.backup_catalog import BackupCatalog, LocationNotFoundError, describe_error
+from airflow_rbak.ui.pages import Links, detail_page, list_page, message_page, restore_page
+from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, RunIndex
+
+app = FastAPI(title="RabbitMQ backups (airflow-rbak)", docs_url=None, redoc_url=None)
+#: Reading the backups' list means reading rbak_backup's runs (the view shows them beside each backup).
+_can_read = [Depends(requires_access_dag("GET", DagAccessEntity.RUN, param_dag_id=BACKUP_DAG_ID))]
+Offset = Annotated[int, Query(ge=0)]
+Limit = Annotated[int, Query(ge=1, le=500)]
+
+
+@functools.cache
+def catalog() -> BackupCatalog:
+    """The configured locations (read once per api-server process: ``RBAK_STORAGE_URL``, ``RBAK_UI_LOCATIONS``)."""
+    return BackupCatalog(ui_storage_urls())
+
+
+def run_index() -> RunIndex:
+    with create_session() as session:
+        return RunIndex(load_backup_runs(session))
+
+
+def permissions(user: Any) -> dict[str, bool]:
+    """Which buttons the user gets: each is the auth manager's answer to "may this user trigger that DAG"."""
+    def may_trigger(dag_id: str) -> bool:
+        details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id))
+        return get_auth_manager().is_authorized_dag(method="POST", access_entity=DagAccessEntity.RUN,
+                                                    details=details, user=user)
+    return {"restore": may_trigger(RESTORE_DAG_ID), "verify": may_trigger(VERIFY_DAG_ID)}
+
+
+def links(request: Request) -> Links:
+    """Links relative to where Airflow serves us (``root_path`` is Airflow's base path plus our mount)."""
+    from airflow_rbak.ui.plugin import URL_PREFIX
+
+    root = request.scope.get("root_path", "").rstrip("/")
+    airflow_root = root[: -len(URL_PREFIX)] if root.endswith(URL_PREFIX) else ""
+    return Links(airflow_root=airflow_root, view_root=root)
+
+
+def _location(location_id: str) -> Any:
+    try:
+        return catalog().location(location_id)
+    except LocationNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from None
+
+
+def _detail(location_id: str, backup_id: str) -> dict[str, Any]:
+    try:
+        return catalog().detail(_location(location_id), backup_id, run_index())
+    except (LocationNotFoundError, ManifestNotFoundError) as exc:
+        raise HTTPException(404, str(exc)) from None
+    except HTTPException:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a damaged manifest, an unreachable location: said in one line
+        raise HTTPException(502, f"{backup_id}: {describe_error(exc)}") from None
+
+
+def _pages(loc: str | None, offset: int, limit: int, refresh: bool) -> list[dict[str, Any]]:
+    runs = run_index()
+    cat = catalog()
+    with ThreadPoolExecutor(max_workers=max(1, len(cat.locations))) as pool:  # a slow location delays none of the others' reads
+        return list(pool.map(lambda l: cat.page(l, runs, offset if l.id == loc else 0, limit, refresh), cat.locations))
+
+
+@app.get("/api/locations", dependencies=_can_read)
+def api_locations() -> list[dict[str, str]]:
+    """The configured locations: the default storage URL first."""
+    return [loc.to_json() for loc in catalog().locations]
+
+
+@app.get("/api/locations/{location_id}/backups", dependencies=_can_read)
+def api_backups(location_id: str, offset: Offset = 0, limit: Limit = 50, refresh: bool = False) -> dict[str, Any]:
+    """One page of a location's backups, newest first; ``error`` says why a location cannot be read."""
+    return catalog().page(_location(location_id), run_index(), offset, limit, refresh)
+
+
+@app.get("/api/locations/{location_id}/backups/{backup_id}", dependencies=_can_read)
+def api_backup(location_id: str, backup_id: str, user: GetUserDep) -> dict[str, Any]:
+    """One backup: the list's fields, its queues and segments, definitions counts, its DAG runs, and ``can``."""
+    return {**_detail(location_id, backup_id), "can": permissions(user)}
+
+
+@app.get("/", response_class=HTMLResponse, dependencies=_can_read)
+def list_view(request: Request, loc: str | None = None, offset: Offset = 0, limit: Limit = 50,
+              refresh: bool = False) -> str:
+    return list_page(_pages(loc, offset, limit, refresh), links(request))
+
+
+@app.get("/backups/{location_id}/{backup_id}", response_class=HTMLResponse, dependencies=_can_read)
+def backup_view(request: Request, location_id: str, backup_id: str, user: GetUserDep) -> HTMLResponse:
+    try:
+        detail = _detail(location_id, backup_id)
+    except HTTPException as exc:
+        return HTMLResponse(message_page(f"Backup {backup_id}", str(exc.detail)), status_code=exc.status_code)
+    return HTMLResponse(detail_page(detail, links(request), permissions(user)))
+
+
+def dag_params(dag_id: str) -> dict[str, dict[str, Any]]:
+    """A DAG's params as Airflow's REST API gives them (value, schema, description), from the serialised DAG."""
+    with create_session() as session:
+        dag = SerializedDagModel.get_dag(dag_id, session=session)
+    if dag is None:
+        raise HTTPException(404, f"DAG {dag_id} is not in Airflow's database yet (is dags/ in the DAGs folder?)")
+    found = {}
+    for name, param in dag.params.items():
+        try:
+            found[name] = param.dump()
+        except (ValueError, TypeError):  # a required param without a default has no value to show
+            found[name] = {"value": None, "schema": param.schema, "description": param.description}
+    return found
+
+
+@app.get("/restore/{location_id}/{backup_id}", response_class=HTMLResponse, dependencies=_can_read)
+def restore_view(request: Request, location_id: str, backup_id: str, user: GetUserDep) -> HTMLResponse:
+    """rbak_restore's trigger form with the backup's location and id filled in (only for users who may trigger it)."""
+    title = f"Restore {backup_id}"
+    if not permissions(user)["restore"]:
+        return HTMLResponse(message_page(title, f"You may not trigger {RESTORE_DAG_ID}."), status_code=403)
+    try:
+        location = _location(location_id)
+        params = dag_params(RESTORE_DAG_ID)
+    except HTTPException as exc:
+        return HTMLResponse(message_page(title, str(exc.detail)), status_code=exc.status_code)
+    return HTMLResponse(restore_page(location.to_json(), backup_id, params, links(request)))

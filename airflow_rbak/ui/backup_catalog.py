@@ -1,0 +1,148 @@
+"""What the Airflow UI's backups view shows, read from storage (manifests only) without Airflow.
+
+The list reuses :func:`~airflow_rbak.backup.catalog.list_backups` (``rbak list``) and a backup's page
+reads its manifest through :class:`~airflow_rbak.backup.manifest_store.ManifestStore` (``rbak
+describe``): no segment body is ever read, and nothing is written. A location's listing is kept for
+``ttl`` seconds, so paging through hundreds of backups reads their manifests once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_rbak.backup.catalog import BackupSummary, list_backups
+from airflow_rbak.backup.chain import chain_owners
+from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.codec import BackupManifest
+from airflow_rbak.exceptions import RbakError
+from airflow_rbak.storage import open_storage
+from airflow_rbak.storage.base import Storage
+from airflow_rbak.ui.runs import RunIndex
+
+log = logging.getLogger(__name__)
+
+#: Manifests read at a time (S3 reads are round trips); one retry, so an unreachable location fails soon.
+READ_WORKERS = 16
+UI_RETRIES = 1
+MAX_PAGE = 500
+
+
+class LocationNotFoundError(RbakError):
+    """The location id names no configured location."""
+
+
+@dataclass(frozen=True)
+class Location:
+    """A configured storage location; ``id`` (a hash of the URL) names it in the view's paths."""
+
+    id: str
+    url: str
+
+    @classmethod
+    def of(cls, url: str) -> Location:
+        return cls(hashlib.sha256(url.encode()).hexdigest()[:12], url)
+
+    def to_json(self) -> dict[str, str]:
+        return {"id": self.id, "url": self.url}
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a location that cannot be read (storage errors never hold credentials: see storage/url.py)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def backup_row(summary: BackupSummary, location: Location, runs: RunIndex) -> dict[str, Any]:
+    """One backup as a row of the list: the catalog's summary, its completeness and its last verify."""
+    last = runs.last_verify(location.url, summary.backup_id)
+    return {**summary.to_json(), "complete": summary.status == "complete",
+            "last_verify": last.to_json() if last else None}
+
+
+def manifest_detail(manifest: BackupManifest) -> dict[str, Any]:
+    """A backup's queues (with their segments and the backups those come from) and definitions counts."""
+    d = manifest.definitions
+    return {
+        "source_cluster": manifest.source_cluster,
+        "rabbitmq_version": manifest.rabbitmq_version,
+        "backup_tool_version": manifest.backup_tool_version,
+        "definitions": None if d is None else {
+            "key": d.key, "vhosts": d.vhost_count, "queues": d.queue_count, "exchanges": d.exchange_count,
+            "users": d.user_count, "size_bytes": d.size_bytes},
+        "queues": [{
+            "vhost": q.vhost, "name": q.name, "queue_type": q.queue_type, "messages": q.message_count,
+            "first_message_timestamp": q.first_message_timestamp, "last_message_timestamp": q.last_message_timestamp,
+            "chain": chain_owners(q),
+            "segments": [{"key": s.key, "sequence": s.sequence, "records": s.record_count, "size_bytes": s.size_bytes,
+                          "uncompressed_bytes": s.uncompressed_bytes, "first_timestamp": s.first_timestamp,
+                          "last_timestamp": s.last_timestamp} for s in q.segments],
+        } for q in manifest.queues],
+        "left_out": list(manifest.extensions.get("left_out") or []),
+    }
+
+
+class BackupCatalog:
+    """The backups of every configured location, listed newest first, page by page."""
+
+    def __init__(self, urls: list[str], *, ttl: float = 15.0,
+                 opener: Callable[[str], Storage] = lambda url: open_storage(url, retries=UI_RETRIES)) -> None:
+        self.locations = [Location.of(url) for url in urls]
+        self.ttl = ttl
+        self._opener = opener
+        self._cache: dict[str, tuple[float, list[BackupSummary]]] = {}
+        self._lock = threading.Lock()
+
+    def location(self, location_id: str) -> Location:
+        found = next((loc for loc in self.locations if loc.id == location_id), None)
+        if found is None:
+            raise LocationNotFoundError(f"no configured location has id {location_id!r}")
+        return found
+
+    def summaries(self, location: Location, refresh: bool = False) -> list[BackupSummary]:
+        """Every backup of a location, newest first (read again after ``ttl`` seconds, or when asked)."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cache.get(location.id)
+        if cached and not refresh and now - cached[0] < self.ttl:
+            return cached[1]
+        found = list(reversed(list_backups(self._opener(location.url), workers=READ_WORKERS)))
+        with self._lock:
+            self._cache[location.id] = (now, found)
+        return found
+
+    def page(self, location: Location, runs: RunIndex, offset: int = 0, limit: int = 50,
+             refresh: bool = False) -> dict[str, Any]:
+        """One page of a location's backups; an unreadable location is reported, never raised."""
+        offset, limit = max(0, offset), max(1, min(limit, MAX_PAGE))
+        body: dict[str, Any] = {"location": location.to_json(), "offset": offset, "limit": limit}
+        try:
+            summaries = self.summaries(location, refresh)
+        except Exception as exc:  # noqa: BLE001 - one location's fault must not hide the others
+            log.warning("rbak UI: cannot list %s: %s", location.url, describe_error(exc))
+            return {**body, "total": 0, "backups": [], "error": describe_error(exc)}
+        rows = [backup_row(s, location, runs) for s in summaries[offset:offset + limit]]
+        return {**body, "total": len(summaries), "backups": rows, "error": None}
+
+    def detail(self, location: Location, backup_id: str, runs: RunIndex) -> dict[str, Any]:
+        """A backup's page: its row, its manifest's queues, segments and definitions, and its DAG runs.
+
+        Raises :class:`~airflow_rbak.backup.manifest_store.ManifestNotFoundError` (or another storage
+        error) when the manifest cannot be read; the row still comes from the listing.
+        """
+        summary = next((s for s in self.summaries(location) if s.backup_id == backup_id), None)
+        if summary is None:
+            summary = next((s for s in self.summaries(location, refresh=True) if s.backup_id == backup_id), None)
+        if summary is None:
+            raise LocationNotFoundError(f"{location.url}: no backup {backup_id!r}")
+        body = {"location": location.to_json(), "backup": backup_row(summary, location, runs),
+                "runs": {"made": [r.to_json() for r in runs.runs(location.url, backup_id, "backup")],
+                         "verified": [r.to_json() for r in runs.runs(location.url, backup_id, "verify")]}}
+        if summary.status in ("complete", "incomplete"):
+            body.update(manifest_detail(ManifestStore(self._opener(location.url)).load(backup_id)))
+        return body

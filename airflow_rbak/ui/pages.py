@@ -1,0 +1,236 @@
+"""The backups view's two HTML pages, rendered on the server from the catalog's JSON (no Airflow import).
+
+Plain HTML and a few lines of script, no build step: Airflow shows the view in its navigation (an
+external view, in a frame), and every link that leaves the view targets the whole window. Every value
+from storage or the database is escaped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from airflow_rbak.display import size, when
+from airflow_rbak.ui.runs import RESTORE_DAG_ID, VERIFY_DAG_ID
+from airflow_rbak.ui.trigger_form import SCRIPT as TRIGGER_SCRIPT, trigger_form
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:20px;color:#1a202c;font-size:14px}
+h1{font-size:22px;margin:0 0 12px}h2{font-size:17px;margin:22px 0 8px}
+table{border-collapse:collapse;width:100%;margin:6px 0 14px}
+th,td{border-bottom:1px solid #e2e8f0;padding:5px 8px;text-align:left;vertical-align:top}
+th{background:#f7fafc;font-weight:600;white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}
+a{color:#2b6cb0;text-decoration:none}a:hover{text-decoration:underline}
+.badge{border-radius:10px;padding:1px 8px;font-size:12px;white-space:nowrap}
+.ok{background:#c6f6d5;color:#22543d}.bad{background:#fed7d7;color:#822727}.mid{background:#fefcbf;color:#744210}
+.muted{color:#718096}.err{background:#fff5f5;border:1px solid #feb2b2;padding:8px 12px;border-radius:6px;color:#822727}
+.loc{color:#4a5568;font-family:ui-monospace,monospace;font-size:13px}.actions{margin:10px 0 16px}
+.btn{display:inline-block;background:#3182ce;color:#fff;border:0;border-radius:6px;padding:7px 16px;font-size:14px;cursor:pointer;margin-right:8px}
+.btn.secondary{background:#4a5568}.filled{color:#2f855a;font-size:11px;display:block}.pager a{margin-right:12px}details{margin:4px 0}code{font-size:12px}
+"""
+
+#: Airflow shows the view in a sandboxed frame that may not navigate the window; it is same-origin, so a link to
+#: Airflow's own UI is handed to the UI's router (history + popstate) instead. Outside a frame: a plain link.
+_OPEN_SCRIPT = """
+function rbakOpen(href){
+  if(window.top!==window){try{window.top.history.pushState(null,'',href);
+    window.top.dispatchEvent(new PopStateEvent('popstate'));return;}catch(e){}}
+  window.location.href=href;
+}
+document.addEventListener('click',e=>{const a=e.target.closest('a.airflow');
+  if(a&&!e.ctrlKey&&!e.metaKey&&!e.shiftKey){e.preventDefault();rbakOpen(a.href);}});
+"""
+
+_VERIFY_SCRIPT = """
+async function rbakVerify(button){
+  const out=document.getElementById('verify-result');button.disabled=true;out.textContent='Triggering rbak_verify…';
+  try{
+    const r=await fetch(button.dataset.api,{method:'POST',credentials:'same-origin',
+      headers:{'Content-Type':'application/json'},body:button.dataset.body});
+    const body=await r.json().catch(()=>({}));
+    if(!r.ok){out.textContent='rbak_verify was not triggered: '+r.status+' '+(body.detail?JSON.stringify(body.detail):'');button.disabled=false;return;}
+    const a=document.createElement('a');a.href=button.dataset.runs+encodeURIComponent(body.dag_run_id);a.className='airflow';
+    a.textContent=body.dag_run_id;out.textContent='Triggered rbak_verify: ';out.appendChild(a);
+  }catch(e){out.textContent='rbak_verify was not triggered: '+e;button.disabled=false;}
+}
+"""
+
+_GOOD = {"complete", "success"}
+_BAD = {"damaged", "failed", "upstream_failed", "no-manifest"}
+
+
+@dataclass(frozen=True)
+class Links:
+    """Where the pages link: Airflow's own UI and API (``airflow_root``) and this view (``view_root``)."""
+
+    airflow_root: str
+    view_root: str
+
+    def backup(self, location_id: str, backup_id: str) -> str:
+        return f"{self.view_root}/backups/{location_id}/{quote(backup_id, safe='')}"
+
+    def listing(self, location_id: str, offset: int) -> str:
+        return f"{self.view_root}/?{urlencode({'loc': location_id, 'offset': offset})}#{location_id}"
+
+    def run(self, dag_id: str, run_id: str) -> str:
+        return f"{self.airflow_root}/dags/{dag_id}/runs/{quote(run_id, safe='')}"
+
+    def restore_form(self, location_id: str, backup_id: str) -> str:
+        """The trigger form of ``rbak_restore`` with the backup's location and id filled in (trigger_form.py says why ours)."""
+        return f"{self.view_root}/restore/{location_id}/{quote(backup_id, safe='')}"
+
+    def dag(self, dag_id: str) -> str:
+        return f"{self.airflow_root}/dags/{dag_id}"
+
+    def trigger_api(self, dag_id: str) -> str:
+        return f"{self.airflow_root}/api/v2/dags/{dag_id}/dagRuns"
+
+
+def _badge(state: str | None) -> str:
+    if not state:
+        return '<span class="muted">-</span>'
+    kind = "ok" if state in _GOOD else "bad" if state in _BAD else "mid"
+    return f'<span class="badge {kind}">{escape(state)}</span>'
+
+
+def _page(title: str, body: str, script: str = "") -> str:
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{escape(title)}</title>"
+            f"<style>{_STYLE}</style><script>{_OPEN_SCRIPT}{script}</script></head><body>{body}</body></html>")
+
+
+def _ids(ids: list[str] | tuple[str, ...], links: Links, location_id: str) -> str:
+    return ", ".join(f'<a href="{escape(links.backup(location_id, i))}">{escape(i)}</a>' for i in ids) or "-"
+
+
+def _verify_cell(last: dict[str, Any] | None) -> str:
+    if not last:
+        return '<span class="muted">never</span>'
+    return f"{_badge(last['state'])} <span class=muted>{escape(when(last['at']))}</span>"
+
+
+def _row(b: dict[str, Any], links: Links, location_id: str) -> str:
+    problem = f'<div class="muted">{escape(b["problem"])}</div>' if b.get("problem") else ""
+    return (
+        f'<tr><td><a href="{escape(links.backup(location_id, b["backup_id"]))}">{escape(b["backup_id"])}</a>{problem}</td>'
+        f"<td>{_badge(b['status'])}</td><td>{escape(when(b['created_at']))}</td><td>{escape(when(b['completed_at']))}</td>"
+        f"<td class=n>{b['queues']:,}</td><td class=n>{b['total_messages']:,}</td><td class=n>{escape(size(b['total_bytes']))}</td>"
+        f"<td>{escape(', '.join(b['compression']) or '-')}</td><td>{_verify_cell(b['last_verify'])}</td>"
+        f"<td>{_ids(b['depends_on'], links, location_id)}</td><td>{_ids(b['needed_by'], links, location_id)}</td></tr>")
+
+
+def _location_section(page: dict[str, Any], links: Links) -> str:
+    loc = page["location"]
+    head = f'<h2 id="{escape(loc["id"])}">Location <span class="loc">{escape(loc["url"])}</span></h2>'
+    if page["error"]:
+        return head + f'<div class="err">This location cannot be read: {escape(page["error"])}</div>'
+    if not page["total"]:
+        return head + '<p class="muted">No backups here yet.</p>'
+    rows = "".join(_row(b, links, loc["id"]) for b in page["backups"])
+    first, last = page["offset"] + 1, page["offset"] + len(page["backups"])
+    pager = [f"{first:,}-{last:,} of {page['total']:,} backups (newest first)"]
+    if page["offset"] > 0:
+        pager.append(f'<a href="{escape(links.listing(loc["id"], max(0, page["offset"] - page["limit"])))}">newer</a>')
+    if last < page["total"]:
+        pager.append(f'<a href="{escape(links.listing(loc["id"], last))}">older</a>')
+    return (head + '<table class="backups"><tr><th>Backup</th><th>Status</th><th>Started</th><th>Completed</th>'
+            "<th>Queues</th><th>Messages</th><th>Bytes</th><th>Compression</th><th>Last verify</th>"
+            f"<th>Depends on</th><th>Needed by</th></tr>{rows}</table><div class=pager>{' '.join(pager[:1])} "
+            f"{' '.join(pager[1:])}</div>")
+
+
+def list_page(pages: list[dict[str, Any]], links: Links) -> str:
+    """Every configured location with one page of its backups (or why it cannot be read)."""
+    body = "<h1>RabbitMQ backups</h1>" + "".join(_location_section(p, links) for p in pages)
+    return _page("RabbitMQ backups", body)
+
+
+def _runs_table(runs: list[dict[str, Any]], links: Links) -> str:
+    if not runs:
+        return '<p class="muted">None recorded in Airflow.</p>'
+    rows = "".join(
+        f'<tr><td><a class="airflow" href="{escape(links.run(r["dag_id"], r["run_id"]))}">{escape(r["run_id"])}</a></td>'
+        f"<td>{escape(r['dag_id'])}</td><td>{_badge(r['state'])}</td><td>{escape(when(r['started_at']))}</td>"
+        f"<td>{escape(when(r['ended_at']))}</td><td>{_badge(r['verify_state'])}</td></tr>" for r in runs)
+    return ("<table><tr><th>DAG run</th><th>DAG</th><th>State</th><th>Started</th><th>Ended</th><th>Verify task</th></tr>"
+            f"{rows}</table>")
+
+
+def _actions(detail: dict[str, Any], links: Links, can: dict[str, bool]) -> str:
+    url, backup_id = detail["location"]["url"], detail["backup"]["backup_id"]
+    buttons = []
+    if can.get("restore"):
+        href = links.restore_form(detail["location"]["id"], backup_id)
+        buttons.append(f'<a class="btn" id="restore" href="{escape(href)}">Restore…</a>')
+    if can.get("verify"):
+        body = json.dumps({"logical_date": None, "conf": {"storage_url": url, "backup_id": backup_id}})
+        buttons.append(
+            f'<button class="btn secondary" id="verify" onclick="rbakVerify(this)" data-api="{escape(links.trigger_api(VERIFY_DAG_ID))}" '
+            f'data-runs="{escape(links.run(VERIFY_DAG_ID, ""))}" data-body="{escape(body)}">Verify</button>')
+    if not buttons:
+        return ""
+    return f'<div class="actions">{"".join(buttons)}<span id="verify-result" class="muted"></span></div>'
+
+
+def _queues(detail: dict[str, Any]) -> str:
+    blocks = []
+    for q in detail.get("queues", []):
+        segs = "".join(
+            f"<tr><td class=n>{s['sequence']}</td><td><code>{escape(s['key'])}</code></td><td class=n>{s['records']:,}</td>"
+            f"<td class=n>{escape(size(s['size_bytes']))}</td><td class=n>{escape(size(s['uncompressed_bytes']))}</td>"
+            f"<td>{escape(when(s['first_timestamp']))} .. {escape(when(s['last_timestamp']))}</td></tr>" for s in q["segments"])
+        chain = f" · chain: {escape(' → '.join(q['chain']))}" if len(q["chain"]) > 1 else ""
+        blocks.append(
+            f"<details><summary><b>{escape(q['vhost'])}</b> / <b>{escape(q['name'])}</b> · {escape(q['queue_type'])} · "
+            f"{q['messages']:,} messages · {len(q['segments'])} segments{chain}</summary><table><tr><th>#</th><th>Segment</th>"
+            f"<th>Records</th><th>Size</th><th>Uncompressed</th><th>Messages from .. to</th></tr>{segs}</table></details>")
+    for q in detail.get("left_out", []):
+        blocks.append(f"<div class=muted>{escape(str(q.get('vhost', '?')))} / {escape(str(q.get('queue', '?')))}: "
+                      f"left out ({escape(str(q.get('reason', '?')))})</div>")
+    return "".join(blocks) or '<p class="muted">No queues.</p>'
+
+
+def _definitions(d: dict[str, Any] | None) -> str:
+    if not d:
+        return '<p class="muted">No definitions in this backup.</p>'
+    return (f"<table><tr><th>Vhosts</th><th>Queues</th><th>Exchanges</th><th>Users</th><th>Size</th></tr><tr>"
+            f"<td class=n>{d['vhosts']}</td><td class=n>{d['queues']}</td><td class=n>{d['exchanges']}</td>"
+            f"<td class=n>{d['users']}</td><td class=n>{escape(size(d['size_bytes']))}</td></tr></table>")
+
+
+def detail_page(detail: dict[str, Any], links: Links, can: dict[str, bool]) -> str:
+    """One backup: its summary, Restore… and Verify (for users who may trigger them), queues, definitions, runs."""
+    b, loc = detail["backup"], detail["location"]
+    facts = [("Location", f'<span class="loc">{escape(loc["url"])}</span>'), ("Status", _badge(b["status"])),
+             ("Started", escape(when(b["created_at"]))), ("Completed", escape(when(b["completed_at"]))),
+             ("Source", escape(f"{detail.get('source_cluster') or '-'} (RabbitMQ {detail.get('rabbitmq_version') or '?'})")),
+             ("Totals", f"{b['queues']:,} queues, {b['total_messages']:,} messages, {b['total_segments']:,} segments, "
+                        f"{escape(size(b['total_bytes']))}"),
+             ("Compression", escape(", ".join(b["compression"]) or "-")), ("Last verify", _verify_cell(b["last_verify"])),
+             ("Depends on", _ids(b["depends_on"], links, loc["id"])), ("Needed by", _ids(b["needed_by"], links, loc["id"]))]
+    if b.get("problem"):
+        facts.append(("Problem", escape(b["problem"])))
+    table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
+    body = (f'<p><a href="{escape(links.listing(loc["id"], 0))}">← all backups</a></p><h1>Backup {escape(b["backup_id"])}</h1>'
+            f'{_actions(detail, links, can)}<table class="facts" style="width:auto">{table}</table>'
+            f"<h2>Queues</h2>{_queues(detail)}<h2>Definitions</h2>{_definitions(detail.get('definitions'))}"
+            f"<h2>Made by</h2>{_runs_table(detail['runs']['made'], links)}"
+            f"<h2>Verified by</h2>{_runs_table(detail['runs']['verified'], links)}")
+    return _page(f"Backup {b['backup_id']}", body, _VERIFY_SCRIPT)
+
+
+def restore_page(location: dict[str, str], backup_id: str, params: dict[str, Any], links: Links) -> str:
+    """``rbak_restore``'s trigger form for one backup: its location and id filled in, every other param at its default."""
+    form = trigger_form(RESTORE_DAG_ID, params, {"storage_url": location["url"], "backup_id": backup_id},
+                        api_url=links.trigger_api(RESTORE_DAG_ID), runs_url=links.run(RESTORE_DAG_ID, ""),
+                        dag_url=links.dag(RESTORE_DAG_ID))
+    body = (f'<p><a href="{escape(links.backup(location["id"], backup_id))}">← backup {escape(backup_id)}</a></p>'
+            f"<h1>Restore backup {escape(backup_id)}: trigger {RESTORE_DAG_ID}</h1>{form}")
+    return _page(f"Restore {backup_id}", body, TRIGGER_SCRIPT)
+
+
+def message_page(title: str, message: str) -> str:
+    """A page that says why there is nothing to show (no access, unknown backup)."""
+    return _page(title, f"<h1>{escape(title)}</h1><p>{escape(message)}</p>")

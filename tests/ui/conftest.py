@@ -1,0 +1,75 @@
+"""One real Airflow api-server for the backups view's tests, with backups in a folder and on loopback S3.
+
+The api-server (``tests/airflow_stack.py``, started alone) runs on a free loopback port with its own
+AIRFLOW_HOME and SQLite database, the SimpleAuthManager and two users besides the stack's own: ``admin`` (may
+trigger DAGs) and ``viewer`` (read only). It lists three
+locations: a folder (the default, ``RBAK_STORAGE_URL``), a bucket on the moto server, and an S3
+endpoint nothing listens on. Start-up is waited for by polling with a generous deadline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import requests
+
+from airflow_rbak.storage import open_storage
+from tests.backup.sample import build_sample_backup, build_sample_chain
+from tests.airflow_stack import AirflowStack, airflow_stack
+
+UNREACHABLE = "s3://rbak-nowhere/backups?region=us-east-1&endpoint=http://127.0.0.1:9&path_style=true"
+
+
+@dataclass
+class ApiServer:
+    """A running api-server: its base URL, the locations it lists, and bearer tokens per user."""
+
+    stack: AirflowStack
+    file_url: str
+    s3_url: str
+
+    @property
+    def base(self) -> str:
+        return self.stack.url
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.stack.env
+
+    def token(self, user: str) -> str:
+        found = self.stack.token_of(user)
+        assert found is not None, f"no token for {user}"
+        return found
+
+    def get(self, path: str, user: str = "admin", **kwargs) -> requests.Response:
+        headers = {"Authorization": f"Bearer {self.token(user)}"}
+        return requests.get(f"{self.base}{path}", headers=headers, timeout=60, **kwargs)
+
+
+def _backups(file_url: str, s3_url: str) -> None:
+    """The folder: a stream chain (sample-1 ← sample-2) and an incomplete backup; the bucket: one backup."""
+    build_sample_chain(file_url)
+    storage = open_storage(file_url)
+    unfinished = build_sample_backup(storage, "sample-3-running")
+    unfinished.completed_at = None
+    storage.put("sample-3-running/manifest.json", unfinished.to_bytes())
+    build_sample_backup(open_storage(s3_url), "s3-sample-1")
+
+
+@pytest.fixture(scope="session")
+def api_server(tmp_path_factory: pytest.TempPathFactory, s3_server: str, s3_client) -> Iterator[ApiServer]:
+    home = tmp_path_factory.mktemp("ui-airflow-home")
+    bucket = "rbak-ui-test"
+    s3_client.create_bucket(Bucket=bucket)
+    file_url = (home / "backups").as_uri()
+    s3_url = f"s3://{bucket}/backups?region=us-east-1&endpoint={s3_server}&path_style=true"
+    _backups(file_url, s3_url)
+    stack = airflow_stack(home, {"admin": "admin", "viewer": "viewer"}, RBAK_STORAGE_URL=file_url,
+                          RBAK_UI_LOCATIONS=f"{s3_url}\n{UNREACHABLE}")
+    stack.start(only_api_server=True)
+    try:
+        yield ApiServer(stack, file_url, s3_url)
+    finally:
+        stack.stop()
