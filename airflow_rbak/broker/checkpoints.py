@@ -1,6 +1,6 @@
 """Capture checkpoints: one small JSON object per queue in the backup's storage.
 
-``{backup_id}/state/queues/{vhost}/{queue}.json`` holds the queue's target
+``{backup_id}/state/queues/{vhost}/{queue}/progress.json`` holds the queue's target
 count, the last staged chunk and how many records it ends at, a fingerprint
 of the last staged message, completion, for streams the offsets and the
 named consumers' offsets. Each capture task writes only its own queue's
@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from airflow_rbak.codec.layout import checkpoint_dir_key, checkpoint_key, encode_name, staging_prefix, state_key, vhost_dir
+from airflow_rbak.codec.layout import CHECKPOINT_NAME, checkpoint_dir_key, checkpoint_key, encode_name, staging_prefix, state_key, vhost_dir
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage
 
@@ -96,7 +96,7 @@ class CheckpointStore:
     def all(self, backup_id: str) -> list[QueueProgress]:
         """Every stored checkpoint of the backup, by vhost and queue."""
         found = [read_progress(self.storage, info.key) for info in self.storage.list(f"{backup_id}/state/queues/")
-                 if info.key.endswith(".json")]
+                 if info.key.endswith(f"/{CHECKPOINT_NAME}")]
         return sorted((p for p in found if p is not None), key=lambda p: (p.vhost, p.queue))
 
     def save_consumer_offsets(self, backup_id: str, vhost: str, stream: str, offsets: dict[str, int]) -> None:

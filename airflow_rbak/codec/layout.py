@@ -27,6 +27,7 @@ MANIFEST_NAME = "manifest.json"
 LOCK_NAME = "lock.json"
 #: Longest path segment a vhost or queue name becomes as it is; longer ones are shortened with a hash.
 MAX_NAME_SEGMENT_BYTES = 200
+CHECKPOINT_NAME = "progress.json"
 SHORTENED_MARK = "%~"
 _DIGEST_HEX = 32
 
@@ -155,8 +156,9 @@ def state_key(backup_id: str) -> str:
 
 
 def checkpoint_dir_key(backup_id: str, vhost_part: str, queue_part: str) -> str:
-    """The capture checkpoint of the queue staged under ``staging/{vhost_part}/{queue_part}/``: one object per queue."""
-    return f"{check_backup_id(backup_id)}/state/queues/{vhost_part}/{queue_part}.json"
+    """The capture checkpoint of the queue staged under ``staging/{vhost_part}/{queue_part}/``: one object per queue,
+    in a folder named as the queue (a suffix on the name itself would pass the path segment limit)."""
+    return f"{check_backup_id(backup_id)}/state/queues/{vhost_part}/{queue_part}/{CHECKPOINT_NAME}"
 
 
 def checkpoint_key(backup_id: str, vhost: str, queue: str) -> str:
