@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from airflow_rbak.broker.amqp_types import BINARY_LONGSTR_TAG, DECIMAL_TAG, TYPE_TAG, TypedBasicProperties
+from airflow_rbak.codec.properties import PIKA_NAMES, PROPERTY_NAMES
 from airflow_rbak.codec.segment import decode_payload, iter_payload
 
 try:  # the codec's optional C accelerator for the body's byte array
@@ -27,6 +28,8 @@ try:  # the codec's optional C accelerator for the body's byte array
 except ImportError:  # pragma: no cover - without a compiler the generic path is used
     parse_byte_array = None
 
+#: (pika attribute, record JSON key) of each property.
+_NAMES = tuple(zip(PIKA_NAMES, PROPERTY_NAMES))
 _BODY_FIRST = b'{"body":['
 _U32 = struct.Struct(">I")
 _SCALARS = {"Long": (b"l", struct.Struct(">q")), "Short": (b"s", struct.Struct(">h")), "Timestamp": (b"T", struct.Struct(">Q")),
@@ -66,11 +69,7 @@ def wire_record(raw: bytes | memoryview) -> WireRecord:
     p = obj["properties"]
     headers = obj["headers"]
     props = TypedBasicProperties(
-        content_type=p.get("content_type"), content_encoding=p.get("content_encoding"), delivery_mode=p.get("delivery_mode"),
-        priority=p.get("priority"), correlation_id=p.get("correlation_id"), reply_to=p.get("reply_to"),
-        expiration=p.get("expiration"), message_id=p.get("message_id"), timestamp=p.get("timestamp"), type=p.get("type_field"),
-        user_id=p.get("user_id"), app_id=p.get("app_id"), cluster_id=p.get("cluster_id"),
-        raw_headers=json_table(headers) if headers else None,
+        **{pika: p.get(name) for pika, name in _NAMES}, raw_headers=json_table(headers) if headers else None
     )
     return WireRecord(body, props, obj["exchange"], obj["routing_key"], obj["delivery_tag"], obj["backed_up_at"])
 

@@ -15,6 +15,7 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.headers import HeaderValue as H
+from airflow_rbak.codec.properties import PIKA_NAMES
 
 
 
@@ -48,8 +49,7 @@ def props_of(i: int, decimal: bool = True, persistent: bool = False) -> amqp_typ
 
 
 BROKER_HEADERS = ("x-delivery-count", "x-stream-offset")
-PROPERTY_NAMES = ("content_type", "content_encoding", "delivery_mode", "priority", "correlation_id", "reply_to", "expiration",
-                  "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id")
+PROPERTY_NAMES = PIKA_NAMES  # pika's attribute names, from the one table
 
 
 def declare(connection: RabbitMQConnection, vhost: str, queues: dict[str, str]) -> None:
