@@ -38,7 +38,10 @@ but the widened integers. Integers are written back as ``s`` (Short) and
 from __future__ import annotations
 
 import functools
+import math
+import operator
 import struct
+from collections.abc import Callable
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
@@ -170,40 +173,76 @@ def _tag_of(value: HeaderValue) -> str | None:
     return None
 
 
-def encode_value(value: HeaderValue) -> bytes:
-    """Encode one value for the wire (inverse of :func:`decode_value`, integers as ``s``/``l``)."""
-    kind, v = value.kind, value.value
+# The one encoder of AMQP field tables. It takes header values in either of their two forms, through a function
+# that gives a node's (variant, value): typed ``HeaderValue``s (captured records, tests) and their serde JSON form
+# (``"Void"`` or ``{variant: value}``, as a segment holds them; the publish fast path, ``restore/wire.py``), so the
+# two can never write different bytes. Integers go out as ``s`` (Short) and ``l`` (Long), as RabbitMQ writes them.
+_typed = operator.attrgetter("kind", "value")
+
+
+def _json(node: Any) -> tuple[str, Any]:
+    if node == "Void":
+        return "Void", None
+    ((kind, value),) = node.items()
+    return kind, value
+
+
+_ENCODED_SCALARS = {"Long": (b"l", struct.Struct(">q")), "Short": (b"s", struct.Struct(">h")),
+                    "Timestamp": (b"T", struct.Struct(">Q")), "Float": (b"f", struct.Struct(">f")),
+                    "Double": (b"d", struct.Struct(">d"))}
+
+
+def _encode_value(node: Any, unpack: Callable[[Any], tuple[str, Any]]) -> bytes:
+    kind, v = unpack(node)
     if kind in ("LongString", "ShortString"):
         raw = v.encode("utf-8")
-        return b"S" + struct.pack(">I", len(raw)) + raw
-    simple = {"Long": ">cq", "Short": ">ch", "Bool": ">cB", "Timestamp": ">cQ", "Float": ">cf", "Double": ">cd"}
-    tags = {"Long": b"l", "Short": b"s", "Bool": b"t", "Timestamp": b"T", "Float": b"f", "Double": b"d"}
-    if kind in simple:
-        return struct.pack(simple[kind], tags[kind], int(v) if kind == "Bool" else v)
+        return b"S" + _U32.pack(len(raw)) + raw
+    scalar = _ENCODED_SCALARS.get(kind)
+    if scalar is not None:
+        if kind in ("Float", "Double"):
+            v = math.nan if v is None else float(v)  # the JSON form writes non-finite floats as null
+        return scalar[0] + scalar[1].pack(v)
+    if kind == "Bool":
+        return b"t\x01" if v else b"t\x00"
     if kind == "Void":
         return b"V"
     if kind == "Bytes":
-        return b"x" + struct.pack(">I", len(v)) + v
+        return b"x" + _U32.pack(len(v)) + bytes(v)
     if kind == "Array":
-        inner = b"".join(encode_value(x) for x in v)
-        return b"A" + struct.pack(">I", len(inner)) + inner
-    tag = _tag_of(value)
-    fields = dict(v)
+        inner = b"".join(_encode_value(x, unpack) for x in v)
+        return b"A" + _U32.pack(len(inner)) + inner
+    tag = unpack(v[0][1])[1] if v and v[0][0] == TYPE_TAG else None
     if tag == DECIMAL_TAG:
-        return struct.pack(">cBi", b"D", fields["scale"].value, fields["value"].value)
+        fields = {key: unpack(x)[1] for key, x in v}
+        return struct.pack(">cBi", b"D", fields["scale"], fields["value"])
     if tag == BINARY_LONGSTR_TAG:
-        raw = fields["value"].value
-        return b"S" + struct.pack(">I", len(raw)) + raw
-    return b"F" + encode_table(v)
+        raw = bytes(unpack(dict(v)["value"])[1])
+        return b"S" + _U32.pack(len(raw)) + raw
+    return b"F" + _encode_table(v, unpack)
+
+
+def _encode_table(pairs: Any, unpack: Callable[[Any], tuple[str, Any]]) -> bytes:
+    body = bytearray()
+    for key, value in pairs:
+        raw = key.encode("utf-8")
+        body += bytes([len(raw)]) + raw + _encode_value(value, unpack)
+    return _U32.pack(len(body)) + bytes(body)
+
+
+def encode_value(value: HeaderValue) -> bytes:
+    """Encode one value for the wire (inverse of :func:`decode_value`, integers as ``s``/``l``)."""
+    return _encode_value(value, _typed)
 
 
 def encode_table(pairs: tuple[tuple[str, HeaderValue], ...] | list[tuple[str, HeaderValue]]) -> bytes:
     """Encode a field table with its u32 length prefix."""
-    body = bytearray()
-    for key, value in pairs:
-        raw = key.encode("utf-8")
-        body += bytes([len(raw)]) + raw + encode_value(value)
-    return struct.pack(">I", len(body)) + bytes(body)
+    return _encode_table(pairs, _typed)
+
+
+def encode_json_table(pairs: list[list[Any]]) -> bytes:
+    """Encode a header table in the spec's JSON form (``[[key, {"Long": 1}], ...]``) exactly as :func:`encode_table`
+    encodes its typed form; the length prefix included."""
+    return _encode_table(pairs, _json)
 
 
 def plain_value(value: HeaderValue) -> Any:
