@@ -47,6 +47,8 @@ _U64 = struct.Struct(">Q")
 class TypedBasicProperties(spec.BasicProperties):
     """pika's BasicProperties plus ``typed_headers``: the header table decoded without loss.
 
+    Our connections (``pika_connection.py``) decode every ``basic`` content header into this class.
+
     The table is decoded once, by :func:`decode_table`, never by pika: pika's
     decoder loses types, costs as much again per message, and raises
     ``OverflowError`` on a timestamp past year 9999 (one such message would
@@ -141,15 +143,6 @@ def _placeholder_table() -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
-def install() -> None:
-    """Make pika build :class:`TypedBasicProperties` for every incoming basic content header.
-
-    Idempotent. The subclass behaves exactly like pika's class for other code
-    in the process; it only adds the ``typed_headers`` attribute.
-    """
-    spec.props[spec.BasicProperties.INDEX] = TypedBasicProperties
-
-
 def property_text(value: Any) -> str | None:
     """A short-string property as text (pika gives ``bytes`` when it is not UTF-8; the spec stores text)."""
     if value is None or isinstance(value, str):
@@ -175,7 +168,8 @@ def headers_of(props: spec.BasicProperties) -> tuple[tuple[str, HeaderValue], ..
     if typed is not None:
         return typed
     if props.headers:
-        raise FieldTableError("properties were decoded without amqp_types.install(); header types would be lost")
+        raise FieldTableError("properties were decoded by a plain pika connection, not pika_connection.blocking_connection(); "
+                              "header types would be lost")
     return ()
 
 
