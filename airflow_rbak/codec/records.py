@@ -24,6 +24,7 @@ except ImportError:  # pragma: no cover - exercised where no compiler was availa
 if getattr(_speedups, "API_VERSION", None) != 4:  # pragma: no cover - built from older sources: `pip install -e .`
     _speedups = None
 format_byte_array = getattr(_speedups, "format_byte_array", None)
+parse_byte_array = getattr(_speedups, "parse_byte_array", None)
 
 _PROPERTY_TYPES = tuple(str if p.kind == SHORT_STRING else int for p in PROPERTIES)
 _U8_PROPERTIES = tuple(p.json_name for p in PROPERTIES if p.kind == OCTET)
@@ -181,11 +182,42 @@ def decode_record(data: bytes | memoryview) -> BackupRecord:
         record = accelerated_decode(data)
         if record is not None:
             return record
+    if parse_byte_array is not None:
+        record = _decode_with_body_reader(data)
+        if record is not None:
+            return record
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise RecordError(f"record is not valid JSON: {exc}") from None
     return record_from_json(obj)
+
+
+_BODY_FIRST = b'{"body":['
+_BODY_START = len(_BODY_FIRST)
+
+
+def _decode_with_body_reader(data: bytes | memoryview) -> BackupRecord | None:
+    """The usual record, body first: its byte array read in C, the rest by orjson; None: use the generic path.
+
+    The generic path then reads whatever this does not take (another key order, whitespace after the array, a
+    repeated ``body`` key, malformed JSON), so results and errors are the generic path's.
+    """
+    if data[:_BODY_START] != _BODY_FIRST:
+        return None
+    try:
+        body, end = parse_byte_array(data, _BODY_START)
+        if data[end : end + 1] != b",":
+            return None
+        obj = orjson.loads(b"{" + bytes(data[end + 1 :]))
+    except ValueError:  # orjson.JSONDecodeError is a ValueError
+        return None
+    if not isinstance(obj, dict) or not obj or "body" in obj:
+        return None
+    obj["body"] = None
+    record = record_from_json(obj)
+    _RECORD_SETTERS[0](record, body)
+    return record
 
 
 def record_from_json(obj: Any) -> BackupRecord:
