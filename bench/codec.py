@@ -163,7 +163,8 @@ def compare_body_only(args) -> None:
         payloads = payloads_of(segments, compression)
         steps = {
             "encode": (lambda: encode_all(records_, compression), lambda: [_seal_floor(p, compression, 3) for p in payloads]),
-            "decode": (lambda: [decode_segment(s.data) for s in segments], lambda: [_open_floor(s.data, compression) for s in segments]),
+            "decode": (lambda: [decode_segment(s.data) for s in segments],
+                       lambda: [_open_floor(s.data, compression) for s in segments]),
         }
         for direction, (fn, floor) in steps.items():
             full, body, ratio = [], [], []

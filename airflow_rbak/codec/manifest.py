@@ -156,7 +156,9 @@ class QueueBackup:
 
 
 #: The sections of a definitions export the manifest counts: (section, count field).
-DEFINITION_COUNTS = (("vhosts", "vhost_count"), ("queues", "queue_count"), ("exchanges", "exchange_count"), ("users", "user_count"))
+DEFINITION_COUNTS = (
+    ("vhosts", "vhost_count"), ("queues", "queue_count"), ("exchanges", "exchange_count"), ("users", "user_count"),
+)
 
 
 def count_definitions(doc: Any) -> dict[str, int]:

@@ -297,7 +297,8 @@ def _header_value_from_json(data: Any) -> HeaderValue:
 accelerated_encode = accelerated_decode = accelerated_append = accelerated_read = None
 if _speedups is not None:
     _speedups.configure(
-        BackupRecord, BackupProperties, tuple((p.json_name, p.kind) for p in PROPERTIES), HeaderValue, VOID_VALUE, _header_value_from_json, _header_value_json, orjson.loads
+        BackupRecord, BackupProperties, tuple((p.json_name, p.kind) for p in PROPERTIES), HeaderValue, VOID_VALUE,
+        _header_value_from_json, _header_value_json, orjson.loads,
     )
     accelerated_encode, accelerated_decode = _speedups.encode_record, _speedups.decode_record
     accelerated_append, accelerated_read = _speedups.append_record, _speedups.read_records

@@ -18,12 +18,13 @@ def test_backup_properties_has_the_tables_fields_in_its_order():
 
 
 def test_the_record_json_lists_the_tables_properties_in_its_order():
-    record = BackupRecord(body=b"x", properties=BackupProperties(**{name: 1 if name in NUMBER_NAMES else name for name in PROPERTY_NAMES}))
+    values = {name: 1 if name in NUMBER_NAMES else name for name in PROPERTY_NAMES}
+    record = BackupRecord(body=b"x", properties=BackupProperties(**values))
 
     written = orjson.loads(encode_record(record))["properties"]
 
     assert tuple(written) == PROPERTY_NAMES
-    assert written == {name: 1 if name in NUMBER_NAMES else name for name in PROPERTY_NAMES}
+    assert written == values
     assert decode_record(encode_record(record)) == record
 
 
