@@ -33,7 +33,6 @@ from urllib.parse import quote
 import pika
 import requests
 
-from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.capture import CaptureOptions, QueueCapture
 from airflow_rbak.broker.checkpoints import CheckpointStore
 from airflow_rbak.broker.connection import RabbitMQConnection
@@ -167,7 +166,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--types", default="classic,quorum,stream")
     args = parser.parse_args(argv)
     conn = RabbitMQConnection.from_url(args.url)
-    amqp_types.install()  # as in a capture process: the baseline decodes the same property class
 
     def api(method: str, path: str, **kwargs: object) -> requests.Response:
         r = requests.request(method, f"{conn.management_base_url}/api/{path}", auth=(conn.username, conn.password), timeout=30, **kwargs)

@@ -8,12 +8,17 @@ ratio is the median of the per-round ratios, robust to a noisy neighbour);
 MB/s counts message body bytes (what users back up) and, in brackets, framed
 payload bytes (what the compressor sees).
 
-    .venv/bin/python bench/codec.py [--mib 32] [--repeat 5]
+    .venv/bin/python bench/codec.py [--mib 32] [--repeat 5] [--compare-body-only]
+
+``--compare-body-only`` also times, in the same rounds, the codec with only the C body-array reader and writer
+(the record-level C reader and writer turned off: orjson reads and writes the rest of each record) and prints
+each variant's ratio to the floor and how much faster the record-level C is (median of per-round ratios).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import random
 import statistics
@@ -100,7 +105,10 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=32, help="message body MiB to encode")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--compare-body-only", action="store_true", help="also time the body-array-only accelerator")
     args = parser.parse_args(argv)
+    if args.compare_body_only:
+        return compare_body_only(args)
     records = realistic_messages(args.mib * 1024**2)
     body_bytes = sum(len(r.body) for r in records)
     print(f"{len(records)} messages, {body_bytes / 1e6:.1f} MB of bodies; medians of {args.repeat} runs; codec: {_build()}")
@@ -122,6 +130,59 @@ def main(argv=None) -> None:
             f"{enc_ratio:5.2f}x | {body_bytes / dec / 1e6:9.0f} ({payload_bytes / dec / 1e6:5.0f} payload) "
             f"{body_bytes / dec_floor / 1e6:8.0f} {dec_ratio:5.2f}x"
         )
+
+
+@contextlib.contextmanager
+def body_only():
+    """The codec with only the C body-array reader and writer: the record-level C reader and writer turned off."""
+    from airflow_rbak.codec import records
+
+    saved = {name: getattr(records, name) for name in _RECORD_LEVEL}
+    for name in saved:
+        setattr(records, name, None)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(records, name, value)
+
+
+_RECORD_LEVEL = ("accelerated_encode", "accelerated_decode", "accelerated_append", "accelerated_read")
+
+
+def compare_body_only(args) -> None:
+    """Per codec and direction: full accelerator / floor, body-only / floor, and body-only time / full time."""
+    records_ = realistic_messages(args.mib * 1024**2)
+    print(f"{len(records_)} messages; medians of {args.repeat} rounds (full, body-only and floor timed back to back); "
+          f"codec: {_build()}")
+    print(f"{'codec':8} {'dir':6} {'full/floor':>10} {'body/floor':>10} {'body/full':>9}")
+    for compression in (Compression.ZSTD, Compression.LZ4, Compression.NONE):
+        segments = encode_all(records_, compression)
+        with body_only():
+            assert [s.data for s in encode_all(records_, compression)] == [s.data for s in segments], "segments differ"
+        payloads = payloads_of(segments, compression)
+        steps = {
+            "encode": (lambda: encode_all(records_, compression), lambda: [_seal_floor(p, compression, 3) for p in payloads]),
+            "decode": (lambda: [decode_segment(s.data) for s in segments],
+                       lambda: [_open_floor(s.data, compression) for s in segments]),
+        }
+        for direction, (fn, floor) in steps.items():
+            full, body, ratio = [], [], []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                fn()
+                t1 = time.perf_counter()
+                with body_only():
+                    fn()
+                t2 = time.perf_counter()
+                floor()
+                t3 = time.perf_counter()
+                full.append((t1 - t0) / (t3 - t2))
+                body.append((t2 - t1) / (t3 - t2))
+                ratio.append((t2 - t1) / (t1 - t0))
+            name = {Compression.ZSTD: "zstd-3", Compression.LZ4: "lz4", Compression.NONE: "none"}[compression]
+            print(f"{name:8} {direction:6} {statistics.median(full):9.2f}x {statistics.median(body):9.2f}x "
+                  f"{statistics.median(ratio):8.2f}x")
 
 
 def _build() -> str:

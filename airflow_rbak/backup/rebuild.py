@@ -173,14 +173,7 @@ def _read_definitions(
         unrecovered.append(f"{key}: cannot be read ({exc}); queue types default to classic")
         return None, {}, None
     types = {(q.get("vhost", "/"), q.get("name", "")): (q.get("arguments") or {}).get("x-queue-type", "classic") for q in queues}
-    definitions = DefinitionsBackup(
-        key=key,
-        vhost_count=len(parsed.get("vhosts") or []),
-        queue_count=len(queues),
-        exchange_count=len(parsed.get("exchanges") or []),
-        user_count=len(parsed.get("users") or []),
-        size_bytes=len(text),
-    )
+    definitions = DefinitionsBackup.of(key, parsed, len(text))
     return definitions, types, parsed.get("rabbitmq_version") or parsed.get("rabbit_version")
 
 

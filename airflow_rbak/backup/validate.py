@@ -22,6 +22,7 @@ from airflow_rbak.codec import BackupManifest, CodecError, QueueBackup, SegmentM
 from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.layout import compression_from_key, manifest_key
+from airflow_rbak.codec.manifest import count_definitions
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 
@@ -199,8 +200,7 @@ def _check_definitions(storage: Storage, manifest: BackupManifest, report: Valid
         return
     if len(text) != definitions.size_bytes:
         report.add(definitions.key, f"definitions are {len(text)} bytes, manifest says {definitions.size_bytes}")
-    for name in ("vhost", "queue", "exchange", "user"):
-        found = len(parsed.get(f"{name}s") or []) if isinstance(parsed, dict) else 0
-        if found != getattr(definitions, f"{name}_count"):
-            report.add(definitions.key, f"{name}_count is {getattr(definitions, f'{name}_count')}, the export holds {found}")
+    for name, found in count_definitions(parsed).items():
+        if found != getattr(definitions, name):
+            report.add(definitions.key, f"{name} is {getattr(definitions, name)}, the export holds {found}")
 

@@ -105,14 +105,7 @@ class BackupWriter:
         parsed = orjson.loads(definitions_json)
         key = definitions_key(self.manifest.backup_id, self.compression)
         self.storage.put(key, compress(definitions_json, self.compression, level))
-        self.manifest.definitions = DefinitionsBackup(
-            key=key,
-            vhost_count=len(parsed.get("vhosts") or []),
-            queue_count=len(parsed.get("queues") or []),
-            exchange_count=len(parsed.get("exchanges") or []),
-            user_count=len(parsed.get("users") or []),
-            size_bytes=len(definitions_json),
-        )
+        self.manifest.definitions = DefinitionsBackup.of(key, parsed, len(definitions_json))
         return self.manifest.definitions
 
     def finish(self) -> BackupManifest:

@@ -1,21 +1,16 @@
-"""A capture's settings and report, and the identity of a message across captures."""
+"""A capture's settings and report (a message's identity across captures: ``message_identity.py``)."""
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
-import orjson
-
 from airflow_rbak.broker.checkpoints import QueueProgress
+from airflow_rbak.broker.message_identity import QUORUM_BROKER_HEADERS, fingerprint  # noqa: F401 - re-exported
 from airflow_rbak.broker.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
 from airflow_rbak.codec.constants import Compression
-from airflow_rbak.codec.records import BackupRecord
 from airflow_rbak.exceptions import ConfigurationError
 
 MAX_PREFETCH = 65535
-#: Broker-owned headers that are state, not part of the published message.
-QUORUM_BROKER_HEADERS = frozenset({"x-delivery-count"})
 
 
 @dataclass(frozen=True)
@@ -79,20 +74,6 @@ class CaptureResult:
     left_out: str | None = None
     #: How it was read (:class:`~airflow_rbak.broker.queue_features.CaptureMethod`).
     method: str | None = None
-
-
-def fingerprint(record: BackupRecord) -> str:
-    """Identity of a message independent of delivery state (tag, redelivered, capture time).
-
-    Headers count in key order: a quorum queue (3.10) re-encodes a returned message's header table sorted by
-    key when it adds ``x-delivery-count``, so the message a resumed capture receives again has the same headers
-    in another order.
-    """
-    h = hashlib.sha256(record.body)
-    headers = sorted(record.headers, key=lambda pair: pair[0])
-    h.update(orjson.dumps([record.properties.to_json(), [[k, v.to_json()] for k, v in headers]]))
-    h.update(f"{record.exchange}\0{record.routing_key}".encode())
-    return h.hexdigest()[:32]
 
 
 def result_from(p: QueueProgress, duration: float, skipped: bool = False) -> CaptureResult:

@@ -41,14 +41,7 @@ def count_definitions(raw: bytes, key: str) -> DefinitionsBackup:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise BrokerApiError("management API returned definitions that are not valid JSON") from None
-    return DefinitionsBackup(
-        key=key,
-        vhost_count=len(doc.get("vhosts", [])),
-        queue_count=len(doc.get("queues", [])),
-        exchange_count=len(doc.get("exchanges", [])),
-        user_count=len(doc.get("users", [])),
-        size_bytes=len(raw),
-    )
+    return DefinitionsBackup.of(key, doc, len(raw))
 
 
 def without_credentials(raw: bytes) -> bytes:

@@ -14,18 +14,17 @@ from typing import Any
 from pika import spec
 
 from airflow_rbak.broker.amqp_types import headers_of, property_text
-from airflow_rbak.codec.records import PROPERTY_NAMES, encode_record_object, record_object
+from airflow_rbak.codec.properties import NUMBER_NAMES, PIKA_NAMES, PROPERTY_NAMES
+from airflow_rbak.codec.records import encode_record_object, record_object
 
-#: pika's attribute for each spec property, in the spec's order (only ``type`` is named differently).
-_PIKA_VALUES = operator.attrgetter(*("type" if name == "type_field" else name for name in PROPERTY_NAMES))
-_NUMBERS = frozenset({"delivery_mode", "priority", "timestamp"})
+_PIKA_VALUES = operator.attrgetter(*PIKA_NAMES)
 
 
 def properties_json(props: spec.BasicProperties) -> dict[str, Any]:
     """The spec's properties object for delivered properties (as ``properties_to_backup(props).to_json()``)."""
     values = _PIKA_VALUES(props)
     if bytes in map(type, values):  # a short string that was not UTF-8: rare, so checked once for all
-        values = [v if name in _NUMBERS else property_text(v) for name, v in zip(PROPERTY_NAMES, values)]
+        values = [v if name in NUMBER_NAMES else property_text(v) for name, v in zip(PROPERTY_NAMES, values)]
     return dict(zip(PROPERTY_NAMES, values))
 
 

@@ -16,7 +16,8 @@ from pika.adapters.blocking_connection import BlockingChannel
 from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS
 from airflow_rbak.broker.capture_limits import Deadline, drained_by_others, management_counts
-from airflow_rbak.broker.capture_options import QUORUM_BROKER_HEADERS, CaptureResult, fingerprint
+from airflow_rbak.broker.capture_options import CaptureResult
+from airflow_rbak.broker.message_identity import QUORUM_BROKER_HEADERS, fingerprint, identity
 from airflow_rbak.broker.checkpoints import QueueProgress
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.delivery_json import delivery_record_json
@@ -312,9 +313,7 @@ class QueueRun:
             )
 
     def _fingerprint(self, method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes) -> str:
-        record = amqp_types.record_from_delivery(method, props, body, queue=self.info.name, vhost=self.info.vhost,
-                                                 backed_up_at=0, drop_headers=self.drop)
-        return fingerprint(record)
+        return fingerprint(identity(method, props, body, self.drop))
 
     def _seal_state(self) -> tuple[int, int, str]:
         """The checkpoint of a chunk as it closes: staged so far, and the fingerprint of its last message."""

@@ -32,10 +32,10 @@ from airflow_rbak.broker.discovery import QueueInfo
 from airflow_rbak.broker.errors import CaptureInterruptedError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.broker.staging import StagedChunk, StagingWriter
-from airflow_rbak.broker.stream_identity import StreamMark, fingerprint_at, message_fingerprint, resume_offset
+from airflow_rbak.broker.message_identity import STREAM_BROKER_HEADERS, stream_delivery_fingerprint
+from airflow_rbak.broker.stream_identity import StreamMark, fingerprint_at, resume_offset
 from airflow_rbak.storage.base import Storage
 
-STREAM_BROKER_HEADERS = frozenset({"x-stream-offset"})
 _PREFETCH = 2000
 _ACK_EVERY = 500
 
@@ -182,7 +182,7 @@ class StreamCapture:
                 record = delivery_record_json(method, props, body, queue=info.name, vhost=info.vhost, backed_up_at=now_ms,
                                               drop_headers=STREAM_BROKER_HEADERS, delivery_tag=offset)
                 if offset == end:
-                    state["fingerprint"] = message_fingerprint(method, props, body)
+                    state["fingerprint"] = stream_delivery_fingerprint(method, props, body)
                 state["next"] = offset + 1
                 state["staged"] += 1
                 state["bytes"] += len(body)

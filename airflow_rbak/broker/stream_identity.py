@@ -4,17 +4,16 @@ An incremental stream backup starts after the previous backup's last offset.
 If the stream was deleted and re-created under the same name (or reset), its
 offsets start again at 0, and "after the last offset" silently skips every
 message below it. So a backup keeps a fingerprint of the message at its last
-offset, and the next one reads that offset again: the same message means the
+offset (``message_identity.stream_fingerprint``), and the next one reads that offset again: the same message means the
 same stream; anything else (no such offset, another message) means the stream
 must be captured from its start.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pika
 
@@ -22,7 +21,7 @@ from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS, close_quietly, open_connection
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.errors import CaptureInterruptedError
-from airflow_rbak.codec.records import encode_record
+from airflow_rbak.broker.message_identity import stream_delivery_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +35,6 @@ class StreamMark:
     backup_id: str
     last_offset: int
     fingerprint: str | None
-
-
-def message_fingerprint(method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes) -> str:
-    """SHA-256 of a delivery as a record, minus what changes between reads (capture time, redelivered)."""
-    record = amqp_types.record_from_delivery(method, props, body, queue="", vhost="", backed_up_at=0,
-                                             drop_headers=frozenset({OFFSET_HEADER}), delivery_tag=0)
-    return hashlib.sha256(encode_record(replace(record, redelivered=False))).hexdigest()
 
 
 def _offset_of(props: pika.spec.BasicProperties) -> int | None:
@@ -70,7 +62,7 @@ def fingerprint_at(connection: RabbitMQConnection, vhost: str, stream: str, offs
             if "offset" in found or at is None or at < offset:
                 return  # a chunk starts before the offset asked for
             found["offset"] = at
-            found["fingerprint"] = message_fingerprint(method, props, body) if at == offset else None
+            found["fingerprint"] = stream_delivery_fingerprint(method, props, body) if at == offset else None
 
         channel.basic_consume(stream, on_message, auto_ack=False, arguments={"x-stream-offset": offset})
         deadline = time.monotonic() + wait

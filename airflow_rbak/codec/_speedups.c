@@ -11,9 +11,9 @@ rbak_state rbak;
 const char *const rbak_record_names[N_RECORD] = {
     "body", "properties", "headers", "exchange", "routing_key", "delivery_tag", "redelivered", "backed_up_at",
     "source_queue", "source_vhost"};
-const char *const rbak_props_names[N_PROPS] = {
-    "content_type", "content_encoding", "delivery_mode", "priority", "correlation_id", "reply_to", "expiration",
-    "message_id", "timestamp", "type_field", "user_id", "app_id", "cluster_id"};
+/* Filled by configure() from codec/properties.py's table: the C code keeps no list of its own. */
+const char *rbak_props_names[N_PROPS];
+unsigned char rbak_props_kinds[N_PROPS];
 
 /* parse_byte_array(buffer, pos) -> (bytes, end): pos is just after '['; end is just after ']'. */
 static PyObject *parse_byte_array(PyObject *self, PyObject *args) {
@@ -45,15 +45,53 @@ static int fill(PyTypeObject *cls, const char *const *names, int count, PyObject
     return 0;
 }
 
-/* configure(BackupRecord, BackupProperties, HeaderValue, VOID, header_from_json, header_to_json, loads) */
+/* The properties table, ((json_name, kind), ...) in order: names (kept alive by props_keys) and kinds. */
+static int fill_properties(PyTypeObject *cls, PyObject *table) {
+    if (!PyTuple_Check(table) || PyTuple_GET_SIZE(table) != N_PROPS) {
+        PyErr_Format(PyExc_ValueError, "the properties table must be a tuple of %d (name, kind) pairs", N_PROPS);
+        return -1;
+    }
+    for (int i = 0; i < N_PROPS; i++) {
+        const char *name, *kind;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(table, i), "ss", &name, &kind)) return -1;
+        if (strcmp(kind, "shortstr") == 0) rbak_props_kinds[i] = PROP_TEXT;
+        else if (strcmp(kind, "octet") == 0) rbak_props_kinds[i] = PROP_U8;
+        else if (strcmp(kind, "timestamp") == 0) rbak_props_kinds[i] = PROP_I64;
+        else {
+            PyErr_Format(PyExc_ValueError, "property %s: unknown kind %s", name, kind);
+            return -1;
+        }
+        Py_XSETREF(rbak.props_slots[i], slot_of(cls, name));
+        Py_XSETREF(rbak.props_keys[i], PyUnicode_InternFromString(name));
+        if (rbak.props_slots[i] == NULL || rbak.props_keys[i] == NULL) return -1;
+        rbak_props_names[i] = PyUnicode_AsUTF8(rbak.props_keys[i]);
+        if (rbak_props_names[i] == NULL) return -1;
+    }
+    return 0;
+}
+
+/* The properties as configured: ((json_name, kind), ...), for the test that holds them to the table. */
+static PyObject *properties(PyObject *self, PyObject *unused) {
+    static const char *const kinds[] = {"shortstr", "octet", "timestamp"};
+    if (rbak.props_type == NULL) Py_RETURN_NONE;
+    PyObject *out = PyTuple_New(N_PROPS);
+    for (int i = 0; out != NULL && i < N_PROPS; i++) {
+        PyObject *pair = Py_BuildValue("(ss)", rbak_props_names[i], kinds[rbak_props_kinds[i]]);
+        if (pair == NULL) Py_CLEAR(out);
+        else PyTuple_SET_ITEM(out, i, pair);
+    }
+    return out;
+}
+
+/* configure(BackupRecord, BackupProperties, properties table, HeaderValue, VOID, header_from_json, header_to_json, loads) */
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyTypeObject *record_type, *props_type, *header_type;
-    PyObject *void_value, *from_json, *to_json, *loads;
-    if (!PyArg_ParseTuple(args, "O!O!O!OOOO", &PyType_Type, &record_type, &PyType_Type, &props_type, &PyType_Type,
-                          &header_type, &void_value, &from_json, &to_json, &loads))
+    PyObject *table, *void_value, *from_json, *to_json, *loads;
+    if (!PyArg_ParseTuple(args, "O!O!OO!OOOO", &PyType_Type, &record_type, &PyType_Type, &props_type, &table,
+                          &PyType_Type, &header_type, &void_value, &from_json, &to_json, &loads))
         return NULL;
     if (fill(record_type, rbak_record_names, N_RECORD, rbak.record_slots, rbak.record_keys) < 0 ||
-        fill(props_type, rbak_props_names, N_PROPS, rbak.props_slots, rbak.props_keys) < 0)
+        fill_properties(props_type, table) < 0)
         return NULL;
     Py_XSETREF(rbak.kind_slot, slot_of(header_type, "kind"));
     Py_XSETREF(rbak.value_slot, slot_of(header_type, "value"));
@@ -70,7 +108,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"parse_byte_array", parse_byte_array, METH_VARARGS, "Parse a JSON array of byte values into bytes."},
-    {"configure", configure, METH_VARARGS, "Give the accelerator the record classes and the Python fallbacks."},
+    {"configure", configure, METH_VARARGS, "Give the accelerator the record classes, the properties and the Python fallbacks."},
+    {"properties", properties, METH_NOARGS, "The properties table configure() was given, as the C code holds it."},
     {"decode_record", rbak_decode_record, METH_O, "A record's JSON as a BackupRecord, or None: use the Python path."},
     {"encode_record", rbak_encode_record, METH_O, "A BackupRecord's JSON as bytes, or None: use the Python path."},
     {"read_records", rbak_read_records, METH_VARARGS, "Decode a run of framed records: (list, next offset)."},

@@ -11,12 +11,12 @@
 #include <Python.h>
 #include <stdint.h>
 
-#define RBAK_API_VERSION 3 /* records.py checks it: bump it when the module's functions change */
+#define RBAK_API_VERSION 4 /* records.py checks it: bump it when the module's functions change */
 
 enum { N_RECORD = 10, N_PROPS = 13 };
 enum { F_BODY, F_PROPERTIES, F_HEADERS, F_EXCHANGE, F_ROUTING_KEY, F_DELIVERY_TAG, F_REDELIVERED, F_BACKED_UP_AT,
        F_SOURCE_QUEUE, F_SOURCE_VHOST };
-enum { P_DELIVERY_MODE = 2, P_PRIORITY = 3, P_TIMESTAMP = 8 };
+enum { PROP_TEXT, PROP_U8, PROP_I64 }; /* a property's kind (codec/properties.py) */
 
 /* Set once by configure() from records.py; NULL until then (the functions then answer None). */
 typedef struct {
@@ -34,7 +34,8 @@ typedef struct {
 
 extern rbak_state rbak;
 extern const char *const rbak_record_names[N_RECORD];
-extern const char *const rbak_props_names[N_PROPS];
+extern const char *rbak_props_names[N_PROPS];  /* from codec/properties.py, set by configure() */
+extern unsigned char rbak_props_kinds[N_PROPS];
 
 /* The body's JSON array of byte values from s[pos..n), pos just after '['; *end is set just after ']'.
  * NULL with ValueError when the array is malformed. */

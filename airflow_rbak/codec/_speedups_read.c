@@ -307,7 +307,7 @@ static PyObject *read_properties(cursor *c) {
         do {
             k = read_key(c, rbak_props_names, N_PROPS, k + 1);
             if (k < 0 || values[k] != NULL) goto done;
-            values[k] = read_optional(c, k == P_DELIVERY_MODE || k == P_PRIORITY ? read_u8 : k == P_TIMESTAMP ? read_i64 : read_text);
+            values[k] = read_optional(c, rbak_props_kinds[k] == PROP_U8 ? read_u8 : rbak_props_kinds[k] == PROP_I64 ? read_i64 : read_text);
             if (values[k] == NULL) goto done;
         } while (eat(c, ','));
         if (!eat(c, '}')) goto done;

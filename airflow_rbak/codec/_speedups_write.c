@@ -172,7 +172,7 @@ static int put_properties(wbuf *b, PyObject *props) {
     for (int i = 0; i < N_PROPS; i++) {
         if (put_key(b, i, rbak_props_names[i]) < 0) return -1;
         PyObject *v = rbak_get(rbak.props_slots[i], props);
-        int rc = v == NULL ? -1 : put_scalar(b, v, i == P_DELIVERY_MODE || i == P_PRIORITY || i == P_TIMESTAMP);
+        int rc = v == NULL ? -1 : put_scalar(b, v, rbak_props_kinds[i] != PROP_TEXT);
         Py_XDECREF(v);
         if (rc < 0) return -1;
     }

@@ -155,6 +155,23 @@ class QueueBackup:
         )
 
 
+#: The sections of a definitions export the manifest counts: (section, count field).
+DEFINITION_COUNTS = (
+    ("vhosts", "vhost_count"), ("queues", "queue_count"), ("exchanges", "exchange_count"), ("users", "user_count"),
+)
+
+
+def count_definitions(doc: Any) -> dict[str, int]:
+    """How many vhosts, queues, exchanges and users a definitions document holds, by count field.
+
+    The one summary of an export: the backup and the rebuild write it to the manifest, validate checks it.
+    A section that is absent or null counts 0, and so does every section of a document that is not an object.
+    """
+    if not isinstance(doc, dict):
+        return dict.fromkeys((name for _section, name in DEFINITION_COUNTS), 0)
+    return {name: len(doc.get(section) or []) for section, name in DEFINITION_COUNTS}
+
+
 @dataclass
 class DefinitionsBackup:
     """Where the definitions export is stored and what it holds; ``size_bytes`` is uncompressed."""
@@ -181,8 +198,13 @@ class DefinitionsBackup:
     @classmethod
     def from_json(cls, obj: Any, path: str = "definitions") -> DefinitionsBackup:
         obj = _object(obj, path)
-        counts = {n: _int(obj, n, path) for n in ("vhost_count", "queue_count", "exchange_count", "user_count", "size_bytes")}
+        counts = {n: _int(obj, n, path) for n in (*(name for _section, name in DEFINITION_COUNTS), "size_bytes")}
         return cls(key=_str(obj, "key", path), **counts, extensions=_extensions(obj, cls))
+
+    @classmethod
+    def of(cls, key: str, doc: Any, size_bytes: int) -> DefinitionsBackup:
+        """The entry of a definitions document stored at ``key`` (``size_bytes`` uncompressed), with its counts."""
+        return cls(key=key, **count_definitions(doc), size_bytes=size_bytes)
 
 
 @dataclass

@@ -7,6 +7,7 @@ accepts the fields in any order.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -14,32 +15,20 @@ import numpy
 import orjson
 
 from airflow_rbak.codec.headers import VOID_VALUE, HeaderValue, HeaderValueError, headers_from_json, headers_to_json
+from airflow_rbak.codec.properties import OCTET, PROPERTIES, PROPERTY_NAMES, SHORT_STRING, TIMESTAMP
 
 try:  # the optional C accelerator (setup.py); without it the Python path below gives the same results
     from airflow_rbak.codec import _speedups
 except ImportError:  # pragma: no cover - exercised where no compiler was available
     _speedups = None
-if getattr(_speedups, "API_VERSION", None) != 3:  # pragma: no cover - built from older sources: `pip install -e .`
+if getattr(_speedups, "API_VERSION", None) != 4:  # pragma: no cover - built from older sources: `pip install -e .`
     _speedups = None
 format_byte_array = getattr(_speedups, "format_byte_array", None)
+parse_byte_array = getattr(_speedups, "parse_byte_array", None)
 
-PROPERTY_NAMES = (
-    "content_type",
-    "content_encoding",
-    "delivery_mode",
-    "priority",
-    "correlation_id",
-    "reply_to",
-    "expiration",
-    "message_id",
-    "timestamp",
-    "type_field",
-    "user_id",
-    "app_id",
-    "cluster_id",
-)
-_U8_PROPERTIES = ("delivery_mode", "priority")
-_PROPERTY_TYPES = tuple(int if n in (*_U8_PROPERTIES, "timestamp") else str for n in PROPERTY_NAMES)
+_PROPERTY_TYPES = tuple(str if p.kind == SHORT_STRING else int for p in PROPERTIES)
+_U8_PROPERTIES = tuple(p.json_name for p in PROPERTIES if p.kind == OCTET)
+_I64_PROPERTIES = tuple(p.json_name for p in PROPERTIES if p.kind == TIMESTAMP)
 _U64_MAX = 2**64 - 1
 _I64 = (-(2**63), 2**63 - 1)
 
@@ -68,21 +57,7 @@ class BackupProperties:
 
     def to_json(self) -> dict[str, Any]:
         """The properties object, every field present, in the spec's order."""
-        return {
-            "content_type": self.content_type,
-            "content_encoding": self.content_encoding,
-            "delivery_mode": self.delivery_mode,
-            "priority": self.priority,
-            "correlation_id": self.correlation_id,
-            "reply_to": self.reply_to,
-            "expiration": self.expiration,
-            "message_id": self.message_id,
-            "timestamp": self.timestamp,
-            "type_field": self.type_field,
-            "user_id": self.user_id,
-            "app_id": self.app_id,
-            "cluster_id": self.cluster_id,
-        }
+        return dict(zip(PROPERTY_NAMES, _PROPERTY_VALUES(self)))
 
     @classmethod
     def from_json(cls, data: Any) -> BackupProperties:
@@ -97,12 +72,16 @@ class BackupProperties:
             value = data.get(name)
             if value is not None and not 0 <= value <= 255:
                 raise RecordError(f"properties.{name}: invalid value {value!r:.40}")
-        timestamp = data.get("timestamp")
-        if timestamp is not None and not _I64[0] <= timestamp <= _I64[1]:
-            raise RecordError(f"properties.timestamp: invalid value {timestamp!r:.40}")
+        for name in _I64_PROPERTIES:
+            value = data.get(name)
+            if value is not None and not _I64[0] <= value <= _I64[1]:
+                raise RecordError(f"properties.{name}: invalid value {value!r:.40}")
         return _build(cls, _PROPERTY_SETTERS, values)
 
 
+_PROPERTY_VALUES = operator.attrgetter(*PROPERTY_NAMES)
+if tuple(f.name for f in fields(BackupProperties)) != PROPERTY_NAMES:  # pragma: no cover - caught by any test run
+    raise ImportError("BackupProperties' fields differ from codec.properties.PROPERTIES")
 _NO_PROPERTIES = BackupProperties()
 
 
@@ -203,11 +182,42 @@ def decode_record(data: bytes | memoryview) -> BackupRecord:
         record = accelerated_decode(data)
         if record is not None:
             return record
+    if parse_byte_array is not None:
+        record = _decode_with_body_reader(data)
+        if record is not None:
+            return record
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise RecordError(f"record is not valid JSON: {exc}") from None
     return record_from_json(obj)
+
+
+_BODY_FIRST = b'{"body":['
+_BODY_START = len(_BODY_FIRST)
+
+
+def _decode_with_body_reader(data: bytes | memoryview) -> BackupRecord | None:
+    """The usual record, body first: its byte array read in C, the rest by orjson; None: use the generic path.
+
+    The generic path then reads whatever this does not take (another key order, whitespace after the array, a
+    repeated ``body`` key, malformed JSON), so results and errors are the generic path's.
+    """
+    if data[:_BODY_START] != _BODY_FIRST:
+        return None
+    try:
+        body, end = parse_byte_array(data, _BODY_START)
+        if data[end : end + 1] != b",":
+            return None
+        obj = orjson.loads(b"{" + bytes(data[end + 1 :]))
+    except ValueError:  # orjson.JSONDecodeError is a ValueError
+        return None
+    if not isinstance(obj, dict) or not obj or "body" in obj:
+        return None
+    obj["body"] = None
+    record = record_from_json(obj)
+    _RECORD_SETTERS[0](record, body)
+    return record
 
 
 def record_from_json(obj: Any) -> BackupRecord:
@@ -287,7 +297,8 @@ def _header_value_from_json(data: Any) -> HeaderValue:
 accelerated_encode = accelerated_decode = accelerated_append = accelerated_read = None
 if _speedups is not None:
     _speedups.configure(
-        BackupRecord, BackupProperties, HeaderValue, VOID_VALUE, _header_value_from_json, _header_value_json, orjson.loads
+        BackupRecord, BackupProperties, tuple((p.json_name, p.kind) for p in PROPERTIES), HeaderValue, VOID_VALUE,
+        _header_value_from_json, _header_value_json, orjson.loads,
     )
     accelerated_encode, accelerated_decode = _speedups.encode_record, _speedups.decode_record
     accelerated_append, accelerated_read = _speedups.append_record, _speedups.read_records

@@ -30,7 +30,6 @@ from dataclasses import dataclass, replace
 import pika
 import pika.exceptions
 
-from airflow_rbak.broker import amqp_types
 from airflow_rbak.restore.checkpoints import CheckpointStore, QueueCheckpoint, Unroutable
 from airflow_rbak.restore.errors import PublishError, TargetChangedError
 from airflow_rbak.restore.records import Positioned
@@ -56,7 +55,6 @@ class ConfirmPipeline:
 
     def __init__(self, conn: pika.BlockingConnection, checkpoints: CheckpointStore, checkpoint: QueueCheckpoint,
                  max_in_flight: int, max_rate: float | None = None, track_offsets: bool = False) -> None:
-        amqp_types.install()
         self.conn, self.checkpoints, self.cp = conn, checkpoints, checkpoint
         self.max_in_flight, self.max_rate, self.track_offsets = max_in_flight, max_rate, track_offsets
         self.pending: deque[_InFlight] = deque()

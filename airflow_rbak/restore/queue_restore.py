@@ -12,6 +12,7 @@ import pika
 import pika.exceptions
 
 from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.broker.pika_connection import blocking_connection
 from airflow_rbak.restore import target
 from airflow_rbak.restore.checkpoints import CheckpointStore, QueueCheckpoint
 from airflow_rbak.restore.errors import PublishError
@@ -71,7 +72,7 @@ def restore_queue(connection: RabbitMQConnection, storage: Storage, settings: Re
 def _publish(connection: RabbitMQConnection, storage: Storage, settings: RestoreSettings, queue: QueuePlan,
              checkpoints: CheckpointStore, cp: QueueCheckpoint, result: QueueResult) -> QueueCheckpoint:
     try:
-        conn = pika.BlockingConnection(connection.pika_parameters(queue.target_vhost))
+        conn = blocking_connection(connection.pika_parameters(queue.target_vhost))
     except pika.exceptions.AMQPError as exc:
         raise PublishError(f"cannot connect to vhost {queue.target_vhost!r} on {connection.host}:{connection.amqp_port} "
                            f"({type(exc).__name__}); check the connection and that the vhost exists") from None

@@ -5,21 +5,21 @@ per message than publishing it (profiled: about 130 us of 1 KiB record
 against about 240 us for the publish). At publish time the segment's bytes
 are those the plan verified record by record with the strict codec (their
 SHA-256 is checked again), so here the JSON is trusted, and the header
-table is written from its serde form directly to AMQP wire bytes, exactly
-as ``amqp_types.encode_table`` writes the decoded form (a test holds the
-two to byte equality over generated tables).
+table is written from its serde form directly to AMQP wire bytes by
+``field_table.encode_json_table``, the same encoder that writes the decoded
+form (a test holds the two to byte equality over generated tables).
 """
 
 from __future__ import annotations
 
-import math
-import struct
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
-from airflow_rbak.broker.amqp_types import BINARY_LONGSTR_TAG, DECIMAL_TAG, TYPE_TAG, TypedBasicProperties
+from airflow_rbak.broker.amqp_types import TypedBasicProperties
+from airflow_rbak.broker.field_table import encode_json_table
+from airflow_rbak.codec.properties import PIKA_NAMES, PROPERTY_NAMES
 from airflow_rbak.codec.segment import decode_payload, iter_payload
 
 try:  # the codec's optional C accelerator for the body's byte array
@@ -27,10 +27,9 @@ try:  # the codec's optional C accelerator for the body's byte array
 except ImportError:  # pragma: no cover - without a compiler the generic path is used
     parse_byte_array = None
 
+#: (pika attribute, record JSON key) of each property.
+_NAMES = tuple(zip(PIKA_NAMES, PROPERTY_NAMES))
 _BODY_FIRST = b'{"body":['
-_U32 = struct.Struct(">I")
-_SCALARS = {"Long": (b"l", struct.Struct(">q")), "Short": (b"s", struct.Struct(">h")), "Timestamp": (b"T", struct.Struct(">Q")),
-            "Float": (b"f", struct.Struct(">f")), "Double": (b"d", struct.Struct(">d"))}
 
 
 class WireRecord:
@@ -66,55 +65,6 @@ def wire_record(raw: bytes | memoryview) -> WireRecord:
     p = obj["properties"]
     headers = obj["headers"]
     props = TypedBasicProperties(
-        content_type=p.get("content_type"), content_encoding=p.get("content_encoding"), delivery_mode=p.get("delivery_mode"),
-        priority=p.get("priority"), correlation_id=p.get("correlation_id"), reply_to=p.get("reply_to"),
-        expiration=p.get("expiration"), message_id=p.get("message_id"), timestamp=p.get("timestamp"), type=p.get("type_field"),
-        user_id=p.get("user_id"), app_id=p.get("app_id"), cluster_id=p.get("cluster_id"),
-        raw_headers=json_table(headers) if headers else None,
+        **{pika: p.get(name) for pika, name in _NAMES}, raw_headers=encode_json_table(headers) if headers else None
     )
     return WireRecord(body, props, obj["exchange"], obj["routing_key"], obj["delivery_tag"], obj["backed_up_at"])
-
-
-def json_table(pairs: list[list[Any]]) -> bytes:
-    """A header table in the spec's JSON form as an AMQP field table, length prefix included."""
-    out = bytearray()
-    for key, value in pairs:
-        raw = key.encode("utf-8")
-        out += bytes([len(raw)]) + raw + json_value(value)
-    return _U32.pack(len(out)) + bytes(out)
-
-
-def json_value(value: Any) -> bytes:
-    """One header value in JSON form as a tagged AMQP field value (see ``amqp_types.encode_value``)."""
-    if value == "Void":
-        return b"V"
-    ((kind, v),) = value.items()
-    if kind in ("LongString", "ShortString"):
-        raw = v.encode("utf-8")
-        return b"S" + _U32.pack(len(raw)) + raw
-    scalar = _SCALARS.get(kind)
-    if scalar is not None:
-        if kind in ("Float", "Double"):
-            v = math.nan if v is None else float(v)
-        return scalar[0] + scalar[1].pack(v)
-    if kind == "Bool":
-        return b"t" + (b"\x01" if v else b"\x00")
-    if kind == "Bytes":
-        return b"x" + _U32.pack(len(v)) + bytes(v)
-    if kind == "Array":
-        inner = b"".join(json_value(x) for x in v)
-        return b"A" + _U32.pack(len(inner)) + inner
-    tag = v[0][1].get("ShortString") if v and v[0][0] == TYPE_TAG and isinstance(v[0][1], dict) else None
-    if tag is None and v and v[0][0] == TYPE_TAG and isinstance(v[0][1], dict):
-        tag = next(iter(v[0][1].values()))
-    fields = {k: x for k, x in v}
-    if tag == DECIMAL_TAG:
-        return struct.pack(">cBi", b"D", _scalar(fields["scale"]), _scalar(fields["value"]))
-    if tag == BINARY_LONGSTR_TAG:
-        raw = bytes(fields["value"]["Bytes"])
-        return b"S" + _U32.pack(len(raw)) + raw
-    return b"F" + json_table(v)
-
-
-def _scalar(value: dict[str, Any]) -> Any:
-    return next(iter(value.values()))

@@ -139,7 +139,7 @@ EVERY_HEADER = (
 
 
 def wire_round_trip(props: spec.BasicProperties) -> TypedBasicProperties:
-    """Encode properties as pika would send them and decode them as pika receives them (after install)."""
+    """Encode properties as pika would send them and decode them as our connections receive them."""
     return TypedBasicProperties().decode(b"".join(props.encode()))
 
 
@@ -183,14 +183,8 @@ def test_broker_owned_headers_can_be_dropped():
 def test_headers_decoded_by_plain_pika_are_refused_rather_than_lossy():
     plain = spec.BasicProperties(headers={"n": 1})
 
-    with pytest.raises(FieldTableError, match="amqp_types.install"):
+    with pytest.raises(FieldTableError, match="plain pika connection"):
         amqp_types.headers_of(plain)
-
-
-def test_install_makes_pika_build_typed_properties():
-    amqp_types.install()
-
-    assert spec.props[spec.BasicProperties.INDEX] is TypedBasicProperties
 
 
 def test_plain_headers_view_matches_pika_and_survives_timestamps_past_year_9999():

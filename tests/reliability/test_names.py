@@ -25,6 +25,7 @@ from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.backup.writer import BackupWriter
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.broker.pika_connection import blocking_connection
 from airflow_rbak.codec import BackupRecord
 from airflow_rbak.codec.layout import MAX_NAME_SEGMENT_BYTES, decode_name, encode_name, is_shortened, queue_prefix
 from airflow_rbak.restore import RestoreRun, RestoreSettings
@@ -123,7 +124,7 @@ def test_hostile_names_are_backed_up_and_restored_under_the_same_names(broker, h
 def drain(broker, vhost: str, queue: str) -> list[tuple]:
     """Every message of a classic queue, in order, taken with basic.get until it is empty."""
     found = []
-    with pika.BlockingConnection(broker.connection.pika_parameters(vhost)) as conn:
+    with blocking_connection(broker.connection.pika_parameters(vhost)) as conn:  # typed headers, as message_view reads them
         channel = conn.channel()
         while True:
             method, props, body = channel.basic_get(queue, auto_ack=True)

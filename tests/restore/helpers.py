@@ -12,9 +12,11 @@ import pika
 from airflow_rbak.backup.run import BackupRun, BackupSettings
 from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.broker.pika_connection import blocking_connection
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.headers import HeaderValue as H
+from airflow_rbak.codec.properties import PIKA_NAMES
 
 
 
@@ -48,12 +50,11 @@ def props_of(i: int, decimal: bool = True, persistent: bool = False) -> amqp_typ
 
 
 BROKER_HEADERS = ("x-delivery-count", "x-stream-offset")
-PROPERTY_NAMES = ("content_type", "content_encoding", "delivery_mode", "priority", "correlation_id", "reply_to", "expiration",
-                  "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id")
+PROPERTY_NAMES = PIKA_NAMES  # pika's attribute names, from the one table
 
 
 def declare(connection: RabbitMQConnection, vhost: str, queues: dict[str, str]) -> None:
-    with pika.BlockingConnection(connection.pika_parameters(vhost)) as conn:
+    with blocking_connection(connection.pika_parameters(vhost)) as conn:
         channel = conn.channel()
         for name, queue_type in queues.items():
             channel.queue_declare(name, durable=True, arguments={"x-queue-type": queue_type})
@@ -65,8 +66,7 @@ def publish(connection: RabbitMQConnection, vhost: str, queue: str, start: int, 
 
     Confirms are awaited together at the end: per-message confirms cost a round trip each.
     """
-    amqp_types.install()
-    with pika.BlockingConnection(connection.pika_parameters(vhost)) as conn:
+    with blocking_connection(connection.pika_parameters(vhost)) as conn:
         impl = conn.channel()._impl  # noqa: SLF001 - pipelined confirms, as the restore publisher does
         acked: set[int] = set()
         ready: list[bool] = []
@@ -101,9 +101,8 @@ def message_view(props: pika.BasicProperties, body: bytes, broker_headers: bool 
 def read_queue(connection: RabbitMQConnection, vhost: str, queue: str, queue_type: str, expected: int, wait: float = 20.0,
                broker_headers: bool = False) -> list[tuple]:
     """Every message of a queue in order (a stream from its first offset), up to ``expected`` or until quiet."""
-    amqp_types.install()
     found: list[tuple] = []
-    with pika.BlockingConnection(connection.pika_parameters(vhost)) as conn:
+    with blocking_connection(connection.pika_parameters(vhost)) as conn:
         channel = conn.channel()
         channel.basic_qos(prefetch_count=1000)
         args = {"x-stream-offset": "first"} if queue_type == "stream" else None
@@ -124,7 +123,7 @@ def read_queue(connection: RabbitMQConnection, vhost: str, queue: str, queue_typ
 
 def ready_count(connection, vhost: str, queue: str) -> int:
     """Ready messages now, by passive declare (the management API's figures can be 5 s old)."""
-    with pika.BlockingConnection(connection.pika_parameters(vhost)) as conn:
+    with blocking_connection(connection.pika_parameters(vhost)) as conn:
         return conn.channel().queue_declare(queue, passive=True).method.message_count
 
 

@@ -1,0 +1,77 @@
+"""The identity of a message across reads: one definition for a resumed capture and for the next stream backup.
+
+A message read twice must be recognised as the same message although its
+delivery state differs between the reads: a capture resumed after an
+interruption checks that the message it skips to is the one the interrupted
+run staged last, and the next backup of a stream re-reads the offset the
+previous one ended at to tell the stream was not re-created. A message's
+identity is its record as the capture stores it (broker-owned headers already
+dropped) without the delivery state: delivery tag, redelivered flag, capture
+time, source queue and vhost. :func:`identity` builds it from a delivery, for
+both.
+
+Two digests of it are stored, and they stay byte for byte what they have always
+been (``tests/broker/test_message_identity.py`` pins both): a checkpoint's
+``last_fingerprint`` (:func:`fingerprint`) and a stream's ``last_fingerprint``
+in the manifest (:func:`stream_fingerprint`). A change to either would make
+every stored value stop matching: a resumed capture would refuse its
+checkpoint, and the next backup of every stream would read it again from
+offset 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+
+import orjson
+import pika
+
+from airflow_rbak.broker.amqp_types import record_from_delivery
+from airflow_rbak.codec.records import BackupRecord, encode_record
+
+#: Broker-owned headers that are state, not part of the published message: a quorum queue's delivery count...
+QUORUM_BROKER_HEADERS = frozenset({"x-delivery-count"})
+#: ... and the offset a stream adds to each delivery.
+STREAM_BROKER_HEADERS = frozenset({"x-stream-offset"})
+
+
+def identity(
+    method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes, drop_headers: frozenset[str]
+) -> BackupRecord:
+    """A delivery's record without its delivery state; ``drop_headers`` are the broker-owned headers the capture drops."""
+    return without_delivery_state(
+        record_from_delivery(method, props, body, queue="", vhost="", backed_up_at=0, drop_headers=drop_headers)
+    )
+
+
+def without_delivery_state(record: BackupRecord) -> BackupRecord:
+    """``record`` with what changes from one read of the same message to the next cleared."""
+    return replace(record, delivery_tag=0, redelivered=False, backed_up_at=0, source_queue="", source_vhost="")
+
+
+def fingerprint(record: BackupRecord) -> str:
+    """A checkpoint's fingerprint of a message: 32 hex digits over body, properties, headers, exchange, routing key.
+
+    Headers count in key order: a quorum queue (3.10) re-encodes a returned message's header table sorted by
+    key when it adds ``x-delivery-count``, so the message a resumed capture receives again has the same headers
+    in another order. Delivery state does not count.
+    """
+    h = hashlib.sha256(record.body)
+    headers = sorted(record.headers, key=lambda pair: pair[0])
+    h.update(orjson.dumps([record.properties.to_json(), [[k, v.to_json()] for k, v in headers]]))
+    h.update(f"{record.exchange}\0{record.routing_key}".encode())
+    return h.hexdigest()[:32]
+
+
+def stream_fingerprint(record: BackupRecord) -> str:
+    """A stream mark's fingerprint of a message: the SHA-256 of its :func:`identity` record's JSON (64 hex digits).
+
+    A stream hands out its messages as they were published, so headers count in their order.
+    """
+    return hashlib.sha256(encode_record(without_delivery_state(record))).hexdigest()
+
+
+def stream_delivery_fingerprint(method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes) -> str:
+    """:func:`stream_fingerprint` of a delivery from a stream (its offset header is the broker's)."""
+    return stream_fingerprint(identity(method, props, body, STREAM_BROKER_HEADERS))

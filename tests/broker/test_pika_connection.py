@@ -1,0 +1,82 @@
+"""Our pika connections decode header tables typed and read wider, without touching pika for anyone else.
+
+The first tests fail when a pika release changes an internal that ``broker/pika_connection.py`` relies on:
+then that module must be adapted (or pika's range in pyproject.toml kept below that release).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pika
+import pika.adapters.base_connection
+import pika.adapters.utils.io_services_utils as io_services
+import pika.connection
+import pika.frame
+from pika import spec
+
+from airflow_rbak.broker import amqp_types
+from airflow_rbak.broker.amqp_types import TypedBasicProperties
+from airflow_rbak.broker.pika_connection import SOCKET_READ_BYTES, RbakSelectConnection, blocking_connection, decode_frame
+from airflow_rbak.codec.headers import HeaderValue as H
+
+HEADERS = (("n", H.short(5)), ("when", H.timestamp(2**63 + 5)), ("price", amqp_types.decimal_value(2, 1999)))
+
+
+def test_pika_still_decodes_its_buffer_through_read_frame():
+    assert list(inspect.signature(pika.connection.Connection._read_frame).parameters) == ["self"]
+    assert "self._read_frame()" in inspect.getsource(pika.connection.Connection._on_data_available)
+    assert "self._frame_buffer" in inspect.getsource(pika.connection.Connection._read_frame)
+
+
+def test_pika_still_hands_the_transport_over_in_proto_connection_made():
+    method = pika.adapters.base_connection.BaseConnection._proto_connection_made
+    assert list(inspect.signature(method).parameters) == ["self", "transport"]
+    assert "self._transport = transport" in inspect.getsource(method)
+    assert isinstance(io_services._AsyncTransportBase._MAX_RECV_BYTES, int)
+    assert "self._MAX_RECV_BYTES" in inspect.getsource(io_services)
+
+
+def test_pika_still_takes_an_implementation_class_and_the_frame_layout_is_the_same():
+    assert "_impl_class" in inspect.signature(pika.BlockingConnection.__init__).parameters
+    assert issubclass(RbakSelectConnection, pika.SelectConnection)
+    assert list(inspect.signature(pika.frame.Header.__init__).parameters) == ["self", "channel_number", "body_size", "props"]
+    assert (spec.FRAME_HEADER, spec.FRAME_HEADER_SIZE, spec.FRAME_END_SIZE, spec.FRAME_END) == (2, 7, 1, 206)
+    assert spec.BasicProperties.INDEX == 60
+
+
+def test_a_basic_content_header_decodes_typed_and_pikas_registry_is_untouched():
+    raw = pika.frame.Header(3, 11, TypedBasicProperties(message_id="m", typed_headers=HEADERS)).marshal()
+
+    consumed, frame = decode_frame(raw + b"next frame")
+
+    assert consumed == len(raw) and frame.channel_number == 3 and frame.body_size == 11
+    assert type(frame.properties) is TypedBasicProperties
+    assert frame.properties.typed_headers == HEADERS and frame.properties.message_id == "m"
+    assert spec.props[spec.BasicProperties.INDEX] is spec.BasicProperties
+
+
+def test_other_frames_and_partial_frames_are_pikas():
+    method = pika.frame.Method(1, spec.Basic.Ack(delivery_tag=4)).marshal()
+    header = pika.frame.Header(1, 0, TypedBasicProperties()).marshal()
+
+    consumed, frame = decode_frame(method)
+    assert consumed == len(method) and frame.method.delivery_tag == 4
+    assert decode_frame(header[:-1]) == (0, None)
+    assert decode_frame(b"AMQP\x00\x00\x09\x01")[1].major == 0
+
+
+def test_our_connection_gets_typed_headers_and_wide_reads_and_a_plain_one_does_not(broker, vhost):
+    params = broker.connection.pika_parameters(vhost)
+    with blocking_connection(params) as ours, pika.BlockingConnection(params) as plain:
+        channel = ours.channel()
+        channel.queue_declare("q")
+        channel.basic_publish("", "q", b"body", TypedBasicProperties(typed_headers=HEADERS[:1]))
+        channel.basic_publish("", "q", b"body", TypedBasicProperties(typed_headers=HEADERS[:1]))
+        _method, props, _body = channel.basic_get("q", auto_ack=True)
+        _method, plain_props, _body = plain.channel().basic_get("q", auto_ack=True)
+
+        assert type(props) is TypedBasicProperties and amqp_types.headers_of(props) == HEADERS[:1]
+        assert type(plain_props) is spec.BasicProperties and plain_props.headers == {"n": 5}
+        assert ours._impl._transport._MAX_RECV_BYTES == SOCKET_READ_BYTES
+        assert plain._impl._transport._MAX_RECV_BYTES != SOCKET_READ_BYTES
