@@ -54,7 +54,7 @@ def _given_a_backup_and_a_connection(stack: AirflowStack, broker, vhost: str, tm
     declare(broker.connection, vhost, {QUEUE: "classic"})
     publish(broker.connection, vhost, QUEUE, 0, COUNT)
     location = (tmp_path / "b").as_uri()
-    backup(broker.connection, location, "approval-1", vhost, str(tmp_path / "state"))
+    backup(broker.connection, location, "approval-1", vhost)
     c, conn_id = broker.connection, f"rabbitmq_{target.replace('-', '_')}"
     stack.api("POST", "connections", json={
         "connection_id": conn_id, "conn_type": "rabbitmq", "host": c.host, "port": c.amqp_port, "login": user.name,

@@ -14,7 +14,7 @@ import pytest
 
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
-from tests.dags.airflow_env import run_facts
+from tests.dags.airflow_env import capture_results, run_facts
 from tests.airflow_stack import AirflowStack, airflow_stack
 from tests.reliability.secrets import CommandLines, log_files, stored_objects
 from tests.restore.helpers import body_of, declare, publish, read_queue, ready_count
@@ -92,7 +92,7 @@ def test_backup_and_restore_run_as_deployed_byte_exact(broker, vhost, spark_clus
         # (read by the independent reader), and the queues are as they were
         assert state == "success", _logs(stack)
         xcom = run_facts(stack.env)["xcom"]
-        captured = {v["queue"]: v["messages"] for k, v in xcom.items() if k.startswith("capture[") and k.endswith("return_value")}
+        captured = {queue: r["messages"] for queue, r in capture_results(xcom).items()}
         assert captured == {q: COUNT for q in QUEUES}, captured
         times = stack.task_times("rbak_backup", backup_run)
         captures = [v for k, v in times.items() if k.startswith("capture[")]
