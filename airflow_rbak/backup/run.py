@@ -99,6 +99,11 @@ class BackupSettings:
         object.__setattr__(self, "compression", Compression.parse(self.compression))
         self.segment_writer()  # validates level and rotation limits
 
+    @property
+    def codec(self) -> Compression:
+        """The segments' compression (``compression`` is parsed into one at construction)."""
+        return Compression.parse(self.compression)
+
     def segment_writer(self) -> SegmentWriter:
         return SegmentWriter(self.compression, self.compression_level, self.segment_max_bytes, self.segment_max_interval_ms)
 
@@ -111,7 +116,7 @@ class Discovery:
     queues: list[QueueInfo]
     manifest: BackupManifest
     #: The queues the capture will leave out as things stand (a preview: each capture decides again).
-    expected_left_out: list[dict[str, str]]
+    expected_left_out: list[dict[str, Any]]
 
     def summary(self) -> dict[str, Any]:
         """The discover task's ``summary`` XCom."""
@@ -241,12 +246,11 @@ class BackupRun:
         with self.holding(), ManagementClient(self.connection) as client:
             manifest = self.manifests.load(self.settings.backup_id)
             manifest.definitions = export_definitions(client, self.storage, self.settings.backup_id,
-                                                      self.settings.compression, include_users=self.settings.include_users)
+                                                      self.settings.codec, include_users=self.settings.include_users)
             self.manifests.save(manifest)
         return {"included": True, **(manifest.definitions.to_json() if manifest.definitions else {})}
 
-    def capture(self, info: QueueInfo, *, progress_every: float | None = None,
-                logger: logging.Logger | None = None) -> CaptureResult:
+    def capture(self, info: QueueInfo, *, progress_every: float | None = None, logger: Any = None) -> CaptureResult:
         """The capture task, for one queue: capture it into staging; resumes from its checkpoint when re-run.
 
         With ``progress_every`` (seconds), a line of progress read from the queue's checkpoint goes to ``logger``
@@ -262,7 +266,7 @@ class BackupRun:
                      result.messages, result.bytes / 1e6, result.duration_s)
         return result
 
-    def _progress(self, info: QueueInfo, every: float | None, logger: logging.Logger) -> contextlib.AbstractContextManager[Any]:
+    def _progress(self, info: QueueInfo, every: float | None, logger: Any) -> contextlib.AbstractContextManager[Any]:
         if every is None:
             return contextlib.nullcontext()
         sample = checkpoint_sampler(self.checkpoints(), self.settings.backup_id, info.vhost, info.name)
@@ -271,7 +275,7 @@ class BackupRun:
     def _capture(self, info: QueueInfo) -> CaptureResult:
         options = CaptureOptions(
             backup_id=self.settings.backup_id,
-            compression=self.settings.compression,
+            compression=self.settings.codec,
             allow_delivery_count_increase=self.settings.allow_delivery_count_increase,
             on_unsafe_queue=self.settings.on_unsafe_queue,
             consumer_timeout_ms=self.settings.consumer_timeout_ms,

@@ -20,9 +20,12 @@ from airflow_rbak.codec import BackupManifest, ManifestError
 from airflow_rbak.retention import RetentionPolicy, apply_retention
 from airflow_rbak.spark_jobs import compact_segments, verify_segments
 from airflow_rbak.storage import open_storage
-from tests.backup.sample import STREAM, build_sample_chain as _build_chain, chained as _chained
+from tests.backup.sample import STREAM
+from tests.backup.sample import build_sample_chain as _build_chain
+from tests.backup.sample import chained as _chained
 from tests.spark_jobs.conftest import spark_submit_available, submit  # noqa: F401 - a fixture among them
 from tests.spark_jobs.local_spark import LocalSpark
+
 
 @pytest.fixture
 def url(tmp_path) -> str:
