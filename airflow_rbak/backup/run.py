@@ -37,6 +37,8 @@ from airflow_rbak.backup.finalize import (
 from airflow_rbak.backup.lease import LeasedStorage
 from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.backup.progress import ProgressReporter, checkpoint_sampler
+from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
 from airflow_rbak.backup.writer import now_ms
 from airflow_rbak.broker.capture import CaptureOptions, CaptureResult, QueueCapture
 from airflow_rbak.broker.checkpoints import CheckpointStore, queue_chunk_keys
@@ -51,8 +53,6 @@ from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentWriter
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, Compression
 from airflow_rbak.codec.layout import check_backup_id
 from airflow_rbak.exceptions import ConfigurationError, RbakError
-from airflow_rbak.progress import ProgressReporter, checkpoint_sampler
-from airflow_rbak.retention import RetentionPolicy, apply_retention
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 

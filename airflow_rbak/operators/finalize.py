@@ -7,11 +7,11 @@ from typing import Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
+from airflow_rbak.backup.retention import RetentionPolicy
 from airflow_rbak.links import RbakManifestLink, manifest_url
 from airflow_rbak.operators import metrics
 from airflow_rbak.operators.backup import backup_run, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
-from airflow_rbak.retention import RetentionPolicy
 
 #: Every backup location's Asset is attached through this alias (locations are only known at run time).
 BACKUP_ASSET_ALIAS = "rbak-backups"

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from airflow_rbak.backup.progress import Sample
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.progress import Sample
 from airflow_rbak.restore.checkpoints import open_checkpoint_store
 from airflow_rbak.restore.definitions import DefinitionsResult, plan_definitions, restore_definitions
 from airflow_rbak.restore.errors import RestoreRefusedError, UnroutableMessagesError
