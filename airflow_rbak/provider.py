@@ -14,17 +14,21 @@ from airflow_rbak import __version__
 
 # Literal copies of airflow_rbak.hooks.rabbitmq.CONN_FIELDS / UI_FIELD_BEHAVIOUR (importing the hook here would
 # import the Task SDK while Airflow loads providers); tests/test_provider.py checks they stay equal.
-_CONN_FIELDS: dict[str, Any] = {'management_port': {'label': 'Management API port', 'schema': {'type': ['integer', 'null'], 'default': 15672}},
- 'stream_port': {'label': 'Stream protocol port', 'schema': {'type': ['integer', 'null'], 'default': 5552}},
- 'management_url': {'label': 'Management API URL',
-                    'description': 'Overrides host and management port, e.g. https://mq.example/rabbitmq',
-                    'schema': {'type': ['string', 'null']}},
- 'tls': {'label': 'Use TLS (amqps and https)', 'schema': {'type': ['boolean', 'null'], 'default': False}},
- 'tls_verify': {'label': 'Verify TLS certificates', 'schema': {'type': ['boolean', 'null'], 'default': True}},
- 'ca_file': {'label': 'CA certificate file', 'schema': {'type': ['string', 'null']}},
- 'cert_file': {'label': 'Client certificate file', 'schema': {'type': ['string', 'null']}},
- 'key_file': {'label': 'Client key file', 'schema': {'type': ['string', 'null']}},
- 'timeout': {'label': 'Timeout (seconds)', 'schema': {'type': ['number', 'null'], 'default': 10}}}
+_CONN_FIELDS: dict[str, Any] = {
+    "management_port": {"label": "Management API port", "schema": {"type": ["integer", "null"], "default": 15672}},
+    "stream_port": {"label": "Stream protocol port", "schema": {"type": ["integer", "null"], "default": 5552}},
+    "management_url": {
+        "label": "Management API URL",
+        "description": "Overrides host and management port, e.g. https://mq.example/rabbitmq",
+        "schema": {"type": ["string", "null"]},
+    },
+    "tls": {"label": "Use TLS (amqps and https)", "schema": {"type": ["boolean", "null"], "default": False}},
+    "tls_verify": {"label": "Verify TLS certificates", "schema": {"type": ["boolean", "null"], "default": True}},
+    "ca_file": {"label": "CA certificate file", "schema": {"type": ["string", "null"]}},
+    "cert_file": {"label": "Client certificate file", "schema": {"type": ["string", "null"]}},
+    "key_file": {"label": "Client key file", "schema": {"type": ["string", "null"]}},
+    "timeout": {"label": "Timeout (seconds)", "schema": {"type": ["number", "null"], "default": 10}},
+}
 
 _UI_FIELD_BEHAVIOUR: dict[str, Any] = {'hidden-fields': [],
  'relabeling': {'port': 'AMQP port', 'login': 'Username', 'schema': 'Default vhost'},

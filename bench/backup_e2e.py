@@ -43,8 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from airflow_rbak.broker.connection import RabbitMQConnection  # noqa: E402
-from tests.dags.airflow_env import VENV_BIN, airflow_env, dags_test, rabbitmq_conn, run  # noqa: E402
 from tests.airflow_stack import airflow_stack  # noqa: E402
+from tests.dags.airflow_env import VENV_BIN, airflow_env, dags_test, rabbitmq_conn, run  # noqa: E402
 from tests.spark_cluster import standalone_cluster  # noqa: E402
 
 PHASES = ("discover", "export_definitions", "capture", "encode", "verify", "finalize")

@@ -64,7 +64,8 @@ PARAMS = {
     "segment_max_interval_ms": Param(DEFAULT_SEGMENT_MAX_INTERVAL_MS, type="integer", minimum=1,
                                      description="... or span this many milliseconds of backup time"),
     "include_definitions": Param(True, type="boolean",
-                                 description="also store the broker's definitions (vhosts, policies, exchanges, queues, bindings)"),
+                                 description="also store the broker's definitions "
+                                             "(vhosts, policies, exchanges, queues, bindings)"),
     "include_users": Param(True, type="boolean",
                            description="keep users (with password hashes) and permissions in the definitions backup"),
     "break_lock": Param(False, type="boolean",
@@ -73,7 +74,8 @@ PARAMS = {
                      description="incremental: a stream's backup lists its previous backup's segments and adds what is new; "
                                  "full: each backup holds its own copy of every stream"),
     "verify": Param("deep", type="string", enum=["none", "quick", "deep"],
-                    description="after encoding: quick (every segment present, right size) or deep (every segment read, on Spark)"),
+                    description="after encoding: quick (every segment present, right size) "
+                                "or deep (every segment read, on Spark)"),
     "allow_delivery_count_increase": Param(False, type="boolean",
                                            description="back up quorum queues whose returns count toward a delivery limit"),
     "on_unsafe_queue": Param("skip", type="string", enum=["skip", "fail"],

@@ -79,7 +79,8 @@ PARAMS = {
     "dry_run": Param(False, type="boolean", description="plan and report everything, publish and import nothing"),
     "max_publish_rate": Param(None, type=["null", "number"], exclusiveMinimum=0, description="messages per second per queue"),
     "checkpoint_state": Param(default_checkpoint_state(), type="string", minLength=1,
-                              description="'backup' (in the backup's storage), a storage URL, or a local SQLite file; re-runs resume without duplicates"),
+                              description="'backup' (in the backup's storage), a storage URL, or a local SQLite file; "
+                                          "re-runs resume without duplicates"),
     "skip_damaged_segments": Param(False, type="boolean",
                                    description="restore around segments that fail verification (the report lists them)"),
     "restore_consumer_offsets": Param(False, type="boolean",

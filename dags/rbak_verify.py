@@ -12,7 +12,6 @@ from airflow.sdk import DAG, Param, task
 from airflow_rbak.operators.spark_steps import RbakVerifyStepOperator
 from airflow_rbak.settings import VERIFY_SCHEDULE_ENV, default_storage_url, schedule_from_env, task_defaults
 
-
 with DAG(
     dag_id="rbak_verify",
     schedule=schedule_from_env(VERIFY_SCHEDULE_ENV, None),

@@ -24,7 +24,9 @@ def staged_chunk_keys(storage: Storage, backup_id: str, vhost: str, queue: str) 
     return sorted(info.key for info in storage.list(staging_prefix(backup_id, vhost, queue)) if "/chunk-" in info.key)
 
 
-def iter_staged_json(storage: Storage, keys: list[str], cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> Iterator[tuple[memoryview, int]]:
+def iter_staged_json(
+    storage: Storage, keys: list[str], cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+) -> Iterator[tuple[memoryview, int]]:
     """Yield each staged record's JSON and ``backed_up_at``, every chunk fully checked first."""
     for key in keys:
         header, payload = decode_payload(storage.get(key), key, cap)

@@ -1,40 +1,58 @@
-"""One backup from start to finish, as separate steps the DAG runs as separate tasks.
+"""One backup from start to finish, one method per task of the backup DAG.
 
-``discover`` → ``begin`` (a manifest with ``completed_at: null``, so an
-interrupted backup says so) → ``export_definitions`` → ``capture`` per queue
-(staging + checkpoints) → ``encode`` per queue (in process here; the Spark
-job distributes the same unit of work) → ``finish`` (segments and totals in
-the manifest, ``completed_at`` set, staging removed). :meth:`BackupRun.run`
-does them all in order, for the demo, the tests and small installations.
+``discover`` (the queues; the broker is read before anything is written,
+then the lock is taken and ``begin`` writes a manifest with
+``completed_at: null``, so an interrupted backup says so) →
+``export_definitions`` → ``capture`` per queue (staging + checkpoints) →
+``encode`` per queue (in process here; the Spark job distributes the same
+unit of work) → ``finish`` (segments and totals in the manifest,
+``completed_at`` set, staging removed; the DAG's ``finalize`` does the same
+from the encode job's report, then gives the lock back and applies
+retention). Every step takes the backup's lock the same way
+(:meth:`BackupRun.holding`: this run's owner carries on under it, its lease
+renewed while the step runs) and finds its state through this object alone.
+:meth:`BackupRun.run` calls the same methods in order, for the demo, the
+tests and small installations.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_rbak import __version__
-from airflow_rbak.backup.chain import latest_with_stream, link_chains
-from airflow_rbak.backup.encode import encode_queue, staged_chunk_keys
+from airflow_rbak.backup.chain import latest_with_stream
+from airflow_rbak.backup.encode import encode_queue
+from airflow_rbak.backup.finalize import (
+    finalize_backup,
+    finish_backup,
+    left_out_of,
+    manifest_summary,
+    record_stream_offsets,
+)
 from airflow_rbak.backup.lease import LeasedStorage
 from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.backup.progress import ProgressReporter, checkpoint_sampler
+from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
 from airflow_rbak.backup.writer import now_ms
 from airflow_rbak.broker.capture import CaptureOptions, CaptureResult, QueueCapture
-from airflow_rbak.broker.checkpoints import CheckpointStore, queue_chunk_keys, write_offsets_summary
+from airflow_rbak.broker.checkpoints import CheckpointStore, queue_chunk_keys
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.definitions import export_definitions
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.broker.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
+from airflow_rbak.broker.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS, Facts, decide
 from airflow_rbak.broker.stream_capture import StreamCapture
 from airflow_rbak.broker.stream_identity import StreamMark
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentWriter
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, Compression
 from airflow_rbak.codec.layout import check_backup_id
-from airflow_rbak.exceptions import RbakError
+from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 
@@ -81,21 +99,56 @@ class BackupSettings:
         object.__setattr__(self, "compression", Compression.parse(self.compression))
         self.segment_writer()  # validates level and rotation limits
 
+    @property
+    def codec(self) -> Compression:
+        """The segments' compression (``compression`` is parsed into one at construction)."""
+        return Compression.parse(self.compression)
+
     def segment_writer(self) -> SegmentWriter:
         return SegmentWriter(self.compression, self.compression_level, self.segment_max_bytes, self.segment_max_interval_ms)
 
 
-class BackupRun:
-    """The steps of one backup against one broker and one storage location."""
+@dataclass(frozen=True)
+class Discovery:
+    """What the discover step found: the queues to capture and the manifest ``begin`` wrote (or found)."""
 
-    def __init__(self, connection: RabbitMQConnection, settings: BackupSettings, storage: Storage | None = None) -> None:
-        self.connection = connection
+    backup_id: str
+    queues: list[QueueInfo]
+    manifest: BackupManifest
+    #: The queues the capture will leave out as things stand (a preview: each capture decides again).
+    expected_left_out: list[dict[str, Any]]
+
+    def summary(self) -> dict[str, Any]:
+        """The discover task's ``summary`` XCom."""
+        return {"backup_id": self.backup_id, "queues": len(self.queues), "messages": sum(q.messages for q in self.queues),
+                "rabbitmq_version": self.manifest.rabbitmq_version, "source_cluster": self.manifest.source_cluster,
+                "expected_left_out": self.expected_left_out}
+
+    def encode_inputs(self) -> list[dict[str, str]]:
+        """Each queue's name and type: what the encode step needs (the ``queue_refs`` XCom)."""
+        return [{"vhost": q.vhost, "name": q.name, "queue_type": q.queue_type} for q in self.queues]
+
+
+class BackupRun:
+    """The steps of one backup against one broker and one storage location, one method per DAG task."""
+
+    def __init__(self, connection: RabbitMQConnection | None, settings: BackupSettings,
+                 storage: Storage | None = None) -> None:
+        self._connection = connection
         self.settings = settings
-        plain = storage or open_storage(settings.storage_url)
-        self.lock = BackupLock(plain, settings.backup_id, settings.lock_owner)
+        self.plain_storage = storage or open_storage(settings.storage_url)
+        self.lock = BackupLock(self.plain_storage, settings.backup_id, settings.lock_owner)
         # Every write of every step is checked against the lock: a run whose lock is taken over stops at once.
-        self.storage = LeasedStorage(plain, self.lock)
+        self.storage = LeasedStorage(self.plain_storage, self.lock)
         self.manifests = ManifestStore(self.storage)
+        self._holding = False
+
+    @property
+    def connection(self) -> RabbitMQConnection:
+        """The broker's connection settings (the finalize step has none: it never reaches the broker)."""
+        if self._connection is None:
+            raise ConfigurationError("this backup step needs a broker connection")
+        return self._connection
 
     def run(self) -> BackupManifest:
         """Every step in order under the backup's lock; returns the completed manifest.
@@ -103,27 +156,50 @@ class BackupRun:
         A backup that is already complete is returned as it is: running it again must not replace
         its manifest (its staging is gone, so a second encode would find nothing).
         """
-        self.lock.acquire(break_lock=self.settings.break_lock)
-        try:
-            with self.lock.renewing():
-                return self._run()
-        finally:
-            self._release_lock()
-
-    def _run(self) -> BackupManifest:
-        """The steps themselves, run while the lock is held and its lease renewed."""
         done = self._existing()
         if done is not None and done.completed_at is not None:
             log.info("backup %s is already complete; nothing to do", self.settings.backup_id)
             return done
+        try:
+            found = self.discover()
+            with self.holding():
+                self.export_definitions()
+                captures = [self.capture(info) for info in found.queues]
+                entries = [self.encode(info, result) for info, result in zip(found.queues, captures)
+                           if result.left_out is None]
+                return self.finish(entries, left_out_of(asdict(c) for c in captures))
+        finally:
+            self._release_lock()
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Hold the backup's lock while a step runs: take it (this run's owner carries on under it; ``break_lock``
+        takes over a crashed run's) and renew its lease until the step ends. Steps nest: only the outer one
+        takes and renews."""
+        if self._holding:
+            yield
+            return
+        self.lock.acquire(break_lock=self.settings.break_lock)
+        self._holding = True
+        try:
+            with self.lock.renewing():
+                yield
+        finally:
+            self._holding = False
+
+    def discover(self) -> Discovery:
+        """The discover task: list the queues, then take the lock and write the manifest with ``completed_at: null``.
+
+        The broker is read before anything is written, so an unreachable broker leaves no manifest and no lock.
+        """
         with ManagementClient(self.connection) as client:
             queues = discover_queues(client, self.settings.selector)
-            self.begin(client)
-            if self.settings.include_definitions:
-                self.export_definitions(client)
-        captures = [self.capture(info) for info in queues]
-        entries = [self.encode(info, result) for info, result in zip(queues, captures) if result.left_out is None]
-        return self.finish(entries, left_out_of(asdict(c) for c in captures))
+            with self.holding():
+                manifest = self.begin(client)
+        facts = Facts(manifest.rabbitmq_version or "0", self.settings.allow_delivery_count_increase)
+        foreseen = [{"vhost": q.vhost, "queue": q.name, "reason": d.reason} for q in queues
+                    if (d := decide(q, facts)).left_out]
+        return Discovery(self.settings.backup_id, queues, manifest, foreseen)
 
     def _existing(self) -> BackupManifest | None:
         try:
@@ -162,17 +238,44 @@ class BackupRun:
         self.manifests.save(manifest)
         return manifest
 
-    def export_definitions(self, client: ManagementClient) -> None:
-        manifest = self.manifests.load(self.settings.backup_id)
-        manifest.definitions = export_definitions(client, self.storage, self.settings.backup_id, self.settings.compression,
-                                                  include_users=self.settings.include_users)
-        self.manifests.save(manifest)
+    def export_definitions(self) -> dict[str, Any]:
+        """The export_definitions task: store the broker's definitions (unless ``include_definitions`` is off)
+        and record them in the manifest; returns the task's summary."""
+        if not self.settings.include_definitions:
+            return {"included": False}
+        with self.holding(), ManagementClient(self.connection) as client:
+            manifest = self.manifests.load(self.settings.backup_id)
+            manifest.definitions = export_definitions(client, self.storage, self.settings.backup_id,
+                                                      self.settings.codec, include_users=self.settings.include_users)
+            self.manifests.save(manifest)
+        return {"included": True, **(manifest.definitions.to_json() if manifest.definitions else {})}
 
-    def capture(self, info: QueueInfo) -> CaptureResult:
-        """Capture one queue into staging; resumes from its checkpoint when re-run."""
+    def capture(self, info: QueueInfo, *, progress_every: float | None = None, logger: Any = None) -> CaptureResult:
+        """The capture task, for one queue: capture it into staging; resumes from its checkpoint when re-run.
+
+        With ``progress_every`` (seconds), a line of progress read from the queue's checkpoint goes to ``logger``
+        that often while the capture runs, and one when it ends.
+        """
+        out = logger or log
+        with self.holding(), self._progress(info, progress_every, out):
+            result = self._capture(info)
+        if result.left_out:
+            out.warning("left out %s/%s: %s", info.vhost, info.name, result.left_out)
+        else:
+            out.info("captured %s/%s (%s): %d messages, %.1f MB in %.1fs", info.vhost, info.name, result.method,
+                     result.messages, result.bytes / 1e6, result.duration_s)
+        return result
+
+    def _progress(self, info: QueueInfo, every: float | None, logger: Any) -> contextlib.AbstractContextManager[Any]:
+        if every is None:
+            return contextlib.nullcontext()
+        sample = checkpoint_sampler(self.checkpoints(), self.settings.backup_id, info.vhost, info.name)
+        return ProgressReporter(f"{info.vhost}/{info.name}", sample, info.messages, interval=every, logger=logger)
+
+    def _capture(self, info: QueueInfo) -> CaptureResult:
         options = CaptureOptions(
             backup_id=self.settings.backup_id,
-            compression=self.settings.compression,
+            compression=self.settings.codec,
             allow_delivery_count_increase=self.settings.allow_delivery_count_increase,
             on_unsafe_queue=self.settings.on_unsafe_queue,
             consumer_timeout_ms=self.settings.consumer_timeout_ms,
@@ -190,10 +293,14 @@ class BackupRun:
             checkpoints.close()
 
     def encode(self, info: QueueInfo, capture: CaptureResult | None = None) -> QueueBackup:
-        """Seal one queue's staging into final segments; stream offsets go into its manifest entry."""
+        """Seal one queue's staging into final segments; stream offsets go into its manifest entry.
+
+        In process, for :meth:`run`; the DAG's encode task runs the same unit of work on Spark.
+        """
         entry = QueueBackup(vhost=info.vhost, name=info.name, queue_type=info.queue_type)
         keys = queue_chunk_keys(self.storage, self.settings.backup_id, info.vhost, info.name)
-        encode_queue(self.storage, self.settings.backup_id, entry, self.settings.segment_writer(), keys)
+        with self.holding():
+            encode_queue(self.storage, self.settings.backup_id, entry, self.settings.segment_writer(), keys)
         if capture is not None and info.queue_type == "stream":
             record_stream_offsets(entry, capture.first_offset, capture.last_offset, capture.consumer_offsets,
                                   capture.last_fingerprint)
@@ -201,8 +308,25 @@ class BackupRun:
 
     def finish(self, entries: list[QueueBackup], left_out: list[dict[str, str]] | None = None) -> BackupManifest:
         """Write the completed manifest (only while this run holds the lock), then remove the staging."""
-        self.lock.check()
-        return finish_backup(self.storage, self.settings.backup_id, entries, left_out)
+        with self.holding():
+            self.lock.check()
+            return finish_backup(self.storage, self.settings.backup_id, entries, left_out)
+
+    def finalize(self, encode_report_key: str, captures: Iterable[Mapping[str, Any]] = (),
+                 retention: RetentionPolicy | None = None) -> dict[str, Any]:
+        """The finalize task: the completed manifest from the encode report and the captures' results, staging
+        removed, the lock given back, then retention; returns the summary (XCom and the Asset event)."""
+        # The manifest is written only by the run that holds the backup (re-taken by a retry after it was given back).
+        with self.holding():
+            manifest = finalize_backup(self.storage, self.settings.backup_id, encode_report_key, captures)
+        self.lock.release()
+        summary = manifest_summary(manifest, self.plain_storage.url)
+        done = apply_retention(self.plain_storage, retention or RetentionPolicy(), now_ms=int(time.time() * 1000),
+                               protect=self.settings.backup_id)
+        summary["retention_deleted"] = done.deleted
+        summary["retention_segments_kept_for_chains"] = done.segments_kept_for_chains
+        summary["retention_kept"] = done.kept
+        return summary
 
     def checkpoints(self) -> CheckpointStore:
         """This backup's capture checkpoints, in its own storage: any worker resumes any queue, and the capture
@@ -222,45 +346,3 @@ class BackupRun:
         if not isinstance(last, int) or last < 0:
             return None
         return StreamMark(previous.backup_id, last, fingerprint if isinstance(fingerprint, str) else None)
-
-
-def record_stream_offsets(
-    entry: QueueBackup, first: int | None, last: int | None, consumer_offsets: dict[str, int] | None,
-    last_fingerprint: str | None = None,
-) -> None:
-    """Keep a stream's captured offset range (and its last message's fingerprint, which lets the next backup
-    tell a re-created stream from a grown one) and its named consumers' offsets in its manifest entry."""
-    entry.extensions["stream_offsets"] = {"first": first, "last": last, "last_fingerprint": last_fingerprint}
-    entry.extensions["consumer_offsets"] = dict(consumer_offsets or {})
-
-
-def left_out_of(captures: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
-    """The queues the captures left out, each with its reason (what the manifest and the summaries name)."""
-    return [{"vhost": c["vhost"], "queue": c["queue"], "queue_type": c["queue_type"], "reason": c["left_out"]}
-            for c in captures if c.get("left_out")]
-
-
-def finish_backup(
-    storage: Storage, backup_id: str, entries: list[QueueBackup], left_out: list[dict[str, str]] | None = None
-) -> BackupManifest:
-    """Complete the manifest ``begin`` wrote (totals, ``completed_at``), save it, then remove staging.
-
-    The manifest is the last thing written; staging goes only once it is safely stored. Queues left out are
-    named with their reasons in the ``left_out`` extension (a foreign reader ignores it), never listed as queues;
-    what an earlier attempt staged for them goes with the rest of the staging. A stream that continued an
-    earlier backup lists that backup's segments before its own (:mod:`backup.chain`), so the completed backup
-    restores whole on its own.
-    """
-    store = ManifestStore(storage)
-    manifest = store.load(backup_id)
-    manifest.queues = entries
-    manifest.extensions["left_out"] = list(left_out or [])
-    link_chains(storage, manifest)
-    manifest.refresh_totals()
-    manifest.completed_at = now_ms()
-    store.save(manifest)
-    write_offsets_summary(storage, backup_id)
-    for vhost, name in [(e.vhost, e.name) for e in entries] + [(q["vhost"], q["queue"]) for q in left_out or []]:
-        for key in staged_chunk_keys(storage, backup_id, vhost, name):
-            storage.delete(key)
-    return manifest

@@ -141,7 +141,9 @@ def _check_queue_listing(manifest: BackupManifest, queue: QueueBackup, report: V
     if sequences != list(range(1, len(sequences) + 1)):
         report.add(where, f"segment sequences are {sequences[:10]}, expected 1..{len(sequences)} without gaps")
     if queue.message_count != sum(s.record_count for s in queue.segments):
-        report.add(where, f"message_count is {queue.message_count}, its segments hold {sum(s.record_count for s in queue.segments)}")
+        report.add(
+            where, f"message_count is {queue.message_count}, its segments hold {sum(s.record_count for s in queue.segments)}"
+        )
     stamped = [s for s in queue.segments if s.record_count]
     first = stamped[0].first_timestamp if stamped else None
     last = stamped[-1].last_timestamp if stamped else None
@@ -166,7 +168,9 @@ def _check_segment_quick(storage: Storage, segment: SegmentMetadata, report: Val
         report.add(segment.key, f"size is {info.size} bytes, manifest says {segment.size_bytes}")
 
 
-def _check_segment_deep(storage: Storage, queue: QueueBackup, segment: SegmentMetadata, report: ValidationReport, cap: int) -> None:
+def _check_segment_deep(
+    storage: Storage, queue: QueueBackup, segment: SegmentMetadata, report: ValidationReport, cap: int
+) -> None:
     check = check_segment(storage, queue.vhost, queue.name, segment, cap)
     if check.read:
         report.segments_checked += 1
@@ -178,18 +182,21 @@ def _check_segment_deep(storage: Storage, queue: QueueBackup, segment: SegmentMe
 
 def _check_definitions(storage: Storage, manifest: BackupManifest, report: ValidationReport, deep: bool, cap: int) -> None:
     definitions = manifest.definitions
+    if definitions is None:
+        return
     if (reason := definitions_defect(manifest)) is not None:
         report.add(definitions.key, reason)
         return
     try:
-        data = storage.get(definitions.key) if deep else storage.stat(definitions.key)
+        if not deep:
+            storage.stat(definitions.key)
+            return
+        data = storage.get(definitions.key)
     except ObjectNotFoundError:
         report.add(definitions.key, "definitions export is missing")
         return
     except StorageError as exc:  # an invalid key in a damaged manifest, a storage fault
         report.add(definitions.key, f"definitions export cannot be read: {exc}")
-        return
-    if not deep:
         return
     compression = compression_from_key(definitions.key)
     try:

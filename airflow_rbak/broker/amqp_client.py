@@ -10,7 +10,12 @@ from airflow_rbak.broker.errors import BrokerAuthError, BrokerUnreachableError, 
 from airflow_rbak.broker.pika_connection import blocking_connection
 
 #: What a broker going away looks like to a consumer; a capture turns it into ``CaptureInterruptedError``.
-CONNECTION_ERRORS = (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError, pika.exceptions.StreamLostError, OSError)
+CONNECTION_ERRORS = (
+    pika.exceptions.AMQPConnectionError,
+    pika.exceptions.AMQPChannelError,
+    pika.exceptions.StreamLostError,
+    OSError,
+)
 
 
 def open_connection(connection: RabbitMQConnection, vhost: str) -> pika.BlockingConnection:

@@ -15,8 +15,17 @@ from typing import Any
 from pika import spec
 
 from airflow_rbak.broker.field_table import (  # noqa: F401 - re-exported: the typed tables belong with the properties
-    BINARY_LONGSTR_TAG, DECIMAL_TAG, TYPE_TAG, FieldTableError, decimal_value, decode_table, decode_value, encode_table,
-    encode_value, plain_table, plain_value,
+    BINARY_LONGSTR_TAG,
+    DECIMAL_TAG,
+    TYPE_TAG,
+    FieldTableError,
+    decimal_value,
+    decode_table,
+    decode_value,
+    encode_table,
+    encode_value,
+    plain_table,
+    plain_value,
 )
 from airflow_rbak.codec.headers import HeaderValue
 from airflow_rbak.codec.properties import OCTET, PIKA_NAMES, PROPERTIES, PROPERTY_NAMES, SHORT_STRING, TIMESTAMP
@@ -59,7 +68,11 @@ class TypedBasicProperties(spec.BasicProperties):
     """
 
     def __init__(
-        self, *args: Any, typed_headers: tuple[tuple[str, HeaderValue], ...] | None = None, raw_headers: bytes | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        typed_headers: tuple[tuple[str, HeaderValue], ...] | None = None,
+        raw_headers: bytes | None = None,
+        **kwargs: Any,
     ) -> None:
         if args or kwargs:
             super().__init__(*args, **kwargs)
@@ -69,7 +82,7 @@ class TypedBasicProperties(spec.BasicProperties):
         #: An already encoded field table (length prefix included) to send as is: tests use it for every wire type.
         self.raw_headers = raw_headers
 
-    @property  # type: ignore[override]
+    @property
     def headers(self) -> dict[str, Any] | None:
         plain = self.__dict__.get("_plain_headers", _UNSET)
         if plain is _UNSET:

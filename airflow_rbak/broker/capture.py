@@ -38,7 +38,12 @@ import time
 
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS, close_quietly, open_connection
 from airflow_rbak.broker.capture_options import (  # noqa: F401 - the capture's public names, re-exported
-    MAX_PREFETCH, QUORUM_BROKER_HEADERS, CaptureOptions, CaptureResult, fingerprint, result_from,
+    MAX_PREFETCH,
+    QUORUM_BROKER_HEADERS,
+    CaptureOptions,
+    CaptureResult,
+    fingerprint,
+    result_from,
 )
 from airflow_rbak.broker.checkpoints import CheckpointStore
 from airflow_rbak.broker.connection import RabbitMQConnection

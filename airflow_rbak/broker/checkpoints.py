@@ -30,7 +30,15 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from airflow_rbak.codec.layout import CHECKPOINT_NAME, checkpoint_dir_key, checkpoint_key, encode_name, staging_prefix, state_key, vhost_dir
+from airflow_rbak.codec.layout import (
+    CHECKPOINT_NAME,
+    checkpoint_dir_key,
+    checkpoint_key,
+    encode_name,
+    staging_prefix,
+    state_key,
+    vhost_dir,
+)
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage
 

@@ -72,7 +72,11 @@ def effective_delivery_limit(info: QueueInfo, version: tuple[int, int, int]) -> 
         return None
     candidates = [
         int(v)
-        for v in (info.arguments.get("x-delivery-limit"), info.effective_policy.get("delivery-limit"), info.operator_policy.get("delivery-limit"))
+        for v in (
+            info.arguments.get("x-delivery-limit"),
+            info.effective_policy.get("delivery-limit"),
+            info.operator_policy.get("delivery-limit"),
+        )
         if v is not None
     ]
     if version >= (4, 0, 0):

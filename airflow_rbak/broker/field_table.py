@@ -100,7 +100,10 @@ def _float32(bits: bytes) -> HeaderValue:
 
 #: Fixed-size scalars: tag -> (struct, size, variant).
 _SCALARS: dict[int, tuple[struct.Struct, int, str]] = {
-    **{tag[0]: (struct.Struct(fmt), struct.calcsize(fmt), "Short" if tag in _SHORT_TAGS else "Long") for tag, fmt in _INT_FORMATS.items()},
+    **{
+        tag[0]: (struct.Struct(fmt), struct.calcsize(fmt), "Short" if tag in _SHORT_TAGS else "Long")
+        for tag, fmt in _INT_FORMATS.items()
+    },
     ord("d"): (struct.Struct(">d"), 8, "Double"),
     ord("T"): (struct.Struct(">Q"), 8, "Timestamp"),
 }
@@ -164,7 +167,9 @@ def _long_string(raw: bytes) -> HeaderValue:
 
 def decimal_value(scale: int, raw: int) -> HeaderValue:
     """The tagged-table form of an AMQP decimal ``raw * 10**-scale``."""
-    return _trusted("Table", ((TYPE_TAG, _DECIMAL_TAG_VALUE), ("scale", _trusted("Short", scale)), ("value", _trusted("Long", raw))))
+    return _trusted(
+        "Table", ((TYPE_TAG, _DECIMAL_TAG_VALUE), ("scale", _trusted("Short", scale)), ("value", _trusted("Long", raw)))
+    )
 
 
 def _tag_of(value: HeaderValue) -> str | None:

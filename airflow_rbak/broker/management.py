@@ -15,7 +15,6 @@ import requests
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.errors import BrokerApiError, BrokerAuthError, BrokerUnreachableError, QueueNotFoundError, tls_failure
 
-
 #: Names RabbitMQ's HTTP server cannot address: it removes ``.`` and ``..`` path segments, even
 #: percent-encoded (measured on 3.10.8: a 301 to the parent path).
 UNADDRESSABLE = frozenset({".", ".."})
@@ -89,7 +88,9 @@ class ManagementClient:
         try:
             response = self.request("GET", url, timeout=max(self.connection.timeout, 60))
         except requests.RequestException as exc:
-            raise tls_failure(exc, self.connection.management_base_url) or BrokerUnreachableError(f"management API unreachable while reading /api/{path} ({type(exc).__name__})") from None
+            raise tls_failure(exc, self.connection.management_base_url) or BrokerUnreachableError(
+                f"management API unreachable while reading /api/{path} ({type(exc).__name__})"
+            ) from None
         if response.status_code == 401:
             raise BrokerAuthError(f"management API refused user {self.connection.username!r} (HTTP 401)")
         if response.status_code >= 400:

@@ -128,72 +128,112 @@ def _is_sac(info: QueueInfo) -> bool:
 #: In order of precedence: the first feature that leaves a queue out decides; otherwise the first forced method.
 FEATURES: tuple[Feature, ...] = (
     Feature(
-        "exclusive", lambda q: q.exclusive,
-        "left out", "only the connection that declared it may read it (405 RESOURCE_LOCKED), and it disappears with "
+        "exclusive",
+        lambda q: q.exclusive,
+        "left out",
+        "only the connection that declared it may read it (405 RESOURCE_LOCKED), and it disappears with "
         "that connection: no backup can read it",
-        leave_out=lambda q, f: "exclusive queue: only the connection that declared it can read it"),
+        leave_out=lambda q, f: "exclusive queue: only the connection that declared it can read it",
+    ),
     Feature(
-        "expires (x-expires or policy)", lambda q: _setting(q, "x-expires", "expires") is not None,
-        "left out", "reading a queue restarts its expiry timer: a scheduled backup would keep alive a queue the broker "
-        "is meant to delete",
-        leave_out=lambda q, f: f"reading it would restart its expiry timer (expires {_setting(q, 'x-expires', 'expires')} ms)"),
+        "expires (x-expires or policy)",
+        lambda q: _setting(q, "x-expires", "expires") is not None,
+        "left out",
+        "reading a queue restarts its expiry timer: a scheduled backup would keep alive a queue the broker is meant to delete",
+        leave_out=lambda q, f: f"reading it would restart its expiry timer (expires {_setting(q, 'x-expires', 'expires')} ms)",
+    ),
     Feature(
-        "delivery limit on a quorum queue, RabbitMQ before 4.3", lambda q: q.queue_type == "quorum",
+        "delivery limit on a quorum queue, RabbitMQ before 4.3",
+        lambda q: q.queue_type == "quorum",
         "left out unless allow_delivery_count_increase; then captured, stopping before any message reaches the limit",
         "every return counts toward the limit before 4.3 (basic.nack and channel close alike), so repeated backups "
         "would drop or dead-letter messages",
-        leave_out=_delivery_limit_reason),
+        leave_out=_delivery_limit_reason,
+    ),
     Feature(
         "max-length with overflow reject-publish or reject-publish-dlx",
         lambda q: _max_length(q) is not None and _overflow(q) != "drop-head",
-        "left out", "held messages do not count toward the limit: the queue would accept publishes it would have "
+        "left out",
+        "held messages do not count toward the limit: the queue would accept publishes it would have "
         "refused, and end over its limit when they come back",
-        leave_out=lambda q, f: f"max-length with overflow {_overflow(q)}: while its messages are held the queue would "
-        "accept publishes it would have refused"),
+        leave_out=lambda q, f: (
+            f"max-length with overflow {_overflow(q)}: while its messages are held the queue would "
+            "accept publishes it would have refused"
+        ),
+    ),
     Feature(
-        "single active consumer, quorum", lambda q: q.queue_type == "quorum" and _is_sac(q),
+        "single active consumer, quorum",
+        lambda q: q.queue_type == "quorum" and _is_sac(q),
         "left out while another consumer is attached; otherwise read one consumer at a time",
         "only the active consumer receives and 3.10 refuses basic.get on these queues; a cancelled consumer keeps its "
         "messages while the next one becomes active, and channels close in order",
         method=CaptureMethod.ONE_CONSUMER_AT_A_TIME,
-        leave_out=lambda q, f: ("single-active-consumer quorum queue with an attached consumer: it delivers only to that "
-                                "consumer and refuses basic.get") if q.consumers else None),
+        leave_out=lambda q, f: (
+            (
+                "single-active-consumer quorum queue with an attached consumer: it delivers only to that "
+                "consumer and refuses basic.get"
+            )
+            if q.consumers
+            else None
+        ),
+    ),
     Feature(
         "single active consumer, classic, with a consumer attached",
         lambda q: q.queue_type != "quorum" and _is_sac(q) and q.consumers > 0,
-        "read by basic.get", "the attached consumer is the active one; basic.get reads past it and registers no consumer",
-        method=CaptureMethod.GET),
+        "read by basic.get",
+        "the attached consumer is the active one; basic.get reads past it and registers no consumer",
+        method=CaptureMethod.GET,
+    ),
     Feature(
-        "single active consumer, classic", lambda q: q.queue_type != "quorum" and _is_sac(q),
-        "read one consumer at a time", "only the active consumer receives; a cancelled consumer keeps its messages "
+        "single active consumer, classic",
+        lambda q: q.queue_type != "quorum" and _is_sac(q),
+        "read one consumer at a time",
+        "only the active consumer receives; a cancelled consumer keeps its messages "
         "while the next one becomes active, and one nack gives them all back",
-        method=CaptureMethod.ONE_CONSUMER_AT_A_TIME),
+        method=CaptureMethod.ONE_CONSUMER_AT_A_TIME,
+    ),
     Feature(
-        "auto-delete", lambda q: q.auto_delete,
-        "read by basic.get", "the queue is deleted with its messages when its last consumer is cancelled; basic.get "
-        "registers no consumer",
-        method=CaptureMethod.GET),
+        "auto-delete",
+        lambda q: q.auto_delete,
+        "read by basic.get",
+        "the queue is deleted with its messages when its last consumer is cancelled; basic.get registers no consumer",
+        method=CaptureMethod.GET,
+    ),
     Feature(
-        "max-length with overflow drop-head", lambda q: _max_length(q) is not None and _overflow(q) == "drop-head",
-        "captured", "held messages do not count toward the limit, and on return the broker drops the same oldest "
-        "messages it would have dropped at publish: the queue ends as it would have"),
+        "max-length with overflow drop-head",
+        lambda q: _max_length(q) is not None and _overflow(q) == "drop-head",
+        "captured",
+        "held messages do not count toward the limit, and on return the broker drops the same oldest "
+        "messages it would have dropped at publish: the queue ends as it would have",
+    ),
     Feature(
-        "message TTL (x-message-ttl, policy, per message)", lambda q: _setting(q, "x-message-ttl", "message-ttl") is not None,
-        "captured", "a held message does not expire; when it comes back, one whose TTL has passed is dropped or "
-        "dead-lettered as it would have been"),
+        "message TTL (x-message-ttl, policy, per message)",
+        lambda q: _setting(q, "x-message-ttl", "message-ttl") is not None,
+        "captured",
+        "a held message does not expire; when it comes back, one whose TTL has passed is dropped or "
+        "dead-lettered as it would have been",
+    ),
     Feature(
-        "dead-lettering (x-dead-letter-exchange)", lambda q: _setting(q, "x-dead-letter-exchange", "dead-letter-exchange") is not None,
-        "captured", "messages go back with requeue, never rejected, so the backup dead-letters nothing"),
+        "dead-lettering (x-dead-letter-exchange)",
+        lambda q: _setting(q, "x-dead-letter-exchange", "dead-letter-exchange") is not None,
+        "captured",
+        "messages go back with requeue, never rejected, so the backup dead-letters nothing",
+    ),
     Feature(
-        "consumer timeout", lambda q: True,
-        "captured within the timeout", "every message is back before the oldest held one reaches the broker's "
+        "consumer timeout",
+        lambda q: True,
+        "captured within the timeout",
+        "every message is back before the oldest held one reaches the broker's "
         "consumer_timeout (consumer_timeout_ms, 30 min by default; x-consumer-timeout or a consumer-timeout policy where "
-        "the broker has them); a capture that cannot finish in time stops, gives everything back and fails"),
+        "the broker has them); a capture that cannot finish in time stops, gives everything back and fails",
+    ),
     Feature(
-        "stream", lambda q: q.queue_type == "stream",
-        "read by the stream protocol, whatever the rows above say", "a stream is read by offset: nothing is held, "
-        "removed or redelivered, so no other row applies",
-        method=CaptureMethod.STREAM),
+        "stream",
+        lambda q: q.queue_type == "stream",
+        "read by the stream protocol, whatever the rows above say",
+        "a stream is read by offset: nothing is held, removed or redelivered, so no other row applies",
+        method=CaptureMethod.STREAM,
+    ),
 )
 
 

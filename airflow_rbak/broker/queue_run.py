@@ -17,12 +17,12 @@ from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS
 from airflow_rbak.broker.capture_limits import Deadline, drained_by_others, management_counts
 from airflow_rbak.broker.capture_options import CaptureResult
-from airflow_rbak.broker.message_identity import QUORUM_BROKER_HEADERS, fingerprint, identity
 from airflow_rbak.broker.checkpoints import QueueProgress
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.delivery_json import delivery_record_json
 from airflow_rbak.broker.discovery import QueueInfo
 from airflow_rbak.broker.errors import CaptureIntegrityError, CaptureStalledError, ConsumerTimeoutError, DeliveryLimitRiskError
+from airflow_rbak.broker.message_identity import QUORUM_BROKER_HEADERS, fingerprint, identity
 from airflow_rbak.broker.queue_features import CaptureMethod, QueueDecision, consumer_timeout_ms
 from airflow_rbak.broker.returns import CONSUMERS_PER_CHANNEL
 from airflow_rbak.broker.staging import StagedChunk, StagingWriter
@@ -60,7 +60,9 @@ class QueueRun:
         self.channel_closed_by_broker = False
         self.channel = conn.channel()
         if progress is None:
-            progress = QueueProgress(self.opts.backup_id, info.vhost, info.name, info.queue_type, target_count=self.initial_depth())
+            progress = QueueProgress(
+                self.opts.backup_id, info.vhost, info.name, info.queue_type, target_count=self.initial_depth()
+            )
             # Committed locally only: the first chunk's checkpoint uploads it, and before that there is nothing to resume.
             self.checkpoints.save(progress, sync=False)
         self.progress = progress
@@ -172,7 +174,9 @@ class QueueRun:
         step = min(self.opts.window, self.target - self.requested)
         channel = self._consumer_channel()
         channel.basic_qos(prefetch_count=step)
-        tag = channel.basic_consume(self.info.name, self._on_message, auto_ack=False, consumer_tag=f"rbak-{len(self.consumers) + 1:05d}")
+        tag = channel.basic_consume(
+            self.info.name, self._on_message, auto_ack=False, consumer_tag=f"rbak-{len(self.consumers) + 1:05d}"
+        )
         self.consumers.append((channel, tag, step))
         self.requested += step
 

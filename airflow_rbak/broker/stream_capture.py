@@ -31,8 +31,8 @@ from airflow_rbak.broker.delivery_json import delivery_record_json
 from airflow_rbak.broker.discovery import QueueInfo
 from airflow_rbak.broker.errors import CaptureInterruptedError
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.broker.staging import StagedChunk, StagingWriter
 from airflow_rbak.broker.message_identity import STREAM_BROKER_HEADERS, stream_delivery_fingerprint
+from airflow_rbak.broker.staging import StagedChunk, StagingWriter
 from airflow_rbak.broker.stream_identity import StreamMark, fingerprint_at, resume_offset
 from airflow_rbak.storage.base import Storage
 
@@ -50,7 +50,9 @@ def _offset_of(props: pika.spec.BasicProperties) -> int:
 class StreamCapture:
     """Captures one stream's new messages into staging, resumably."""
 
-    def __init__(self, connection: RabbitMQConnection, storage: Storage, checkpoints: CheckpointStore, options: CaptureOptions) -> None:
+    def __init__(
+        self, connection: RabbitMQConnection, storage: Storage, checkpoints: CheckpointStore, options: CaptureOptions
+    ) -> None:
         self.connection, self.storage, self.checkpoints, self.options = connection, storage, checkpoints, options
 
     def capture(
@@ -114,7 +116,9 @@ class StreamCapture:
         try:
             depth = conn.channel().queue_declare(info.name, passive=True).method.message_count
         except CONNECTION_ERRORS as exc:
-            raise CaptureInterruptedError(f"cannot read the depth of stream {info.name!r} in vhost {info.vhost!r} ({type(exc).__name__}); re-run") from None
+            raise CaptureInterruptedError(
+                f"cannot read the depth of stream {info.name!r} in vhost {info.vhost!r} ({type(exc).__name__}); re-run"
+            ) from None
         finally:
             close_quietly(conn)
         if depth:

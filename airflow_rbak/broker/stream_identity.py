@@ -79,7 +79,9 @@ def fingerprint_at(connection: RabbitMQConnection, vhost: str, stream: str, offs
     return found["fingerprint"]  # type: ignore[return-value]
 
 
-def resume_offset(connection: RabbitMQConnection, vhost: str, stream: str, mark: StreamMark | None, tail: int, wait: float) -> int:
+def resume_offset(
+    connection: RabbitMQConnection, vhost: str, stream: str, mark: StreamMark | None, tail: int, wait: float
+) -> int:
     """Where an incremental capture starts: after ``mark`` if the stream still holds that message, else 0."""
     if mark is None or mark.last_offset < 0:
         return 0

@@ -70,7 +70,9 @@ def stream_tail(connection: RabbitMQConnection, vhost: str, stream: str, wait: f
         sub = 200  # rstream routes Deliver frames by the handler's name, which must be the subscription id
         client.add_handler(schema.Deliver, on_deliver, name=str(sub))
         await client.run_queue_listener_task(sub, on_deliver)
-        await client.subscribe(stream, subscription_id=sub, offset_spec=schema.OffsetSpec.from_params(OffsetType.LAST, None), initial_credit=1)
+        await client.subscribe(
+            stream, subscription_id=sub, offset_spec=schema.OffsetSpec.from_params(OffsetType.LAST, None), initial_credit=1
+        )
         try:
             return await asyncio.wait_for(found, wait)
         except asyncio.TimeoutError:

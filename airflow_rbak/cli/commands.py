@@ -18,8 +18,8 @@ from airflow_rbak.backup.rebuild import rebuild_manifest
 from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.codec import read_header
 from airflow_rbak.codec.records import encode_record
-from airflow_rbak.display import when as _when
 from airflow_rbak.codec.segment import decode_payload, iter_payload_records
+from airflow_rbak.display import when as _when
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectNotFoundError, StorageError
@@ -62,10 +62,15 @@ def describe_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     out.write(f"backup {manifest.backup_id} ({'complete' if manifest.completed_at is not None else 'INCOMPLETE'})\n")
     out.write(f"  created   {_when(manifest.created_at)}\n  completed {_when(manifest.completed_at)}\n")
     out.write(f"  source    {manifest.source_cluster or '-'} (RabbitMQ {manifest.rabbitmq_version or '?'})\n")
-    out.write(f"  totals    {manifest.total_messages} messages, {manifest.total_segments} segments, {manifest.total_bytes} bytes\n")
+    out.write(
+        f"  totals    {manifest.total_messages} messages, {manifest.total_segments} segments, {manifest.total_bytes} bytes\n"
+    )
     if manifest.definitions:
         d = manifest.definitions
-        out.write(f"  definitions {d.key}: {d.vhost_count} vhosts, {d.queue_count} queues, {d.exchange_count} exchanges, {d.user_count} users\n")
+        out.write(
+            f"  definitions {d.key}: {d.vhost_count} vhosts, {d.queue_count} queues, {d.exchange_count} exchanges, "
+            f"{d.user_count} users\n"
+        )
     out.write(f"  depends on {', '.join(dependencies(manifest)) or 'nothing (restores on its own data alone)'}\n")
     out.write(f"  needed by {', '.join(needed_by) or 'no other backup'}\n")
     out.write(f"\n{'VHOST':20} {'QUEUE':30} {'TYPE':8} {'MESSAGES':>10} {'SEGMENTS':>8}  FIRST .. LAST\n")
@@ -152,7 +157,9 @@ def rollback_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         _json_line(out, result.to_json())
         return 0
     verb = "would" if result.dry_run else "did"
-    out.write(f"rollback to {result.snapshot_key}: {verb} delete {len(result.deleted)} and put back {len(result.restored)} objects\n")
+    out.write(
+        f"rollback to {result.snapshot_key}: {verb} delete {len(result.deleted)} and put back {len(result.restored)} objects\n"
+    )
     for name in result.deleted:
         out.write(f"  delete {name}\n")
     for name in result.restored:

@@ -50,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source", metavar="FILE_OR_URL", help="a local file, or a storage URL of one segment")
     p.set_defaults(run=commands.dump_cmd)
 
-    manifest = sub.add_parser("manifest", help="Work with a backup's manifest.").add_subparsers(dest="manifest_command", required=True)
+    manifest = sub.add_parser("manifest", help="Work with a backup's manifest.").add_subparsers(
+        dest="manifest_command", required=True
+    )
     p = command("rebuild", "Rebuild manifest.json from the segments when it is lost or damaged.", manifest)
     _backup_args(p)
     p.add_argument("--replace", action="store_true", help="replace an existing manifest.json (the old one is kept aside)")

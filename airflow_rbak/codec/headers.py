@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 LONG_STRING = "LongString"
 SHORT_STRING = "ShortString"
@@ -33,7 +33,7 @@ _U64 = (0, 2**64 - 1)
 #: Nesting deeper than this is refused on read: hostile input must not exhaust the stack.
 MAX_DEPTH = 64
 
-HeaderScalar = Union[str, int, float, bool, bytes, None]
+HeaderScalar = str | int | float | bool | bytes | None
 
 
 class HeaderValueError(ValueError):

@@ -9,7 +9,7 @@ written by a newer tool survives a round trip through this one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, overload
 
 import orjson
 
@@ -18,6 +18,10 @@ from airflow_rbak.codec.errors import ManifestError
 QUEUE_TYPES = ("classic", "quorum", "stream")
 
 
+@overload
+def _int(obj: dict[str, Any], name: str, path: str, *, nullable: Literal[False] = False, unsigned: bool = True) -> int: ...
+@overload
+def _int(obj: dict[str, Any], name: str, path: str, *, nullable: bool, unsigned: bool = True) -> int | None: ...
 def _int(obj: dict[str, Any], name: str, path: str, *, nullable: bool = False, unsigned: bool = True) -> int | None:
     if name not in obj:
         if nullable:
@@ -32,6 +36,10 @@ def _int(obj: dict[str, Any], name: str, path: str, *, nullable: bool = False, u
     return value
 
 
+@overload
+def _str(obj: dict[str, Any], name: str, path: str, *, nullable: Literal[False] = False) -> str: ...
+@overload
+def _str(obj: dict[str, Any], name: str, path: str, *, nullable: bool) -> str | None: ...
 def _str(obj: dict[str, Any], name: str, path: str, *, nullable: bool = False) -> str | None:
     value = obj.get(name)
     if value is None and nullable:

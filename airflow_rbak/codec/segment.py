@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from airflow_rbak.codec import errors
+from airflow_rbak.codec import errors, records
 from airflow_rbak.codec.compression import compress, decompress
 from airflow_rbak.codec.constants import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
@@ -28,7 +28,6 @@ from airflow_rbak.codec.constants import (
     Compression,
 )
 from airflow_rbak.codec.manifest import SegmentMetadata
-from airflow_rbak.codec import records
 from airflow_rbak.codec.records import BackupRecord, RecordError, decode_record, encode_record
 from airflow_rbak.exceptions import ConfigurationError
 
@@ -173,7 +172,9 @@ def read_header(data: bytes | memoryview, name: str = "<segment>") -> SegmentHea
             f"CRC-32 mismatch: footer says {crc:08x}, bytes give {actual:08x}", segment=name, offset=size - FOOTER_SIZE
         )
     if version != FORMAT_VERSION:
-        raise errors.UnsupportedVersionError(f"format version {version} is not supported (this reader knows 1)", segment=name, offset=4)
+        raise errors.UnsupportedVersionError(
+            f"format version {version} is not supported (this reader knows 1)", segment=name, offset=4
+        )
     try:
         compression = Compression(comp)
     except ValueError:
@@ -215,7 +216,9 @@ def _framed_length(payload: bytes, pos: int, index: int, expected: int, name: st
             f"record {index} declares {length} bytes but {size - pos - LENGTH_PREFIX_SIZE} remain", segment=name, offset=pos
         )
     if index == expected:
-        raise errors.RecordCountMismatchError(f"payload holds more than the {expected} records the header states", segment=name, offset=pos)
+        raise errors.RecordCountMismatchError(
+            f"payload holds more than the {expected} records the header states", segment=name, offset=pos
+        )
     return length
 
 
@@ -287,7 +290,9 @@ class _FramingWalk:
             raise errors.RecordFramingError(f"record {self.index - (not self.partial)} runs past the payload's end",
                                             segment=self.name, offset=size)
         if self.next < size:
-            raise errors.RecordFramingError(f"{size - self.next} stray bytes after record {self.index}", segment=self.name, offset=self.next)
+            raise errors.RecordFramingError(
+                f"{size - self.next} stray bytes after record {self.index}", segment=self.name, offset=self.next
+            )
         _check_count(self.index, self.expected, self.name)
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import struct
 
+from airflow_rbak.codec import records
 from airflow_rbak.codec.constants import (
     DEFAULT_SEGMENT_MAX_BYTES,
     DEFAULT_SEGMENT_MAX_INTERVAL_MS,
     DEFAULT_ZSTD_LEVEL,
     Compression,
 )
-from airflow_rbak.codec import records
 from airflow_rbak.codec.records import BackupRecord, encode_record
 from airflow_rbak.codec.segment import EncodedSegment, check_level, encode_payload
 from airflow_rbak.exceptions import ConfigurationError

@@ -98,7 +98,12 @@ def plan_queue(queue: QueueBackup, settings: CompactSettings) -> list[OutputSegm
     groups: list[list[SegmentMetadata]] = []
     for segment in sorted(queue.segments, key=lambda s: s.sequence):
         last = groups[-1] if groups else None
-        if last is not None and _small(segment, settings) and all(_small(s, settings) for s in last) and _fits(last, segment, settings):
+        if (
+            last is not None
+            and _small(segment, settings)
+            and all(_small(s, settings) for s in last)
+            and _fits(last, segment, settings)
+        ):
             last.append(segment)
         else:
             groups.append([segment])

@@ -40,7 +40,13 @@ from airflow_rbak.codec.constants import (
     Compression,
 )
 from airflow_rbak.codec.layout import (
-    check_backup_id, decode_name, is_shortened, parse_segment_key, queue_prefix, segment_key, vhost_from_dir,
+    check_backup_id,
+    decode_name,
+    is_shortened,
+    parse_segment_key,
+    queue_prefix,
+    segment_key,
+    vhost_from_dir,
 )
 from airflow_rbak.codec.manifest import QUEUE_TYPES
 from airflow_rbak.codec.records import decode_record
@@ -215,7 +221,9 @@ def first_sequences(ranges: list[StagingRange], counts: dict[tuple[str, str, int
     return firsts
 
 
-def encode_range(storage_url: str, backup_id: str, rng: StagingRange, first_sequence: int, settings: EncodeSettings) -> RangeResult:
+def encode_range(
+    storage_url: str, backup_id: str, rng: StagingRange, first_sequence: int, settings: EncodeSettings
+) -> RangeResult:
     """Pass 2: seal a range's records into segments numbered from ``first_sequence`` and store them."""
     storage = open_storage(storage_url)
     writer = settings.writer()

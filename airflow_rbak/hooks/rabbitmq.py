@@ -35,10 +35,16 @@ _BOOL_EXTRAS = ("tls", "tls_verify")
 
 #: Extra fields of the connection form, in provider-info ``conn-fields`` form.
 CONN_FIELDS: dict[str, dict[str, Any]] = {
-    "management_port": {"label": "Management API port", "schema": {"type": ["integer", "null"], "default": DEFAULT_MANAGEMENT_PORT}},
+    "management_port": {
+        "label": "Management API port",
+        "schema": {"type": ["integer", "null"], "default": DEFAULT_MANAGEMENT_PORT},
+    },
     "stream_port": {"label": "Stream protocol port", "schema": {"type": ["integer", "null"], "default": DEFAULT_STREAM_PORT}},
-    "management_url": {"label": "Management API URL", "description": "Overrides host and management port, e.g. https://mq.example/rabbitmq",
-                       "schema": {"type": ["string", "null"]}},
+    "management_url": {
+        "label": "Management API URL",
+        "description": "Overrides host and management port, e.g. https://mq.example/rabbitmq",
+        "schema": {"type": ["string", "null"]},
+    },
     "tls": {"label": "Use TLS (amqps and https)", "schema": {"type": ["boolean", "null"], "default": False}},
     "tls_verify": {"label": "Verify TLS certificates", "schema": {"type": ["boolean", "null"], "default": True}},
     "ca_file": {"label": "CA certificate file", "schema": {"type": ["string", "null"]}},
@@ -123,7 +129,9 @@ class RabbitMQHook(BaseHook):
             settings = connection_from_airflow(conn.host, conn.port, conn.login, conn.password, conn.extra_dejson)
         except (ConfigurationError, ValueError, TypeError) as exc:
             message = str(exc).replace(conn.password, "***") if conn.password else str(exc)
-            raise ConfigurationError(f"Airflow connection {self.rabbitmq_conn_id!r} is not a usable rabbitmq connection: {message}") from None
+            raise ConfigurationError(
+                f"Airflow connection {self.rabbitmq_conn_id!r} is not a usable rabbitmq connection: {message}"
+            ) from None
         self.vhost = conn.schema or "/"
         self.log.info("Using RabbitMQ connection %r: %s (default vhost %r)", self.rabbitmq_conn_id, settings, self.vhost)
         return settings

@@ -1,11 +1,11 @@
 """Operators for the broker-facing steps of a backup, thin over :class:`BackupRun`.
 
-discover (``discover_queues`` + ``begin``) → export definitions → capture
-(one mapped task per queue) → [Spark encode and verify, in
-``operators/spark.py``] → finalize (:func:`airflow_rbak.finalize.finalize_backup`,
-retention, the Asset event). Each returns a small JSON summary as its XCom;
-errors of the layers below become Airflow errors that say what failed and
-what to do, configuration errors without retries.
+discover → export definitions → capture (one mapped task per queue) →
+[Spark encode and verify, in ``operators/spark.py``] → finalize (in
+``operators/finalize.py``). Each builds the run's settings, calls the
+:class:`BackupRun` method of the same name and returns its small JSON
+summary as its XCom; errors of the layers below become Airflow errors that
+say what failed and what to do, configuration errors without retries.
 """
 
 from __future__ import annotations
@@ -19,16 +19,15 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_rbak.backup.lock import BackupLockedError
 from airflow_rbak.backup.run import STREAM_MODES, BackupAlreadyCompleteError, BackupRun, BackupSettings
-from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues, group_queues
+from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, group_queues
 from airflow_rbak.broker.errors import ConsumerTimeoutError, UnsafeQueueError
-from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.broker.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS, Facts, decide
+from airflow_rbak.broker.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.links import RabbitMQQueueLink, queue_url
 from airflow_rbak.operators import metrics
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
-from airflow_rbak.progress import ProgressReporter, checkpoint_sampler
 from airflow_rbak.settings import progress_interval_s
 
 T = TypeVar("T")
@@ -59,6 +58,13 @@ def lock_owner(context: Any) -> str:
     return f"{context['ti'].dag_id}/{context['run_id']}"
 
 
+def backup_run(context: Any, connection: RabbitMQConnection | None, backup_id: str, storage_url: str,
+               **settings: Any) -> BackupRun:
+    """The :class:`BackupRun` of one task: settings validated before any I/O, the DAG run the lock's owner."""
+    return run_step("setup", lambda: BackupRun(
+        connection, BackupSettings(backup_id, storage_url, lock_owner=lock_owner(context), **settings)))
+
+
 class RbakBrokerOperator(StorageConnectionMixin, BaseOperator):
     """Base of the broker-facing operators: connection id, backup location and id."""
 
@@ -74,10 +80,8 @@ class RbakBrokerOperator(StorageConnectionMixin, BaseOperator):
 
         Its lock owner is the DAG run, so every task of the run works under one lock.
         """
-        return run_step("setup", lambda: BackupRun(
-            RabbitMQHook(self.rabbitmq_conn_id).get_conn(),
-            BackupSettings(str(self.backup_id), str(self.storage_url), lock_owner=lock_owner(context), **settings),
-        ))
+        return backup_run(context, RabbitMQHook(self.rabbitmq_conn_id).get_conn(), str(self.backup_id),
+                          str(self.storage_url), **settings)
 
 
 class RbakDiscoverQueuesOperator(RbakBrokerOperator):
@@ -110,27 +114,18 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
         )
 
     def execute(self, context: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
-        run = self.backup_run(context)
         selector = run_step("discover", self.selector)
-        with ManagementClient(run.connection) as client:
-            queues = run_step("discover", lambda: discover_queues(client, selector))
-            run_step("lock", lambda: run.lock.acquire(break_lock=bool(self.break_lock)))
-            manifest = run_step("begin", lambda: run.begin(client))
-        # A preview: each capture task decides again from the queue as it is when it starts.
-        facts = Facts(manifest.rabbitmq_version or "0", bool(self.allow_delivery_count_increase))
-        foreseen = [{"vhost": q.vhost, "queue": q.name, "reason": d.reason} for q in queues if (d := decide(q, facts)).left_out]
-        summary = {"backup_id": run.settings.backup_id, "queues": len(queues), "messages": sum(q.messages for q in queues),
-                   "rabbitmq_version": manifest.rabbitmq_version, "source_cluster": manifest.source_cluster,
-                   "expected_left_out": foreseen}
-        context["ti"].xcom_push(key="summary", value=summary)
-        self.log.info("backup %s: %d queues to capture from %s", run.settings.backup_id, len(queues), manifest.source_cluster)
-        for q in foreseen:
+        run = self.backup_run(context, selector=selector, break_lock=bool(self.break_lock),
+                              allow_delivery_count_increase=bool(self.allow_delivery_count_increase))
+        found = run_step("discover", run.discover)
+        context["ti"].xcom_push(key="summary", value=found.summary())
+        self.log.info("backup %s: %d queues to capture from %s", found.backup_id, len(found.queues),
+                      found.manifest.source_cluster)
+        for q in found.expected_left_out:
             self.log.warning("queue %r in vhost %r will be left out: %s", q["queue"], q["vhost"], q["reason"])
-        context["ti"].xcom_push(key="queue_refs", value=[
-            {"vhost": q.vhost, "name": q.name, "queue_type": q.queue_type} for q in queues])
-        if self.max_capture_tasks is None:
-            return [asdict(q) for q in queues]
-        return mapped_groups([asdict(q) for q in queues], int(self.max_capture_tasks))
+        context["ti"].xcom_push(key="queue_refs", value=found.encode_inputs())
+        queues = [asdict(q) for q in found.queues]
+        return queues if self.max_capture_tasks is None else mapped_groups(queues, int(self.max_capture_tasks))
 
 
 class RbakExportDefinitionsOperator(RbakBrokerOperator):
@@ -148,11 +143,7 @@ class RbakExportDefinitionsOperator(RbakBrokerOperator):
         if not self.include_definitions:
             return {"included": False}
         run = self.backup_run(context, compression=self.compression, include_users=bool(self.include_users))
-        run_step("lock", run.lock.acquire)
-        with ManagementClient(run.connection) as client:
-            run_step("export definitions", lambda: run.export_definitions(client))
-        definitions = run.manifests.load(run.settings.backup_id).definitions
-        return {"included": True, **(definitions.to_json() if definitions else {})}
+        return run_step("export definitions", run.export_definitions)
 
 
 class RbakCaptureQueueOperator(RbakBrokerOperator):
@@ -184,7 +175,6 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
         run = self.backup_run(context, compression=self.compression, incremental_streams=str(self.streams) == "incremental",
                               allow_delivery_count_increase=bool(self.allow_delivery_count_increase),
                               on_unsafe_queue=str(self.on_unsafe_queue), consumer_timeout_ms=int(self.consumer_timeout_ms))
-        run_step("lock", run.lock.acquire)
         if isinstance(self.queue_info, Mapping):
             return self.capture(run, QueueInfo(**self.queue_info))
         return [self.capture(run, QueueInfo(**q)) for q in self.queue_info]
@@ -192,14 +182,7 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
     def capture(self, run: BackupRun, info: QueueInfo) -> dict[str, Any]:
         """One queue's capture, with its progress logged; the task's link shows the first queue of a group."""
         self.rbak_queue_url = self.rbak_queue_url or queue_url(run.connection.management_base_url, info.vhost, info.name)
-        sample = checkpoint_sampler(run.checkpoints(), run.settings.backup_id, info.vhost, info.name)
-        with run.lock.renewing(), ProgressReporter(f"{info.vhost}/{info.name}", sample, info.messages,
-                                                   interval=self.progress_interval, logger=self.log):
-            result = run_step(f"capture of queue {info.name!r} in vhost {info.vhost!r}", lambda: run.capture(info))
-        if result.left_out:
-            self.log.warning("left out %s/%s: %s", info.vhost, info.name, result.left_out)
-        else:
-            self.log.info("captured %s/%s (%s): %d messages, %.1f MB in %.1fs", info.vhost, info.name, result.method,
-                          result.messages, result.bytes / 1e6, result.duration_s)
-        metrics.captured(asdict(result))
-        return asdict(result)
+        result = asdict(run_step(f"capture of queue {info.name!r} in vhost {info.vhost!r}",
+                                 lambda: run.capture(info, progress_every=self.progress_interval, logger=self.log)))
+        metrics.captured(result)
+        return result

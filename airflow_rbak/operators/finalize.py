@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
-from airflow_rbak.backup.lock import BackupLock
-from airflow_rbak.finalize import finalize_backup, manifest_summary
+from airflow_rbak.backup.retention import RetentionPolicy
 from airflow_rbak.links import RbakManifestLink, manifest_url
 from airflow_rbak.operators import metrics
-from airflow_rbak.operators.backup import lock_owner, run_step
+from airflow_rbak.operators.backup import backup_run, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
-from airflow_rbak.retention import RetentionPolicy, apply_retention
-from airflow_rbak.storage import open_storage
 
 #: Every backup location's Asset is attached through this alias (locations are only known at run time).
 BACKUP_ASSET_ALIAS = "rbak-backups"
@@ -42,7 +38,6 @@ class RbakFinalizeManifestOperator(StorageConnectionMixin, BaseOperator):
         self.rbak_manifest_url: str | None = None
 
     def execute(self, context: Any) -> dict[str, Any]:
-        storage = open_storage(str(self.storage_url))
         backup_id = str(self.backup_id)
         policy = run_step("retention settings", lambda: RetentionPolicy.from_json(self.retention))
         captures = self.captures or []
@@ -50,19 +45,10 @@ class RbakFinalizeManifestOperator(StorageConnectionMixin, BaseOperator):
         captures = [captures[i] for i in range(len(captures))]
         # a capture task of a group of queues returned a list of their results
         captures = [c for item in captures for c in (item if isinstance(item, list) else [item])]
-        lock = BackupLock(storage, backup_id, lock_owner(context))
-        # The manifest is written only by the run that holds the backup (re-taken by a retry after it was given back).
-        run_step("lock", lock.acquire)
-        manifest = run_step("finalize", lambda: finalize_backup(storage, backup_id, str(self.encode_report_key), captures))
-        run_step("lock", lock.release)
+        run = backup_run(context, None, backup_id, str(self.storage_url))
+        summary = run_step("finalize", lambda: run.finalize(str(self.encode_report_key), captures, policy))
         self.rbak_manifest_url = manifest_url(str(self.storage_url), backup_id)
-        summary = manifest_summary(manifest, storage.url)
-        retention = run_step("retention", lambda: apply_retention(
-            storage, policy, now_ms=int(time.time() * 1000), protect=backup_id))
-        summary["retention_deleted"] = retention.deleted
-        summary["retention_segments_kept_for_chains"] = retention.segments_kept_for_chains
-        summary["retention_kept"] = retention.kept
-        context["outlet_events"][AssetAlias(BACKUP_ASSET_ALIAS)].add(backup_asset(storage.url), extra=summary)
+        context["outlet_events"][AssetAlias(BACKUP_ASSET_ALIAS)].add(backup_asset(summary["storage_url"]), extra=summary)
         metrics.backup_completed(summary)
         self.log.info("backup %s complete: %d messages, %.1f MB, %d segments, %s s", backup_id, summary["total_messages"],
                       summary["total_bytes"] / 1e6, summary["total_segments"], summary["duration_s"])

@@ -35,7 +35,7 @@ def _stats() -> Any:
     try:  # Airflow 3.1+
         from airflow.sdk.observability.stats import Stats
     except ImportError:  # pragma: no cover - older Airflow
-        from airflow.stats import Stats  # type: ignore[no-redef]
+        from airflow.stats import Stats
     return Stats
 
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_rbak.backup.progress import ProgressReporter
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.operators import metrics
 from airflow_rbak.operators.backup import mapped_groups, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
-from airflow_rbak.progress import ProgressReporter
 from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRun, RestoreSettings
 from airflow_rbak.restore.errors import RestoreRefusedError
 from airflow_rbak.settings import progress_interval_s

@@ -56,7 +56,7 @@ class RbakSparkJobOperator(StorageConnectionMixin, SparkSubmitOperator):
         """The job's own options (subclasses add theirs)."""
         return []
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]  # the summary is the XCom
         """Submit the job; return its report's summary (the report key is added to it)."""
         self.report_key = new_report_key(self.backup_id, self.report_job)
         common = ["--storage-url", self.storage_url, "--backup-id", self.backup_id, "--report-key", self.report_key]
@@ -126,7 +126,11 @@ class RbakEncodeSegmentsOperator(RbakSparkJobOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.compression, self.level = compression, level
-        self.segment_max_bytes, self.segment_max_interval_ms, self.range_bytes = segment_max_bytes, segment_max_interval_ms, range_bytes
+        self.segment_max_bytes, self.segment_max_interval_ms, self.range_bytes = (
+            segment_max_bytes,
+            segment_max_interval_ms,
+            range_bytes,
+        )
         self.queues = queues
         self.write_manifest = write_manifest
 
@@ -157,7 +161,7 @@ class RbakCompactSegmentsOperator(RbakSparkJobOperator):
         args = ["--threshold-bytes", str(self.threshold_bytes), "--compression", self.compression, "--level", str(self.level)]
         return args + _options(segment_max_bytes=self.segment_max_bytes, segment_max_interval_ms=self.segment_max_interval_ms)
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]  # the summary is the XCom
         """Compact under the backup's lock, owned by the DAG run: a retried task carries on, another run is refused."""
         self.application_args = [*(self.application_args or []), "--lock-owner", lock_owner(context)]
         return super().execute(context)

@@ -54,7 +54,7 @@ class RbakVerifyStepOperator(RbakVerifyBackupOperator):
         super().__init__(**kwargs)
         self.verify = verify
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]  # the summary is the XCom
         if self.verify not in VERIFY_MODES:
             raise AirflowFailException(f"verify must be one of {VERIFY_MODES}, got {self.verify!r}")
         if self.verify == "none":

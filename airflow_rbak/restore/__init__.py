@@ -23,7 +23,25 @@ from airflow_rbak.restore.run import RestoreReport, RestoreRun
 from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings, parse_time
 
 __all__ = [
-    "BackupNotRestorableError", "DamagedSegmentsError", "DefinitionsImportError", "DefinitionsRollbackError",
-    "DefinitionsSelection", "PublishError", "QueuePlan", "QueueResult", "RestoreError", "RestoreRefusedError", "RestoreRejectedError", "RestorePlan", "RestoreReport", "RestoreRun", "RestoreSettings",
-    "SegmentPlan", "SkippedSegment", "TargetChangedError", "UnroutableMessagesError", "parse_time", "plan_restore",
+    "BackupNotRestorableError",
+    "DamagedSegmentsError",
+    "DefinitionsImportError",
+    "DefinitionsRollbackError",
+    "DefinitionsSelection",
+    "PublishError",
+    "QueuePlan",
+    "QueueResult",
+    "RestoreError",
+    "RestoreRefusedError",
+    "RestoreRejectedError",
+    "RestorePlan",
+    "RestoreReport",
+    "RestoreRun",
+    "RestoreSettings",
+    "SegmentPlan",
+    "SkippedSegment",
+    "TargetChangedError",
+    "UnroutableMessagesError",
+    "parse_time",
+    "plan_restore",
 ]

@@ -151,7 +151,8 @@ class RestoreCheckpoints:
     def load(self, blank: QueueCheckpoint) -> QueueCheckpoint:
         """The stored checkpoint for ``blank``'s key, or ``blank``; refuses a different window."""
         row = self._db.execute(
-            f"SELECT window, next_ordinal, published, depth_base, completed FROM queue_progress WHERE {_WHERE}", _key(blank)).fetchone()
+            f"SELECT window, next_ordinal, published, depth_base, completed FROM queue_progress WHERE {_WHERE}", _key(blank)
+        ).fetchone()
         if row is None:
             return blank
         if row[0] != blank.window:

@@ -68,7 +68,9 @@ def load_definitions(storage: Storage, key: str) -> dict[str, Any]:
     return doc
 
 
-def select_definitions(doc: dict[str, Any], selection: DefinitionsSelection, settings: RestoreSettings) -> dict[str, dict[str, Any]]:
+def select_definitions(
+    doc: dict[str, Any], selection: DefinitionsSelection, settings: RestoreSettings
+) -> dict[str, dict[str, Any]]:
     """Per target vhost, the queues, exchanges, bindings and policies to import, renamed by the maps."""
     vhosts = [v.get("name") for v in doc.get("vhosts", []) if matches(str(v.get("name")), selection.vhosts)]
     vhosts += sorted({q.get("vhost") for q in doc.get("queues", [])} - set(vhosts) - {None})
@@ -98,7 +100,9 @@ def _select_vhost(doc: dict[str, Any], vhost: str, selection: DefinitionsSelecti
     routed: set[str] = set(queue_names)
     frontier = {("queue", n) for n in queue_names} | {("exchange", n) for n in exchanges}
     while frontier:  # exchanges that reach a selected queue or exchange, transitively
-        found = {b["source"] for b in bindings if (b.get("destination_type"), b.get("destination")) in frontier and b.get("source")}
+        found = {
+            b["source"] for b in bindings if (b.get("destination_type"), b.get("destination")) in frontier and b.get("source")
+        }
         frontier = {("exchange", n) for n in found - exchanges}
         exchanges |= found
     routed |= exchanges
@@ -107,7 +111,9 @@ def _select_vhost(doc: dict[str, Any], vhost: str, selection: DefinitionsSelecti
         or (b.get("destination_type") == "exchange" and b.get("destination") in exchanges))]
     return {
         "queues": [_strip({**q, "name": settings.target_queue(q["name"])}) for q in queues],
-        "exchanges": [_strip(e) for e in _in(vhost, doc.get("exchanges")) if e["name"] in exchanges and not e["name"].startswith("amq.")],
+        "exchanges": [
+            _strip(e) for e in _in(vhost, doc.get("exchanges")) if e["name"] in exchanges and not e["name"].startswith("amq.")
+        ],
         "bindings": [_strip(_rename_binding(b, settings)) for b in keep_bindings],
         "policies": [_strip(p) for p in _in(vhost, doc.get("policies"))] if routed else [],
     }

@@ -130,8 +130,14 @@ class RestorePlan:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> RestorePlan:
         queues = tuple(
-            QueuePlan(**{**q, "segments": tuple(SegmentPlan(**s) for s in q["segments"]), "exchanges": tuple(q.get("exchanges", ())),
-                         "drawn_from": tuple(q.get("drawn_from", ()))})
+            QueuePlan(
+                **{
+                    **q,
+                    "segments": tuple(SegmentPlan(**s) for s in q["segments"]),
+                    "exchanges": tuple(q.get("exchanges", ())),
+                    "drawn_from": tuple(q.get("drawn_from", ())),
+                }
+            )
             for q in obj["queues"]
         )
         skipped = tuple(SkippedSegment(**{**s, "reasons": tuple(s["reasons"])}) for s in obj.get("skipped_segments", ()))
@@ -139,11 +145,13 @@ class RestorePlan:
 
     def summary_lines(self) -> list[str]:
         """The plan as a few log lines (no secrets: the storage URL is already credential-free)."""
-        lines = [f"restore plan for backup {self.backup_id} from {self.storage_url}, window "
-                 f"{self.window_start}..{self.window_end}: {len(self.queues)} queues, {self.records_in_window} records, "
-                 f"drawn from backups {', '.join(self.drawn_from) or '-'}",
-                 f"  source cluster {self.source_cluster or '(unknown)'} -> target cluster {self.target_cluster or '(not inspected)'}"
-                 + (" (THE SAME CLUSTER)" if self.source_cluster and self.source_cluster == self.target_cluster else "")]
+        lines = [
+            f"restore plan for backup {self.backup_id} from {self.storage_url}, window "
+            f"{self.window_start}..{self.window_end}: {len(self.queues)} queues, {self.records_in_window} records, "
+            f"drawn from backups {', '.join(self.drawn_from) or '-'}",
+            f"  source cluster {self.source_cluster or '(unknown)'} -> target cluster {self.target_cluster or '(not inspected)'}"
+            + (" (THE SAME CLUSTER)" if self.source_cluster and self.source_cluster == self.target_cluster else ""),
+        ]
         for q in self.queues:
             now = "no such queue" if q.target_depth is None else f"holds {q.target_depth}"
             lines.append(f"  {q.source_vhost}/{q.source_queue} ({q.queue_type}) -> {q.target_vhost}/{q.target_queue}: "
@@ -248,7 +256,9 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreSettings)
         verified += 1
         if not check.ok:
             defects[meta.key] = check.defects
-            skipped.append(SkippedSegment(entry.vhost, entry.name, meta.key, meta.sequence, meta.record_count, tuple(check.defects)))
+            skipped.append(
+                SkippedSegment(entry.vhost, entry.name, meta.key, meta.sequence, meta.record_count, tuple(check.defects))
+            )
             continue
         segments.append(SegmentPlan(meta.key, meta.sequence, meta.record_count, first_ordinal, in_window, meta.checksum,
                                     meta.first_timestamp, meta.last_timestamp))

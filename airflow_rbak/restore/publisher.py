@@ -117,8 +117,10 @@ class ConfirmPipeline:
         self._advance()
         if self._nacked is not None:
             self._commit()
-            raise PublishError(f"the broker refused (basic.nack) a message for {self.cp.target_vhost}/{self.cp.target_queue}; "
-                               f"{self.cp.published} records are confirmed and checkpointed; check the queue's limits, then re-run")
+            raise PublishError(
+                f"the broker refused (basic.nack) a message for {self.cp.target_vhost}/{self.cp.target_queue}; "
+                f"{self.cp.published} records are confirmed and checkpointed; check the queue's limits, then re-run"
+            )
 
     def _on_confirm(self, frame: pika.frame.Method) -> None:
         method = frame.method

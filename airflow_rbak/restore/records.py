@@ -31,7 +31,9 @@ class Positioned:
     record: WireRecord
 
 
-def iter_window_records(storage: Storage, queue: QueuePlan, settings: RestoreSettings, start_ordinal: int = 0) -> Iterator[Positioned]:
+def iter_window_records(
+    storage: Storage, queue: QueuePlan, settings: RestoreSettings, start_ordinal: int = 0
+) -> Iterator[Positioned]:
     """Yield the queue's records inside the window from ``start_ordinal`` on, in backup order."""
     for segment in queue.segments:
         if segment.first_ordinal + segment.record_count <= start_ordinal:

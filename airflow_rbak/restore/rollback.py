@@ -70,7 +70,9 @@ def rollback_definitions(client: ManagementClient, storage: Storage, backup_id: 
     unaddressable = [label(identity(k, i)) for k, i in deletes if not all(addressable(str(v)) for v in _path_names(k, i))]
     if unaddressable:
         raise DefinitionsRollbackError(f"the management API cannot address {unaddressable[:5]} in a URL; nothing was changed")
-    result = RollbackResult(key, [label(identity(k, i)) for k, i in deletes], [label(identity(k, i)) for k, i in restores], dry_run)
+    result = RollbackResult(
+        key, [label(identity(k, i)) for k, i in deletes], [label(identity(k, i)) for k, i in restores], dry_run
+    )
     if dry_run:
         return result
     for kind, item in deletes:
@@ -119,9 +121,11 @@ def _delete(client: ManagementClient, kind: str, item: dict[str, Any]) -> None:
     q = lambda name: quote(str(name), safe="")  # noqa: E731
     vhost = item.get("vhost")
     if kind == "bindings":
-        path = f"bindings/{q(vhost)}/e/{q(item['source'])}/{'q' if item['destination_type'] == 'queue' else 'e'}/{q(item['destination'])}"
+        dest = "q" if item["destination_type"] == "queue" else "e"
+        path = f"bindings/{q(vhost)}/e/{q(item['source'])}/{dest}/{q(item['destination'])}"
         for found in management_admin.send(client, "GET", path).json():
-            if found.get("routing_key") == item.get("routing_key") and (found.get("arguments") or {}) == (item.get("arguments") or {}):
+            same_arguments = (found.get("arguments") or {}) == (item.get("arguments") or {})
+            if found.get("routing_key") == item.get("routing_key") and same_arguments:
                 management_admin.send(client, "DELETE", f"{path}/{q(found['properties_key'])}")
         return
     paths = {"queues": f"queues/{q(vhost)}/{q(item.get('name'))}", "exchanges": f"exchanges/{q(vhost)}/{q(item.get('name'))}",

@@ -12,20 +12,21 @@ and returns plain JSON-able objects, so Airflow can pass them as XCom.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from airflow_rbak.backup.progress import Sample
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.progress import Sample
 from airflow_rbak.restore.checkpoints import open_checkpoint_store
 from airflow_rbak.restore.definitions import DefinitionsResult, plan_definitions, restore_definitions
 from airflow_rbak.restore.errors import RestoreRefusedError, UnroutableMessagesError
 from airflow_rbak.restore.offsets import restore_consumer_offsets
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, plan_restore, queue_checkpoint
-from airflow_rbak.restore.target_check import check_target, inspect_target, refusal
 from airflow_rbak.restore.queue_restore import QueueResult, restore_queue
 from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.restore.target_check import check_target, inspect_target, refusal
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 
@@ -73,7 +74,10 @@ class RestoreRun:
     def plan(self) -> RestorePlan:
         """Read the manifest, verify the segments the window uses, count; logs the plan."""
         plan = plan_restore(self.storage, self.settings)
-        with ManagementClient(self.connection) as client, open_checkpoint_store(self.settings.checkpoint_state, self.storage) as checkpoints:
+        with (
+            ManagementClient(self.connection) as client,
+            open_checkpoint_store(self.settings.checkpoint_state, self.storage) as checkpoints,
+        ):
             plan = inspect_target(plan, client, self.connection, self.settings, checkpoints)
             if self.settings.restore_definitions:
                 _, changes = plan_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key)
@@ -119,19 +123,27 @@ class RestoreRun:
             raise RestoreRefusedError(f"the connection now reaches cluster {found!r}, not {plan.target_cluster_id!r} that "
                                       "the plan inspected; nothing was published. Plan the restore again")
 
-    def report(self, plan: RestorePlan, results: list[QueueResult | dict[str, Any]],
+    def report(self, plan: RestorePlan, results: Sequence[QueueResult | dict[str, Any]],
                definitions: DefinitionsResult | dict[str, Any] | None = None) -> RestoreReport:
         """Sum up; raises UnroutableMessagesError when records were returned, unless allowed."""
         rows = [r.to_json() if isinstance(r, QueueResult) else dict(r) for r in results]
         report = RestoreReport(
-            backup_id=plan.backup_id, dry_run=self.settings.dry_run, planned=plan.records_in_window,
-            published=sum(r["published"] for r in rows), queues=rows,
+            backup_id=plan.backup_id,
+            dry_run=self.settings.dry_run,
+            planned=plan.records_in_window,
+            published=sum(r["published"] for r in rows),
+            queues=rows,
             skipped_segments=[s.__dict__ | {"reasons": list(s.reasons)} for s in plan.skipped_segments],
             definitions=definitions.to_json() if isinstance(definitions, DefinitionsResult) else definitions,
             unroutable=sum(len(r["unroutable"]) for r in rows),
-            segments_verified=plan.segments_verified, segments_outside_window=plan.segments_outside_window,
-            consumer_offsets={f"{r['target_vhost']}/{r['target_queue']}": r["consumer_offsets"] for r in rows if r.get("consumer_offsets")},
-            source_cluster=plan.source_cluster, target_cluster=plan.target_cluster, refused=refusal(plan, self.settings),
+            segments_verified=plan.segments_verified,
+            segments_outside_window=plan.segments_outside_window,
+            consumer_offsets={
+                f"{r['target_vhost']}/{r['target_queue']}": r["consumer_offsets"] for r in rows if r.get("consumer_offsets")
+            },
+            source_cluster=plan.source_cluster,
+            target_cluster=plan.target_cluster,
+            refused=refusal(plan, self.settings),
         )
         log.info("restore of %s: %d planned, %d published this run, %d unroutable, %d damaged segments skipped",
                  plan.backup_id, report.planned, report.published, report.unroutable, len(report.skipped_segments))

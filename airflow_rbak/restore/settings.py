@@ -31,7 +31,9 @@ def parse_time(value: Any, name: str) -> int | None:
     if value is None or value == "":
         return None
     if isinstance(value, bool):
-        raise ConfigurationError(f"{name} must be epoch milliseconds (1732240800000) or ISO 8601 (2024-11-22T02:00:00Z), got {value!r}")
+        raise ConfigurationError(
+            f"{name} must be epoch milliseconds (1732240800000) or ISO 8601 (2024-11-22T02:00:00Z), got {value!r}"
+        )
     if isinstance(value, int):
         return value
     if isinstance(value, float) and value.is_integer():

@@ -43,7 +43,9 @@ CRASH_POINTS = ("written", "switched")
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the job's arguments (``argv`` without the program name)."""
     parser = base_parser(JOB, "Merge small segments of each queue, re-sequenced, with a safe manifest swap.")
-    parser.add_argument("--threshold-bytes", type=positive_int, required=True, help="segments smaller than this (file size) merge")
+    parser.add_argument(
+        "--threshold-bytes", type=positive_int, required=True, help="segments smaller than this (file size) merge"
+    )
     parser.add_argument("--segment-max-bytes", type=positive_int, default=DEFAULT_SEGMENT_MAX_BYTES)
     parser.add_argument("--segment-max-interval-ms", type=positive_int, default=DEFAULT_SEGMENT_MAX_INTERVAL_MS)
     parser.add_argument("--compression", default="zstd", choices=("zstd", "lz4", "none"))
@@ -95,7 +97,10 @@ def _compact(spark: Any, args: argparse.Namespace, storage: Storage) -> JobRepor
         _crash_point(args, "written")
         for queue in manifest.queues:
             if (queue.vhost, queue.name) in plans:
-                queue.segments = [SegmentMetadata.from_json(built[(queue.vhost, queue.name, o.sequence)]) for o in plans[(queue.vhost, queue.name)]]
+                queue.segments = [
+                    SegmentMetadata.from_json(built[(queue.vhost, queue.name, o.sequence)])
+                    for o in plans[(queue.vhost, queue.name)]
+                ]
         manifest.refresh_totals()
         store.save(manifest)
         _crash_point(args, "switched")

@@ -10,12 +10,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import and_, or_, select
-from sqlalchemy.orm import Session
-
 from airflow.models.dagrun import DagRun
 from airflow.models.taskinstance import TaskInstance
 from airflow.models.xcom import XComModel
+from sqlalchemy import and_, or_, select
+from sqlalchemy.orm import Session
+
 from airflow_rbak.settings import default_storage_url
 from airflow_rbak.ui.runs import BACKUP_DAG_ID, VERIFY_DAG_ID, BackupRun
 

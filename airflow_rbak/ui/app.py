@@ -12,15 +12,15 @@ import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse
-
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from airflow.models.dag import DagModel
 from airflow.models.serialized_dag import SerializedDagModel
 from airflow.utils.session import create_session
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse
+
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError
 from airflow_rbak.settings import ui_storage_urls
 from airflow_rbak.ui.airflow_runs import load_backup_runs
@@ -86,7 +86,8 @@ def _pages(loc: str | None, offset: int, limit: int, refresh: bool) -> list[dict
     runs = run_index()
     cat = catalog()
     with ThreadPoolExecutor(max_workers=max(1, len(cat.locations))) as pool:  # a slow location delays none of the others' reads
-        return list(pool.map(lambda l: cat.page(l, runs, offset if l.id == loc else 0, limit, refresh), cat.locations))
+        pages = pool.map(lambda where: cat.page(where, runs, offset if where.id == loc else 0, limit, refresh), cat.locations)
+        return list(pages)
 
 
 @app.get("/api/locations", dependencies=_can_read)

@@ -15,7 +15,8 @@ from urllib.parse import quote, urlencode
 
 from airflow_rbak.display import size, when
 from airflow_rbak.ui.runs import RESTORE_DAG_ID, VERIFY_DAG_ID
-from airflow_rbak.ui.trigger_form import SCRIPT as TRIGGER_SCRIPT, trigger_form
+from airflow_rbak.ui.trigger_form import SCRIPT as TRIGGER_SCRIPT
+from airflow_rbak.ui.trigger_form import trigger_form
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:20px;color:#1a202c;font-size:14px}
@@ -116,9 +117,11 @@ def _row(b: dict[str, Any], links: Links, location_id: str) -> str:
     return (
         f'<tr><td><a href="{escape(links.backup(location_id, b["backup_id"]))}">{escape(b["backup_id"])}</a>{problem}</td>'
         f"<td>{_badge(b['status'])}</td><td>{escape(when(b['created_at']))}</td><td>{escape(when(b['completed_at']))}</td>"
-        f"<td class=n>{b['queues']:,}</td><td class=n>{b['total_messages']:,}</td><td class=n>{escape(size(b['total_bytes']))}</td>"
+        f"<td class=n>{b['queues']:,}</td><td class=n>{b['total_messages']:,}</td>"
+        f"<td class=n>{escape(size(b['total_bytes']))}</td>"
         f"<td>{escape(', '.join(b['compression']) or '-')}</td><td>{_verify_cell(b['last_verify'])}</td>"
-        f"<td>{_ids(b['depends_on'], links, location_id)}</td><td>{_ids(b['needed_by'], links, location_id)}</td></tr>")
+        f"<td>{_ids(b['depends_on'], links, location_id)}</td><td>{_ids(b['needed_by'], links, location_id)}</td></tr>"
+    )
 
 
 def _location_section(page: dict[str, Any], links: Links) -> str:
@@ -168,7 +171,8 @@ def _actions(detail: dict[str, Any], links: Links, can: dict[str, bool]) -> str:
         body = json.dumps({"logical_date": None, "conf": {"storage_url": url, "backup_id": backup_id}})
         buttons.append(
             f'<button class="btn secondary" id="verify" onclick="rbakVerify(this)" data-api="{escape(links.trigger_api(VERIFY_DAG_ID))}" '
-            f'data-runs="{escape(links.run(VERIFY_DAG_ID, ""))}" data-body="{escape(body)}">Verify</button>')
+            f'data-runs="{escape(links.run(VERIFY_DAG_ID, ""))}" data-body="{escape(body)}">Verify</button>'
+        )
     if not buttons:
         return ""
     return f'<div class="actions">{"".join(buttons)}<span id="verify-result" class="muted"></span></div>'

@@ -29,7 +29,7 @@ class RbakPlugin(AirflowPlugin):
     }]
 
     @property
-    def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override] - read per instance, lazily
+    def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]  # read per instance, lazily
         from airflow_rbak.ui.app import app
 
         return [{"app": app, "url_prefix": URL_PREFIX, "name": "RabbitMQ backups"}]

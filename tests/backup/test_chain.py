@@ -21,11 +21,11 @@ import pytest
 
 from airflow_rbak.backup.catalog import list_backups
 from airflow_rbak.backup.chain import dependencies, referenced_keys, segment_owner
+from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
 from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.cli.commands import describe_cmd, list_cmd
 from airflow_rbak.restore import RestoreRun, RestoreSettings
 from airflow_rbak.restore.plan import plan_restore
-from airflow_rbak.retention import RetentionPolicy, apply_retention
 from airflow_rbak.storage import open_storage
 from tests.codec.independent_reader import read_segment
 from tests.restore.conftest import target_vhost  # noqa: F401 - fixture, imported to register it here

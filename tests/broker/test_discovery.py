@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, effective_delivery_limit, group_queues, parse_version
 from airflow_rbak.broker.queue_features import CaptureMethod, Facts, decide
 from airflow_rbak.broker.returns import ReturnPlan, return_plan
-from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, effective_delivery_limit, group_queues, parse_version
 from airflow_rbak.exceptions import ConfigurationError
 
 

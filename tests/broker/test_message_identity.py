@@ -12,7 +12,12 @@ import pytest
 
 from airflow_rbak.broker.amqp_types import TypedBasicProperties
 from airflow_rbak.broker.message_identity import (
-    QUORUM_BROKER_HEADERS, STREAM_BROKER_HEADERS, fingerprint, identity, stream_delivery_fingerprint, stream_fingerprint,
+    QUORUM_BROKER_HEADERS,
+    STREAM_BROKER_HEADERS,
+    fingerprint,
+    identity,
+    stream_delivery_fingerprint,
+    stream_fingerprint,
 )
 from airflow_rbak.codec.headers import HeaderValue as H
 

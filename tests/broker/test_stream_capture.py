@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from airflow_rbak.broker import stream_protocol

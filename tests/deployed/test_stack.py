@@ -14,8 +14,8 @@ import pytest
 
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
-from tests.dags.airflow_env import capture_results, run_facts
 from tests.airflow_stack import AirflowStack, airflow_stack
+from tests.dags.airflow_env import capture_results, run_facts
 from tests.reliability.secrets import CommandLines, log_files, stored_objects
 from tests.restore.helpers import body_of, declare, publish, read_queue, ready_count
 from tests.spark_cluster import spark_logs

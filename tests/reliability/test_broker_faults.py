@@ -19,7 +19,7 @@ from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.run import BackupRun, BackupSettings
 from airflow_rbak.broker.capture import fingerprint
 from airflow_rbak.broker.discovery import QueueSelector
-from airflow_rbak.broker.errors import CaptureInterruptedError, CaptureIntegrityError
+from airflow_rbak.broker.errors import CaptureIntegrityError, CaptureInterruptedError
 from airflow_rbak.codec.headers import HeaderValue as H
 from airflow_rbak.codec.records import BackupProperties, BackupRecord
 from airflow_rbak.restore import DefinitionsImportError, RestoreRun, RestoreSettings

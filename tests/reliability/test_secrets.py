@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import traceback
-
 from urllib.parse import quote
 
 import orjson

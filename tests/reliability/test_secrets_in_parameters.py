@@ -15,8 +15,8 @@ import orjson
 import pytest
 
 from airflow_rbak.backup.run import BackupRun, BackupSettings
-from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.broker.definitions import REDACTED_USERINFO
+from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.layout import compression_from_key
 from airflow_rbak.restore import RestoreRun, RestoreSettings

@@ -18,7 +18,6 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 import requests

@@ -12,12 +12,11 @@ import pika
 from airflow_rbak.backup.run import BackupRun, BackupSettings
 from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.pika_connection import blocking_connection
 from airflow_rbak.broker.discovery import QueueSelector
+from airflow_rbak.broker.pika_connection import blocking_connection
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.headers import HeaderValue as H
 from airflow_rbak.codec.properties import PIKA_NAMES
-
 
 
 def body_of(i: int, size: int) -> bytes:

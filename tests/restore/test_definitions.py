@@ -37,7 +37,7 @@ def _topology(broker, vhost: str) -> None:
 
 
 def _vhost_part(doc: dict, vhost: str) -> dict:
-    return {k: sorted((orjson.dumps(i, option=orjson.OPT_SORT_KEYS) for i in doc.get(k, []) if i.get("vhost") == vhost))
+    return {k: sorted(orjson.dumps(i, option=orjson.OPT_SORT_KEYS) for i in doc.get(k, []) if i.get("vhost") == vhost)
             for k in ("queues", "exchanges", "bindings", "policies")}
 
 

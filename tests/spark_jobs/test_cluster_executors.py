@@ -20,6 +20,7 @@ from tests.reliability.secrets import CommandLines
 from tests.spark_cluster import BARE_PYTHON, spark_cluster, spark_logs  # noqa: F401 - spark_cluster is a fixture
 from tests.spark_jobs.staging import read_queue_independently, stage_queue
 
+
 @pytest.mark.spark
 def test_bare_executors_encode_on_s3_with_the_shipped_codec_and_credentials_and_say_so(
     spark_cluster, tmp_path, monkeypatch, s3_storage_url

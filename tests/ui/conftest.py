@@ -16,8 +16,8 @@ import pytest
 import requests
 
 from airflow_rbak.storage import open_storage
-from tests.backup.sample import build_sample_backup, build_sample_chain
 from tests.airflow_stack import AirflowStack, airflow_stack
+from tests.backup.sample import build_sample_backup, build_sample_chain
 
 UNREACHABLE = "s3://rbak-nowhere/backups?region=us-east-1&endpoint=http://127.0.0.1:9&path_style=true"
 

@@ -95,7 +95,7 @@ def test_the_list_a_backup_and_restore_land_on_the_prefilled_trigger_form_that_t
 def test_verify_triggers_rbak_verify_and_the_backup_shows_that_run(api_server):
     from selenium.webdriver.common.by import By
 
-    loc = next(l["id"] for l in api_server.get("/rbak/api/locations").json() if l["url"] == api_server.s3_url)
+    loc = next(x["id"] for x in api_server.get("/rbak/api/locations").json() if x["url"] == api_server.s3_url)
     with chromium() as driver:
         _signed_in(driver, api_server, "admin")
         driver.get(f"{api_server.base}/rbak/backups/{loc}/s3-sample-1")
@@ -112,7 +112,7 @@ def test_a_user_who_may_not_trigger_sees_no_buttons(api_server):
 
     with chromium() as driver:
         _signed_in(driver, api_server, "viewer")
-        loc = next(l["id"] for l in api_server.get("/rbak/api/locations").json() if l["url"] == api_server.file_url)
+        loc = next(x["id"] for x in api_server.get("/rbak/api/locations").json() if x["url"] == api_server.file_url)
         driver.get(f"{api_server.base}/rbak/backups/{loc}/sample-1")
         _wait(driver, lambda d: d.find_element(By.TAG_NAME, "h1"))
         assert "Backup sample-1" in driver.page_source

@@ -6,9 +6,9 @@ import pytest
 
 from airflow_rbak.backup.catalog import BackupSummary
 from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.backup.retention import RetentionPolicy, apply_retention, delete_backup, retention_decisions, select_expired
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.retention import RetentionPolicy, apply_retention, delete_backup, retention_decisions, select_expired
 from airflow_rbak.storage import open_storage
 
 DAY = 86_400_000

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 #: (messages, bytes) so far, or None before there is any; bytes may be None where they are not counted (restore).
 Sample = Callable[[], "tuple[int, int | None] | None"]
@@ -37,7 +37,7 @@ class ProgressReporter:
     """Logs ``sample()`` (messages, bytes) every ``interval`` seconds while the ``with`` block runs."""
 
     def __init__(self, label: str, sample: Sample, target: int | None, *, interval: float = 10.0,
-                 logger: logging.Logger | None = None) -> None:
+                 logger: Any = None) -> None:
         self.label, self.sample, self.target, self.interval = label, sample, target, interval
         self.log = logger or logging.getLogger(__name__)
         self._stop = threading.Event()
@@ -74,8 +74,10 @@ class ProgressReporter:
 
 
 class _Progress(Protocol):
-    staged_records: int
-    staged_bytes: int
+    @property
+    def staged_records(self) -> int: ...
+    @property
+    def staged_bytes(self) -> int: ...
 
 
 class _Checkpoints(Protocol):
