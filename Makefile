@@ -28,7 +28,7 @@ demo:
 test:
 	scripts/system-deps.sh test
 	$(MAKE) --no-print-directory setup
-	$(VENV)/bin/pytest -q
+	VENV=$(VENV) scripts/test.sh
 
 bench: setup
 	$(PY) bench/codec.py
