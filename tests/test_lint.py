@@ -84,3 +84,27 @@ def test_the_scan_sees_imports_inside_functions():
     source = "def f():\n    from airflow.sdk import BaseOperator\n    import pyspark.sql\n"
 
     assert imported_modules(source) == {"airflow.sdk", "pyspark.sql"}
+
+
+def _error_classes() -> dict[str, list[str]]:
+    """Every exception class the package defines (by name: ``*Error``/``*Exception``), with its bases' names."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name.endswith(("Error", "Exception")):
+                found[f"{path.relative_to(PACKAGE)}:{node.name}"] = [
+                    b.id if isinstance(b, ast.Name) else b.attr for b in node.bases if isinstance(b, (ast.Name, ast.Attribute))]
+    return found
+
+
+def test_every_error_the_package_defines_is_an_rbak_error():
+    classes = _error_classes()
+    bases_by_name = {key.split(":")[1]: bases for key, bases in classes.items()}
+
+    def reaches_rbak_error(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        if name == "RbakError":
+            return True
+        return name not in seen and any(reaches_rbak_error(b, seen | {name}) for b in bases_by_name.get(name, ()))
+
+    assert len(classes) > 20  # the scan sees the package's errors
+    assert [key for key in classes if not reaches_rbak_error(key.split(":")[1])] == []

@@ -47,6 +47,7 @@ from decimal import Decimal
 from typing import Any
 
 from airflow_rbak.codec.headers import HeaderValue
+from airflow_rbak.exceptions import RbakError
 
 TYPE_TAG = "rbak:type"
 DECIMAL_TAG = "decimal"
@@ -56,7 +57,7 @@ _SHORT_TAGS = (b"b", b"B", b"s", b"U")
 _MAX_DEPTH = 64
 
 
-class FieldTableError(ValueError):
+class FieldTableError(RbakError, ValueError):
     """A header table on the wire is malformed or nested too deep."""
 
 

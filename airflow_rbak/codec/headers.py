@@ -12,6 +12,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_rbak.exceptions import RbakError
+
 LONG_STRING = "LongString"
 SHORT_STRING = "ShortString"
 LONG = "Long"
@@ -36,7 +38,7 @@ MAX_DEPTH = 64
 HeaderScalar = str | int | float | bool | bytes | None
 
 
-class HeaderValueError(ValueError):
+class HeaderValueError(RbakError, ValueError):
     """A header value does not fit its variant (wrong type or out of range)."""
 
 

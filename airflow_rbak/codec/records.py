@@ -16,6 +16,7 @@ import orjson
 
 from airflow_rbak.codec.headers import VOID_VALUE, HeaderValue, HeaderValueError, headers_from_json, headers_to_json
 from airflow_rbak.codec.properties import OCTET, PROPERTIES, PROPERTY_NAMES, SHORT_STRING, TIMESTAMP
+from airflow_rbak.exceptions import RbakError
 
 try:  # the optional C accelerator (setup.py); without it the Python path below gives the same results
     from airflow_rbak.codec import _speedups
@@ -33,7 +34,7 @@ _U64_MAX = 2**64 - 1
 _I64 = (-(2**63), 2**63 - 1)
 
 
-class RecordError(ValueError):
+class RecordError(RbakError, ValueError):
     """A record's JSON is not a valid BackupRecord; the codec wraps it with the segment's name."""
 
 
