@@ -17,12 +17,12 @@ import os
 import re
 import sys
 import tarfile
-import tempfile
 from importlib.metadata import Distribution, PackageNotFoundError, distribution
 from pathlib import Path
+from typing import BinaryIO
 
 import airflow_rbak
-from airflow_rbak.spark_package import default_cache_dir, package_root, sources_digest
+from airflow_rbak.spark_package import cached_build, default_cache_dir, package_root, sources_digest
 
 #: The distributions the Spark jobs import on executors; their own requirements (without extras) come along.
 EXECUTOR_REQUIREMENTS = ("zstandard", "lz4", "orjson", "numpy", "boto3")
@@ -60,19 +60,12 @@ def build_executor_env(cache_dir: str | os.PathLike[str] | None = None) -> str:
     """Return the path of the executor environment archive (``.tar.gz``), building it if needed."""
     dists = _closure(EXECUTOR_REQUIREMENTS)
     directory = Path(cache_dir) if cache_dir else default_cache_dir()
-    target = directory / f"rbak-executor-env-{airflow_rbak.__version__}-{env_digest(dists)}.tar.gz"
-    if target.is_file():
-        return str(target)
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=".rbak-executor-env-", suffix=".tar.gz", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle, tarfile.open(fileobj=handle, mode="w:gz") as archive:
+
+    def write(handle: BinaryIO) -> None:
+        with tarfile.open(fileobj=handle, mode="w:gz") as archive:
             _write_env(archive, dists)
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    return str(target)
+
+    return cached_build(directory / f"rbak-executor-env-{airflow_rbak.__version__}-{env_digest(dists)}.tar.gz", write)
 
 
 def _write_env(archive: tarfile.TarFile, dists: list[Distribution]) -> None:

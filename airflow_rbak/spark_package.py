@@ -15,7 +15,9 @@ import hashlib
 import os
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import airflow_rbak
 
@@ -51,25 +53,35 @@ def sources_digest(root: Path | None = None) -> str:
     return digest.hexdigest()[:16]
 
 
-def build_package_zip(cache_dir: str | os.PathLike[str] | None = None) -> str:
-    """Return the path of a zip of ``airflow_rbak`` for ``--py-files``, building it if needed."""
-    root = package_root()
-    directory = Path(cache_dir) if cache_dir else default_cache_dir()
-    target = directory / f"airflow_rbak-{airflow_rbak.__version__}-{sources_digest(root)}.zip"
+def cached_build(target: Path, write: Callable[[BinaryIO], None]) -> str:
+    """``target``'s path, built first by ``write`` into a temporary file beside it when missing: the name carries
+    the content's digest, so a file that exists is complete and current (a rename publishes it whole)."""
     if target.is_file():
         return str(target)
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=".airflow_rbak-", suffix=".zip", dir=directory)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
     try:
-        with os.fdopen(fd, "wb") as handle, zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as archive:
-            for path in _sources(root):
-                name = f"airflow_rbak/{path.relative_to(root).as_posix()}"
-                archive.writestr(zipfile.ZipInfo(name, _ZIP_TIME), path.read_bytes(), zipfile.ZIP_DEFLATED)
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
     return str(target)
+
+
+def build_package_zip(cache_dir: str | os.PathLike[str] | None = None) -> str:
+    """Return the path of a zip of ``airflow_rbak`` for ``--py-files``, building it if needed."""
+    root = package_root()
+    directory = Path(cache_dir) if cache_dir else default_cache_dir()
+
+    def write(handle: BinaryIO) -> None:
+        with zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path in _sources(root):
+                name = f"airflow_rbak/{path.relative_to(root).as_posix()}"
+                archive.writestr(zipfile.ZipInfo(name, _ZIP_TIME), path.read_bytes(), zipfile.ZIP_DEFLATED)
+
+    return cached_build(directory / f"airflow_rbak-{airflow_rbak.__version__}-{sources_digest(root)}.zip", write)
 
 
 def job_script(job: str) -> str:
