@@ -1,7 +1,8 @@
 """Lint, types and layers: ruff over the code and tests, mypy over the package, and the import graph's rules.
 
 The layer rules (docs/architecture.md) are read from the source with ``ast``, not by importing it: nothing
-below ``hooks/`` imports Airflow, and only ``spark_jobs/`` imports pyspark.
+below ``hooks/`` imports Airflow, only ``spark_jobs/`` imports pyspark, and ``broker/`` (the RabbitMQ clients)
+never imports ``capture/`` (the engines built on them).
 """
 
 from __future__ import annotations
@@ -78,6 +79,14 @@ def test_only_the_spark_jobs_import_pyspark():
                  and not path.startswith(f"{SPARK_JOBS}/")}
 
     assert not offenders
+
+
+def test_the_broker_clients_never_import_the_capture_engines():
+    offenders = {path: sorted(n for n in names if n.startswith("airflow_rbak.capture"))
+                 for path, names in _modules().items() if path.startswith("broker/")}
+
+    assert len(offenders) > 5  # the scan sees the broker package
+    assert not {path: names for path, names in offenders.items() if names}
 
 
 def test_the_scan_sees_imports_inside_functions():

@@ -18,7 +18,7 @@ from airflow_rbak.backup.chain import link_chains
 from airflow_rbak.backup.encode import staged_chunk_keys
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.writer import now_ms
-from airflow_rbak.broker.checkpoints import write_offsets_summary
+from airflow_rbak.capture.checkpoints import write_offsets_summary
 from airflow_rbak.codec import BackupManifest, QueueBackup
 from airflow_rbak.codec.layout import manifest_key
 from airflow_rbak.distributed.encode_ranges import manifest_from_encode_report

@@ -8,12 +8,11 @@ from pika import spec
 
 from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.amqp_types import TypedBasicProperties
-from airflow_rbak.broker.delivery_json import delivery_record_json
+from airflow_rbak.capture.delivery_json import delivery_record_json
 from airflow_rbak.codec.headers import HeaderValue
 from airflow_rbak.codec.records import BackupRecord, encode_record
+from tests.broker.test_amqp_types import EVERY_HEADER, EVERY_PROPERTY, wire_round_trip
 from tests.codec.strategies import small_body_records
-
-from .test_amqp_types import EVERY_HEADER, EVERY_PROPERTY, wire_round_trip
 
 DROP = frozenset({"x-delivery-count"})
 

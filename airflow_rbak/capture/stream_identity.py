@@ -20,8 +20,8 @@ import pika
 from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS, close_quietly, open_connection
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.errors import CaptureInterruptedError
-from airflow_rbak.broker.message_identity import stream_delivery_fingerprint
+from airflow_rbak.capture.errors import CaptureInterruptedError
+from airflow_rbak.capture.message_identity import stream_delivery_fingerprint
 
 log = logging.getLogger(__name__)
 

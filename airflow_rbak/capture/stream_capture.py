@@ -24,16 +24,16 @@ import pika
 
 from airflow_rbak.broker import amqp_types, stream_protocol
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS, close_quietly, open_connection
-from airflow_rbak.broker.capture_options import CaptureOptions, CaptureResult, result_from
-from airflow_rbak.broker.checkpoints import CheckpointStore, QueueProgress
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.delivery_json import delivery_record_json
 from airflow_rbak.broker.discovery import QueueInfo
-from airflow_rbak.broker.errors import CaptureInterruptedError
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.broker.message_identity import STREAM_BROKER_HEADERS, stream_delivery_fingerprint
-from airflow_rbak.broker.staging import StagedChunk, StagingWriter
-from airflow_rbak.broker.stream_identity import StreamMark, fingerprint_at, resume_offset
+from airflow_rbak.capture.capture_options import CaptureOptions, CaptureResult, result_from
+from airflow_rbak.capture.checkpoints import CheckpointStore, QueueProgress
+from airflow_rbak.capture.delivery_json import delivery_record_json
+from airflow_rbak.capture.errors import CaptureInterruptedError
+from airflow_rbak.capture.message_identity import STREAM_BROKER_HEADERS, stream_delivery_fingerprint
+from airflow_rbak.capture.staging import StagedChunk, StagingWriter
+from airflow_rbak.capture.stream_identity import StreamMark, fingerprint_at, resume_offset
 from airflow_rbak.storage.base import Storage
 
 _PREFETCH = 2000

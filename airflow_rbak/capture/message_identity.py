@@ -11,7 +11,7 @@ time, source queue and vhost. :func:`identity` builds it from a delivery, for
 both.
 
 Two digests of it are stored, and they stay byte for byte what they have always
-been (``tests/broker/test_message_identity.py`` pins both): a checkpoint's
+been (``tests/capture/test_message_identity.py`` pins both): a checkpoint's
 ``last_fingerprint`` (:func:`fingerprint`) and a stream's ``last_fingerprint``
 in the manifest (:func:`stream_fingerprint`). A change to either would make
 every stored value stop matching: a resumed capture would refuse its
