@@ -11,6 +11,7 @@ from airflow_rbak.broker.amqp_types import TypedBasicProperties
 from airflow_rbak.capture.delivery_json import delivery_record_json
 from airflow_rbak.codec.headers import HeaderValue
 from airflow_rbak.codec.records import BackupRecord, encode_record
+from tests.broker.delivery_record import record_from_delivery
 from tests.broker.test_amqp_types import EVERY_HEADER, EVERY_PROPERTY, wire_round_trip
 from tests.codec.strategies import small_body_records
 
@@ -20,7 +21,7 @@ DROP = frozenset({"x-delivery-count"})
 def both_ways(method: spec.Basic.Deliver, props: TypedBasicProperties, body: bytes, tag: int | None = None) -> tuple[bytes, bytes]:
     """(fast path, typed path) for one delivery."""
     kwargs = {"queue": "q", "vhost": "v", "backed_up_at": 1_712_756_400_123, "drop_headers": DROP, "delivery_tag": tag}
-    typed = encode_record(amqp_types.record_from_delivery(method, props, body, **kwargs))
+    typed = encode_record(record_from_delivery(method, props, body, **kwargs))
     return delivery_record_json(method, props, body, **kwargs), typed
 
 
