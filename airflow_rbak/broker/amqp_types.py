@@ -10,7 +10,6 @@ is decoded and encoded by ``field_table.py``, never by pika (see
 from __future__ import annotations
 
 import functools
-import operator
 import struct
 from typing import Any
 
@@ -30,8 +29,7 @@ from airflow_rbak.broker.field_table import (  # noqa: F401 - re-exported: the t
     plain_value,
 )
 from airflow_rbak.codec.headers import HeaderValue
-from airflow_rbak.codec.properties import OCTET, PIKA_NAMES, PROPERTIES, PROPERTY_NAMES, SHORT_STRING, TIMESTAMP
-from airflow_rbak.codec.records import BackupRecord
+from airflow_rbak.codec.properties import OCTET, PIKA_NAMES, PROPERTIES, SHORT_STRING, TIMESTAMP
 
 _P = spec.BasicProperties
 _WIRE_KINDS = {SHORT_STRING: "s", OCTET: "o", TIMESTAMP: "T"}
@@ -165,9 +163,6 @@ def property_text(value: Any) -> str | None:
     return bytes(value).decode("utf-8", "replace")
 
 
-_RECORD_VALUES = operator.attrgetter(*PROPERTY_NAMES)
-
-
 def headers_of(props: spec.BasicProperties) -> tuple[tuple[str, HeaderValue], ...]:
     """The typed header table of delivered properties (empty when the message has none)."""
     typed = getattr(props, "typed_headers", None)
@@ -177,11 +172,3 @@ def headers_of(props: spec.BasicProperties) -> tuple[tuple[str, HeaderValue], ..
         raise FieldTableError("properties were decoded by a plain pika connection, not pika_connection.blocking_connection(); "
                               "header types would be lost")
     return ()
-
-
-def properties_from_record(record: BackupRecord) -> TypedBasicProperties:
-    """Properties to republish a record with (restore, tests): typed headers, same wire types."""
-    return TypedBasicProperties(
-        **dict(zip(PIKA_NAMES, _RECORD_VALUES(record.properties))),
-        typed_headers=record.headers if record.headers else None,
-    )

@@ -6,7 +6,7 @@ Frozen and validated at construction; its ``repr`` never shows the password.
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -120,10 +120,6 @@ class RabbitMQConnection:
             kwargs["timeout"] = _number(query["timeout"], "timeout", float)
         kwargs.update(overrides)
         return cls(**kwargs)
-
-    def with_changes(self, **changes: Any) -> RabbitMQConnection:
-        """A copy with some fields replaced (validated again)."""
-        return replace(self, **changes)
 
     @property
     def management_base_url(self) -> str:

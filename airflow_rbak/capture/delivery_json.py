@@ -2,7 +2,7 @@
 
 The bytes are exactly ``encode_record`` of the delivery's BackupRecord
 (``tests/capture/test_delivery_json.py`` holds them equal, over generated
-messages, to a typed reference in ``tests/broker/delivery_record.py``),
+messages, to a typed reference in ``tests/broker/record_reference.py``),
 without a BackupRecord and a BackupProperties built and read back for every
 message: at 1 KiB messages that round trip cost as much as pika's own
 decoding of the delivery.

@@ -141,13 +141,3 @@ class RabbitMQHook(BaseHook):
             return False, "; ".join(c.line() for c in failed) + ". Passed: " + (
                 ", ".join(c.name for c in checks if c.ok) or "nothing")
         return True, "; ".join(c.line() for c in checks)
-
-
-def connection_type_info() -> dict[str, Any]:
-    """This hook's entry for the provider info's ``connection-types`` (declarative form fields)."""
-    return {
-        "connection-type": RabbitMQHook.conn_type,
-        "hook-class-name": f"{RabbitMQHook.__module__}.{RabbitMQHook.__name__}",
-        "conn-fields": CONN_FIELDS,
-        "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
-    }

@@ -12,7 +12,7 @@ from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.amqp_types import FieldTableError, TypedBasicProperties, decode_table, encode_table
 from airflow_rbak.codec.headers import HeaderValue as H
 from airflow_rbak.codec.records import BackupProperties, BackupRecord, decode_record, encode_record
-from tests.broker.delivery_record import properties_to_backup, record_from_delivery
+from tests.broker.record_reference import properties_from_record, properties_to_backup, record_from_delivery
 
 
 def field(key: bytes, tag: bytes, payload: bytes = b"") -> bytes:
@@ -148,7 +148,7 @@ def test_a_record_republished_and_recaptured_is_the_same_record():
     record = BackupRecord(body=b"\x00hello", properties=EVERY_PROPERTY, headers=EVERY_HEADER, exchange="ex",
                           routing_key="rk", delivery_tag=7, backed_up_at=1, source_queue="q", source_vhost="v")
 
-    delivered = wire_round_trip(amqp_types.properties_from_record(record))
+    delivered = wire_round_trip(properties_from_record(record))
     method = spec.Basic.Deliver(consumer_tag="c", delivery_tag=7, redelivered=False, exchange="ex", routing_key="rk")
     again = record_from_delivery(method, delivered, b"\x00hello", queue="q", vhost="v", backed_up_at=1)
 

@@ -1,9 +1,10 @@
-"""The typed reference for the capture's record JSON: a delivery as a BackupRecord, built field by field.
+"""Typed references for the fast paths: a delivery as a BackupRecord, and a record as pika properties, field by field.
 
 The capture writes each delivery's record JSON straight from pika's objects
-(``capture/delivery_json.py``); ``tests/capture/test_delivery_json.py`` holds
-its bytes equal to ``encode_record`` of the record built here, a second way
-that shares none of that fast path's code.
+(``capture/delivery_json.py``) and the restore writes each record's content
+header straight from its JSON form (``restore/wire.py``). The tests hold both
+equal to what is built here (``tests/capture/test_delivery_json.py``,
+``tests/restore/test_wire.py``), a second way that shares none of their code.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import operator
 
 from pika import spec
 
-from airflow_rbak.broker.amqp_types import headers_of, property_text
-from airflow_rbak.codec.properties import PIKA_NAMES, PROPERTIES, SHORT_STRING
+from airflow_rbak.broker.amqp_types import TypedBasicProperties, headers_of, property_text
+from airflow_rbak.codec.properties import PIKA_NAMES, PROPERTIES, PROPERTY_NAMES, SHORT_STRING
 from airflow_rbak.codec.records import BackupProperties, BackupRecord
 
 _PIKA_VALUES = operator.attrgetter(*PIKA_NAMES)
+_RECORD_VALUES = operator.attrgetter(*PROPERTY_NAMES)
 
 
 def properties_to_backup(props: spec.BasicProperties) -> BackupProperties:
@@ -53,4 +55,12 @@ def record_from_delivery(
         backed_up_at=backed_up_at,
         source_queue=queue,
         source_vhost=vhost,
+    )
+
+
+def properties_from_record(record: BackupRecord) -> TypedBasicProperties:
+    """Properties to republish a record with (the restore's fast path writes the same bytes): typed headers, same wire types."""
+    return TypedBasicProperties(
+        **dict(zip(PIKA_NAMES, _RECORD_VALUES(record.properties))),
+        typed_headers=record.headers if record.headers else None,
     )
