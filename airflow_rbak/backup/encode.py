@@ -11,22 +11,27 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from airflow_rbak.backup.writer import QueueSegmentSink
+from airflow_rbak.capture.staged_delivery import StagedRecordError, backed_up_at, record_json
 from airflow_rbak.capture.staging import list_chunks
 from airflow_rbak.codec import QueueBackup, SegmentWriter
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
-from airflow_rbak.codec.records import decode_record
 from airflow_rbak.codec.segment import decode_payload, iter_payload
+from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import Storage
 
 
 def iter_staged_json(
-    storage: Storage, keys: list[str], cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES
-) -> Iterator[tuple[memoryview, int]]:
-    """Yield each staged record's JSON and ``backed_up_at``, every chunk fully checked first."""
+    storage: Storage, keys: list[str], vhost: str, queue: str, cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+) -> Iterator[tuple[bytes, int]]:
+    """Yield each staged record's JSON (``capture/staged_delivery.py``) and ``backed_up_at``, every chunk fully
+    checked first."""
     for key in keys:
         header, payload = decode_payload(storage.get(key), key, cap)
-        for raw in iter_payload(payload, header.record_count, key):
-            yield raw, decode_record(raw).backed_up_at
+        for staged in iter_payload(payload, header.record_count, key):
+            try:
+                yield record_json(staged, queue, vhost), backed_up_at(staged)
+            except RbakError as exc:
+                raise StagedRecordError(f"{key}: {exc}") from None
 
 
 def encode_queue(
@@ -39,6 +44,6 @@ def encode_queue(
     keys = chunk_keys if chunk_keys is not None else list_chunks(storage, backup_id, queue.vhost, queue.name)
     queue.segments.clear()
     sink = QueueSegmentSink(storage, backup_id, queue, writer)
-    for raw, backed_up_at in iter_staged_json(storage, keys):
-        sink.add_encoded(raw, backed_up_at)
+    for raw, stamp in iter_staged_json(storage, keys, queue.vhost, queue.name):
+        sink.add_encoded(raw, stamp)
     return sink.close()

@@ -31,7 +31,7 @@ import pika.exceptions
 import pika.frame
 from pika import spec
 
-from airflow_rbak.broker.amqp_types import TypedBasicProperties
+from airflow_rbak.broker.amqp_types import DeliveredProperties
 
 #: Bytes per socket read. pika reads 4 KiB (three or four 1 KiB messages) and re-slices its frame buffer once per
 #: frame, so far larger reads cost more than they save; 16 KiB took 6-11% less client CPU per message (measured).
@@ -54,8 +54,7 @@ def decode_frame(data: bytes) -> tuple[int, Any]:
     class_id, _weight, body_size = _CONTENT_HEADER.unpack_from(data, spec.FRAME_HEADER_SIZE)
     if class_id != spec.BasicProperties.INDEX:
         return pika.frame.decode_frame(data)
-    properties = TypedBasicProperties()
-    properties.decode(data[spec.FRAME_HEADER_SIZE + _CONTENT_HEADER.size : end - 1])
+    properties = DeliveredProperties(data[spec.FRAME_HEADER_SIZE + _CONTENT_HEADER.size : end - 1])
     return end, pika.frame.Header(channel, body_size, properties)
 
 

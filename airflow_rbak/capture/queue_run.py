@@ -20,11 +20,11 @@ from airflow_rbak.broker.discovery import QueueInfo
 from airflow_rbak.capture.capture_limits import Deadline, drained_by_others, management_counts
 from airflow_rbak.capture.capture_options import CaptureResult
 from airflow_rbak.capture.checkpoints import QueueProgress
-from airflow_rbak.capture.delivery_json import delivery_record_json
 from airflow_rbak.capture.errors import CaptureIntegrityError, CaptureStalledError, ConsumerTimeoutError, DeliveryLimitRiskError
 from airflow_rbak.capture.message_identity import QUORUM_BROKER_HEADERS, fingerprint, identity
 from airflow_rbak.capture.queue_features import CaptureMethod, QueueDecision, consumer_timeout_ms
 from airflow_rbak.capture.returns import CONSUMERS_PER_CHANNEL
+from airflow_rbak.capture.staged_delivery import DROPPED_HEADERS, stage_delivery
 from airflow_rbak.capture.staging import StagedChunk, StagingWriter
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ class QueueRun:
         self.risk: str | None = None
         self.stopping = False
         self.drop = QUORUM_BROKER_HEADERS if info.queue_type == "quorum" else frozenset()
+        self.dropped = DROPPED_HEADERS.index(self.drop)
         self.writer = StagingWriter(
             owner.storage, self.opts.backup_id, info.vhost, info.name, next_sequence=progress.last_chunk + 1,
             compression=self.opts.compression, max_records=self.opts.chunk_max_records,
@@ -289,11 +290,7 @@ class QueueRun:
         self.staged_bytes += len(body)
         self.last_delivery = (method, props, body)
         now_ms = int(time.time() * 1000)
-        self.writer.add(
-            delivery_record_json(method, props, body, queue=self.info.name, vhost=self.info.vhost, backed_up_at=now_ms,
-                                 drop_headers=self.drop),
-            now_ms,
-        )
+        self.writer.add(stage_delivery(method, props, body, now_ms, self.dropped), now_ms)
 
     def _reaches_limit(self, props: pika.spec.BasicProperties) -> bool:
         """Whether returning this message would bring it to the delivery limit; if so, stop (``risk``)."""

@@ -29,15 +29,16 @@ from airflow_rbak.broker.discovery import QueueInfo
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.capture.capture_options import CaptureOptions, CaptureResult, result_from
 from airflow_rbak.capture.checkpoints import CheckpointStore, QueueProgress
-from airflow_rbak.capture.delivery_json import delivery_record_json
 from airflow_rbak.capture.errors import CaptureInterruptedError
 from airflow_rbak.capture.message_identity import STREAM_BROKER_HEADERS, stream_delivery_fingerprint
+from airflow_rbak.capture.staged_delivery import DROPPED_HEADERS, stage_delivery
 from airflow_rbak.capture.staging import StagedChunk, StagingWriter
 from airflow_rbak.capture.stream_identity import StreamMark, fingerprint_at, offset_of, resume_offset
 from airflow_rbak.storage.base import Storage
 
 _PREFETCH = 2000
 _ACK_EVERY = 500
+_STREAM_DROPPED = DROPPED_HEADERS.index(STREAM_BROKER_HEADERS)
 
 
 class StreamCapture:
@@ -178,8 +179,7 @@ class StreamCapture:
                 if offset < state["next"] or offset > end:
                     return
                 now_ms = int(time.time() * 1000)
-                record = delivery_record_json(method, props, body, queue=info.name, vhost=info.vhost, backed_up_at=now_ms,
-                                              drop_headers=STREAM_BROKER_HEADERS, delivery_tag=offset)
+                record = stage_delivery(method, props, body, now_ms, _STREAM_DROPPED, delivery_tag=offset)
                 if offset == end:
                     state["fingerprint"] = stream_delivery_fingerprint(method, props, body)
                 state["next"] = offset + 1

@@ -27,11 +27,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import orjson
-
 from airflow_rbak import __version__
 from airflow_rbak.backup.encode import iter_staged_json
-from airflow_rbak.capture.checkpoints import accounted_chunk_keys
+from airflow_rbak.capture.checkpoints import accounted_chunk_keys, read_progress
 from airflow_rbak.codec import BackupManifest, EncodedSegment, QueueBackup, SegmentMetadata, SegmentWriter
 from airflow_rbak.codec.constants import (
     DEFAULT_SEGMENT_MAX_BYTES,
@@ -41,6 +39,7 @@ from airflow_rbak.codec.constants import (
 )
 from airflow_rbak.codec.layout import (
     check_backup_id,
+    checkpoint_dir_key,
     decode_name,
     is_shortened,
     parse_segment_key,
@@ -49,8 +48,6 @@ from airflow_rbak.codec.layout import (
     vhost_from_dir,
 )
 from airflow_rbak.codec.manifest import QUEUE_TYPES
-from airflow_rbak.codec.records import decode_record
-from airflow_rbak.codec.segment import decode_payload, iter_payload
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectInfo, ObjectNotFoundError, Storage
@@ -139,19 +136,19 @@ def discover_staging(storage: Storage, backup_id: str) -> dict[tuple[str, str], 
         accounted = set(accounted_chunk_keys(storage, backup_id, vhost_part, queue_part, [c.key for c in chunks]))
         chunks = sorted((c for c in chunks if c.key in accounted), key=lambda c: c.key)
         if chunks:
-            found[_staged_names(storage, vhost_part, queue_part, chunks[0].key)] = chunks
+            found[_staged_names(storage, backup_id, vhost_part, queue_part)] = chunks
     return found
 
 
-def _staged_names(storage: Storage, vhost_part: str, queue_part: str, first_chunk: str) -> tuple[str, str]:
-    """A staging folder's vhost and queue: decoded, or, for a shortened long name, read from its first record."""
+def _staged_names(storage: Storage, backup_id: str, vhost_part: str, queue_part: str) -> tuple[str, str]:
+    """A staging folder's vhost and queue: decoded, or, for a shortened long name, read from its capture checkpoint
+    (which accounts for the chunks, so it is there)."""
     if not (is_shortened(vhost_part) or is_shortened(queue_part)):
         return vhost_from_dir(vhost_part), decode_name(queue_part)
-    header, payload = decode_payload(storage.get(first_chunk), first_chunk)
-    for raw in iter_payload(payload, header.record_count, first_chunk):
-        record = decode_record(raw)
-        return record.source_vhost, record.source_queue
-    raise EncodeError(f"{first_chunk}: a staged chunk holds no record, so its queue's long name is unknown")
+    progress = read_progress(storage, checkpoint_dir_key(backup_id, vhost_part, queue_part))
+    if progress is None:
+        raise EncodeError(f"staging/{vhost_part}/{queue_part}: no capture checkpoint, so its queue's long name is unknown")
+    return progress.vhost, progress.queue
 
 
 def parse_queue_refs(queues: Iterable[dict[str, Any]]) -> list[QueueRef]:
@@ -193,20 +190,9 @@ def count_range_segments(storage_url: str, rng: StagingRange, settings: EncodeSe
     storage = open_storage(storage_url)
     writer = settings.writer(Compression.NONE)
     count = 0
-    for raw, backed_up_at in _staged_stamps(storage, rng.chunk_keys):
+    for raw, backed_up_at in iter_staged_json(storage, list(rng.chunk_keys), rng.vhost, rng.queue):
         count += len(writer.add_encoded(raw, backed_up_at))
     return count + (1 if writer.flush() is not None else 0)
-
-
-def _staged_stamps(storage: Storage, keys: Iterable[str]) -> Iterator[tuple[memoryview, int]]:
-    """Each staged record's JSON and ``backed_up_at``, read without building records (pass 2 validates them)."""
-    for key in keys:
-        header, payload = decode_payload(storage.get(key), key)
-        for raw in iter_payload(payload, header.record_count, key):
-            stamp = orjson.loads(raw).get("backed_up_at") if raw[:1] == b"{" else None
-            if not isinstance(stamp, int):
-                raise EncodeError(f"{key}: a staged record has no integer backed_up_at")
-            yield raw, stamp
 
 
 def first_sequences(ranges: list[StagingRange], counts: dict[tuple[str, str, int], int]) -> dict[tuple[str, str, int], int]:
@@ -228,7 +214,7 @@ def encode_range(
     storage = open_storage(storage_url)
     writer = settings.writer()
     result = RangeResult(rng.vhost, rng.queue, rng.index)
-    for segment in _sealed(writer, iter_staged_json(storage, list(rng.chunk_keys))):
+    for segment in _sealed(writer, iter_staged_json(storage, list(rng.chunk_keys), rng.vhost, rng.queue)):
         sequence = first_sequence + len(result.segments)
         key = segment_key(backup_id, rng.vhost, rng.queue, sequence, writer.compression)
         if put_if_changed(storage, key, segment):
@@ -239,7 +225,7 @@ def encode_range(
     return result
 
 
-def _sealed(writer: SegmentWriter, records: Iterator[tuple[memoryview, int]]) -> Iterator[EncodedSegment]:
+def _sealed(writer: SegmentWriter, records: Iterator[tuple[bytes, int]]) -> Iterator[EncodedSegment]:
     for raw, backed_up_at in records:
         yield from writer.add_encoded(raw, backed_up_at)
     last = writer.flush()

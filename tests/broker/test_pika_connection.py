@@ -18,7 +18,7 @@ import pika.frame
 from pika import spec
 
 from airflow_rbak.broker import amqp_types
-from airflow_rbak.broker.amqp_types import TypedBasicProperties
+from airflow_rbak.broker.amqp_types import DeliveredProperties, TypedBasicProperties
 from airflow_rbak.broker.pika_connection import (
     SOCKET_READ_BYTES,
     ConfirmChannel,
@@ -69,7 +69,7 @@ def test_a_basic_content_header_decodes_typed_and_pikas_registry_is_untouched():
     consumed, frame = decode_frame(raw + b"next frame")
 
     assert consumed == len(raw) and frame.channel_number == 3 and frame.body_size == 11
-    assert type(frame.properties) is TypedBasicProperties
+    assert type(frame.properties) is DeliveredProperties and set(vars(frame.properties)) == {"raw"}  # decoded when read
     assert frame.properties.typed_headers == HEADERS and frame.properties.message_id == "m"
     assert spec.props[spec.BasicProperties.INDEX] is spec.BasicProperties
 
@@ -94,7 +94,7 @@ def test_our_connection_gets_typed_headers_and_wide_reads_and_a_plain_one_does_n
         _method, props, _body = channel.basic_get("q", auto_ack=True)
         _method, plain_props, _body = plain.channel().basic_get("q", auto_ack=True)
 
-        assert type(props) is TypedBasicProperties and amqp_types.headers_of(props) == HEADERS[:1]
+        assert type(props) is DeliveredProperties and amqp_types.headers_of(props) == HEADERS[:1]
         assert type(plain_props) is spec.BasicProperties and plain_props.headers == {"n": 5}
         assert ours._impl._transport._MAX_RECV_BYTES == SOCKET_READ_BYTES
         assert plain._impl._transport._MAX_RECV_BYTES != SOCKET_READ_BYTES

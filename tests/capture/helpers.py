@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from airflow_rbak.backup.encode import iter_staged_json
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import describe_queue
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.capture.checkpoints import CheckpointStore
 from airflow_rbak.capture.queue_capture import CaptureOptions, CaptureResult, QueueCapture
 from airflow_rbak.capture.staging import list_chunks
-from airflow_rbak.codec.segment import decode_payload, iter_payload
 from airflow_rbak.storage.base import Storage
 
 
@@ -27,8 +27,6 @@ def capture_queue(
 
 
 def staged_json(storage: Storage, backup_id: str, vhost: str, queue: str) -> Iterator[bytes]:
-    """Every staged record's JSON in capture order, without building record objects."""
-    for key in list_chunks(storage, backup_id, vhost, queue):
-        header, payload = decode_payload(storage.get(key), key)
-        for raw in iter_payload(payload, header.record_count, key):
-            yield bytes(raw)
+    """Every staged record's JSON in capture order, as the encode step makes it from the staged delivery."""
+    for raw, _stamp in iter_staged_json(storage, list_chunks(storage, backup_id, vhost, queue), vhost, queue):
+        yield raw
