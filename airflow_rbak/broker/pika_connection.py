@@ -1,12 +1,14 @@
-"""This project's pika connections: header tables decoded typed, wider socket reads, pipelined publisher confirms,
-and nothing changed for others.
+"""This project's pika connections: header tables decoded typed (when read), wider socket reads, pipelined publisher
+confirms, and nothing changed for others.
 
 pika decodes a content header with the class it finds in ``pika.spec.props``, a
 registry shared by every pika user in the process. Rather than replace that
 entry (which would hand :class:`~airflow_rbak.broker.amqp_types.TypedBasicProperties`
 to every other pika connection in an Airflow worker), our connections use
 :class:`RbakSelectConnection`, which decodes ``basic`` content headers itself
-and leaves every other frame to pika. It also reads :data:`SOCKET_READ_BYTES`
+into :class:`~airflow_rbak.broker.amqp_types.DeliveredProperties` (the property
+list kept as received, decoded on first read), and leaves every other frame to
+pika. It also reads :data:`SOCKET_READ_BYTES`
 per socket read, on its own transport only.
 
 pika offers neither as a setting, nor a blocking channel whose publishes do not

@@ -1,8 +1,10 @@
-"""Staging: a queue's captured records as small RBAK files, named in capture order.
+"""Staging: a queue's captured deliveries as small RBAK files, named in capture order.
 
 ``{backup_id}/staging/{vhost}/{queue}/chunk-00000001.zst``: eight digits so
 that a plain key sort is capture order. Each chunk is a complete RBAK
-segment (spec 000), so the encode job reads it with the ordinary decoder.
+segment (spec 000: header, framing, CRC, compression), so the encode job
+reads it with the ordinary decoder; its records are the deliveries as
+received (``staged_delivery.py``), which encode makes into record JSON.
 """
 
 from __future__ import annotations
