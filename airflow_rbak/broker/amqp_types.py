@@ -165,10 +165,9 @@ def property_text(value: Any) -> str | None:
 
 def properties_to_backup(props: spec.BasicProperties) -> BackupProperties:
     """The spec's BackupProperties from pika's properties (``type`` becomes ``type_field``)."""
-    return BackupProperties(**{
-        p.json_name: property_text(value) if p.kind == SHORT_STRING else value
-        for p, value in zip(PROPERTIES, _PIKA_VALUES(props))
-    })
+    return BackupProperties.from_values(
+        property_text(value) if p.kind == SHORT_STRING else value for p, value in zip(PROPERTIES, _PIKA_VALUES(props))
+    )
 
 
 _PIKA_VALUES = operator.attrgetter(*PIKA_NAMES)
