@@ -1,8 +1,8 @@
 """Airflow's provider entry point for airflow-rbak (named in pyproject's ``apache_airflow_provider``).
 
 Airflow imports this on every start-up, before any DAG: it must stay free of
-heavy imports (plain data only; the hook fields are literal copies checked
-by the tests), and it must exist, or ``import airflow`` fails for everyone
+heavy imports (plain data only: it holds the rabbitmq connection form's tables,
+which the hook imports from here), and it must exist, or ``import airflow`` fails for everyone
 who has airflow-rbak installed.
 """
 
@@ -12,9 +12,11 @@ from typing import Any
 
 from airflow_rbak import __version__
 
-# Literal copies of airflow_rbak.hooks.rabbitmq.CONN_FIELDS / UI_FIELD_BEHAVIOUR (importing the hook here would
-# import the Task SDK while Airflow loads providers); tests/test_provider.py checks they stay equal.
-_CONN_FIELDS: dict[str, Any] = {
+#: Extra fields of the rabbitmq connection form, in provider-info ``conn-fields`` form. The one copy: the hook
+#: (``hooks/rabbitmq.py``) builds Airflow 2's form from it, and cannot be imported here (it imports the Task SDK,
+#: which must not load while Airflow loads providers). The port defaults are ``broker/connection.py``'s
+#: (``tests/test_provider.py`` holds them equal).
+CONN_FIELDS: dict[str, dict[str, Any]] = {
     "management_port": {"label": "Management API port", "schema": {"type": ["integer", "null"], "default": 15672}},
     "stream_port": {"label": "Stream protocol port", "schema": {"type": ["integer", "null"], "default": 5552}},
     "management_url": {
@@ -30,17 +32,23 @@ _CONN_FIELDS: dict[str, Any] = {
     "timeout": {"label": "Timeout (seconds)", "schema": {"type": ["number", "null"], "default": 10}},
 }
 
-_UI_FIELD_BEHAVIOUR: dict[str, Any] = {'hidden-fields': [],
- 'relabeling': {'port': 'AMQP port', 'login': 'Username', 'schema': 'Default vhost'},
- 'placeholders': {'host': 'rabbitmq.example.com',
-                  'port': '5672 (5671 with TLS)',
-                  'login': 'backup',
-                  'password': "the user's password",
-                  'schema': '/',
-                  'extra': '{"management_port": 15672, "stream_port": 5552, "tls": false}',
-                  'management_port': '15672',
-                  'stream_port': '5552',
-                  'ca_file': '/etc/ssl/certs/rabbitmq-ca.pem'}}
+#: Relabels and placeholders of the standard fields, in provider-info ``ui-field-behaviour`` form.
+UI_FIELD_BEHAVIOUR: dict[str, Any] = {
+    "hidden-fields": [],
+    "relabeling": {"port": "AMQP port", "login": "Username", "schema": "Default vhost"},
+    "placeholders": {
+        "host": "rabbitmq.example.com",
+        "port": "5672 (5671 with TLS)",
+        "login": "backup",
+        "password": "the user's password",
+        "schema": "/",
+        "extra": '{"management_port": 15672, "stream_port": 5552, "tls": false}',
+        "management_port": "15672",
+        "stream_port": "5552",
+        "ca_file": "/etc/ssl/certs/rabbitmq-ca.pem",
+    },
+}
+
 
 def get_provider_info() -> dict[str, Any]:
     """Describe the provider: package, connection type, hooks, operators and extra links."""
@@ -59,8 +67,8 @@ def get_provider_info() -> dict[str, Any]:
             "connection-type": "rabbitmq",
             "hook-class-name": "airflow_rbak.hooks.rabbitmq.RabbitMQHook",
             "hook-name": "RabbitMQ",
-            "conn-fields": _CONN_FIELDS,
-            "ui-field-behaviour": _UI_FIELD_BEHAVIOUR,
+            "conn-fields": CONN_FIELDS,
+            "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
         }],
         "extra-links": ["airflow_rbak.links.RbakManifestLink", "airflow_rbak.links.RabbitMQQueueLink"],
     }

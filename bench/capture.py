@@ -33,12 +33,12 @@ from urllib.parse import quote
 import pika
 import requests
 
-from airflow_rbak.broker.capture import CaptureOptions, QueueCapture
-from airflow_rbak.broker.checkpoints import CheckpointStore
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import describe_queue
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.broker.stream_capture import _ACK_EVERY, _PREFETCH, StreamCapture
+from airflow_rbak.capture.checkpoints import CheckpointStore
+from airflow_rbak.capture.queue_capture import CaptureOptions, QueueCapture
+from airflow_rbak.capture.stream_capture import _ACK_EVERY, _PREFETCH, StreamCapture
 from airflow_rbak.storage import open_storage
 
 QUEUE_ACK_EVERY = 1000

@@ -23,7 +23,7 @@ import datetime as dt
 from airflow.sdk import DAG, Param
 
 from airflow_rbak.backup.run import STREAM_MODES
-from airflow_rbak.broker.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
+from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS
 from airflow_rbak.operators.backup import RbakCaptureQueueOperator, RbakDiscoverQueuesOperator, RbakExportDefinitionsOperator
 from airflow_rbak.operators.finalize import RbakFinalizeManifestOperator

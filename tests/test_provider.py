@@ -4,17 +4,29 @@ from __future__ import annotations
 
 import json
 
-from airflow_rbak.provider import _CONN_FIELDS, _UI_FIELD_BEHAVIOUR, get_provider_info
+from airflow_rbak.broker.connection import DEFAULT_MANAGEMENT_PORT, DEFAULT_STREAM_PORT
+from airflow_rbak.provider import get_provider_info
 from tests.dags.airflow_env import VENV_BIN, airflow_env, run
 
 
-def test_the_provider_info_copies_the_hooks_form_tables():
+def test_the_provider_info_hands_airflow_the_hooks_form_tables():
     from airflow_rbak.hooks.rabbitmq import CONN_FIELDS, UI_FIELD_BEHAVIOUR
 
-    assert _CONN_FIELDS == CONN_FIELDS and _UI_FIELD_BEHAVIOUR == UI_FIELD_BEHAVIOUR
     info = get_provider_info()
+    rabbitmq = info["connection-types"][0]
+    assert rabbitmq["conn-fields"] == CONN_FIELDS and rabbitmq["ui-field-behaviour"] == UI_FIELD_BEHAVIOUR
     assert info["package-name"] == "airflow-rbak"
     assert info["connection-types"][0]["hook-class-name"] == "airflow_rbak.hooks.rabbitmq.RabbitMQHook"
+
+
+def test_the_forms_port_defaults_are_the_connections():
+    fields = get_provider_info()["connection-types"][0]["conn-fields"]
+    placeholders = get_provider_info()["connection-types"][0]["ui-field-behaviour"]["placeholders"]
+
+    assert (fields["management_port"]["schema"]["default"], fields["stream_port"]["schema"]["default"]) == (
+        DEFAULT_MANAGEMENT_PORT, DEFAULT_STREAM_PORT)
+    assert (placeholders["management_port"], placeholders["stream_port"]) == (
+        str(DEFAULT_MANAGEMENT_PORT), str(DEFAULT_STREAM_PORT))
 
 
 def test_airflow_lists_the_provider_its_connection_type_and_extra_links(tmp_path):

@@ -11,17 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from airflow_rbak.backup.writer import QueueSegmentSink
+from airflow_rbak.capture.staging import list_chunks
 from airflow_rbak.codec import QueueBackup, SegmentWriter
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
-from airflow_rbak.codec.layout import staging_prefix
 from airflow_rbak.codec.records import decode_record
 from airflow_rbak.codec.segment import decode_payload, iter_payload
 from airflow_rbak.storage.base import Storage
-
-
-def staged_chunk_keys(storage: Storage, backup_id: str, vhost: str, queue: str) -> list[str]:
-    """A queue's staged chunk keys, in capture order (their names sort that way)."""
-    return sorted(info.key for info in storage.list(staging_prefix(backup_id, vhost, queue)) if "/chunk-" in info.key)
 
 
 def iter_staged_json(
@@ -41,7 +36,7 @@ def encode_queue(
 
     ``chunk_keys`` are the chunks to seal (capture passes those its checkpoint accounts for); None: every staged one.
     """
-    keys = chunk_keys if chunk_keys is not None else staged_chunk_keys(storage, backup_id, queue.vhost, queue.name)
+    keys = chunk_keys if chunk_keys is not None else list_chunks(storage, backup_id, queue.vhost, queue.name)
     queue.segments.clear()
     sink = QueueSegmentSink(storage, backup_id, queue, writer)
     for raw, backed_up_at in iter_staged_json(storage, keys):

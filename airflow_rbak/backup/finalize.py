@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_rbak.backup.chain import link_chains
-from airflow_rbak.backup.encode import staged_chunk_keys
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.writer import now_ms
-from airflow_rbak.broker.checkpoints import write_offsets_summary
+from airflow_rbak.capture.checkpoints import write_offsets_summary
+from airflow_rbak.capture.staging import delete_staging
 from airflow_rbak.codec import BackupManifest, QueueBackup
 from airflow_rbak.codec.layout import manifest_key
 from airflow_rbak.distributed.encode_ranges import manifest_from_encode_report
@@ -63,8 +63,7 @@ def finish_backup(
     store.save(manifest)
     write_offsets_summary(storage, backup_id)
     for vhost, name in [(e.vhost, e.name) for e in entries] + [(q["vhost"], q["queue"]) for q in left_out or []]:
-        for key in staged_chunk_keys(storage, backup_id, vhost, name):
-            storage.delete(key)
+        delete_staging(storage, backup_id, vhost, name)
     return manifest
 
 

@@ -141,7 +141,7 @@ def apply_retention(storage: Storage, policy: RetentionPolicy, *, now_ms: int, p
     backups = list_backups(storage)
     reasons = retention_decisions(backups, policy, now_ms=now_ms, protect=protect)
     result = RetentionResult(kept={k: v for k, v in reasons.items() if v is not None})
-    expired = [b.backup_id for b in backups if b.status == "complete" and reasons[b.backup_id] is None]
+    expired = select_expired(backups, policy, now_ms=now_ms, protect=protect)
     retired = [b.backup_id for b in backups if b.status == "retired"]
     for backup_id, reason in result.kept.items():
         log.info("retention keeps backup %s: %s", backup_id, reason)

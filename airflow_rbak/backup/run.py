@@ -40,15 +40,15 @@ from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestSt
 from airflow_rbak.backup.progress import ProgressReporter, checkpoint_sampler
 from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
 from airflow_rbak.backup.writer import now_ms
-from airflow_rbak.broker.capture import CaptureOptions, CaptureResult, QueueCapture
-from airflow_rbak.broker.checkpoints import CheckpointStore, queue_chunk_keys
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.definitions import export_definitions
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.broker.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS, Facts, decide
-from airflow_rbak.broker.stream_capture import StreamCapture
-from airflow_rbak.broker.stream_identity import StreamMark
+from airflow_rbak.capture.checkpoints import CheckpointStore, queue_chunk_keys
+from airflow_rbak.capture.queue_capture import CaptureOptions, CaptureResult, QueueCapture
+from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS, Facts, decide
+from airflow_rbak.capture.stream_capture import StreamCapture
+from airflow_rbak.capture.stream_identity import StreamMark
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentWriter
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, Compression
 from airflow_rbak.codec.layout import check_backup_id

@@ -1,6 +1,6 @@
-"""RabbitMQ clients and capture engines (AMQP via pika, Management HTTP API, streams).
+"""RabbitMQ clients (AMQP via pika, Management HTTP API, streams), discovery and definitions export.
 
-No Airflow imports here: operators and tests use these directly.
+The capture engines built on them live in ``capture/``; nothing here imports that package. No Airflow imports here.
 """
 
 import logging as _logging

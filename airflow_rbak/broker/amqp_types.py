@@ -1,4 +1,6 @@
-"""AMQP 0-9-1 basic properties <-> BackupRecord: pika's properties with the header table typed.
+"""AMQP 0-9-1 basic properties with the header table typed, and a BackupRecord's properties as pika's.
+
+A delivery becomes a record in ``capture/delivery_json.py`` (straight to the record's JSON).
 
 The properties are those of ``codec/properties.py``'s table; the header table
 is decoded and encoded by ``field_table.py``, never by pika (see
@@ -8,7 +10,6 @@ is decoded and encoded by ``field_table.py``, never by pika (see
 from __future__ import annotations
 
 import functools
-import operator
 import struct
 from typing import Any
 
@@ -28,8 +29,7 @@ from airflow_rbak.broker.field_table import (  # noqa: F401 - re-exported: the t
     plain_value,
 )
 from airflow_rbak.codec.headers import HeaderValue
-from airflow_rbak.codec.properties import OCTET, PIKA_NAMES, PROPERTIES, PROPERTY_NAMES, SHORT_STRING, TIMESTAMP
-from airflow_rbak.codec.records import BackupProperties, BackupRecord
+from airflow_rbak.codec.properties import OCTET, PIKA_NAMES, PROPERTIES, SHORT_STRING, TIMESTAMP
 
 _P = spec.BasicProperties
 _WIRE_KINDS = {SHORT_STRING: "s", OCTET: "o", TIMESTAMP: "T"}
@@ -163,17 +163,6 @@ def property_text(value: Any) -> str | None:
     return bytes(value).decode("utf-8", "replace")
 
 
-def properties_to_backup(props: spec.BasicProperties) -> BackupProperties:
-    """The spec's BackupProperties from pika's properties (``type`` becomes ``type_field``)."""
-    return BackupProperties.from_values(
-        property_text(value) if p.kind == SHORT_STRING else value for p, value in zip(PROPERTIES, _PIKA_VALUES(props))
-    )
-
-
-_PIKA_VALUES = operator.attrgetter(*PIKA_NAMES)
-_RECORD_VALUES = operator.attrgetter(*PROPERTY_NAMES)
-
-
 def headers_of(props: spec.BasicProperties) -> tuple[tuple[str, HeaderValue], ...]:
     """The typed header table of delivered properties (empty when the message has none)."""
     typed = getattr(props, "typed_headers", None)
@@ -183,40 +172,3 @@ def headers_of(props: spec.BasicProperties) -> tuple[tuple[str, HeaderValue], ..
         raise FieldTableError("properties were decoded by a plain pika connection, not pika_connection.blocking_connection(); "
                               "header types would be lost")
     return ()
-
-
-def record_from_delivery(
-    method: spec.Basic.Deliver,
-    props: spec.BasicProperties,
-    body: bytes,
-    *,
-    queue: str,
-    vhost: str,
-    backed_up_at: int,
-    drop_headers: frozenset[str] = frozenset(),
-    delivery_tag: int | None = None,
-) -> BackupRecord:
-    """Build the BackupRecord of one delivery; ``drop_headers`` removes broker-owned headers."""
-    headers = headers_of(props)
-    if drop_headers and headers:
-        headers = tuple(p for p in headers if p[0] not in drop_headers)
-    return BackupRecord(
-        body=bytes(body),
-        properties=properties_to_backup(props),
-        headers=headers,
-        exchange=method.exchange,
-        routing_key=method.routing_key,
-        delivery_tag=method.delivery_tag if delivery_tag is None else delivery_tag,
-        redelivered=bool(method.redelivered),
-        backed_up_at=backed_up_at,
-        source_queue=queue,
-        source_vhost=vhost,
-    )
-
-
-def properties_from_record(record: BackupRecord) -> TypedBasicProperties:
-    """Properties to republish a record with (restore, tests): typed headers, same wire types."""
-    return TypedBasicProperties(
-        **dict(zip(PIKA_NAMES, _RECORD_VALUES(record.properties))),
-        typed_headers=record.headers if record.headers else None,
-    )

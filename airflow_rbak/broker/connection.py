@@ -6,7 +6,7 @@ Frozen and validated at construction; its ``repr`` never shows the password.
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -16,7 +16,8 @@ DEFAULT_AMQP_PORT = 5672
 DEFAULT_AMQPS_PORT = 5671
 DEFAULT_MANAGEMENT_PORT = 15672
 DEFAULT_STREAM_PORT = 5552
-_TRUE = ("1", "true", "yes", "on")
+#: How a text flag (a URL query or an Airflow connection extra) says true; anything else is false.
+TRUE_TEXTS = ("1", "true", "yes", "on")
 
 
 def _port(value: Any, name: str) -> int:
@@ -114,15 +115,11 @@ class RabbitMQConnection:
             if name in query:
                 kwargs[name] = query[name]
         if "tls_verify" in query:
-            kwargs["tls_verify"] = query["tls_verify"].lower() in _TRUE
+            kwargs["tls_verify"] = query["tls_verify"].lower() in TRUE_TEXTS
         if "timeout" in query:
             kwargs["timeout"] = _number(query["timeout"], "timeout", float)
         kwargs.update(overrides)
         return cls(**kwargs)
-
-    def with_changes(self, **changes: Any) -> RabbitMQConnection:
-        """A copy with some fields replaced (validated again)."""
-        return replace(self, **changes)
 
     @property
     def management_base_url(self) -> str:

@@ -1,4 +1,5 @@
-"""This project's pika connections: header tables decoded typed, wider socket reads, and nothing changed for others.
+"""This project's pika connections: header tables decoded typed, wider socket reads, pipelined publisher confirms,
+and nothing changed for others.
 
 pika decodes a content header with the class it finds in ``pika.spec.props``, a
 registry shared by every pika user in the process. Rather than replace that
@@ -8,17 +9,21 @@ to every other pika connection in an Airflow worker), our connections use
 and leaves every other frame to pika. It also reads :data:`SOCKET_READ_BYTES`
 per socket read, on its own transport only.
 
-pika offers neither as a setting, so this relies on three of its internals,
-each checked by ``tests/broker/test_pika_connection.py`` (which fails when a pika
-release changes them): ``Connection._read_frame()`` (how a connection decodes
-its buffer), ``BaseConnection._proto_connection_made(transport)`` (where it
-receives its transport) with the transport's ``_MAX_RECV_BYTES``, and
-``BlockingConnection``'s ``_impl_class`` argument.
+pika offers neither as a setting, nor a blocking channel whose publishes do not
+each wait for their confirm (:class:`ConfirmChannel`), so this relies on four of
+its internals, each checked by ``tests/broker/test_pika_connection.py`` (which
+fails when a pika release changes them): ``Connection._read_frame()`` (how a
+connection decodes its buffer), ``BaseConnection._proto_connection_made(transport)``
+(where it receives its transport) with the transport's ``_MAX_RECV_BYTES``,
+``BlockingConnection``'s ``_impl_class`` argument, and ``BlockingChannel._impl``
+(the asynchronous channel under a blocking one). Nothing outside this module
+touches pika's internals.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import pika
@@ -69,3 +74,38 @@ class RbakSelectConnection(pika.SelectConnection):
 def blocking_connection(parameters: pika.connection.Parameters) -> pika.BlockingConnection:
     """A blocking connection of this project: deliveries carry ``typed_headers`` (see ``amqp_types.headers_of``)."""
     return pika.BlockingConnection(parameters, _impl_class=RbakSelectConnection)
+
+
+class ConfirmChannel:
+    """A channel of a blocking connection in confirm mode whose publishes do not wait for their confirm.
+
+    pika's ``BlockingChannel`` in confirm mode waits for each publish's confirm, a round trip a message (about ten
+    times slower on this machine than a window of them in flight). The asynchronous channel under it takes
+    callbacks instead: ``on_confirm`` gets each ``basic.ack``/``basic.nack`` frame and ``on_return`` each
+    ``basic.return`` (an unroutable ``mandatory`` publish), while the connection's ``process_data_events`` runs.
+    """
+
+    def __init__(self, conn: pika.BlockingConnection, on_confirm: Callable[[pika.frame.Method], None],
+                 on_return: Callable[[Any, spec.Basic.Return, spec.BasicProperties, bytes], None] | None = None) -> None:
+        self.channel = conn.channel()
+        self._async = self.channel._impl  # noqa: SLF001 - the one use of this internal; its test checks it
+        if on_return is not None:
+            self._async.add_on_return_callback(on_return)
+        ready: list[bool] = []
+        self._async.confirm_delivery(ack_nack_callback=on_confirm, callback=lambda _frame: ready.append(True))
+        while not ready:
+            conn.process_data_events(time_limit=0.1)
+
+    def publish(self, exchange: str, routing_key: str, body: bytes, properties: spec.BasicProperties, *,
+                mandatory: bool = False) -> None:
+        """Send one message; its confirm (and its return, if unroutable and ``mandatory``) reaches the callbacks later."""
+        self._async.basic_publish(exchange, routing_key, body, properties, mandatory=mandatory)
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the channel is still open."""
+        return bool(self.channel.is_open)
+
+    def close(self) -> None:
+        """Close the channel (pika's errors propagate: a caller closing a broken channel decides what they mean)."""
+        self.channel.close()

@@ -31,7 +31,7 @@ import orjson
 
 from airflow_rbak import __version__
 from airflow_rbak.backup.encode import iter_staged_json
-from airflow_rbak.broker.checkpoints import accounted_chunk_keys
+from airflow_rbak.capture.checkpoints import accounted_chunk_keys
 from airflow_rbak.codec import BackupManifest, EncodedSegment, QueueBackup, SegmentMetadata, SegmentWriter
 from airflow_rbak.codec.constants import (
     DEFAULT_SEGMENT_MAX_BYTES,

@@ -9,7 +9,7 @@ prefix older Airflow UIs write: ``management_port``, ``stream_port``,
 ``key_file``, ``heartbeat``, ``timeout``.
 
 Airflow 3.2+ reads connection forms from the provider info
-(:data:`CONN_FIELDS`, :data:`UI_FIELD_BEHAVIOUR`); Airflow 2 calls
+(:data:`airflow_rbak.provider.CONN_FIELDS`, ``UI_FIELD_BEHAVIOUR``); Airflow 2 calls
 :meth:`RabbitMQHook.get_connection_form_widgets` and
 :meth:`RabbitMQHook.get_ui_field_behaviour`, built from the same tables.
 """
@@ -21,52 +21,14 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_rbak.broker.connection import DEFAULT_MANAGEMENT_PORT, DEFAULT_STREAM_PORT, RabbitMQConnection
+from airflow_rbak.broker.connection import DEFAULT_AMQPS_PORT, TRUE_TEXTS, RabbitMQConnection
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.provider import CONN_FIELDS, UI_FIELD_BEHAVIOUR  # the form's tables: Airflow reads them there
 
 _PREFIX = "extra__rabbitmq__"
-_TRUE = ("1", "true", "yes", "on")
 _INT_EXTRAS = ("management_port", "stream_port", "heartbeat")
 _STR_EXTRAS = ("management_url", "ca_file", "cert_file", "key_file")
 _BOOL_EXTRAS = ("tls", "tls_verify")
-
-#: Extra fields of the connection form, in provider-info ``conn-fields`` form.
-CONN_FIELDS: dict[str, dict[str, Any]] = {
-    "management_port": {
-        "label": "Management API port",
-        "schema": {"type": ["integer", "null"], "default": DEFAULT_MANAGEMENT_PORT},
-    },
-    "stream_port": {"label": "Stream protocol port", "schema": {"type": ["integer", "null"], "default": DEFAULT_STREAM_PORT}},
-    "management_url": {
-        "label": "Management API URL",
-        "description": "Overrides host and management port, e.g. https://mq.example/rabbitmq",
-        "schema": {"type": ["string", "null"]},
-    },
-    "tls": {"label": "Use TLS (amqps and https)", "schema": {"type": ["boolean", "null"], "default": False}},
-    "tls_verify": {"label": "Verify TLS certificates", "schema": {"type": ["boolean", "null"], "default": True}},
-    "ca_file": {"label": "CA certificate file", "schema": {"type": ["string", "null"]}},
-    "cert_file": {"label": "Client certificate file", "schema": {"type": ["string", "null"]}},
-    "key_file": {"label": "Client key file", "schema": {"type": ["string", "null"]}},
-    "timeout": {"label": "Timeout (seconds)", "schema": {"type": ["number", "null"], "default": 10}},
-}
-
-#: Relabels and placeholders of the standard fields, in provider-info ``ui-field-behaviour`` form.
-UI_FIELD_BEHAVIOUR: dict[str, Any] = {
-    "hidden-fields": [],
-    "relabeling": {"port": "AMQP port", "login": "Username", "schema": "Default vhost"},
-    "placeholders": {
-        "host": "rabbitmq.example.com",
-        "port": "5672 (5671 with TLS)",
-        "login": "backup",
-        "password": "the user's password",
-        "schema": "/",
-        "extra": '{"management_port": 15672, "stream_port": 5552, "tls": false}',
-        "management_port": str(DEFAULT_MANAGEMENT_PORT),
-        "stream_port": str(DEFAULT_STREAM_PORT),
-        "ca_file": "/etc/ssl/certs/rabbitmq-ca.pem",
-    },
-}
-
 
 def connection_from_airflow(
     host: str | None, port: int | None, login: str | None, password: str | None, extra: Mapping[str, Any]
@@ -91,14 +53,14 @@ def connection_from_airflow(
             kwargs[name] = str(extra[name])
     for name in _BOOL_EXTRAS:
         if name in extra:
-            kwargs[name] = extra[name] if isinstance(extra[name], bool) else str(extra[name]).lower() in _TRUE
+            kwargs[name] = extra[name] if isinstance(extra[name], bool) else str(extra[name]).lower() in TRUE_TEXTS
     if "timeout" in extra:
         try:
             kwargs["timeout"] = float(extra["timeout"])
         except (TypeError, ValueError):
             raise ConfigurationError(f"extra 'timeout' must be a number of seconds, got {extra['timeout']!r:.40}") from None
     if kwargs.get("tls") and not port:
-        kwargs["amqp_port"] = 5671
+        kwargs["amqp_port"] = DEFAULT_AMQPS_PORT
     return RabbitMQConnection(**kwargs)
 
 
@@ -176,13 +138,3 @@ class RabbitMQHook(BaseHook):
             return False, "; ".join(c.line() for c in failed) + ". Passed: " + (
                 ", ".join(c.name for c in checks if c.ok) or "nothing")
         return True, "; ".join(c.line() for c in checks)
-
-
-def connection_type_info() -> dict[str, Any]:
-    """This hook's entry for the provider info's ``connection-types`` (declarative form fields)."""
-    return {
-        "connection-type": RabbitMQHook.conn_type,
-        "hook-class-name": f"{RabbitMQHook.__module__}.{RabbitMQHook.__name__}",
-        "conn-fields": CONN_FIELDS,
-        "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
-    }

@@ -21,8 +21,8 @@ from airflow_rbak.backup.lock import BackupLockedError
 from airflow_rbak.backup.run import STREAM_MODES, BackupAlreadyCompleteError, BackupRun, BackupSettings
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, group_queues
-from airflow_rbak.broker.errors import ConsumerTimeoutError, UnsafeQueueError
-from airflow_rbak.broker.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
+from airflow_rbak.capture.errors import ConsumerTimeoutError, UnsafeQueueError
+from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.links import RabbitMQQueueLink, queue_url

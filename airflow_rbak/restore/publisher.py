@@ -5,7 +5,8 @@ Why it is built this way:
 * Confirms are pipelined: up to ``max_in_flight`` messages are unconfirmed
   at once (waiting for each confirm costs a round trip per message, about
   ten times slower on this machine). pika's blocking channel only offers
-  per-message confirms, so the pipeline uses its underlying channel.
+  per-message confirms, so the pipeline publishes through
+  :class:`~airflow_rbak.broker.pika_connection.ConfirmChannel`.
 * Every message is published ``mandatory``: the broker returns an
   unroutable one (``basic.return`` before its ``basic.ack``). Returns are
   matched to the oldest unconfirmed message with the same exchange, routing
@@ -30,6 +31,7 @@ from dataclasses import dataclass, replace
 import pika
 import pika.exceptions
 
+from airflow_rbak.broker.pika_connection import ConfirmChannel
 from airflow_rbak.restore.checkpoints import CheckpointStore, QueueCheckpoint, Unroutable
 from airflow_rbak.restore.errors import PublishError, TargetChangedError
 from airflow_rbak.restore.records import Positioned
@@ -65,14 +67,7 @@ class ConfirmPipeline:
         self._uncommitted = 0
         self._offset_pairs: list[tuple[int, int]] = []
         self._nacked: int | None = None
-        self.channel = conn.channel()
-        impl = self.channel._impl  # noqa: SLF001 - pika's blocking channel has no pipelined confirms
-        impl.add_on_return_callback(self._on_return)
-        ready: list[bool] = []
-        impl.confirm_delivery(ack_nack_callback=self._on_confirm, callback=lambda _frame: ready.append(True))
-        while not ready:
-            conn.process_data_events(time_limit=0.1)
-        self._impl = impl
+        self.channel = ConfirmChannel(conn, self._on_confirm, self._on_return)
 
     def publish(self, item: Positioned, exchange: str, routing_key: str, properties: pika.BasicProperties,
                 target_offset: int | None = None) -> None:
@@ -81,7 +76,7 @@ class ConfirmPipeline:
             self._pump(0.05)
         self._throttle()
         entry = _InFlight(self.next_tag, item, exchange, routing_key, target_offset)
-        self._impl.basic_publish(exchange, routing_key, item.record.body, properties, mandatory=True)
+        self.channel.publish(exchange, routing_key, item.record.body, properties, mandatory=True)
         self.pending.append(entry)
         self.by_tag[entry.tag] = entry
         self.next_tag += 1

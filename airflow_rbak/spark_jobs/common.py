@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, DEFAULT_ZSTD_LEVEL
 from airflow_rbak.codec.layout import check_backup_id
 from airflow_rbak.distributed.reports import JobReport
 from airflow_rbak.exceptions import ConfigurationError
@@ -32,6 +33,26 @@ def base_parser(job: str, description: str) -> argparse.ArgumentParser:
     parser.add_argument("--report-key", help="store the report here instead of {backup_id}/reports/<job>-<time>.json")
     parser.add_argument("--partitions", type=_positive, help="Spark partitions (default: from the cluster's parallelism)")
     return parser
+
+
+def add_segment_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the segments a job writes: compression and its level, and where a segment is cut."""
+    parser.add_argument("--compression", default="zstd", choices=("zstd", "lz4", "none"))
+    parser.add_argument("--level", type=int, default=DEFAULT_ZSTD_LEVEL, help="zstd level 1-22")
+    parser.add_argument("--segment-max-bytes", type=positive_int, default=DEFAULT_SEGMENT_MAX_BYTES)
+    parser.add_argument("--segment-max-interval-ms", type=positive_int, default=DEFAULT_SEGMENT_MAX_INTERVAL_MS)
+
+
+def parse_with_settings(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
+                        settings: Callable[[argparse.Namespace], Any]) -> argparse.Namespace:
+    """Parse ``argv``, then build ``args.settings`` from the arguments: settings the job refuses
+    (:class:`ConfigurationError`) are a usage error, like a malformed argument (the parser's exit 2)."""
+    args = parser.parse_args(argv)
+    try:
+        args.settings = settings(args)
+    except ConfigurationError as exc:
+        parser.error(str(exc))
+    return args
 
 
 def _backup_id(value: str) -> str:

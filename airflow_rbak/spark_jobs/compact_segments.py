@@ -28,11 +28,9 @@ from airflow_rbak.backup.lease import LeasedStorage
 from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest, SegmentMetadata
-from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, DEFAULT_ZSTD_LEVEL
 from airflow_rbak.distributed import compaction as cp
 from airflow_rbak.distributed.reports import JobReport
-from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.spark_jobs.common import base_parser, main, positive_int
+from airflow_rbak.spark_jobs.common import add_segment_arguments, base_parser, main, parse_with_settings, positive_int
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 
@@ -46,21 +44,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--threshold-bytes", type=positive_int, required=True, help="segments smaller than this (file size) merge"
     )
-    parser.add_argument("--segment-max-bytes", type=positive_int, default=DEFAULT_SEGMENT_MAX_BYTES)
-    parser.add_argument("--segment-max-interval-ms", type=positive_int, default=DEFAULT_SEGMENT_MAX_INTERVAL_MS)
-    parser.add_argument("--compression", default="zstd", choices=("zstd", "lz4", "none"))
-    parser.add_argument("--level", type=int, default=DEFAULT_ZSTD_LEVEL)
+    add_segment_arguments(parser)
     # Fault injection for the crash-safety tests: end the process abruptly at a named point.
     parser.add_argument("--crash-after", choices=CRASH_POINTS, help=argparse.SUPPRESS)
     parser.add_argument("--lock-owner", default=None, help="the backup lock's owner (an Airflow DAG run's); default: this run")
-    args = parser.parse_args(argv)
-    try:
-        args.settings = cp.CompactSettings(
-            args.threshold_bytes, args.segment_max_bytes, args.segment_max_interval_ms, args.compression, args.level
-        )
-    except ConfigurationError as exc:
-        parser.error(str(exc))
-    return args
+    return parse_with_settings(parser, argv, lambda args: cp.CompactSettings(
+        args.threshold_bytes, args.segment_max_bytes, args.segment_max_interval_ms, args.compression, args.level))
 
 
 def run(spark: Any, args: argparse.Namespace) -> JobReport:

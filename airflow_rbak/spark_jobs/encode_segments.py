@@ -32,11 +32,10 @@ from typing import Any
 import orjson
 
 from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, DEFAULT_ZSTD_LEVEL
 from airflow_rbak.distributed import encode_ranges as er
 from airflow_rbak.distributed.reports import JobReport
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.spark_jobs.common import base_parser, main, positive_int
+from airflow_rbak.spark_jobs.common import add_segment_arguments, base_parser, main, parse_with_settings, positive_int
 from airflow_rbak.storage import open_storage
 
 JOB = "encode"
@@ -45,21 +44,12 @@ JOB = "encode"
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the job's arguments (``argv`` without the program name)."""
     parser = base_parser(JOB, "Encode staged records into final RBAK segments.")
-    parser.add_argument("--compression", default="zstd", choices=("zstd", "lz4", "none"))
-    parser.add_argument("--level", type=int, default=DEFAULT_ZSTD_LEVEL, help="zstd level 1-22")
-    parser.add_argument("--segment-max-bytes", type=positive_int, default=DEFAULT_SEGMENT_MAX_BYTES)
-    parser.add_argument("--segment-max-interval-ms", type=positive_int, default=DEFAULT_SEGMENT_MAX_INTERVAL_MS)
+    add_segment_arguments(parser)
     parser.add_argument("--range-bytes", type=positive_int, default=er.DEFAULT_RANGE_BYTES, help="staged bytes per task")
     parser.add_argument("--queues-json", type=_queues, default=[], help='[{"vhost": "/", "name": "q", "queue_type": "quorum"}]')
     parser.add_argument("--write-manifest", action="store_true", help="also save manifest.json, completed (standalone use)")
-    args = parser.parse_args(argv)
-    try:
-        args.settings = er.EncodeSettings(
-            args.compression, args.level, args.segment_max_bytes, args.segment_max_interval_ms, args.range_bytes
-        )
-    except ConfigurationError as exc:
-        parser.error(str(exc))
-    return args
+    return parse_with_settings(parser, argv, lambda args: er.EncodeSettings(
+        args.compression, args.level, args.segment_max_bytes, args.segment_max_interval_ms, args.range_bytes))
 
 
 def _queues(text: str) -> list[er.QueueRef]:

@@ -8,10 +8,10 @@ import orjson
 
 from airflow_rbak.backup import chain
 from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.writer import BackupWriter
 from airflow_rbak.codec import BackupManifest, BackupProperties, BackupRecord, HeaderValue
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
+from tests.backup.backup_writer import BackupWriter
 
 QUEUES = (("/", "orders", "classic", 240), ("prod", "payments", "quorum", 30), ("prod", "events/eu", "stream", 12))
 DEFINITIONS = {

@@ -15,9 +15,9 @@ import orjson
 import pytest
 
 from airflow_rbak.backup.run import BackupRun, BackupSettings
-from airflow_rbak.broker.checkpoints import CheckpointStore
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.capture.checkpoints import CheckpointStore
 from airflow_rbak.codec.layout import checkpoint_key
 from airflow_rbak.storage import open_storage
 from tests.restore.helpers import body_of, declare, publish, ready_count

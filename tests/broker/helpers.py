@@ -1,4 +1,4 @@
-"""Publishing and capturing helpers shared by the broker tests."""
+"""Publishing helpers shared by the broker tests and the tests built on them (capture, backup, restore, DAGs)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,7 @@ import time
 
 import pika
 
-from airflow_rbak.broker.capture import CaptureOptions, CaptureResult, QueueCapture
-from airflow_rbak.broker.checkpoints import CheckpointStore
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.discovery import describe_queue
-from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.storage.base import Storage
 
 from .messages import WireProperties, body_of, wire_properties
 
@@ -77,15 +72,3 @@ def depth(connection: RabbitMQConnection, vhost: str, queue: str, expect: int | 
         if expect is None or n == expect or time.monotonic() > deadline:
             return n
         time.sleep(0.2)
-
-
-def capture_queue(
-    connection: RabbitMQConnection, storage: Storage, backup_id: str, vhost: str, queue: str,
-    **options: object,
-) -> CaptureResult:
-    """One capture, its checkpoints in ``storage`` (as every capture keeps them)."""
-    with ManagementClient(connection) as mg:
-        info = describe_queue(mg, vhost, queue)
-        version = mg.version()
-    checkpoints = CheckpointStore(storage, backup_id)
-    return QueueCapture(connection, storage, checkpoints, CaptureOptions(backup_id, **options)).capture(info, version)

@@ -10,15 +10,10 @@ property, every typed header), at a few microseconds a message.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 
 import numpy
 import orjson
 from pika import spec
-
-from airflow_rbak.broker.staging import list_chunks
-from airflow_rbak.codec.segment import decode_payload, iter_payload
-from airflow_rbak.storage.base import Storage
 
 _PATTERN = bytes(range(256)) * 20
 MAX_BODY = len(_PATTERN) - 256
@@ -144,14 +139,6 @@ def expected_prefix(i: int, size: int, routing_key: str, exchange: str = "", use
         "routing_key": routing_key,
     }
     return orjson.dumps(head, option=orjson.OPT_SERIALIZE_NUMPY)[:-1]
-
-
-def staged_json(storage: Storage, backup_id: str, vhost: str, queue: str) -> Iterator[bytes]:
-    """Every staged record's JSON in capture order, without building record objects."""
-    for key in list_chunks(storage, backup_id, vhost, queue):
-        header, payload = decode_payload(storage.get(key), key)
-        for raw in iter_payload(payload, header.record_count, key):
-            yield bytes(raw)
 
 
 def split_record(raw: bytes) -> tuple[bytes, dict]:

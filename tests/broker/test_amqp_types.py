@@ -12,6 +12,7 @@ from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.amqp_types import FieldTableError, TypedBasicProperties, decode_table, encode_table
 from airflow_rbak.codec.headers import HeaderValue as H
 from airflow_rbak.codec.records import BackupProperties, BackupRecord, decode_record, encode_record
+from tests.broker.record_reference import properties_from_record, properties_to_backup, record_from_delivery
 
 
 def field(key: bytes, tag: bytes, payload: bytes = b"") -> bytes:
@@ -147,9 +148,9 @@ def test_a_record_republished_and_recaptured_is_the_same_record():
     record = BackupRecord(body=b"\x00hello", properties=EVERY_PROPERTY, headers=EVERY_HEADER, exchange="ex",
                           routing_key="rk", delivery_tag=7, backed_up_at=1, source_queue="q", source_vhost="v")
 
-    delivered = wire_round_trip(amqp_types.properties_from_record(record))
+    delivered = wire_round_trip(properties_from_record(record))
     method = spec.Basic.Deliver(consumer_tag="c", delivery_tag=7, redelivered=False, exchange="ex", routing_key="rk")
-    again = amqp_types.record_from_delivery(method, delivered, b"\x00hello", queue="q", vhost="v", backed_up_at=1)
+    again = record_from_delivery(method, delivered, b"\x00hello", queue="q", vhost="v", backed_up_at=1)
 
     assert again == record
     assert decode_record(encode_record(again)) == record
@@ -158,7 +159,7 @@ def test_a_record_republished_and_recaptured_is_the_same_record():
 def test_properties_without_headers_and_pika_defaults_round_trip():
     delivered = wire_round_trip(TypedBasicProperties(content_type="text/plain", delivery_mode=1))
 
-    assert amqp_types.properties_to_backup(delivered) == BackupProperties(content_type="text/plain", delivery_mode=1)
+    assert properties_to_backup(delivered) == BackupProperties(content_type="text/plain", delivery_mode=1)
     assert amqp_types.headers_of(delivered) == ()
 
 
@@ -174,7 +175,7 @@ def test_broker_owned_headers_can_be_dropped():
     props = wire_round_trip(TypedBasicProperties(typed_headers=(("x-delivery-count", H.long(2)), ("mine", H.long(1)))))
     method = spec.Basic.Deliver(delivery_tag=1, exchange="", routing_key="q")
 
-    record = amqp_types.record_from_delivery(method, props, b"", queue="q", vhost="/", backed_up_at=0,
+    record = record_from_delivery(method, props, b"", queue="q", vhost="/", backed_up_at=0,
                                              drop_headers=frozenset({"x-delivery-count"}), delivery_tag=40)
 
     assert record.headers == (("mine", H.long(1)),) and record.delivery_tag == 40

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from airflow_rbak.broker.connection import RabbitMQConnection
@@ -63,12 +65,12 @@ def test_password_never_appears_in_repr_str_or_errors():
     assert SECRET not in repr(conn) and SECRET not in str(conn)
     assert "password='***'" in repr(conn)
     with pytest.raises(ConfigurationError) as refused:
-        conn.with_changes(amqp_port=70000)
+        replace(conn, amqp_port=70000)
     assert SECRET not in str(refused.value)
 
 
-def test_with_changes_validates_again_and_keeps_the_rest():
-    conn = RabbitMQConnection(username="u", password=SECRET).with_changes(host="mq2")
+def test_a_replaced_connection_is_validated_again_and_keeps_the_rest():
+    conn = replace(RabbitMQConnection(username="u", password=SECRET), host="mq2")
 
     assert (conn.host, conn.username, conn.password) == ("mq2", "u", SECRET)
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, effective_delivery_limit, group_queues, parse_version
-from airflow_rbak.broker.queue_features import CaptureMethod, Facts, decide
-from airflow_rbak.broker.returns import ReturnPlan, return_plan
 from airflow_rbak.exceptions import ConfigurationError
 
 
@@ -49,31 +47,6 @@ def test_an_unreadable_version_is_a_configuration_error():
 )
 def test_effective_delivery_limit(info, version, expected):
     assert effective_delivery_limit(info, version) == expected
-
-
-@pytest.mark.parametrize(
-    ("version", "limit", "counts"),
-    [("3.10.8", 3, True), ("4.2.1", 20, True), ("4.3.0", 20, False)],
-)
-def test_returns_count_toward_the_limit_before_4_3(version, limit, counts):
-    plan = return_plan(quorum(arg=3) if version.startswith("3") else quorum(), version)
-
-    assert (plan.limit, plan.counts) == (limit, counts)
-    # where a nack counts anyway, closing the channels returns far more cheaply (returns.py); from 4.3 it does not
-    assert plan.method == ("close" if counts else "nack")
-
-
-def test_classic_queues_are_returned_by_nack_and_never_count():
-    assert return_plan(QueueInfo("/", "c", "classic"), "3.10.8") == ReturnPlan("nack", counts=False, limit=None)
-
-
-def test_a_counting_limit_leaves_the_queue_out_unless_allowed_and_the_reason_says_how_to_proceed():
-    info, version = quorum(arg=3), "3.10.8"
-
-    refused = decide(info, Facts(version))
-    assert refused.left_out and "delivery limit of 3" in refused.reason and "allow_delivery_count_increase=True" in refused.reason
-    assert decide(info, Facts(version, allow_delivery_count_increase=True)).method is CaptureMethod.CONSUMERS
-    assert not decide(quorum(), Facts(version)).left_out  # no limit: nothing to refuse
 
 
 def test_queue_info_reads_the_management_api_shape():

@@ -10,14 +10,22 @@ import inspect
 
 import pika
 import pika.adapters.base_connection
+import pika.adapters.blocking_connection
 import pika.adapters.utils.io_services_utils as io_services
+import pika.channel
 import pika.connection
 import pika.frame
 from pika import spec
 
 from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.amqp_types import TypedBasicProperties
-from airflow_rbak.broker.pika_connection import SOCKET_READ_BYTES, RbakSelectConnection, blocking_connection, decode_frame
+from airflow_rbak.broker.pika_connection import (
+    SOCKET_READ_BYTES,
+    ConfirmChannel,
+    RbakSelectConnection,
+    blocking_connection,
+    decode_frame,
+)
 from airflow_rbak.codec.headers import HeaderValue as H
 
 HEADERS = (("n", H.short(5)), ("when", H.timestamp(2**63 + 5)), ("price", amqp_types.decimal_value(2, 1999)))
@@ -43,6 +51,16 @@ def test_pika_still_takes_an_implementation_class_and_the_frame_layout_is_the_sa
     assert list(inspect.signature(pika.frame.Header.__init__).parameters) == ["self", "channel_number", "body_size", "props"]
     assert (spec.FRAME_HEADER, spec.FRAME_HEADER_SIZE, spec.FRAME_END_SIZE, spec.FRAME_END) == (2, 7, 1, 206)
     assert spec.BasicProperties.INDEX == 60
+
+
+def test_pika_still_keeps_the_asynchronous_channel_under_a_blocking_one():
+    init = pika.adapters.blocking_connection.BlockingChannel.__init__
+    assert list(inspect.signature(init).parameters)[:2] == ["self", "channel_impl"]
+    assert "self._impl = channel_impl" in inspect.getsource(init)
+    assert list(inspect.signature(pika.channel.Channel.confirm_delivery).parameters) == ["self", "ack_nack_callback", "callback"]
+    assert list(inspect.signature(pika.channel.Channel.basic_publish).parameters) == [
+        "self", "exchange", "routing_key", "body", "properties", "mandatory"]
+    assert list(inspect.signature(pika.channel.Channel.add_on_return_callback).parameters) == ["self", "callback"]
 
 
 def test_a_basic_content_header_decodes_typed_and_pikas_registry_is_untouched():
@@ -80,3 +98,24 @@ def test_our_connection_gets_typed_headers_and_wide_reads_and_a_plain_one_does_n
         assert type(plain_props) is spec.BasicProperties and plain_props.headers == {"n": 5}
         assert ours._impl._transport._MAX_RECV_BYTES == SOCKET_READ_BYTES
         assert plain._impl._transport._MAX_RECV_BYTES != SOCKET_READ_BYTES
+
+
+def test_a_confirm_channel_publishes_without_waiting_and_reports_each_confirm_and_return(broker, vhost):
+    confirmed: list[int] = []
+    returned: list[tuple[str, bytes]] = []
+    with blocking_connection(broker.connection.pika_parameters(vhost)) as conn:
+        conn.channel().queue_declare("q")
+        channel = ConfirmChannel(conn, lambda frame: confirmed.append(frame.method.delivery_tag),
+                                 lambda _ch, method, _props, body: returned.append((method.routing_key, body)))
+
+        for routing_key in ("q", "nowhere", "q"):
+            channel.publish("", routing_key, routing_key.encode(), spec.BasicProperties(), mandatory=True)
+        for _ in range(600):  # the broker may confirm several at once (multiple), so wait for the last tag
+            if confirmed and confirmed[-1] == 3:
+                break
+            conn.process_data_events(time_limit=0.1)
+
+        assert confirmed[-1] == 3 and returned == [("nowhere", b"nowhere")]
+        assert conn.channel().queue_declare("q", passive=True).method.message_count == 2
+        channel.close()
+        assert not channel.is_open

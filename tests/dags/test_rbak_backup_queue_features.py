@@ -22,7 +22,7 @@ from airflow_rbak.storage import open_storage
 from tests.broker.helpers import PLAIN, declare, depth
 from tests.broker.helpers import publish as publish_numbered
 from tests.broker.messages import body_of
-from tests.broker.test_queue_features_on_broker import read_back
+from tests.capture.test_queue_features_on_broker import read_back
 from tests.codec.independent_reader import read_segment
 from tests.dags.airflow_env import airflow_env, capture_results, dags_test, rabbitmq_conn, run_facts
 

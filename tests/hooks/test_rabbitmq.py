@@ -9,7 +9,8 @@ import pytest
 
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.hooks.rabbitmq import CONN_FIELDS, RabbitMQHook, connection_from_airflow, connection_type_info
+from airflow_rbak.hooks.rabbitmq import CONN_FIELDS, RabbitMQHook, connection_from_airflow
+from airflow_rbak.provider import get_provider_info
 
 SECRET = "n0t-for-logs/9"
 
@@ -80,7 +81,7 @@ def test_an_unusable_connection_names_the_connection_and_hides_the_password(airf
 def test_identity_for_airflow():
     assert (RabbitMQHook.conn_name_attr, RabbitMQHook.default_conn_name) == ("rabbitmq_conn_id", "rabbitmq_default")
     assert (RabbitMQHook.conn_type, RabbitMQHook.hook_name) == ("rabbitmq", "RabbitMQ")
-    info = connection_type_info()
+    (info,) = get_provider_info()["connection-types"]  # what Airflow reads
     assert info["hook-class-name"] == "airflow_rbak.hooks.rabbitmq.RabbitMQHook"
     assert info["conn-fields"] is CONN_FIELDS
 

@@ -6,9 +6,9 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_rbak.backup.run import BackupRun, BackupSettings
-from airflow_rbak.broker.checkpoints import QueueProgress
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.errors import BrokerUnreachableError
+from airflow_rbak.capture.checkpoints import QueueProgress
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.operators.backup import RbakDiscoverQueuesOperator, run_step
 

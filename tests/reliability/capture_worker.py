@@ -17,7 +17,7 @@ import orjson
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage import open_storage
-from tests.broker.helpers import capture_queue
+from tests.capture.helpers import capture_queue
 
 
 def memory_status(field: str) -> int:

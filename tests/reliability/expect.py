@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.broker import amqp_types
 from airflow_rbak.codec.segment import iter_records
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import Storage
+from tests.broker.record_reference import properties_from_record
 from tests.restore.helpers import BROKER_HEADERS, body_of, message_view, props_of
 
 
@@ -39,7 +39,7 @@ def backed_up(storage: Storage, backup_id: str, vhost: str, queue: str) -> list[
     views = []
     for segment in entry.segments:
         for record in iter_records(storage.get(segment.key), segment.key):
-            views.append(message_view(amqp_types.properties_from_record(record), record.body))
+            views.append(message_view(properties_from_record(record), record.body))
     assert len(views) == entry.message_count
     return views
 

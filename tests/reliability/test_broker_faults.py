@@ -5,7 +5,7 @@ a backup keeps ``completed_at: null``), and a re-run must finish the job with
 every message exactly once: the source queue unchanged after a backup, the
 target holding each message once after a restore, byte for byte, in order.
 The broker restarted during a capture is
-``tests/broker/test_capture.py::test_broker_stopped_mid_capture_then_rerun_completes_without_duplicates``.
+``tests/capture/test_queue_capture.py::test_broker_stopped_mid_capture_then_rerun_completes_without_duplicates``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.run import BackupRun, BackupSettings
-from airflow_rbak.broker.capture import fingerprint
 from airflow_rbak.broker.discovery import QueueSelector
-from airflow_rbak.broker.errors import CaptureIntegrityError, CaptureInterruptedError
+from airflow_rbak.capture.errors import CaptureIntegrityError, CaptureInterruptedError
+from airflow_rbak.capture.queue_capture import fingerprint
 from airflow_rbak.codec.headers import HeaderValue as H
 from airflow_rbak.codec.records import BackupProperties, BackupRecord
 from airflow_rbak.restore import DefinitionsImportError, RestoreRun, RestoreSettings

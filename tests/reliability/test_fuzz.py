@@ -28,7 +28,6 @@ from hypothesis import strategies as st
 
 from airflow_rbak.backup.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.backup.validate import validate_backup
-from airflow_rbak.backup.writer import BackupWriter
 from airflow_rbak.codec import (
     BackupManifest,
     BackupProperties,
@@ -49,6 +48,7 @@ from airflow_rbak.restore import RestoreSettings
 from airflow_rbak.restore.plan import plan_restore
 from airflow_rbak.restore.wire import iter_wire_records
 from airflow_rbak.storage import MemoryStorage
+from tests.backup.backup_writer import BackupWriter
 
 LONG_RUN = int(os.environ.get("RBAK_FUZZ_EXAMPLES", "0"))
 EXAMPLES = LONG_RUN or 400

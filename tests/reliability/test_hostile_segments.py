@@ -25,10 +25,10 @@ import orjson
 import pytest
 import zstandard
 
-from airflow_rbak.backup.writer import BackupWriter
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES, END_MAGIC, MAGIC
 from airflow_rbak.codec.layout import manifest_key
 from airflow_rbak.storage import open_storage
+from tests.backup.backup_writer import BackupWriter
 from tests.backup.sample import sample_records
 
 REPO = Path(__file__).resolve().parents[2]

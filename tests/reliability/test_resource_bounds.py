@@ -25,7 +25,7 @@ from airflow_rbak.codec.records import decode_record
 from airflow_rbak.storage import open_storage
 from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures
 from tests.broker.helpers import depth, wait_for_depth
-from tests.broker.messages import staged_json
+from tests.capture.helpers import staged_json
 
 pytestmark = pytest.mark.broker
 REPO = Path(__file__).resolve().parents[2]

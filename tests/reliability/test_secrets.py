@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from dataclasses import replace
 from urllib.parse import quote
 
 import orjson
@@ -39,7 +40,7 @@ def secret_user(broker, vhost):
 
 
 def as_user(broker, user) -> RabbitMQConnection:
-    return broker.connection.with_changes(username=user.name, password=user.password)
+    return replace(broker.connection, username=user.name, password=user.password)
 
 
 def test_a_backup_and_restore_logged_at_debug_leak_no_password_or_hash(broker, vhost, secret_user, tmp_path, caplog):
@@ -71,8 +72,8 @@ def test_a_backup_and_restore_logged_at_debug_leak_no_password_or_hash(broker, v
 def test_failures_name_the_user_and_never_the_password(broker, vhost, secret_user, tmp_path, caplog):
     # Given connections with a distinctive password that is wrong, or pointing at closed ports
     caplog.set_level(logging.DEBUG)
-    wrong = broker.connection.with_changes(username=secret_user.name, password=distinctive_password())
-    closed = wrong.with_changes(amqp_port=1, management_port=1)
+    wrong = replace(broker.connection, username=secret_user.name, password=distinctive_password())
+    closed = replace(wrong, amqp_port=1, management_port=1)
     location = (tmp_path / "b").as_uri()
     attempts = {
         "management login": lambda: ManagementClient(wrong).version(),

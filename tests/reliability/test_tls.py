@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -121,8 +122,8 @@ def test_capture_definitions_restore_and_stream_protocol_all_run_over_tls(tls_br
 def test_a_wrong_ca_or_host_name_is_refused_clearly_on_every_protocol(tls_broker, tls_vhost, mistake):
     # Given a connection that trusts another CA, or names the broker by an address its certificate does not
     connection, _, other_ca = tls_broker
-    wrong = (connection.with_changes(ca_file=str(other_ca)) if mistake == "wrong CA"
-             else connection.with_changes(host="127.0.0.1"))
+    wrong = (replace(connection, ca_file=str(other_ca)) if mistake == "wrong CA"
+             else replace(connection, host="127.0.0.1"))
     expected = "set ca_file" if mistake == "wrong CA" else "host name the certificate names"
     # When each protocol connects, then each refuses with a TLS error saying what to fix
     attempts = {

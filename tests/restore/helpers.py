@@ -13,7 +13,7 @@ from airflow_rbak.backup.run import BackupRun, BackupSettings
 from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueSelector
-from airflow_rbak.broker.pika_connection import blocking_connection
+from airflow_rbak.broker.pika_connection import ConfirmChannel, blocking_connection
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.headers import HeaderValue as H
 from airflow_rbak.codec.properties import PIKA_NAMES
@@ -66,19 +66,15 @@ def publish(connection: RabbitMQConnection, vhost: str, queue: str, start: int, 
     Confirms are awaited together at the end: per-message confirms cost a round trip each.
     """
     with blocking_connection(connection.pika_parameters(vhost)) as conn:
-        impl = conn.channel()._impl  # noqa: SLF001 - pipelined confirms, as the restore publisher does
         acked: set[int] = set()
-        ready: list[bool] = []
 
         def on_confirm(frame: Any) -> None:
             tag = frame.method.delivery_tag
             acked.update(range(1, tag + 1) if frame.method.multiple else (tag,))
 
-        impl.confirm_delivery(ack_nack_callback=on_confirm, callback=lambda _f: ready.append(True))
-        while not ready:
-            conn.process_data_events(time_limit=0.05)
+        channel = ConfirmChannel(conn, on_confirm)  # pipelined confirms, as the restore publisher does
         for i in range(start, start + count):
-            impl.basic_publish("", queue, body_of(i, size), props_of(i, decimal, persistent))
+            channel.publish("", queue, body_of(i, size), props_of(i, decimal, persistent))
         deadline = time.monotonic() + 60
         while len(acked) < count and time.monotonic() < deadline:
             conn.process_data_events(time_limit=0.05)

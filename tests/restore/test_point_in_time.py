@@ -14,8 +14,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from airflow_rbak.broker import queue_run as capture_module  # where a capture stamps backed_up_at
-from airflow_rbak.broker import stream_capture as stream_capture_module
+from airflow_rbak.capture import queue_run as capture_module  # where a capture stamps backed_up_at
+from airflow_rbak.capture import stream_capture as stream_capture_module
 from airflow_rbak.restore import RestoreRun, RestoreSettings
 from tests.restore.helpers import backup, body_of, declare, publish, read_queue
 

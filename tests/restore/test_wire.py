@@ -11,12 +11,13 @@ from airflow_rbak.broker import amqp_types
 from airflow_rbak.codec import BackupRecord, decode_record, encode_record
 from airflow_rbak.codec.headers import HeaderValue as H
 from airflow_rbak.restore.wire import wire_record
+from tests.broker.record_reference import properties_from_record
 from tests.codec.strategies import small_body_records
 from tests.restore.helpers import props_of
 
 
 def _typed_frame(record: BackupRecord) -> bytes:
-    return b"".join(amqp_types.properties_from_record(record).encode())
+    return b"".join(properties_from_record(record).encode())
 
 
 def _check(record: BackupRecord) -> None:

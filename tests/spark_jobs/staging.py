@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from airflow_rbak.broker.checkpoints import CheckpointStore, QueueProgress
-from airflow_rbak.broker.staging import StagedChunk, StagingWriter
+from airflow_rbak.capture.checkpoints import CheckpointStore, QueueProgress
+from airflow_rbak.capture.staging import StagedChunk, StagingWriter
 from airflow_rbak.codec import BackupProperties, BackupRecord, HeaderValue, encode_record
 from airflow_rbak.storage.base import Storage
 

@@ -9,11 +9,11 @@ import pytest
 
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.validate import validate_backup
-from airflow_rbak.backup.writer import BackupWriter
 from airflow_rbak.codec.layout import interim_segment_key
 from airflow_rbak.distributed import compaction as cp
 from airflow_rbak.spark_jobs import compact_segments
 from airflow_rbak.storage import open_storage
+from tests.backup.backup_writer import BackupWriter
 from tests.spark_jobs.conftest import submit
 from tests.spark_jobs.local_spark import LocalSpark
 from tests.spark_jobs.staging import make_record, read_queue_independently

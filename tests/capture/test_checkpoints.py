@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from airflow_rbak.broker.checkpoints import CheckpointStore, QueueProgress, accounted_chunk_keys, write_offsets_summary
+from airflow_rbak.capture.checkpoints import CheckpointStore, QueueProgress, accounted_chunk_keys, write_offsets_summary
 from airflow_rbak.codec.layout import checkpoint_key, state_key
 from airflow_rbak.storage import open_storage
 

@@ -10,13 +10,14 @@ import psutil
 import pytest
 
 from airflow_rbak.broker import amqp_types
-from airflow_rbak.broker.errors import CaptureInterruptedError, DeliveryLimitRiskError, UnsafeQueueError
+from airflow_rbak.capture.errors import CaptureInterruptedError, DeliveryLimitRiskError, UnsafeQueueError
 from airflow_rbak.codec.records import decode_record
 from airflow_rbak.storage import open_storage
+from tests.broker.helpers import declare, depth, publish
+from tests.broker.messages import expected_prefix, sequence_of, split_record
 from tests.reliability.faulty_storage import FaultyStorage
 
-from .helpers import capture_queue, declare, depth, publish
-from .messages import expected_prefix, sequence_of, split_record, staged_json
+from .helpers import capture_queue, staged_json
 
 pytestmark = pytest.mark.broker
 

@@ -8,16 +8,17 @@ from urllib.parse import quote
 import pika
 import pytest
 
-from airflow_rbak.broker.capture import CaptureOptions, QueueCapture
-from airflow_rbak.broker.checkpoints import CheckpointStore
 from airflow_rbak.broker.discovery import describe_queue
-from airflow_rbak.broker.errors import CaptureInterruptedError, ConsumerTimeoutError
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.capture.checkpoints import CheckpointStore
+from airflow_rbak.capture.errors import CaptureInterruptedError, ConsumerTimeoutError
+from airflow_rbak.capture.queue_capture import CaptureOptions, QueueCapture
 from airflow_rbak.storage import open_storage
+from tests.broker.helpers import PLAIN, declare, depth, publish
+from tests.broker.messages import body_of, expected_prefix, sequence_of, split_record
 from tests.reliability.faulty_storage import FaultyStorage
 
-from .helpers import PLAIN, capture_queue, declare, depth, publish
-from .messages import body_of, expected_prefix, sequence_of, split_record, staged_json
+from .helpers import capture_queue, staged_json
 
 pytestmark = pytest.mark.broker
 

@@ -11,7 +11,7 @@ import pika
 import pytest
 
 from airflow_rbak.broker.amqp_types import TypedBasicProperties
-from airflow_rbak.broker.message_identity import (
+from airflow_rbak.capture.message_identity import (
     QUORUM_BROKER_HEADERS,
     STREAM_BROKER_HEADERS,
     fingerprint,

@@ -37,7 +37,11 @@ import logging
 import time
 
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS, close_quietly, open_connection
-from airflow_rbak.broker.capture_options import (  # noqa: F401 - the capture's public names, re-exported
+from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.broker.discovery import QueueInfo, describe_queue
+from airflow_rbak.broker.errors import QueueNotFoundError
+from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.capture.capture_options import (  # noqa: F401 - the capture's public names, re-exported
     MAX_PREFETCH,
     QUORUM_BROKER_HEADERS,
     CaptureOptions,
@@ -45,13 +49,10 @@ from airflow_rbak.broker.capture_options import (  # noqa: F401 - the capture's 
     fingerprint,
     result_from,
 )
-from airflow_rbak.broker.checkpoints import CheckpointStore
-from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.discovery import QueueInfo, describe_queue
-from airflow_rbak.broker.errors import CaptureInterruptedError, QueueNotFoundError, UnsafeQueueError
-from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.broker.queue_features import CaptureMethod, Facts, QueueDecision, decide
-from airflow_rbak.broker.queue_run import QueueRun
+from airflow_rbak.capture.checkpoints import CheckpointStore
+from airflow_rbak.capture.errors import CaptureInterruptedError, UnsafeQueueError
+from airflow_rbak.capture.queue_features import CaptureMethod, Facts, QueueDecision, decide
+from airflow_rbak.capture.queue_run import QueueRun
 from airflow_rbak.storage.base import Storage
 
 log = logging.getLogger(__name__)

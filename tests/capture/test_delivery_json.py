@@ -6,14 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pika import spec
 
-from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.amqp_types import TypedBasicProperties
-from airflow_rbak.broker.delivery_json import delivery_record_json
+from airflow_rbak.capture.delivery_json import delivery_record_json
 from airflow_rbak.codec.headers import HeaderValue
 from airflow_rbak.codec.records import BackupRecord, encode_record
+from tests.broker.record_reference import properties_from_record, record_from_delivery
+from tests.broker.test_amqp_types import EVERY_HEADER, EVERY_PROPERTY, wire_round_trip
 from tests.codec.strategies import small_body_records
-
-from .test_amqp_types import EVERY_HEADER, EVERY_PROPERTY, wire_round_trip
 
 DROP = frozenset({"x-delivery-count"})
 
@@ -21,7 +20,7 @@ DROP = frozenset({"x-delivery-count"})
 def both_ways(method: spec.Basic.Deliver, props: TypedBasicProperties, body: bytes, tag: int | None = None) -> tuple[bytes, bytes]:
     """(fast path, typed path) for one delivery."""
     kwargs = {"queue": "q", "vhost": "v", "backed_up_at": 1_712_756_400_123, "drop_headers": DROP, "delivery_tag": tag}
-    typed = encode_record(amqp_types.record_from_delivery(method, props, body, **kwargs))
+    typed = encode_record(record_from_delivery(method, props, body, **kwargs))
     return delivery_record_json(method, props, body, **kwargs), typed
 
 
@@ -32,7 +31,7 @@ def test_generated_deliveries_give_the_typed_paths_bytes(records, redelivered):
         # Given a message as the broker delivers it (properties through the wire decoder), a broker header added
         if record.properties.timestamp is not None and record.properties.timestamp < 0:
             continue  # the wire's timestamp is unsigned: no broker delivers this one
-        props = wire_round_trip(amqp_types.properties_from_record(record))
+        props = wire_round_trip(properties_from_record(record))
         props.typed_headers = (*(props.typed_headers or ()), ("x-delivery-count", HeaderValue.long(n)))
         method = spec.Basic.Deliver(consumer_tag="rbak-00001", delivery_tag=n + 1, redelivered=redelivered,
                                     exchange=record.exchange, routing_key=record.routing_key)
@@ -43,7 +42,7 @@ def test_generated_deliveries_give_the_typed_paths_bytes(records, redelivered):
 
 
 def test_non_utf8_short_strings_every_property_and_header_and_an_empty_body():
-    props = wire_round_trip(amqp_types.properties_from_record(
+    props = wire_round_trip(properties_from_record(
         BackupRecord(body=b"", properties=EVERY_PROPERTY, headers=EVERY_HEADER)))
     props.message_id, props.app_id = b"\xff\xfeid", b"ok"  # pika gives bytes for a short string that is not UTF-8
     method = spec.Basic.Deliver(consumer_tag="c", delivery_tag=3, redelivered=True, exchange="ex", routing_key="rk")

@@ -11,7 +11,7 @@ time, source queue and vhost. :func:`identity` builds it from a delivery, for
 both.
 
 Two digests of it are stored, and they stay byte for byte what they have always
-been (``tests/broker/test_message_identity.py`` pins both): a checkpoint's
+been (``tests/capture/test_message_identity.py`` pins both): a checkpoint's
 ``last_fingerprint`` (:func:`fingerprint`) and a stream's ``last_fingerprint``
 in the manifest (:func:`stream_fingerprint`). A change to either would make
 every stored value stop matching: a resumed capture would refuse its
@@ -27,8 +27,8 @@ from dataclasses import replace
 import orjson
 import pika
 
-from airflow_rbak.broker.amqp_types import record_from_delivery
-from airflow_rbak.codec.records import BackupRecord, encode_record
+from airflow_rbak.capture.delivery_json import delivery_record_json
+from airflow_rbak.codec.records import BackupRecord, decode_record, encode_record
 
 #: Broker-owned headers that are state, not part of the published message: a quorum queue's delivery count...
 QUORUM_BROKER_HEADERS = frozenset({"x-delivery-count"})
@@ -39,10 +39,10 @@ STREAM_BROKER_HEADERS = frozenset({"x-stream-offset"})
 def identity(
     method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes, drop_headers: frozenset[str]
 ) -> BackupRecord:
-    """A delivery's record without its delivery state; ``drop_headers`` are the broker-owned headers the capture drops."""
-    return without_delivery_state(
-        record_from_delivery(method, props, body, queue="", vhost="", backed_up_at=0, drop_headers=drop_headers)
-    )
+    """A delivery's record as the capture stores it, without its delivery state; ``drop_headers`` are the
+    broker-owned headers the capture drops. Built once per staged chunk or stream mark, not per message."""
+    stored = delivery_record_json(method, props, body, queue="", vhost="", backed_up_at=0, drop_headers=drop_headers)
+    return without_delivery_state(decode_record(stored))
 
 
 def without_delivery_state(record: BackupRecord) -> BackupRecord:

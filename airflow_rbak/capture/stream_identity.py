@@ -20,8 +20,8 @@ import pika
 from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS, close_quietly, open_connection
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.errors import CaptureInterruptedError
-from airflow_rbak.broker.message_identity import stream_delivery_fingerprint
+from airflow_rbak.capture.errors import CaptureInterruptedError
+from airflow_rbak.capture.message_identity import stream_delivery_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,8 @@ class StreamMark:
     fingerprint: str | None
 
 
-def _offset_of(props: pika.spec.BasicProperties) -> int | None:
+def offset_of(props: pika.spec.BasicProperties) -> int | None:
+    """A stream delivery's offset (its ``x-stream-offset`` header), or None when it carries none."""
     for key, value in amqp_types.headers_of(props):
         if key == OFFSET_HEADER:
             return int(value.value)
@@ -58,7 +59,7 @@ def fingerprint_at(connection: RabbitMQConnection, vhost: str, stream: str, offs
         channel.basic_qos(prefetch_count=64)
 
         def on_message(_ch: object, method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes) -> None:
-            at = _offset_of(props)
+            at = offset_of(props)
             if "offset" in found or at is None or at < offset:
                 return  # a chunk starts before the offset asked for
             found["offset"] = at

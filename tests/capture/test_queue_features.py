@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_rbak.broker.capture_limits import Deadline, drained_by_others
 from airflow_rbak.broker.discovery import QueueInfo
-from airflow_rbak.broker.queue_features import FEATURES, CaptureMethod, Facts, consumer_timeout_ms, decide
+from airflow_rbak.capture.capture_limits import Deadline, drained_by_others
+from airflow_rbak.capture.queue_features import FEATURES, CaptureMethod, Facts, consumer_timeout_ms, decide
+from tests.broker.test_discovery import quorum
 
 V310 = Facts("3.10.8")
 
@@ -104,3 +105,12 @@ def test_the_operations_guide_shows_the_table_the_code_decides_from():
     section = doc.split("\n## Queue features\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| queue feature")]
     assert rows == [f"| {f.name} | {f.action} | {f.why} |" for f in FEATURES]
+
+
+def test_a_counting_limit_leaves_the_queue_out_unless_allowed_and_the_reason_says_how_to_proceed():
+    info, version = quorum(arg=3), "3.10.8"
+
+    refused = decide(info, Facts(version))
+    assert refused.left_out and "delivery limit of 3" in refused.reason and "allow_delivery_count_increase=True" in refused.reason
+    assert decide(info, Facts(version, allow_delivery_count_increase=True)).method is CaptureMethod.CONSUMERS
+    assert not decide(quorum(), Facts(version)).left_out  # no limit: nothing to refuse

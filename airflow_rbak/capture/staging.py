@@ -161,12 +161,12 @@ class StagingWriter:
 
 
 def list_chunks(storage: Storage, backup_id: str, vhost: str, queue: str) -> list[str]:
-    """Keys of a queue's staged chunks in capture order."""
-    return [info.key for info in storage.list(staging_prefix(backup_id, vhost, queue)) if "/chunk-" in info.key]
+    """Keys of a queue's staged chunks in capture order (their names sort that way)."""
+    return sorted(info.key for info in storage.list(staging_prefix(backup_id, vhost, queue)) if "/chunk-" in info.key)
 
 
 def delete_staging(storage: Storage, backup_id: str, vhost: str, queue: str) -> int:
-    """Remove a queue's staged chunks (after the encode job sealed them into segments)."""
+    """Remove a queue's staged chunks (once the manifest that lists their segments is stored); return how many."""
     keys = list_chunks(storage, backup_id, vhost, queue)
     for key in keys:
         storage.delete(key)

@@ -1,6 +1,6 @@
 """One pass over a classic or quorum queue: read it the way its features allow, stage, give everything back.
 
-See :mod:`airflow_rbak.broker.capture` for the design and the measurements behind it.
+See :mod:`airflow_rbak.capture.queue_capture` for the design and the measurements behind it.
 """
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS
-from airflow_rbak.broker.capture_limits import Deadline, drained_by_others, management_counts
-from airflow_rbak.broker.capture_options import CaptureResult
-from airflow_rbak.broker.checkpoints import QueueProgress
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.delivery_json import delivery_record_json
 from airflow_rbak.broker.discovery import QueueInfo
-from airflow_rbak.broker.errors import CaptureIntegrityError, CaptureStalledError, ConsumerTimeoutError, DeliveryLimitRiskError
-from airflow_rbak.broker.message_identity import QUORUM_BROKER_HEADERS, fingerprint, identity
-from airflow_rbak.broker.queue_features import CaptureMethod, QueueDecision, consumer_timeout_ms
-from airflow_rbak.broker.returns import CONSUMERS_PER_CHANNEL
-from airflow_rbak.broker.staging import StagedChunk, StagingWriter
+from airflow_rbak.capture.capture_limits import Deadline, drained_by_others, management_counts
+from airflow_rbak.capture.capture_options import CaptureResult
+from airflow_rbak.capture.checkpoints import QueueProgress
+from airflow_rbak.capture.delivery_json import delivery_record_json
+from airflow_rbak.capture.errors import CaptureIntegrityError, CaptureStalledError, ConsumerTimeoutError, DeliveryLimitRiskError
+from airflow_rbak.capture.message_identity import QUORUM_BROKER_HEADERS, fingerprint, identity
+from airflow_rbak.capture.queue_features import CaptureMethod, QueueDecision, consumer_timeout_ms
+from airflow_rbak.capture.returns import CONSUMERS_PER_CHANNEL
+from airflow_rbak.capture.staging import StagedChunk, StagingWriter
 
 if TYPE_CHECKING:
-    from airflow_rbak.broker.capture import QueueCapture
+    from airflow_rbak.capture.queue_capture import QueueCapture
 
 log = logging.getLogger(__name__)
 

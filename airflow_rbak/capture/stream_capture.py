@@ -22,29 +22,22 @@ from dataclasses import dataclass, replace
 
 import pika
 
-from airflow_rbak.broker import amqp_types, stream_protocol
+from airflow_rbak.broker import stream_protocol
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS, close_quietly, open_connection
-from airflow_rbak.broker.capture_options import CaptureOptions, CaptureResult, result_from
-from airflow_rbak.broker.checkpoints import CheckpointStore, QueueProgress
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.delivery_json import delivery_record_json
 from airflow_rbak.broker.discovery import QueueInfo
-from airflow_rbak.broker.errors import CaptureInterruptedError
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.broker.message_identity import STREAM_BROKER_HEADERS, stream_delivery_fingerprint
-from airflow_rbak.broker.staging import StagedChunk, StagingWriter
-from airflow_rbak.broker.stream_identity import StreamMark, fingerprint_at, resume_offset
+from airflow_rbak.capture.capture_options import CaptureOptions, CaptureResult, result_from
+from airflow_rbak.capture.checkpoints import CheckpointStore, QueueProgress
+from airflow_rbak.capture.delivery_json import delivery_record_json
+from airflow_rbak.capture.errors import CaptureInterruptedError
+from airflow_rbak.capture.message_identity import STREAM_BROKER_HEADERS, stream_delivery_fingerprint
+from airflow_rbak.capture.staging import StagedChunk, StagingWriter
+from airflow_rbak.capture.stream_identity import StreamMark, fingerprint_at, offset_of, resume_offset
 from airflow_rbak.storage.base import Storage
 
 _PREFETCH = 2000
 _ACK_EVERY = 500
-
-
-def _offset_of(props: pika.spec.BasicProperties) -> int:
-    for key, value in amqp_types.headers_of(props):
-        if key == "x-stream-offset":
-            return int(value.value)
-    raise CaptureInterruptedError("a stream delivery carried no x-stream-offset header")
 
 
 @dataclass
@@ -184,7 +177,9 @@ class StreamCapture:
             unacked = [0]
 
             def on_message(ch: object, method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes) -> None:
-                offset = _offset_of(props)
+                offset = offset_of(props)
+                if offset is None:
+                    raise CaptureInterruptedError("a stream delivery carried no x-stream-offset header")
                 unacked[0] += 1
                 if unacked[0] >= _ACK_EVERY:  # acks only grant credit on a stream
                     channel.basic_ack(method.delivery_tag, multiple=True)

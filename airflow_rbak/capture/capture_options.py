@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from airflow_rbak.broker.checkpoints import QueueProgress
-from airflow_rbak.broker.message_identity import QUORUM_BROKER_HEADERS, fingerprint  # noqa: F401 - re-exported
-from airflow_rbak.broker.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
+from airflow_rbak.capture.checkpoints import QueueProgress
+from airflow_rbak.capture.message_identity import QUORUM_BROKER_HEADERS, fingerprint  # noqa: F401 - re-exported
+from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
 from airflow_rbak.codec.constants import Compression
 from airflow_rbak.exceptions import ConfigurationError
 
@@ -72,7 +72,7 @@ class CaptureResult:
     return_wait_s: float = 0.0
     #: Why the queue was left out (nothing was read from it), or None.
     left_out: str | None = None
-    #: How it was read (:class:`~airflow_rbak.broker.queue_features.CaptureMethod`).
+    #: How it was read (:class:`~airflow_rbak.capture.queue_features.CaptureMethod`).
     method: str | None = None
 
 

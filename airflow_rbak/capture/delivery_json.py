@@ -1,9 +1,11 @@
 """A delivered message's record JSON, built straight from pika's objects: the capture's per-message path.
 
-The bytes are exactly ``encode_record(record_from_delivery(...))`` (a test
-holds them equal over generated messages), without a BackupRecord and a
-BackupProperties built and read back for every message: at 1 KiB messages
-that round trip cost as much as pika's own decoding of the delivery.
+The bytes are exactly ``encode_record`` of the delivery's BackupRecord
+(``tests/capture/test_delivery_json.py`` holds them equal, over generated
+messages, to a typed reference in ``tests/broker/record_reference.py``),
+without a BackupRecord and a BackupProperties built and read back for every
+message: at 1 KiB messages that round trip cost as much as pika's own
+decoding of the delivery.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ _PIKA_VALUES = operator.attrgetter(*PIKA_NAMES)
 
 
 def properties_json(props: spec.BasicProperties) -> dict[str, Any]:
-    """The spec's properties object for delivered properties (as ``properties_to_backup(props).to_json()``)."""
+    """The spec's properties object for delivered properties (as ``BackupProperties.to_json()`` writes it)."""
     values: Sequence[Any] = _PIKA_VALUES(props)
     if bytes in map(type, values):  # a short string that was not UTF-8: rare, so checked once for all
         values = [v if name in NUMBER_NAMES else property_text(v) for name, v in zip(PROPERTY_NAMES, values)]

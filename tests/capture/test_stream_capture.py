@@ -5,15 +5,16 @@ from __future__ import annotations
 import pytest
 
 from airflow_rbak.broker import stream_protocol
-from airflow_rbak.broker.capture import CaptureOptions, CaptureResult
-from airflow_rbak.broker.checkpoints import CheckpointStore
 from airflow_rbak.broker.discovery import describe_queue
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.broker.stream_capture import StreamCapture
+from airflow_rbak.capture.checkpoints import CheckpointStore
+from airflow_rbak.capture.queue_capture import CaptureOptions, CaptureResult
+from airflow_rbak.capture.stream_capture import StreamCapture
 from airflow_rbak.storage import open_storage
+from tests.broker.helpers import declare, publish
+from tests.broker.messages import expected_prefix, split_record
 
-from .helpers import declare, publish
-from .messages import expected_prefix, split_record, staged_json
+from .helpers import staged_json
 
 pytestmark = pytest.mark.broker
 SIZE = 512

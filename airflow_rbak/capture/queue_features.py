@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_rbak.broker.discovery import QueueInfo
-from airflow_rbak.broker.returns import ReturnPlan, return_plan
+from airflow_rbak.capture.returns import ReturnPlan, return_plan
 
 #: RabbitMQ's default ``consumer_timeout`` (rabbitmq.conf), in milliseconds.
 DEFAULT_CONSUMER_TIMEOUT_MS = 1_800_000
