@@ -4,9 +4,26 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.wheel import build_wheel, install_wheel
+
+# --- The checkout's wheel, built once per session ----------------------------------
+
+
+@pytest.fixture(scope="session")
+def rbak_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel a user's ``pip`` builds from this checkout (:func:`tests.wheel.build_wheel`)."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def rbak_wheel_site(rbak_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding only the installed wheel: first on ``PYTHONPATH``, the package and its metadata come from it."""
+    return install_wheel(rbak_wheel, tmp_path_factory.mktemp("wheel-site"))
 
 # --- Loopback S3 (moto server, driven by real boto3 over HTTP) -------------------
 

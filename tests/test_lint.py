@@ -1,8 +1,9 @@
-"""Lint, types and layers: ruff over the code and tests, mypy over the package, and the import graph's rules.
+"""Lint, types and layers: ruff over the code and tests, mypy over the package, and the import graph's contracts.
 
-The layer rules (docs/architecture.md) are read from the source with ``ast``, not by importing it: nothing
-below ``hooks/`` imports Airflow, only ``spark_jobs/`` imports pyspark, and ``broker/`` (the RabbitMQ clients)
-never imports ``capture/`` (the engines built on them).
+The layers of docs/architecture.md are import-linter contracts (``[tool.importlinter]`` in pyproject.toml), which
+``lint-imports`` checks on the import graph, imports inside functions and indirect imports included: the layers,
+nothing outside the Airflow face imports Airflow, only ``spark_jobs/`` imports pyspark, the codec is pure, the
+broker clients never import the engines.
 """
 
 from __future__ import annotations
@@ -15,12 +16,18 @@ from pathlib import Path
 
 import pytest
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the tests run on 3.11
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "airflow_rbak"
-#: The Airflow face of the package: the only places that may import Airflow.
-AIRFLOW_FACE = ("hooks", "operators", "provider.py", "links.py", "ui/plugin.py", "ui/app.py", "ui/airflow_runs.py")
-#: The only place that may import pyspark.
-SPARK_JOBS = "spark_jobs"
+#: The Airflow face of the package: the only modules that may import Airflow (the "airflow-face" contract checks the rest).
+AIRFLOW_FACE = ("airflow_rbak.hooks", "airflow_rbak.operators", "airflow_rbak.provider", "airflow_rbak.links",
+                "airflow_rbak.ui.plugin", "airflow_rbak.ui.app", "airflow_rbak.ui.airflow_runs")
+#: The only package that may import pyspark.
+SPARK_JOBS = "airflow_rbak.spark_jobs"
 
 
 def _tool(name: str) -> str:
@@ -35,25 +42,6 @@ def _run(*command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
-def imported_modules(source: str) -> set[str]:
-    """Every module a source file imports, at any depth of the file (absolute names; relative ones are ours)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module)
-    return found
-
-
-def _modules() -> dict[str, set[str]]:
-    return {path.relative_to(PACKAGE).as_posix(): imported_modules(path.read_text()) for path in PACKAGE.rglob("*.py")}
-
-
-def _roots(names: set[str]) -> set[str]:
-    return {name.split(".")[0] for name in names}
-
-
 def test_ruff_finds_nothing():
     done = _run(_tool("ruff"), "check", "airflow_rbak", "tests", "dags", "scripts", "bench", "spark_jobs")
 
@@ -66,33 +54,44 @@ def test_mypy_finds_nothing_in_the_package():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_nothing_below_the_airflow_face_imports_airflow():
-    below = {path: names for path, names in _modules().items() if not path.startswith(AIRFLOW_FACE)}
+def test_the_import_graph_keeps_every_layer_contract():
+    done = _run(_tool("lint-imports"), "--no-logo", "--no-cache")
 
-    offenders = {path: sorted(n for n in names if n.split(".")[0] == "airflow") for path, names in below.items()}
-
-    assert not {path: names for path, names in offenders.items() if names}
-
-
-def test_only_the_spark_jobs_import_pyspark():
-    offenders = {path for path, names in _modules().items() if "pyspark" in _roots(names)
-                 and not path.startswith(f"{SPARK_JOBS}/")}
-
-    assert not offenders
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"Contracts: {len(_contracts())} kept, 0 broken." in done.stdout, done.stdout
 
 
-def test_the_broker_clients_never_import_the_capture_engines():
-    offenders = {path: sorted(n for n in names if n.startswith("airflow_rbak.capture"))
-                 for path, names in _modules().items() if path.startswith("broker/")}
-
-    assert len(offenders) > 5  # the scan sees the broker package
-    assert not {path: names for path, names in offenders.items() if names}
+def _contracts() -> dict[str, dict]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    return {contract["id"]: contract for contract in config["contracts"]}
 
 
-def test_the_scan_sees_imports_inside_functions():
-    source = "def f():\n    from airflow.sdk import BaseOperator\n    import pyspark.sql\n"
+def _package_modules() -> list[str]:
+    """Every module of the package but its root (which holds only ``__version__``), by dotted name."""
+    names = [".".join(path.relative_to(ROOT).with_suffix("").parts) for path in sorted(PACKAGE.rglob("*.py"))]
+    return [name.removesuffix(".__init__") for name in names if name != "airflow_rbak.__init__"]
 
-    assert imported_modules(source) == {"airflow.sdk", "pyspark.sql"}
+
+def _within(module: str, names: list[str] | tuple[str, ...], as_packages: bool = True) -> bool:
+    return any(module == n or (as_packages and module.startswith(f"{n}.")) for n in names)
+
+
+def _sources(contract: dict, module: str) -> bool:
+    return _within(module, contract["source_modules"], contract.get("as_packages", True))
+
+
+def test_the_forbidden_contracts_check_every_module_a_new_package_included():
+    # (the layers contract is exhaustive: lint-imports itself refuses a package that is in no layer)
+    contracts, modules = _contracts(), _package_modules()
+    without_airflow = (contracts["airflow-face"], contracts["airflow-face-ui"])
+
+    assert len(modules) > 100  # the walk sees the package
+    not_checked_for_airflow = [m for m in modules if not _within(m, AIRFLOW_FACE)
+                               and not any(_sources(contract, m) for contract in without_airflow)]
+    not_checked_for_pyspark = [m for m in modules if not _within(m, (SPARK_JOBS,)) and not _sources(contracts["pyspark"], m)]
+    open_to_the_codec = [m for m in modules if not _within(m, ("airflow_rbak.codec", "airflow_rbak.exceptions"))
+                         and not _within(m, contracts["codec-pure"]["forbidden_modules"])]
+    assert (not_checked_for_airflow, not_checked_for_pyspark, open_to_the_codec) == ([], [], [])
 
 
 def _error_classes() -> dict[str, list[str]]:

@@ -114,8 +114,9 @@ def _stream_offsets(entry: QueueBackup | None) -> dict[str, Any]:
     return offsets if isinstance(offsets, dict) else {}
 
 
-def find_base(storage: Storage, backup_id: str, entry: QueueBackup) -> BackupManifest | None:
-    """The complete backup a stream capture continued from, or None when it starts a new chain.
+def find_base(storage: Storage, backup_id: str, entry: QueueBackup) -> tuple[BackupManifest, QueueBackup] | None:
+    """The complete backup a stream capture continued from and its entry of the stream, or None when it starts a new
+    chain.
 
     A capture that continued starts right after the base's last offset (``first == last + 1``; the
     capture checked that the stream still holds the base's last message). A capture from offset 0
@@ -129,7 +130,7 @@ def find_base(storage: Storage, backup_id: str, entry: QueueBackup) -> BackupMan
     for manifest in _complete_newest_first(storage, backup_id):
         base = manifest.queue(entry.vhost, entry.name)
         if base is not None and base.queue_type == "stream" and _stream_offsets(base).get("last") == first - 1:
-            return manifest
+            return manifest, base
     raise ChainBaseMissingError(
         f"backup {backup_id!r} took stream {entry.name!r} of vhost {entry.vhost!r} from offset {first}, after a previous "
         f"backup, but no complete backup in {storage.url} ends at offset {first - 1} (it was removed meanwhile); run the "
@@ -165,11 +166,11 @@ def link_stream_chain(storage: Storage, backup_id: str, entry: QueueBackup) -> s
 
     Every inherited segment must still be present: a chain with a hole would restore with a gap.
     """
-    base_manifest = find_base(storage, backup_id, entry)
-    if base_manifest is None:
+    found = find_base(storage, backup_id, entry)
+    if found is None:
         entry.extensions[CHAIN_BASE] = None
         return None
-    base = base_manifest.queue(entry.vhost, entry.name)
+    base_manifest, base = found
     inherited = sorted(base.segments, key=lambda s: s.sequence)
     for segment in inherited:
         try:

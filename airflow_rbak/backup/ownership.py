@@ -76,7 +76,7 @@ def definitions_defect(manifest: BackupManifest) -> str | None:
 def foreign_objects(manifest: BackupManifest) -> list[tuple[str, str]]:
     """Every (key, reason) the manifest names that is not this backup's own object, in manifest order."""
     found = [pair for q in manifest.queues for pair in queue_defects(manifest, q).items()]
-    if (reason := definitions_defect(manifest)) is not None:
+    if manifest.definitions is not None and (reason := definitions_defect(manifest)) is not None:
         found.append((manifest.definitions.key, reason))
     return found
 

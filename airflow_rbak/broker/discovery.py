@@ -21,7 +21,8 @@ def parse_version(version: str) -> tuple[int, int, int]:
     nums = [int(n) for n in re.findall(r"\d+", version.split("+")[0].split("-")[0])[:3]]
     if not nums:
         raise ConfigurationError(f"cannot read RabbitMQ version {version!r}")
-    return tuple((nums + [0, 0, 0])[:3])  # type: ignore[return-value]
+    major, minor, patch = (nums + [0, 0, 0])[:3]
+    return major, minor, patch
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,13 @@ class QueueSelector:
             raise ConfigurationError(f"unknown queue types {sorted(unknown)}; expected some of {list(QUEUE_TYPES)}")
         if self.min_messages < 0:
             raise ConfigurationError("min_messages must be >= 0")
+
+    @classmethod
+    def from_params(cls, vhosts: Iterable[str] | None = None, include: Iterable[str] | None = None,
+                    exclude: Iterable[str] | None = None, queue_types: Iterable[str] | None = None) -> QueueSelector:
+        """The selector a backup's parameters (DAG params, ``rbak backup --conf``) describe; empty means the default."""
+        return cls(vhosts=tuple(vhosts) if vhosts else None, include=tuple(include or ("*",)), exclude=tuple(exclude or ()),
+                   queue_types=tuple(queue_types) if queue_types else QUEUE_TYPES)
 
     def accepts(self, info: QueueInfo) -> bool:
         if self.vhosts is not None and info.vhost not in self.vhosts:

@@ -33,8 +33,9 @@ def tls_failure(exc: BaseException, where: str) -> BrokerTlsError | None:
         if id(item) in seen or not isinstance(item, BaseException):
             continue
         seen.add(id(item))
-        if getattr(item, "verify_message", None):
-            found = str(item.verify_message)  # the verifier's own words: best
+        verify_message = getattr(item, "verify_message", None)  # ssl.SSLCertVerificationError's
+        if verify_message:
+            found = str(verify_message)  # the verifier's own words: best
             break
         if found is None and "CERTIFICATE_VERIFY_FAILED" in str(item):
             found = "certificate verify failed"

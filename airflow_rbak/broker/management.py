@@ -42,7 +42,9 @@ class ManagementClient:
         # on many hosts) override a session's verify, which would ignore ca_file and refuse the broker.
         self._verify: bool | str = (connection.ca_file or connection.tls_verify) if connection.tls else True
         if connection.tls and connection.cert_file:
-            self._session.cert = (connection.cert_file, connection.key_file)
+            # one file holding the certificate and its key, or the two files
+            key_file = connection.key_file
+            self._session.cert = connection.cert_file if key_file is None else (connection.cert_file, key_file)
 
     def request(self, method: str, url: str, **kwargs: Any) -> requests.Response:
         """One HTTP request on this client's session, verified against the connection's CA."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 from airflow_rbak.broker.amqp_client import close_quietly, open_connection
@@ -73,8 +74,8 @@ def _tags(connection: RabbitMQConnection) -> str:
 def _permissions(connection: RabbitMQConnection, vhost: str) -> str:
     with ManagementClient(connection) as client:
         granted = client.get(f"users/{quote(connection.username, safe='')}/permissions")
-    found = next((p for p in granted if p.get("vhost") == vhost), None)
-    missing = [k for k in REQUIRED_PERMISSIONS if not (found or {}).get(k)]
+    found: dict[str, Any] = next((p for p in granted if p.get("vhost") == vhost), {})
+    missing = [k for k in REQUIRED_PERMISSIONS if not found.get(k)]
     if missing:
         raise RbakError(f"no {'/'.join(missing)} permission (rabbitmqctl set_permissions -p {vhost} "
                         f"{connection.username} '.*' '.*' '.*')")

@@ -11,6 +11,7 @@ decoding of the delivery.
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from typing import Any
 
 from pika import spec
@@ -24,7 +25,7 @@ _PIKA_VALUES = operator.attrgetter(*PIKA_NAMES)
 
 def properties_json(props: spec.BasicProperties) -> dict[str, Any]:
     """The spec's properties object for delivered properties (as ``BackupProperties.to_json()`` writes it)."""
-    values = _PIKA_VALUES(props)
+    values: Sequence[Any] = _PIKA_VALUES(props)
     if bytes in map(type, values):  # a short string that was not UTF-8: rare, so checked once for all
         values = [v if name in NUMBER_NAMES else property_text(v) for name, v in zip(PROPERTY_NAMES, values)]
     return dict(zip(PROPERTY_NAMES, values))

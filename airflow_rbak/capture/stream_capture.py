@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pika
 
@@ -39,6 +39,17 @@ from airflow_rbak.storage.base import Storage
 _PREFETCH = 2000
 _ACK_EVERY = 500
 _STREAM_DROPPED = DROPPED_HEADERS.index(STREAM_BROKER_HEADERS)
+
+
+@dataclass
+class _StreamRead:
+    """One pass over a stream so far: shared by the consumer, the staging writer's seal and its thread's checkpoints."""
+
+    progress: QueueProgress
+    next: int
+    staged: int
+    bytes: int
+    fingerprint: str | None = None  # of the message at the end offset, once this pass read it
 
 
 class StreamCapture:
@@ -135,20 +146,18 @@ class StreamCapture:
         """Stage offsets up to the end; also the last message's fingerprint when this pass read it."""
         end, next_offset = progress.stream_end_offset, progress.stream_next_offset
         assert end is not None and next_offset is not None
-        state = {"progress": progress, "next": next_offset, "staged": progress.staged_records, "bytes": progress.staged_bytes,
-                 "fingerprint": None}
+        state = _StreamRead(progress, next_offset, progress.staged_records, progress.staged_bytes)
 
         def on_chunk(chunk: StagedChunk) -> None:  # on the staging thread: the counts come from when the chunk closed
             staged, staged_bytes, following = chunk.state
-            state["progress"] = QueueProgress(**{**state["progress"].__dict__, "staged_records": staged,
-                                                 "staged_bytes": staged_bytes, "last_chunk": chunk.sequence,
-                                                 "stream_next_offset": following})
-            self.checkpoints.save(state["progress"])
+            state.progress = replace(state.progress, staged_records=staged, staged_bytes=staged_bytes,
+                                     last_chunk=chunk.sequence, stream_next_offset=following)
+            self.checkpoints.save(state.progress)
 
         writer = StagingWriter(self.storage, self.options.backup_id, info.vhost, info.name,
                                next_sequence=progress.last_chunk + 1, compression=self.options.compression,
                                max_records=self.options.chunk_max_records, max_bytes=self.options.chunk_max_bytes,
-                               on_chunk=on_chunk, seal_state=lambda: (state["staged"], state["bytes"], state["next"]),
+                               on_chunk=on_chunk, seal_state=lambda: (state.staged, state.bytes, state.next),
                                background=True)
         try:
             if next_offset <= end:
@@ -156,12 +165,12 @@ class StreamCapture:
             writer.flush()
         finally:
             writer.close()
-        final = QueueProgress(**{**state["progress"].__dict__, "staged_records": state["staged"], "staged_bytes": state["bytes"],
-                                 "stream_next_offset": state["next"], "completed": True})
+        final = replace(state.progress, staged_records=state.staged, staged_bytes=state.bytes, stream_next_offset=state.next,
+                        completed=True)
         self.checkpoints.save(final)
-        return final, state["fingerprint"]
+        return final, state.fingerprint
 
-    def _consume(self, info: QueueInfo, end: int, state: dict, writer: StagingWriter) -> None:
+    def _consume(self, info: QueueInfo, end: int, state: _StreamRead, writer: StagingWriter) -> None:
         conn = open_connection(self.connection, info.vhost)
         try:
             channel = conn.channel()
@@ -176,33 +185,33 @@ class StreamCapture:
                 if unacked[0] >= _ACK_EVERY:  # acks only grant credit on a stream
                     channel.basic_ack(method.delivery_tag, multiple=True)
                     unacked[0] = 0
-                if offset < state["next"] or offset > end:
+                if offset < state.next or offset > end:
                     return
                 now_ms = int(time.time() * 1000)
                 record = stage_delivery(method, props, body, now_ms, _STREAM_DROPPED, delivery_tag=offset)
                 if offset == end:
-                    state["fingerprint"] = stream_delivery_fingerprint(method, props, body)
-                state["next"] = offset + 1
-                state["staged"] += 1
-                state["bytes"] += len(body)
+                    state.fingerprint = stream_delivery_fingerprint(method, props, body)
+                state.next = offset + 1
+                state.staged += 1
+                state.bytes += len(body)
                 writer.add(record, now_ms)
 
-            channel.basic_consume(info.name, on_message, auto_ack=False, arguments={"x-stream-offset": state["next"]})
+            channel.basic_consume(info.name, on_message, auto_ack=False, arguments={"x-stream-offset": state.next})
             idle_since = time.monotonic()
-            while state["next"] <= end:
-                before = state["next"]
+            while state.next <= end:
+                before = state.next
                 conn.process_data_events(time_limit=0.25)
-                if state["next"] != before:
+                if state.next != before:
                     idle_since = time.monotonic()
                 elif time.monotonic() - idle_since > self.options.idle_timeout:
                     raise CaptureInterruptedError(
-                        f"stream {info.name!r} in vhost {info.vhost!r} stopped delivering at offset {state['next']} "
+                        f"stream {info.name!r} in vhost {info.vhost!r} stopped delivering at offset {state.next} "
                         f"(tail at start {end}); the offsets may have been truncated by retention. Re-run to resume."
                     )
         except CONNECTION_ERRORS as exc:
             raise CaptureInterruptedError(
                 f"capture of stream {info.name!r} in vhost {info.vhost!r} was interrupted ({type(exc).__name__}) at "
-                f"offset {state['next']}; a stream is not changed by reading. Re-run the same backup_id to resume."
+                f"offset {state.next}; a stream is not changed by reading. Re-run the same backup_id to resume."
             ) from None
         finally:
             close_quietly(conn)

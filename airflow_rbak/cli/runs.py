@@ -111,10 +111,9 @@ def backup_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     from airflow_rbak.broker.discovery import QueueSelector
 
     conf = read_conf(args)
-    selector = QueueSelector(vhosts=tuple(conf.pop("vhosts")) if conf.get("vhosts") else None,
-                             include=tuple(conf.pop("include", None) or ("*",)),
-                             exclude=tuple(conf.pop("exclude", None) or ()),
-                             **({"queue_types": tuple(conf.pop("queue_types"))} if conf.get("queue_types") else {}))
+    selector = QueueSelector.from_params(conf.pop("vhosts") if conf.get("vhosts") else None, conf.pop("include", None),
+                                         conf.pop("exclude", None),
+                                         conf.pop("queue_types") if conf.get("queue_types") else None)
     conf.pop("vhosts", None)
     if "streams" in conf:
         conf["incremental_streams"] = conf.pop("streams") == "incremental"

@@ -9,7 +9,7 @@ written by a newer tool survives a round trip through this one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypedDict, overload
 
 import orjson
 
@@ -163,21 +163,28 @@ class QueueBackup:
         )
 
 
-#: The sections of a definitions export the manifest counts: (section, count field).
-DEFINITION_COUNTS = (
-    ("vhosts", "vhost_count"), ("queues", "queue_count"), ("exchanges", "exchange_count"), ("users", "user_count"),
-)
+class DefinitionCounts(TypedDict):
+    """The manifest's count fields of a definitions export: how many of each section it holds."""
+
+    vhost_count: int
+    queue_count: int
+    exchange_count: int
+    user_count: int
 
 
-def count_definitions(doc: Any) -> dict[str, int]:
+def count_definitions(doc: Any) -> DefinitionCounts:
     """How many vhosts, queues, exchanges and users a definitions document holds, by count field.
 
     The one summary of an export: the backup and the rebuild write it to the manifest, validate checks it.
     A section that is absent or null counts 0, and so does every section of a document that is not an object.
     """
-    if not isinstance(doc, dict):
-        return dict.fromkeys((name for _section, name in DEFINITION_COUNTS), 0)
-    return {name: len(doc.get(section) or []) for section, name in DEFINITION_COUNTS}
+    sections = doc if isinstance(doc, dict) else {}
+
+    def count(section: str) -> int:
+        return len(sections.get(section) or [])
+
+    return DefinitionCounts(vhost_count=count("vhosts"), queue_count=count("queues"), exchange_count=count("exchanges"),
+                            user_count=count("users"))
 
 
 @dataclass
@@ -206,7 +213,7 @@ class DefinitionsBackup:
     @classmethod
     def from_json(cls, obj: Any, path: str = "definitions") -> DefinitionsBackup:
         obj = _object(obj, path)
-        counts = {n: _int(obj, n, path) for n in (*(name for _section, name in DEFINITION_COUNTS), "size_bytes")}
+        counts = {n: _int(obj, n, path) for n in (*DefinitionCounts.__annotations__, "size_bytes")}
         return cls(key=_str(obj, "key", path), **counts, extensions=_extensions(obj, cls))
 
     @classmethod

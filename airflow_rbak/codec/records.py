@@ -8,8 +8,9 @@ accepts the fields in any order.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy
 import orjson
@@ -24,8 +25,10 @@ except ImportError:  # pragma: no cover - exercised where no compiler was availa
     _speedups = None
 if getattr(_speedups, "API_VERSION", None) != 4:  # pragma: no cover - built from older sources: `pip install -e .`
     _speedups = None
-format_byte_array = getattr(_speedups, "format_byte_array", None)
-parse_byte_array = getattr(_speedups, "parse_byte_array", None)
+#: The accelerator's body-array writer and reader (None without it): ``format_byte_array(body)`` is the JSON array,
+#: ``parse_byte_array(data, offset)`` the bytes of the array at ``offset`` and the offset after it.
+format_byte_array: Callable[[bytes], bytes] | None = getattr(_speedups, "format_byte_array", None)
+parse_byte_array: Callable[[bytes | memoryview, int], tuple[bytes, int]] | None = getattr(_speedups, "parse_byte_array", None)
 
 _PROPERTY_TYPES = tuple(str if p.kind == SHORT_STRING else int for p in PROPERTIES)
 _U8_PROPERTIES = tuple(p.json_name for p in PROPERTIES if p.kind == OCTET)
@@ -59,6 +62,12 @@ class BackupProperties:
     def to_json(self) -> dict[str, Any]:
         """The properties object, every field present, in the spec's order."""
         return dict(zip(PROPERTY_NAMES, _PROPERTY_VALUES(self)))
+
+    @classmethod
+    def from_values(cls, values: Iterable[Any]) -> BackupProperties:
+        """Properties from their values in the table's order (``PROPERTIES``), unchecked, as the constructor takes
+        them: for values that are of each property's type already (a delivery's, decoded by pika)."""
+        return _build(cls, _PROPERTY_SETTERS, values)
 
     @classmethod
     def from_json(cls, data: Any) -> BackupProperties:
@@ -131,7 +140,12 @@ def record_object(
     }
 
 
-def _setters(cls: type) -> tuple:
+T = TypeVar("T")
+#: A slot descriptor's ``__set__``: (instance, value).
+_Setter = Callable[[Any, Any], None]
+
+
+def _setters(cls: type) -> tuple[_Setter, ...]:
     return tuple(cls.__dict__[f.name].__set__ for f in fields(cls))
 
 
@@ -139,7 +153,7 @@ _PROPERTY_SETTERS = _setters(BackupProperties)
 _RECORD_SETTERS = _setters(BackupRecord)
 
 
-def _build(cls: type, setters: tuple, values: Any) -> Any:
+def _build(cls: type[T], setters: tuple[_Setter, ...], values: Iterable[Any]) -> T:
     """Fill a frozen, slotted instance through its slot descriptors.
 
     The generated ``__init__`` of a frozen dataclass goes through
@@ -204,10 +218,11 @@ def _decode_with_body_reader(data: bytes | memoryview) -> BackupRecord | None:
     The generic path then reads whatever this does not take (another key order, whitespace after the array, a
     repeated ``body`` key, malformed JSON), so results and errors are the generic path's.
     """
-    if data[:_BODY_START] != _BODY_FIRST:
+    read_array = parse_byte_array
+    if read_array is None or data[:_BODY_START] != _BODY_FIRST:
         return None
     try:
-        body, end = parse_byte_array(data, _BODY_START)
+        body, end = read_array(data, _BODY_START)
         if data[end : end + 1] != b",":
             return None
         obj = orjson.loads(b"{" + bytes(data[end + 1 :]))
@@ -295,7 +310,14 @@ def _header_value_from_json(data: Any) -> HeaderValue:
 
 # The C reader and writer handle the common shapes and answer None for anything else; they
 # call back here for the header variants they leave to Python (floats, bytes, tables, arrays).
-accelerated_encode = accelerated_decode = accelerated_append = accelerated_read = None
+#: A record's JSON, or None: use the Python path.
+accelerated_encode: Callable[[BackupRecord], bytes | None] | None = None
+#: A record from its JSON, or None: use the Python path.
+accelerated_decode: Callable[[bytes | memoryview], BackupRecord | None] | None = None
+#: Frames a record into the writer's buffer at an offset; the new size, or -1: use the Python path.
+accelerated_append: Callable[[bytearray, int, BackupRecord], int] | None = None
+#: Decodes up to ``limit`` framed records from an offset: (records, the offset after them).
+accelerated_read: Callable[[bytes | memoryview, int, int], tuple[list[BackupRecord], int]] | None = None
 if _speedups is not None:
     _speedups.configure(
         BackupRecord, BackupProperties, tuple((p.json_name, p.kind) for p in PROPERTIES), HeaderValue, VOID_VALUE,

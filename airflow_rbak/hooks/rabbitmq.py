@@ -19,10 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-try:  # Airflow 3
-    from airflow.sdk import BaseHook
-except ImportError:  # pragma: no cover - Airflow 2.x
-    from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
+from airflow.sdk import BaseHook
 
 from airflow_rbak.broker.connection import DEFAULT_AMQPS_PORT, TRUE_TEXTS, RabbitMQConnection
 from airflow_rbak.exceptions import ConfigurationError

@@ -98,11 +98,11 @@ def _base_properties(given: str | None) -> str:
     return text if text.endswith("\n") or not text else text + "\n"
 
 
-def local_python_env(python: str = sys.executable, environ: dict[str, str] | None = None) -> dict[str, str]:
+def local_python_env(python: str = sys.executable, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment that makes spark-submit and its workers use ``python`` (unless already set)."""
-    environ = os.environ if environ is None else environ
-    env = {name: environ.get(name) or python for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    given = os.environ if environ is None else environ
+    env = {name: given.get(name) or python for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     bin_dir = os.path.dirname(python)
-    path = environ.get("PATH", "")
+    path = given.get("PATH", "")
     env["PATH"] = path if path.split(os.pathsep)[0] == bin_dir else os.pathsep.join(filter(None, [bin_dir, path]))
     return env

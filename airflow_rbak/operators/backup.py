@@ -106,12 +106,7 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
         self.max_capture_tasks = max_capture_tasks
 
     def selector(self) -> QueueSelector:
-        return QueueSelector(
-            vhosts=tuple(self.vhosts) if self.vhosts else None,
-            include=tuple(self.include or ("*",)),
-            exclude=tuple(self.exclude or ()),
-            **({"queue_types": tuple(self.queue_types)} if self.queue_types else {}),
-        )
+        return QueueSelector.from_params(self.vhosts, self.include, self.exclude, self.queue_types)
 
     def execute(self, context: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
         selector = run_step("discover", self.selector)

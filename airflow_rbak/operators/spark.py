@@ -58,24 +58,24 @@ class RbakSparkJobOperator(StorageConnectionMixin, SparkSubmitOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]  # the summary is the XCom
         """Submit the job; return its report's summary (the report key is added to it)."""
-        self.report_key = new_report_key(self.backup_id, self.report_job)
-        common = ["--storage-url", self.storage_url, "--backup-id", self.backup_id, "--report-key", self.report_key]
+        report_key = self.report_key = new_report_key(self.backup_id, self.report_job)
+        common = ["--storage-url", self.storage_url, "--backup-id", self.backup_id, "--report-key", report_key]
         self.application_args = [*common, *self.job_arguments(), *(self.application_args or [])]
         if self.ship_package:
             self.py_files = ",".join(filter(None, [self.py_files, build_package_zip(self.package_cache_dir)]))
         try:
             super().execute(context)
         except AirflowException as exc:
-            raise AirflowException(f"{exc}\nRBAK report: {self._summary_or_reason()}") from exc
-        return self._summary()
+            raise AirflowException(f"{exc}\nRBAK report: {self._summary_or_reason(report_key)}") from exc
+        return self._summary(report_key)
 
-    def _summary(self) -> dict[str, Any]:
-        report = load_report(open_storage(self.storage_url), self.report_key, self.report_job)
-        return {**report["summary"], "report_key": self.report_key}
+    def _summary(self, report_key: str) -> dict[str, Any]:
+        report = load_report(open_storage(self.storage_url), report_key, self.report_job)
+        return {**report["summary"], "report_key": report_key}
 
-    def _summary_or_reason(self) -> str:
+    def _summary_or_reason(self, report_key: str) -> str:
         try:
-            return orjson.dumps(self._summary()).decode()
+            return orjson.dumps(self._summary(report_key)).decode()
         except ReportError as exc:
             return f"none ({exc})"
 

@@ -166,23 +166,30 @@ def current_definitions(client: ManagementClient) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
+def _saved_definitions(backup_id: str, definitions_key: str | None) -> str:
+    """The key of the backup's definitions export; a backup without one cannot restore definitions."""
+    if definitions_key is None:
+        raise DefinitionsImportError(f"backup {backup_id!r} holds no definitions; run without restore_definitions")
+    return definitions_key
+
+
 def plan_definitions(client: ManagementClient, storage: Storage, settings: RestoreSettings, backup_id: str,
                      definitions_key: str | None) -> tuple[dict[str, dict[str, Any]], ImportChanges]:
     """The selected definitions per target vhost, and what importing them in the chosen mode would change."""
-    if definitions_key is None:
-        raise DefinitionsImportError(f"backup {backup_id!r} holds no definitions; run without restore_definitions")
-    selected = select_definitions(load_definitions(storage, definitions_key), settings.definitions_selection, settings)
+    saved = load_definitions(storage, _saved_definitions(backup_id, definitions_key))
+    selected = select_definitions(saved, settings.definitions_selection, settings)
     return selected, compare(selected, current_definitions(client), settings.definitions_mode)
 
 
 def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreSettings, backup_id: str,
                         definitions_key: str | None) -> DefinitionsResult:
     """Compare with the target; unless dry run, save the rollback snapshot and the import record, then import."""
-    selected, changes = plan_definitions(client, storage, settings, backup_id, definitions_key)
+    key = _saved_definitions(backup_id, definitions_key)
+    selected, changes = plan_definitions(client, storage, settings, backup_id, key)
     result = DefinitionsResult(dry_run=settings.dry_run, vhosts=counts(selected), changes=changes.to_json())
     if settings.dry_run:
         return result
-    result.rollback_key = save_rollback(client, storage, backup_id, definitions_key)
+    result.rollback_key = save_rollback(client, storage, backup_id, key)
     log.info("saved the target's definitions to %s before import", result.rollback_key)
     record = {"snapshot": result.rollback_key, "mode": changes.mode,
               "created": [{"kind": k, "item": i} for k, i in changes.create],

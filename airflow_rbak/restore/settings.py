@@ -111,6 +111,10 @@ class DefinitionsSelection:
         return cls(**{"vhosts": vhosts, "queues": queues, **given})
 
 
+#: ``RestoreSettings.definitions_selection``'s default, told apart by identity: the restore's own vhosts and queues.
+FOLLOWS_RESTORE = DefinitionsSelection()
+
+
 @dataclass(frozen=True)
 class RestoreSettings:
     """One restore, validated at construction (before any I/O); see the module docstring for formats."""
@@ -121,10 +125,12 @@ class RestoreSettings:
     queues: tuple[str, ...] = ("*",)
     vhost_map: Mapping[str, str] = field(default_factory=dict)
     queue_map: Mapping[str, str] = field(default_factory=dict)
-    time_window_start: int | str | None = None
-    time_window_end: int | str | None = None
+    #: Epoch milliseconds; given as ISO 8601 text too (``parse_time``).
+    time_window_start: int | None = None
+    time_window_end: int | None = None
     restore_definitions: bool = False
-    definitions_selection: DefinitionsSelection | Mapping[str, Any] | None = None
+    #: Given as a mapping too, or None (the default): the restore's own ``vhosts`` and ``queues``.
+    definitions_selection: DefinitionsSelection = FOLLOWS_RESTORE
     publish_mode: str = "queue"
     dry_run: bool = False
     max_publish_rate: float | None = None
@@ -153,7 +159,8 @@ class RestoreSettings:
         if start is not None and end is not None and start > end:
             raise ConfigurationError(f"time_window_start ({start}) is after time_window_end ({end})")
         # By default the definitions of exactly what is restored: a definitions export holds every vhost of the source.
-        selection = DefinitionsSelection.from_value(self.definitions_selection, self.vhosts, self.queues)
+        given = None if self.definitions_selection is FOLLOWS_RESTORE else self.definitions_selection
+        selection = DefinitionsSelection.from_value(given, self.vhosts, self.queues)
         object.__setattr__(self, "definitions_selection", selection)
         if self.publish_mode not in PUBLISH_MODES:
             raise ConfigurationError(f"publish_mode must be one of {list(PUBLISH_MODES)}, got {self.publish_mode!r}")
