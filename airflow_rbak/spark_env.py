@@ -25,7 +25,8 @@ import airflow_rbak
 from airflow_rbak.spark_package import cached_build, default_cache_dir, package_root, sources_digest
 
 #: The distributions the Spark jobs import on executors; their own requirements (without extras) come along.
-EXECUTOR_REQUIREMENTS = ("zstandard", "lz4", "orjson", "numpy", "boto3")
+#: pika: encode decodes each staged delivery's AMQP property list (``capture/staged_delivery.py``).
+EXECUTOR_REQUIREMENTS = ("zstandard", "lz4", "orjson", "numpy", "boto3", "pika")
 #: The folder name executors unpack the archive under (``<archive>#<alias>``).
 ENV_ALIAS = "rbakenv"
 _NAME_RE = re.compile(r"^([A-Za-z0-9_.\-]+)")

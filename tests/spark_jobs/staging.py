@@ -1,13 +1,19 @@
-"""Staging for the Spark job tests, written the way capture writes it (StagingWriter, no broker)."""
+"""Staging for the Spark job tests, written the way capture writes it (deliveries as received, StagingWriter, no
+broker)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from pika import spec
+
+from airflow_rbak.broker.amqp_types import DeliveredProperties
 from airflow_rbak.capture.checkpoints import CheckpointStore, QueueProgress
+from airflow_rbak.capture.staged_delivery import stage_delivery
 from airflow_rbak.capture.staging import StagedChunk, StagingWriter
 from airflow_rbak.codec import BackupProperties, BackupRecord, HeaderValue, encode_record
 from airflow_rbak.storage.base import Storage
+from tests.broker.record_reference import properties_from_record
 
 BASE_TS = 1_712_756_400_000
 
@@ -28,11 +34,19 @@ def make_record(vhost: str, queue: str, i: int) -> BackupRecord:
     )
 
 
+def staged_delivery(record: BackupRecord) -> bytes:
+    """The record's message as the capture stages its delivery (properties as they came over the wire)."""
+    method = spec.Basic.Deliver(consumer_tag="rbak-00001", delivery_tag=record.delivery_tag,
+                                redelivered=record.redelivered, exchange=record.exchange, routing_key=record.routing_key)
+    wire = b"".join(properties_from_record(record).encode())
+    return stage_delivery(method, DeliveredProperties(wire), record.body, record.backed_up_at, 0)
+
+
 def stage_queue(
     storage: Storage, backup_id: str, vhost: str, queue: str, count: int, *, chunk_records: int = 5000
 ) -> list[bytes]:
-    """Stage ``count`` records of one queue in chunks, each committed to its checkpoint as capture commits it;
-    return their JSON in capture order."""
+    """Stage ``count`` records of one queue in chunks, as deliveries the way capture stages them, each chunk committed
+    to its checkpoint as capture commits it; return the records' JSON in capture order (what encode must make)."""
     checkpoints = CheckpointStore(storage, backup_id)
     progress = QueueProgress(backup_id, vhost, queue, "classic", target_count=count)
 
@@ -44,9 +58,9 @@ def stage_queue(
     writer = StagingWriter(storage, backup_id, vhost, queue, max_records=chunk_records, on_chunk=on_chunk)
     staged = []
     for i in range(count):
-        raw = encode_record(make_record(vhost, queue, i))
-        writer.add(raw, BASE_TS + i // 4)
-        staged.append(raw)
+        record = make_record(vhost, queue, i)
+        writer.add(staged_delivery(record), record.backed_up_at)
+        staged.append(encode_record(record))
     writer.flush()
     return staged
 
