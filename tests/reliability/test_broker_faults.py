@@ -31,7 +31,7 @@ from tests.reliability.expect import assert_clear_failure, backed_up, header_ord
 from tests.restore.helpers import backup, declare, publish, read_queue
 
 pytestmark = pytest.mark.broker
-COUNT, SIZE = 3_000, 2_048  # three staging chunks (a chunk ends at 5,000 records or 8 MiB of record JSON: ~8 KiB each here)
+COUNT, SIZE = 3_000, 6_144  # three staging chunks (a chunk ends at 5,000 deliveries or 8 MiB staged: ~6.2 KiB each here)
 RESTORE_COUNT = 2_000
 # The definitions import: 50 queues, each bound from 8 exchanges (850 definitions; the broker creates the
 # exchanges first, then the queues, then the bindings). The broker is stopped once 10 of the 400 exchanges

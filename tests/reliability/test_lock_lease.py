@@ -29,7 +29,7 @@ from tests.reliability import faults
 from tests.reliability.expect import backed_up, published
 from tests.restore.helpers import declare, publish, read_queue
 
-COUNT, SIZE = 3_000, 2_048  # three staging chunks
+COUNT, SIZE = 3_000, 6_144  # three staging chunks (5,000 deliveries or 8 MiB staged each: ~6.2 KiB a message here)
 
 
 class Witness(faults.TriggerStorage):
