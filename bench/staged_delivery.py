@@ -23,7 +23,7 @@ from pika import spec
 from airflow_rbak.broker.amqp_types import DeliveredProperties, TypedBasicProperties
 from airflow_rbak.capture.delivery_json import delivery_record_json
 from airflow_rbak.capture.message_identity import QUORUM_BROKER_HEADERS
-from airflow_rbak.capture.staged_delivery import DROPPED_HEADERS, backed_up_at, record_json, stage_delivery
+from airflow_rbak.capture.staged_delivery import DROPPED_HEADERS, read_staged, stage_delivery
 from airflow_rbak.codec.records import decode_record
 
 STAMP = 1_712_756_400_000
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     items = deliveries(args.count, args.size)
     staged = [stage_delivery(m, DeliveredProperties(raw), body, STAMP, QUORUM) for m, raw, body in items]
-    made = [record_json(s, "orders", "/") for s in staged]
+    made = [read_staged(s, "orders", "/")[0] for s in staged]
 
     def on_receipt() -> None:
         for m, raw, body in items:
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def build_json() -> None:
         for s in staged:
-            record_json(s, "orders", "/"), backed_up_at(s)  # noqa: B018
+            read_staged(s, "orders", "/")
 
     before_c, now_c = timed(on_receipt, args.count, args.repeat), timed(as_received, args.count, args.repeat)
     before_e, now_e = timed(check_json, args.count, args.repeat), timed(build_json, args.count, args.repeat)

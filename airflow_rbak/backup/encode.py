@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from airflow_rbak.backup.writer import QueueSegmentSink
-from airflow_rbak.capture.staged_delivery import StagedRecordError, backed_up_at, record_json
+from airflow_rbak.capture.staged_delivery import StagedRecordError, read_staged
 from airflow_rbak.capture.staging import list_chunks
 from airflow_rbak.codec import QueueBackup, SegmentWriter
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
@@ -29,7 +29,7 @@ def iter_staged_json(
         header, payload = decode_payload(storage.get(key), key, cap)
         for staged in iter_payload(payload, header.record_count, key):
             try:
-                yield record_json(staged, queue, vhost), backed_up_at(staged)
+                yield read_staged(staged, queue, vhost)
             except RbakError as exc:
                 raise StagedRecordError(f"{key}: {exc}") from None
 

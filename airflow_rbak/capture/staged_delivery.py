@@ -76,18 +76,10 @@ def _text_bytes(value: str | bytes) -> bytes:
     return data
 
 
-def backed_up_at(staged: bytes | memoryview) -> int:
-    """A staged record's capture time, without building its JSON."""
+def read_staged(staged: bytes | memoryview, queue: str, vhost: str) -> tuple[bytes, int]:
+    """A staged record's JSON, exactly as the capture would have written it on receipt, and its ``backed_up_at``."""
     if staged[:1] == b"{":
-        return decode_record(staged).backed_up_at
-    return _head(staged)[3]
-
-
-def record_json(staged: bytes | memoryview, queue: str, vhost: str) -> bytes:
-    """The record JSON of a staged record, exactly as the capture would have written it on receipt."""
-    if staged[:1] == b"{":
-        decode_record(staged)  # checked as encode always checked what it sealed
-        return bytes(staged)
+        return bytes(staged), decode_record(staged).backed_up_at  # checked as encode always checked what it sealed
     _fmt, dropped, redelivered, stamp, tag = _head(staged)
     try:
         pos = _HEAD.size
@@ -102,8 +94,9 @@ def record_json(staged: bytes | memoryview, queue: str, vhost: str) -> bytes:
     except (struct.error, IndexError) as exc:
         raise StagedRecordError(f"a staged record is truncated ({exc})") from None
     delivery = _Delivery(exchange, routing_key, tag, bool(redelivered))
-    return delivery_record_json(delivery, props, body, queue=queue, vhost=vhost, backed_up_at=stamp,
-                                drop_headers=DROPPED_HEADERS[dropped])
+    record = delivery_record_json(delivery, props, body, queue=queue, vhost=vhost, backed_up_at=stamp,
+                                  drop_headers=DROPPED_HEADERS[dropped])
+    return record, stamp
 
 
 def _head(staged: bytes | memoryview) -> tuple[int, int, int, int, int]:

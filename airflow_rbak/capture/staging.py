@@ -93,17 +93,17 @@ class StagingWriter:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="rbak-staging") if background else None
         self._storing: Future[StagedChunk] | None = None
 
-    def add(self, record_json: bytes, backed_up_at: int) -> StagedChunk | None:
-        """Add one record's JSON; return the chunk this addition stored, if any (always None in the background:
-        the chunk is handed to the staging thread, and ``on_chunk`` reports it once stored)."""
+    def add(self, record: bytes, backed_up_at: int) -> StagedChunk | None:
+        """Add one staged record (``staged_delivery.py``); return the chunk this addition stored, if any (always
+        None in the background: the chunk is handed to the staging thread, and ``on_chunk`` reports it once stored)."""
         if not self._count:
             self._first = backed_up_at
         self._last = backed_up_at
-        start, end = self._size, self._size + 4 + len(record_json)
+        start, end = self._size, self._size + 4 + len(record)
         if end > len(self._buffer):
             self._buffer.extend(bytes(max(end, self.max_bytes) - len(self._buffer)))
-        _LEN.pack_into(self._buffer, start, len(record_json))
-        self._buffer[start + 4 : end] = record_json
+        _LEN.pack_into(self._buffer, start, len(record))
+        self._buffer[start + 4 : end] = record
         self._size = end
         self._count += 1
         if self._count >= self.max_records or end >= self.max_bytes:
