@@ -23,9 +23,10 @@ How it works, and why:
   client memory for 200,000 messages of 32 bytes, against 18 MiB for the
   staircase, which was also no slower).
 * At the end every consumer is cancelled first (nothing can be delivered
-  to us any more), then everything goes back in order, by ``basic.nack``
-  or by closing the consuming channels (:mod:`.returns` says which, and
-  why), and the capture waits until the queue's depth shows them back.
+  to us any more), then everything goes back in order, by closing the
+  channels that hold the messages or by ``basic.nack`` (:mod:`.returns`
+  says which, and why), and the capture waits until the queue's depth
+  shows them back.
   Quorum queues count every return toward ``x-delivery-count``; where a
   delivery limit is in force the capture is refused before the first
   message, unless explicitly allowed (:mod:`.returns`).

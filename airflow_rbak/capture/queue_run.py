@@ -23,7 +23,6 @@ from airflow_rbak.capture.checkpoints import QueueProgress
 from airflow_rbak.capture.errors import CaptureIntegrityError, CaptureStalledError, ConsumerTimeoutError, DeliveryLimitRiskError
 from airflow_rbak.capture.message_identity import QUORUM_BROKER_HEADERS, fingerprint, identity
 from airflow_rbak.capture.queue_features import CaptureMethod, QueueDecision, consumer_timeout_ms
-from airflow_rbak.capture.returns import CONSUMERS_PER_CHANNEL
 from airflow_rbak.capture.staged_delivery import DROPPED_HEADERS, stage_delivery
 from airflow_rbak.capture.staging import StagedChunk, StagingWriter
 
@@ -58,6 +57,7 @@ class QueueRun:
         self.deadline = Deadline(consumer_timeout_ms(info, self.opts.consumer_timeout_ms))
         self.inconclusive = 0
         self.channel_closed_by_broker = False
+        #: For depth queries only: the messages are held on ``channels``, so that closing those can return them.
         self.channel = conn.channel()
         if progress is None:
             progress = QueueProgress(
@@ -70,11 +70,11 @@ class QueueRun:
         self.staged, self.staged_bytes = progress.staged_records, progress.staged_bytes
         self.received = self.requested = 0
         self.return_wait_s = 0.0
-        #: (channel, consumer tag, prefetch) in opening order; ``channels`` are those opened for "close".
+        #: (channel, consumer tag, prefetch) in opening order; ``channels`` hold the messages, in opening order.
         self.consumers: list[tuple[BlockingChannel, str, int]] = []
         self.cancelled: set[str] = set()
         self.channels: list[BlockingChannel] = []
-        #: The highest delivery tag received (tags count up per channel; a nack with ``multiple`` returns all before it).
+        #: The highest delivery tag received (on the one holding channel where the return is a nack with ``multiple``).
         self.last_tag = 0
         self.watch_limit = self.plan.counts and self.plan.limit is not None
         #: The last staged delivery, for the checkpoint's fingerprint (a record is built once per chunk, not per message).
@@ -155,10 +155,10 @@ class QueueRun:
         self.return_wait_s += time.monotonic() - started
         return depth
 
-    def _consumer_channel(self) -> BlockingChannel:
-        if self.plan.method == "nack":
-            return self.channel
-        if len(self.consumers) % CONSUMERS_PER_CHANNEL == 0:
+    def _holding_channel(self) -> BlockingChannel:
+        """The channel the next consumer (or ``basic.get``) receives on: a new one once the last holds enough consumers."""
+        per_channel = self.plan.consumers_per_channel
+        if not self.channels or (per_channel is not None and len(self.consumers) % per_channel == 0 and self.consumers):
             self.channels.append(self.conn.channel())
         return self.channels[-1]
 
@@ -173,7 +173,7 @@ class QueueRun:
         # than the broker does, even when staging holds the consuming thread inside a delivery callback.
         self.deadline.start()
         step = min(self.opts.window, self.target - self.requested)
-        channel = self._consumer_channel()
+        channel = self._holding_channel()
         channel.basic_qos(prefetch_count=step)
         tag = channel.basic_consume(
             self.info.name, self._on_message, auto_ack=False, consumer_tag=f"rbak-{len(self.consumers) + 1:05d}"
@@ -200,6 +200,7 @@ class QueueRun:
                 self._open_consumer()
             before = self.received
             self.conn.process_data_events(time_limit=0.25)
+            self._raise_if_a_holding_channel_closed()
             now = time.monotonic()
             if self.received != before:
                 idle_since = now
@@ -210,18 +211,24 @@ class QueueRun:
         if self.risk is not None:
             raise DeliveryLimitRiskError(self.risk)
 
+    def _raise_if_a_holding_channel_closed(self) -> None:
+        """pika raises a broker's ``channel.close`` only from a call on that channel, and none is made while consuming."""
+        if any(channel.is_closed for channel in self.channels):
+            raise pika.exceptions.ChannelWrongStateError("a channel holding captured messages was closed")
+
     def _consume_by_get(self) -> None:
         """Read with ``basic.get``, which registers no consumer (auto-delete and single-active-consumer queues).
 
         An empty answer is the broker's own, exact: the queue holds nothing more for this capture.
         """
         self.deadline.start()
+        channel = self._holding_channel()
         while self.received < self.target and self.risk is None:
-            method, props, body = self.channel.basic_get(self.info.name, auto_ack=False)
+            method, props, body = channel.basic_get(self.info.name, auto_ack=False)
             if method is None:
                 self._drained()
                 return
-            self._on_message(self.channel, method, props, body)
+            self._on_message(channel, method, props, body)
             if self.received % 1000 == 0:
                 self._check_time()
 
@@ -347,8 +354,8 @@ class QueueRun:
                 channel.basic_cancel(tag)
         if self.plan.method == "close":
             self._close_in_order()
-        elif self.last_tag and self.channel.is_open:  # "nack": every consumer is on this channel
-            self.channel.basic_nack(self.last_tag, multiple=True, requeue=True)
+        elif self.last_tag and self.channels[0].is_open:  # "nack": everything is held on the one channel
+            self.channels[0].basic_nack(self.last_tag, multiple=True, requeue=True)
         self.return_wait_s += time.monotonic() - started
 
     def _receive_the_rest(self, quiet: float = 1.0) -> None:
@@ -367,7 +374,7 @@ class QueueRun:
                 idle_since = time.monotonic()
 
     def _close_in_order(self) -> None:
-        """Close the consuming channels one by one; each waits until the previous one's messages are back.
+        """Close the holding channels one by one; each waits until the previous one's messages are back.
 
         The broker returns a closed channel's messages when it sees the channel's process end, and two
         channels' ends carry no order between them: without the wait a later group could queue first.

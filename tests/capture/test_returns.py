@@ -19,7 +19,11 @@ def test_returns_count_toward_the_limit_before_4_3(version, limit, counts):
     assert (plan.limit, plan.counts) == (limit, counts)
     # where a nack counts anyway, closing the channels returns far more cheaply (returns.py); from 4.3 it does not
     assert plan.method == ("close" if counts else "nack")
+    # and a closed channel's consumers come back in tag order only up to 32 of them
+    assert plan.consumers_per_channel == (32 if counts else None)
 
 
-def test_classic_queues_are_returned_by_nack_and_never_count():
-    assert return_plan(QueueInfo("/", "c", "classic"), "3.10.8") == ReturnPlan("nack", counts=False, limit=None)
+def test_classic_queues_are_returned_by_closing_one_channel_and_never_count():
+    plan = return_plan(QueueInfo("/", "c", "classic"), "3.10.8")
+
+    assert plan == ReturnPlan("close", counts=False, limit=None, consumers_per_channel=None)
