@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -52,6 +53,19 @@ def _env() -> dict[str, str]:
     return dict(os.environ)
 
 
+@contextmanager
+def _node_for_session(env: dict[str, str]) -> Iterator[None]:
+    """Start the private node unless it runs already, and stop it at the end only if this session started it, so
+    that ``make test`` leaves no broker behind; ``RBAK_KEEP_BROKERS=1`` keeps it for the next run."""
+    was_running = subprocess.run([str(SCRIPT), "status"], capture_output=True, env=env).returncode == 0
+    subprocess.run([str(SCRIPT), "start"], check=True, capture_output=True, env=env)
+    try:
+        yield
+    finally:
+        if not was_running and os.environ.get("RBAK_KEEP_BROKERS") != "1":
+            subprocess.run([str(SCRIPT), "stop"], capture_output=True, env=env, timeout=180)
+
+
 @pytest.fixture(scope="session")
 def broker() -> Iterator[Broker]:
     """Start (or reuse) the private node; set RBAK_TEST_AMQP_URL to use an external broker instead."""
@@ -61,14 +75,14 @@ def broker() -> Iterator[Broker]:
         return
     if shutil.which("rabbitmq-server") is None or os.geteuid() != 0:
         pytest.skip("broker tests need rabbitmq-server and root (see scripts/rabbitmq.sh)")
-    subprocess.run([str(SCRIPT), "start"], check=True, capture_output=True, env=_env())
-    yield Broker(
-        RabbitMQConnection(
-            amqp_port=int(os.environ.get("RBAK_AMQP_PORT", 5672)),
-            management_port=int(os.environ.get("RBAK_MGMT_PORT", 15672)),
-            stream_port=int(os.environ.get("RBAK_STREAM_PORT", 5552)),
+    with _node_for_session(_env()):
+        yield Broker(
+            RabbitMQConnection(
+                amqp_port=int(os.environ.get("RBAK_AMQP_PORT", 5672)),
+                management_port=int(os.environ.get("RBAK_MGMT_PORT", 15672)),
+                stream_port=int(os.environ.get("RBAK_STREAM_PORT", 5552)),
+            )
         )
-    )
 
 
 def second_node_env() -> dict[str, str]:
@@ -95,9 +109,9 @@ def second_broker() -> Iterator[Broker]:
     if shutil.which("rabbitmq-server") is None or os.geteuid() != 0:
         pytest.skip("two-cluster tests need rabbitmq-server and root (see scripts/rabbitmq.sh)")
     env = second_node_env()
-    subprocess.run([str(SCRIPT), "start"], check=True, capture_output=True, env=env)
-    yield Broker(RabbitMQConnection(amqp_port=int(env["RBAK_AMQP_PORT"]), management_port=int(env["RBAK_MGMT_PORT"]),
-                                    stream_port=int(env["RBAK_STREAM_PORT"])), env)
+    with _node_for_session(env):
+        yield Broker(RabbitMQConnection(amqp_port=int(env["RBAK_AMQP_PORT"]), management_port=int(env["RBAK_MGMT_PORT"]),
+                                        stream_port=int(env["RBAK_STREAM_PORT"])), env)
 
 
 @pytest.fixture
