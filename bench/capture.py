@@ -31,7 +31,8 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from urllib.parse import quote
 
 import pika
@@ -100,19 +101,26 @@ def run_capture(conn: RabbitMQConnection, vhost: str, queue: str, stream: bool) 
     return seconds, result.bytes, result.return_wait_s, cpu
 
 
-def capture_fresh_queue(conn: RabbitMQConnection, vhost: str, queue_type: str, count: int, size: int) -> tuple[float, ...]:
-    """Fill a queue like the baseline's (untimed) and time its capture, then a second capture of it; return the first's
-    figures (``run_capture``) and the second's seconds."""
-    name = f"captured-{uuid.uuid4().hex[:6]}"
+@contextmanager
+def filled_queue(conn: RabbitMQConnection, vhost: str, queue_type: str, count: int, size: int) -> Iterator[str]:
+    """A new queue of ``queue_type`` holding ``count`` messages from ``publish`` (filled untimed), deleted afterwards."""
+    name = f"{queue_type}-{uuid.uuid4().hex[:6]}"
     with pika.BlockingConnection(conn.pika_parameters(vhost)) as c:
         c.channel().queue_declare(name, durable=True, arguments={"x-queue-type": queue_type})
     publish(conn, vhost, name, count, size)
     try:
-        first = run_capture(conn, vhost, name, False)
-        return (*first, run_capture(conn, vhost, name, False)[0])
+        yield name
     finally:
         with pika.BlockingConnection(conn.pika_parameters(vhost)) as c:
             c.channel().queue_delete(name)
+
+
+def capture_fresh_queue(conn: RabbitMQConnection, vhost: str, queue_type: str, count: int, size: int) -> tuple[float, ...]:
+    """Time the capture of a fresh queue like the baseline's, then a second capture of it; return the first's
+    figures (``run_capture``) and the second's seconds."""
+    with filled_queue(conn, vhost, queue_type, count, size) as name:
+        first = run_capture(conn, vhost, name, False)
+        return (*first, run_capture(conn, vhost, name, False)[0])
 
 
 def paired(capture: Callable[[], tuple[float, ...]], bare: Callable[[], tuple[float, int, float]], repeat: int, count: int) -> dict:
@@ -145,31 +153,20 @@ def bench_type(conn: RabbitMQConnection, api: Callable[..., requests.Response], 
     api("PUT", f"permissions/{quote(vhost, safe='')}/{quote(conn.username, safe='')}", json={"configure": ".*", "write": ".*", "read": ".*"})
     try:
         if queue_type == "stream":  # a stream capture changes nothing: every round reads the same stream
-            with pika.BlockingConnection(conn.pika_parameters(vhost)) as c:
-                c.channel().queue_declare("captured", durable=True, arguments={"x-queue-type": queue_type})
-            publish(conn, vhost, "captured", count, size)
-            capture = lambda: run_capture(conn, vhost, "captured", True)  # noqa: E731
-            bare = lambda: bare_consume(conn, vhost, "captured", count, _PREFETCH, _ACK_EVERY, {"x-stream-offset": 0})  # noqa: E731
-        else:
-            capture = lambda: capture_fresh_queue(conn, vhost, queue_type, count, size)  # noqa: E731
-            bare = lambda: drain_fresh_queue(conn, vhost, queue_type, count, size)  # noqa: E731
-        return paired(capture, bare, repeat, count)
+            with filled_queue(conn, vhost, queue_type, count, size) as name:
+                return paired(lambda: run_capture(conn, vhost, name, True),
+                              lambda: bare_consume(conn, vhost, name, count, _PREFETCH, _ACK_EVERY, {"x-stream-offset": 0}),
+                              repeat, count)
+        return paired(lambda: capture_fresh_queue(conn, vhost, queue_type, count, size),
+                      lambda: drain_fresh_queue(conn, vhost, queue_type, count, size), repeat, count)
     finally:
         api("DELETE", f"vhosts/{quote(vhost, safe='')}")
 
 
 def drain_fresh_queue(conn: RabbitMQConnection, vhost: str, queue_type: str, count: int, size: int) -> tuple[float, int, float]:
-    """Fill an identical queue (untimed), then time a bare consumer draining it."""
-    name = f"bare-{uuid.uuid4().hex[:6]}"
-    with pika.BlockingConnection(conn.pika_parameters(vhost)) as c:
-        c.channel().queue_declare(name, durable=True, arguments={"x-queue-type": queue_type})
-    publish(conn, vhost, name, count, size)
-    window = CaptureOptions("x").window
-    try:
-        return bare_consume(conn, vhost, name, count, window, QUEUE_ACK_EVERY)
-    finally:
-        with pika.BlockingConnection(conn.pika_parameters(vhost)) as c:
-            c.channel().queue_delete(name)
+    """Time a bare consumer draining a fresh queue, filled like the capture's."""
+    with filled_queue(conn, vhost, queue_type, count, size) as name:
+        return bare_consume(conn, vhost, name, count, CaptureOptions("x").window, QUEUE_ACK_EVERY)
 
 
 def default_url() -> str:

@@ -47,32 +47,42 @@ def wait_depth(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str
         time.sleep(0.01)
 
 
+def hold(c: pika.BlockingConnection, holding: pika.adapters.blocking_connection.BlockingChannel, queue: str, count: int,
+         read: str, bodies: list[bytes] | None = None) -> int:
+    """Read ``count`` messages without ack on ``holding`` (consumers of one window each, then cancelled, or
+    ``basic.get``), keeping their bodies in ``bodies`` if given; return the last delivery tag."""
+    last = [0]
+
+    def on_message(_ch: object, method: pika.spec.Basic.Deliver, _props: object, body: bytes) -> None:
+        last[0] = method.delivery_tag
+        if bodies is not None:
+            bodies.append(body)
+
+    if read == "get":
+        for _ in range(count):
+            on_message(None, *holding.basic_get(queue, auto_ack=False))
+        return last[0]
+    tags, requested = [], 0
+    while last[0] < count:  # one channel: its delivery tags count the messages received
+        if last[0] == requested:
+            step = min(WINDOW, count - requested)
+            holding.basic_qos(prefetch_count=step)
+            tags.append(holding.basic_consume(queue, on_message))
+            requested += step
+        c.process_data_events(time_limit=0.1)
+    for tag in tags:
+        holding.basic_cancel(tag)
+    return last[0]
+
+
 def read_and_return(params: pika.ConnectionParameters, queue: str, count: int, read: str, how: str) -> float:
     """Read ``count`` messages without ack, give them back ``how``; seconds until the depth shows them all."""
     with pika.BlockingConnection(params) as c:
         control, holding = c.channel(), c.channel()
-        got, last = [0], [0]
-        if read == "get":
-            for _ in range(count):
-                method, _props, _body = holding.basic_get(queue, auto_ack=False)
-                got[0], last[0] = got[0] + 1, method.delivery_tag
-        else:
-            def on_message(_ch: object, method: pika.spec.Basic.Deliver, _props: object, _body: bytes) -> None:
-                got[0], last[0] = got[0] + 1, method.delivery_tag
-
-            tags, requested = [], 0
-            while got[0] < count:
-                if got[0] == requested:
-                    step = min(WINDOW, count - requested)
-                    holding.basic_qos(prefetch_count=step)
-                    tags.append(holding.basic_consume(queue, on_message))
-                    requested += step
-                c.process_data_events(time_limit=0.1)
-            for tag in tags:
-                holding.basic_cancel(tag)
+        last = hold(c, holding, queue, count, read)
         started = time.perf_counter()
         if how == "nack":
-            holding.basic_nack(last[0], multiple=True, requeue=True)
+            holding.basic_nack(last, multiple=True, requeue=True)
         else:
             holding.close()
         wait_depth(control, queue, count)
@@ -80,20 +90,14 @@ def read_and_return(params: pika.ConnectionParameters, queue: str, count: int, r
 
 
 def in_order(params: pika.ConnectionParameters, queue: str, count: int) -> bool:
-    """Whether the queue holds 0..count-1 in order (read by a consumer, then given back by channel close)."""
-    seen: list[int] = []
+    """Whether the queue holds exactly 0..count-1 in order (all read by consumers, then given back by channel close)."""
+    bodies: list[bytes] = []
     with pika.BlockingConnection(params) as c:
-        holding = c.channel()
-        holding.basic_qos(prefetch_count=min(count, WINDOW))
-        for method, _props, body in holding.consume(queue, inactivity_timeout=5):
-            if method is None:
-                break
-            seen.append(int(body))
-            if len(seen) == min(count, WINDOW):
-                break
-        holding.cancel()
+        control, holding = c.channel(), c.channel()
+        hold(c, holding, queue, count, "consumer", bodies)
         holding.close()
-    return seen == list(range(len(seen))) and len(seen) == min(count, WINDOW)
+        wait_depth(control, queue, count)
+    return [int(body) for body in bodies] == list(range(count))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,8 +20,8 @@ RabbitMQ 3.10.8 (FIELD-NOTES):
 * ``basic.get`` costs a round trip per message (1,000-3,000 msg/s), so it
   is used only where a consumer would do harm. A classic queue takes back
   messages read that way slowly by ``basic.nack`` (2,000 in 0.2 s, 20,000
-  in 65-124 s, the queue answering nothing else meanwhile) but at once
-  when their channel closes (20,000 in 0.08 s, in order): the capture
+  in 65-139 s, the queue answering nothing else meanwhile) but at once
+  when their channel closes (20,000 in 0.07-0.09 s, in order): the capture
   returns them by closing it (:mod:`.returns`).
 * Held messages do not count toward ``max-length``: with
   ``drop-head`` the same oldest messages are dropped on return as would

@@ -158,7 +158,7 @@ class QueueRun:
     def _holding_channel(self) -> BlockingChannel:
         """The channel the next consumer (or ``basic.get``) receives on: a new one once the last holds enough consumers."""
         per_channel = self.plan.consumers_per_channel
-        if not self.channels or (per_channel is not None and len(self.consumers) % per_channel == 0 and self.consumers):
+        if not self.channels or (per_channel is not None and len(self.consumers) >= per_channel * len(self.channels)):
             self.channels.append(self.conn.channel())
         return self.channels[-1]
 
@@ -247,7 +247,8 @@ class QueueRun:
     def raise_if_timed_out(self, exc: BaseException) -> None:
         """After a channel error: a consumer timeout says so, and what to do (the broker returned the messages).
 
-        pika raises a broker's ``channel.close`` from ``process_data_events`` (or the next call on the channel).
+        pika raises a broker's ``channel.close`` only from the next call on that channel; while consuming,
+        ``_raise_if_a_holding_channel_closed`` notices it instead.
         """
         if isinstance(exc, pika.exceptions.ChannelClosedByBroker) and "timed out" in str(exc.reply_text):
             raise ConsumerTimeoutError(self._timeout_message(

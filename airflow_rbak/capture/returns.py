@@ -7,11 +7,11 @@ delivered to it again). The capture holds them on channels of their own
 
 * ``"close"`` on a classic queue: closing the one channel that holds
   them. A classic queue puts each returned message back at its own
-  position. Measured on 3.10.8 (``bench/capture.py``, FIELD-NOTES): 150,000
-  consumed messages are back 0.1-0.4 s sooner than after one
+  position. Measured on 3.10.8 (``bench/returns.py``, docs/performance.md):
+  150,000 consumed messages are back 0.2-0.5 s sooner than after one
   ``basic.nack(multiple, requeue)``, and 20,000 messages read by
-  ``basic.get`` are back in 0.08 s, against 124 s for the nack (the queue
-  answers nothing else meanwhile).
+  ``basic.get`` are back in 0.07-0.09 s, against 124-139 s for the nack
+  (the queue answers nothing else meanwhile).
 * ``"nack"``: one ``basic.nack(multiple, requeue)`` on that channel.
   Quorum queues from RabbitMQ 4.3, where a nack does not count toward a
   delivery limit and a close does.
