@@ -51,7 +51,7 @@ def check_freshness(storage: Storage, max_age_hours: float, now_ms: int) -> Fres
     """The location's newest complete backup (by ``completed_at``); raises StaleBackupError when too old or absent."""
     if not max_age_hours > 0:
         raise ConfigurationError(f"max_age_hours must be > 0, got {max_age_hours!r}")
-    complete = [s for s in list_backups(storage) if s.status == "complete" and s.completed_at is not None]
+    complete = [s for s in list_backups(storage, now_ms=now_ms) if s.status == "complete" and s.completed_at is not None]
     newest = max(complete, key=lambda s: s.completed_at or 0, default=None)
     found = Freshness(storage.url, max_age_hours) if newest is None else Freshness(
         storage.url, max_age_hours, newest.backup_id, newest.completed_at, (now_ms - (newest.completed_at or 0)) / HOUR_MS)

@@ -1,5 +1,13 @@
 """Lists the backups under a storage location with their state, totals and chain dependencies.
 
+A location is written by more than this tool (people, other tools, hosts with wrong clocks, anyone who may
+put objects), so what a manifest says is checked before it counts. Only a backup with status ``complete``
+counts for ``latest``, freshness and retention's ``keep_last``: its manifest is complete, parses within
+the size cap, names its own folder, was not created or completed after the reader's clock plus
+:data:`MAX_CLOCK_SKEW_MS`, was not rebuilt by ``rbak manifest rebuild``, and every segment and
+definitions object it lists is stored at the size it says. Anything else stays visible with its status and
+the reason (``future``, ``rebuilt``, ``damaged``, ...) and is never counted, nor ever deleted by retention.
+
 A folder without a manifest whose only objects are segments that complete
 backups still list is a *retired* base: retention removed that backup but
 kept the stream segments later backups' chains take from it.
@@ -7,21 +15,26 @@ kept the stream segments later backups' chains take from it.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from airflow_rbak.backup.chain import dependencies
+from airflow_rbak.backup.chain import dependencies, undeclared_owners
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.codec import BackupManifest
-from airflow_rbak.codec.layout import compression_from_key
+from airflow_rbak.codec.layout import compression_from_key, manifest_key
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import Storage
 
+#: How far ahead of the reader's clock a manifest's times may be and still count (hosts' clocks differ).
+MAX_CLOCK_SKEW_MS = 10 * 60 * 1000
+#: The statuses a backup may have; only ``complete`` counts for latest, freshness and keep_last.
+STATUSES = ("complete", "incomplete", "future", "rebuilt", "damaged", "no-manifest", "retired")
 
 @dataclass(frozen=True)
 class BackupSummary:
-    """One backup as ``rbak list`` shows it; ``status`` is complete, incomplete, no-manifest, damaged or retired.
+    """One backup as ``rbak list`` shows it; ``status`` is one of :data:`STATUSES`, ``problem`` says why.
 
     ``depends_on``: the backups whose segments it lists (its stream chains); ``needed_by``: the backups
     that list segments of this one, so retention keeps what they need; ``compression``: the codecs its
@@ -45,49 +58,52 @@ class BackupSummary:
         return asdict(self)
 
 
-def list_backups(storage: Storage, workers: int = 1) -> list[BackupSummary]:
+def list_backups(storage: Storage, workers: int = 1, *, now_ms: int | None = None) -> list[BackupSummary]:
     """Every backup under ``storage``, oldest first (those without a readable manifest last).
 
-    ``workers`` > 1 reads that many manifests at a time: on S3 each read is a round trip, so a
-    catalog of hundreds of backups is bound by latency, not by parsing.
+    One listing of the location gives the backup ids and every object's size, against which each
+    manifest is checked. ``workers`` > 1 reads that many manifests at a time: on S3 each read is a
+    round trip, so a catalog of hundreds of backups is bound by latency, not by parsing.
     """
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    stored = {info.key: info.size for info in storage.list("")}
+    backup_ids = sorted({key.split("/", 1)[0] for key in stored if "/" in key})
     store = ManifestStore(storage)
-    backup_ids = store.backup_ids()
+
+    def summary(backup_id: str) -> BackupSummary:
+        return _summary(store, backup_id, stored, now_ms)
+
     if workers > 1 and len(backup_ids) > 1:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rbak-catalog") as pool:
-            summaries = list(pool.map(lambda backup_id: _summary(store, backup_id), backup_ids))
+            summaries = list(pool.map(summary, backup_ids))
     else:
-        summaries = [_summary(store, backup_id) for backup_id in backup_ids]
+        summaries = [summary(backup_id) for backup_id in backup_ids]
     dependents: dict[str, list[str]] = {}
-    for summary in summaries:
-        for base in summary.depends_on:
-            dependents.setdefault(base, []).append(summary.backup_id)
-    summaries = [_with_dependents(storage, s, tuple(dependents.get(s.backup_id, ()))) for s in summaries]
+    for found in summaries:
+        for base in found.depends_on:
+            dependents.setdefault(base, []).append(found.backup_id)
+    summaries = [_with_dependents(stored, s, tuple(dependents.get(s.backup_id, ()))) for s in summaries]
     return sorted(summaries, key=lambda s: (s.created_at is None, s.created_at or 0, s.backup_id))
 
 
-def _with_dependents(storage: Storage, summary: BackupSummary, needed_by: tuple[str, ...]) -> BackupSummary:
-    if summary.status == "no-manifest" and needed_by and is_retired_folder(storage, summary.backup_id):
+def _with_dependents(stored: dict[str, int], summary: BackupSummary, needed_by: tuple[str, ...]) -> BackupSummary:
+    prefix = f"{summary.backup_id}/queues/"
+    retired = all(key.startswith(prefix) for key in stored if key.startswith(f"{summary.backup_id}/"))
+    if summary.status == "no-manifest" and needed_by and retired:
         return replace(summary, status="retired", needed_by=needed_by,
                        problem=f"removed by retention; holds only stream segments that {', '.join(needed_by)} list")
     return replace(summary, needed_by=needed_by)
 
 
-def is_retired_folder(storage: Storage, backup_id: str) -> bool:
-    """True when a backup folder holds only segments (no manifest, definitions, state): what retention leaves."""
-    prefix = f"{backup_id}/queues/"
-    return all(info.key.startswith(prefix) for info in storage.list(f"{backup_id}/"))
-
-
-def latest_complete(storage: Storage) -> BackupSummary | None:
-    """The most recently created backup that completed, for ``backup_id=latest``."""
-    complete = [s for s in list_backups(storage) if s.status == "complete"]
+def latest_complete(storage: Storage, *, now_ms: int | None = None) -> BackupSummary | None:
+    """The most recently created backup that counts (status ``complete``), for ``backup_id=latest``."""
+    complete = [s for s in list_backups(storage, now_ms=now_ms) if s.status == "complete"]
     return complete[-1] if complete else None
 
 
-def _summary(store: ManifestStore, backup_id: str) -> BackupSummary:
+def _summary(store: ManifestStore, backup_id: str, stored: dict[str, int], now_ms: int) -> BackupSummary:
     try:
-        manifest = store.load(backup_id)
+        manifest = store.load(backup_id, listed_size=stored.get(manifest_key(backup_id)))
     except ManifestNotFoundError:
         return BackupSummary(backup_id, "no-manifest", problem="no manifest.json; try `rbak manifest rebuild`")
     except RbakError as exc:  # a damaged manifest, a stray folder, a storage fault: still list the rest
@@ -96,18 +112,54 @@ def _summary(store: ManifestStore, backup_id: str) -> BackupSummary:
         depends_on = dependencies(manifest)
     except RbakError as exc:
         return BackupSummary(backup_id, "damaged", problem=str(exc))
+    status, problem = _trust(manifest, stored, now_ms)
     return BackupSummary(
         backup_id=backup_id,
-        status="complete" if manifest.completed_at is not None else "incomplete",
+        status=status,
         created_at=manifest.created_at,
         completed_at=manifest.completed_at,
         queues=len(manifest.queues),
         total_messages=manifest.total_messages,
         total_bytes=manifest.total_bytes,
         total_segments=manifest.total_segments,
+        problem=problem,
         depends_on=depends_on,
         compression=segment_compressions(manifest),
     )
+
+
+def _trust(manifest: BackupManifest, stored: dict[str, int], now_ms: int) -> tuple[str, str | None]:
+    """The status a readable manifest earns (see the module docstring), and why when it is not ``complete``."""
+    if manifest.completed_at is None:
+        return "incomplete", None
+    if manifest.completed_at < manifest.created_at:
+        return "damaged", "completed_at is before created_at"
+    ahead = max(manifest.created_at, manifest.completed_at) - now_ms
+    if ahead > MAX_CLOCK_SKEW_MS:
+        return "future", (f"its times are {ahead // 60_000} minutes ahead of this clock (more than "
+                          f"{MAX_CLOCK_SKEW_MS // 60_000} allowed); not counted until then")
+    if "rebuilt" in manifest.extensions:
+        return "rebuilt", "rebuilt by `rbak manifest rebuild`; its times are estimates; restore it by its id"
+    undeclared = undeclared_owners(manifest)
+    if undeclared:
+        return "damaged", f"lists segments of {', '.join(undeclared[:3])} without declaring them in depends_on"
+    missing = _missing_objects(manifest, stored)
+    if missing:
+        return "damaged", missing
+    return "complete", None
+
+
+def _missing_objects(manifest: BackupManifest, stored: dict[str, int]) -> str | None:
+    """Whether every object the manifest lists is stored at the size it gives; one line naming the first that is not."""
+    listed: list[tuple[str, int | None]] = [(s.key, s.size_bytes) for q in manifest.queues for s in q.segments]
+    if manifest.definitions is not None:
+        listed.append((manifest.definitions.key, None))  # its size_bytes is the uncompressed size
+    bad = [(key, size) for key, size in listed if stored.get(key) is None or (size is not None and stored[key] != size)]
+    if not bad:
+        return None
+    key, size = bad[0]
+    what = "is not stored" if stored.get(key) is None else f"is {stored[key]} bytes, not the {size} listed"
+    return f"{len(bad)} listed object(s) missing or of the wrong size: {key[:200]!r} {what}"
 
 
 def segment_compressions(manifest: BackupManifest) -> tuple[str, ...]:

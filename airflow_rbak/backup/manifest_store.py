@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from airflow_rbak.codec import BackupManifest
+from airflow_rbak.codec.errors import ManifestError
 from airflow_rbak.codec.layout import check_backup_id, manifest_key
+from airflow_rbak.codec.manifest import MAX_MANIFEST_BYTES, check_manifest_size
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage
 
@@ -18,22 +20,34 @@ class ManifestStore:
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
 
-    def load(self, backup_id: str) -> BackupManifest:
-        """Read and parse a manifest; :class:`ManifestNotFoundError` says how to recover when it is missing."""
+    def load(self, backup_id: str, *, listed_size: int | None = None) -> BackupManifest:
+        """Read and parse a manifest; :class:`ManifestNotFoundError` says how to recover when it is missing.
+
+        Anyone who can write to the location can put a manifest there, so the read is bounded
+        (``listed_size``, the size a listing already gave, refuses an oversized one without reading it)
+        and a manifest that names another backup than its folder is refused.
+        """
         key = manifest_key(check_backup_id(backup_id))
+        if listed_size is not None:
+            check_manifest_size(listed_size, key)
         try:
-            data = self.storage.get(key)
+            data = self.storage.get_range(key, 0, MAX_MANIFEST_BYTES + 1)
         except ObjectNotFoundError:
             raise ManifestNotFoundError(
                 f"{self.storage.url}: backup {backup_id!r} has no manifest.json; "
                 f"if its segments are there, `rbak manifest rebuild --backup-id {backup_id}` recovers one"
             ) from None
-        return BackupManifest.from_bytes(data, name=key)
+        manifest = BackupManifest.from_bytes(data, name=key)
+        if manifest.backup_id != backup_id:
+            raise ManifestError(f"names backup {manifest.backup_id[:200]!r}, not its folder's {backup_id!r}", segment=key)
+        return manifest
 
     def save(self, manifest: BackupManifest, key: str | None = None) -> str:
-        """Write a manifest atomically (storage puts are atomic) and return its key."""
+        """Write a manifest atomically (storage puts are atomic) and return its key; never one readers refuse."""
         key = key or manifest_key(manifest.backup_id)
-        self.storage.put(key, manifest.to_bytes())
+        data = manifest.to_bytes()
+        check_manifest_size(len(data), key)
+        self.storage.put(key, data)
         return key
 
     def backup_ids(self) -> list[str]:

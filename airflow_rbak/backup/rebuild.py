@@ -26,9 +26,14 @@ from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.layout import check_backup_id, compression_from_key, manifest_key, parse_segment_key, queue_prefix
 from airflow_rbak.codec.segment import decode_payload, iter_payload_records
+from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import Storage, StorageError
 
 REBUILT_KEY_SUFFIX = "manifest.rebuilt.json"
+
+
+class NothingToRebuildError(RbakError):
+    """The backup folder holds no segment and no definitions export: there is nothing to rebuild from."""
 
 
 @dataclass
@@ -63,6 +68,11 @@ def rebuild_manifest(
     unrecovered: list[str] = []
     definitions, types, version = _read_definitions(storage, backup_id, unrecovered, max_decompressed_bytes)
     queues = _read_queues(storage, backup_id, types, unrecovered, max_decompressed_bytes)
+    if not queues and definitions is None:  # a typo must not leave an empty "complete" backup behind
+        unreadable = f"; {len(unrecovered)} object(s) could not be read, first: {unrecovered[0]}" if unrecovered else ""
+        raise NothingToRebuildError(f"{storage.url}: backup {backup_id!r} holds no readable segment and no definitions "
+                                    f"export to rebuild a manifest from; nothing was written (is the backup id "
+                                    f"right?){unreadable}")
     manifest = _assemble(backup_id, queues, definitions, version, unrecovered)
     key = _target_key(storage, backup_id, replace)
     ManifestStore(storage).save(manifest, key)

@@ -138,7 +138,7 @@ def _stream_segment_keys(storage: Storage, backup_id: str) -> set[str]:
 
 def apply_retention(storage: Storage, policy: RetentionPolicy, *, now_ms: int, protect: str) -> RetentionResult:
     """Remove what the policy expires, keeping every segment a remaining backup lists; log each decision."""
-    backups = list_backups(storage)
+    backups = list_backups(storage, now_ms=now_ms)
     reasons = retention_decisions(backups, policy, now_ms=now_ms, protect=protect)
     result = RetentionResult(kept={k: v for k, v in reasons.items() if v is not None})
     expired = select_expired(backups, policy, now_ms=now_ms, protect=protect)

@@ -58,8 +58,12 @@ def describe_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     if args.format == "json":
         _json_line(out, manifest.to_json())
         return 0
-    needed_by = next((s.needed_by for s in list_backups(storage) if s.backup_id == manifest.backup_id), ())
-    out.write(f"backup {manifest.backup_id} ({'complete' if manifest.completed_at is not None else 'INCOMPLETE'})\n")
+    summary = next((s for s in list_backups(storage) if s.backup_id == manifest.backup_id), None)
+    needed_by = summary.needed_by if summary else ()
+    status = summary.status if summary else ("complete" if manifest.completed_at is not None else "incomplete")
+    out.write(f"backup {manifest.backup_id} ({status if status == 'complete' else status.upper()})\n")
+    if summary and summary.problem:
+        out.write(f"  ! {summary.problem}\n")
     out.write(f"  created   {_when(manifest.created_at)}\n  completed {_when(manifest.completed_at)}\n")
     out.write(f"  source    {manifest.source_cluster or '-'} (RabbitMQ {manifest.rabbitmq_version or '?'})\n")
     out.write(

@@ -16,6 +16,11 @@ import orjson
 from airflow_rbak.codec.errors import ManifestError
 
 QUEUE_TYPES = ("classic", "quorum", "stream")
+#: The largest manifest readers accept and the writer produces (64 MiB, about 190,000 segments). A manifest is
+#: read whole and parsed into objects several times its size, so an unbounded one is a way to exhaust memory.
+MAX_MANIFEST_BYTES = 64 * 1024**2
+#: Integers are 64-bit signed in the schema; a larger number is no count or time any writer can mean.
+_INT64_MAX = 2**63 - 1
 
 
 @overload
@@ -30,8 +35,8 @@ def _int(obj: dict[str, Any], name: str, path: str, *, nullable: bool = False, u
     value = obj[name]
     if value is None and nullable:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or (unsigned and value < 0):
-        kind = "a non-negative integer" if unsigned else "an integer"
+    if not isinstance(value, int) or isinstance(value, bool) or (unsigned and value < 0) or abs(value) > _INT64_MAX:
+        kind = "a non-negative 64-bit integer" if unsigned else "a 64-bit integer"
         raise ManifestError(f"{path}.{name} must be {kind}, got {value!r:.40}", segment="manifest.json")
     return value
 
@@ -294,7 +299,8 @@ class BackupManifest:
 
     @classmethod
     def from_bytes(cls, data: bytes, name: str = "manifest.json") -> BackupManifest:
-        """Parse a manifest file; :class:`ManifestError` names what is wrong."""
+        """Parse a manifest file; :class:`ManifestError` names what is wrong (also when it is over the cap)."""
+        check_manifest_size(len(data), name)
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
@@ -303,3 +309,10 @@ class BackupManifest:
             return cls.from_json(obj)
         except ManifestError as exc:
             raise ManifestError(exc.reason, segment=name) from None
+
+
+def check_manifest_size(size: int, name: str = "manifest.json") -> None:
+    """Refuse a manifest over :data:`MAX_MANIFEST_BYTES` before it is read or written."""
+    if size > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"{size} bytes, over the {MAX_MANIFEST_BYTES // 1024**2} MiB a manifest may hold",
+                            segment=name)
