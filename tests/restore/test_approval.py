@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from airflow_rbak.restore import QueuePlan, RestorePlan, RestoreRejectedError, RestoreSettings
 from airflow_rbak.display import printable
+from airflow_rbak.restore import QueuePlan, RestorePlan, RestoreRejectedError, RestoreSettings
 from airflow_rbak.restore.approval import QUEUES_SHOWN, approval_body, approval_not_needed, approval_subject, rejection
 
 #: What Airflow's UI renders the request's body with: CommonMark and GFM tables.
