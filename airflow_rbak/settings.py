@@ -12,6 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.storage.url import credentials_refusal, holds_credentials
+
 STORAGE_URL_ENV = "RBAK_STORAGE_URL"
 BACKUP_SCHEDULE_ENV = "RBAK_BACKUP_SCHEDULE"
 VERIFY_SCHEDULE_ENV = "RBAK_VERIFY_SCHEDULE"
@@ -33,18 +36,28 @@ def airflow_home() -> Path:
 
 
 def default_storage_url() -> str:
-    """``$RBAK_STORAGE_URL``, else ``$AIRFLOW_HOME/rbak-backups`` as a file URL: where every DAG looks first."""
-    configured = os.environ.get(STORAGE_URL_ENV, "").strip()
-    return configured or (airflow_home() / "rbak-backups").resolve().as_uri()
+    """``$RBAK_STORAGE_URL``, else ``$AIRFLOW_HOME/rbak-backups`` as a file URL: where every DAG looks first.
+
+    A URL holding credentials is refused here, before it becomes a DAG param's default that every viewer sees.
+    """
+    configured = _configured_storage_url()
+    if holds_credentials(configured):
+        raise ConfigurationError(f"${STORAGE_URL_ENV}: {credentials_refusal(configured)}")
+    return configured
+
+
+def _configured_storage_url() -> str:
+    return os.environ.get(STORAGE_URL_ENV, "").strip() or (airflow_home() / "rbak-backups").resolve().as_uri()
 
 
 def ui_storage_urls() -> list[str]:
     """The locations the Airflow UI's backups view lists: the default storage URL, then ``$RBAK_UI_LOCATIONS``.
 
     ``$RBAK_UI_LOCATIONS`` holds further storage URLs separated by spaces or newlines (storage URLs hold
-    neither, and no credentials: S3 keys come from the AWS chain); each location is listed once.
+    neither, and no credentials: S3 keys come from the AWS chain); each location is listed once. They are
+    returned as configured: the view shows one that holds credentials as refused, never its URL.
     """
-    urls = [default_storage_url(), *os.environ.get(UI_LOCATIONS_ENV, "").split()]
+    urls = [_configured_storage_url(), *os.environ.get(UI_LOCATIONS_ENV, "").split()]
     return list(dict.fromkeys(urls))
 
 

@@ -26,7 +26,6 @@ numbered in their owner's folder from 1 (``segment-0001`` …), while
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
@@ -35,10 +34,11 @@ from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest, QueueBackup
 from airflow_rbak.codec.errors import ManifestError
 from airflow_rbak.codec.layout import check_backup_id, compression_from_key, segment_key
+from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 DEPENDS_ON = "depends_on"
 CHAIN_BASE = "chain_base"

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import os
 import socket
 import threading
@@ -34,10 +33,11 @@ from dataclasses import asdict, dataclass
 import orjson
 
 from airflow_rbak.codec.layout import check_backup_id, lock_key
+from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 #: Seconds between creating the lock and reading it back.
 DEFAULT_CONFIRM_AFTER = 0.2
 #: Seconds between renewals of a working run's lease.

@@ -9,11 +9,12 @@ logs. Restore publishing reports the same way from its confirmed count.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
+
+from airflow_rbak.display import package_logger
 
 #: (messages, bytes) so far, or None before there is any; bytes may be None where they are not counted (restore).
 Sample = Callable[[], "tuple[int, int | None] | None"]
@@ -39,7 +40,7 @@ class ProgressReporter:
     def __init__(self, label: str, sample: Sample, target: int | None, *, interval: float = 10.0,
                  logger: Any = None) -> None:
         self.label, self.sample, self.target, self.interval = label, sample, target, interval
-        self.log = logger or logging.getLogger(__name__)
+        self.log = logger or package_logger(__name__)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"rbak-progress-{label}", daemon=True)
         self._started = 0.0

@@ -19,7 +19,6 @@ with its reason.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -28,11 +27,12 @@ from airflow_rbak.backup.catalog import BackupSummary, list_backups
 from airflow_rbak.backup.chain import referenced_keys
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec.layout import check_backup_id, manifest_key
+from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.base import Storage
 
 _DAY_MS = 86_400_000
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ tests and small installations.
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -52,11 +51,12 @@ from airflow_rbak.capture.stream_identity import StreamMark
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentWriter
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, Compression
 from airflow_rbak.codec.layout import check_backup_id
+from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 #: The backup DAG's ``streams`` param: continue each stream's chain (default), or copy every stream whole.

@@ -34,7 +34,6 @@ How it works, and why:
 
 from __future__ import annotations
 
-import logging
 import time
 
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS, close_quietly, open_connection
@@ -54,9 +53,10 @@ from airflow_rbak.capture.checkpoints import CheckpointStore
 from airflow_rbak.capture.errors import CaptureInterruptedError, UnsafeQueueError
 from airflow_rbak.capture.queue_features import CaptureMethod, Facts, QueueDecision, decide
 from airflow_rbak.capture.queue_run import QueueRun
+from airflow_rbak.display import package_logger
 from airflow_rbak.storage.base import Storage
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 class QueueCapture:

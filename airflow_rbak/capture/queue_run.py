@@ -5,7 +5,6 @@ See :mod:`airflow_rbak.capture.queue_capture` for the design and the measurement
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -25,11 +24,12 @@ from airflow_rbak.capture.message_identity import QUORUM_BROKER_HEADERS, fingerp
 from airflow_rbak.capture.queue_features import CaptureMethod, QueueDecision, consumer_timeout_ms
 from airflow_rbak.capture.staged_delivery import DROPPED_HEADERS, stage_delivery
 from airflow_rbak.capture.staging import StagedChunk, StagingWriter
+from airflow_rbak.display import package_logger
 
 if TYPE_CHECKING:
     from airflow_rbak.capture.queue_capture import QueueCapture
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 def _management_ready(connection: RabbitMQConnection, info: QueueInfo) -> int | None:

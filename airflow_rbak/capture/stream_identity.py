@@ -11,7 +11,6 @@ must be captured from its start.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 
@@ -22,8 +21,9 @@ from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS, close_quietly, op
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.capture.errors import CaptureInterruptedError
 from airflow_rbak.capture.message_identity import stream_delivery_fingerprint
+from airflow_rbak.display import package_logger
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 OFFSET_HEADER = "x-stream-offset"
 

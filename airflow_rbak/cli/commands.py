@@ -1,14 +1,14 @@
-"""The ``rbak`` subcommands: each takes parsed arguments and an output stream, returns an exit code."""
+"""The ``rbak`` subcommands: each takes parsed arguments and an output stream, returns an exit code.
+
+Every line goes out through :mod:`airflow_rbak.cli.output`, so no name in a backup reaches the terminal raw.
+"""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import os
-from typing import IO, Any
+from typing import IO
 from urllib.parse import urlsplit, urlunsplit
-
-import orjson
 
 from airflow_rbak.backup.catalog import list_backups
 from airflow_rbak.backup.chain import chain_owners, dependencies
@@ -16,101 +16,99 @@ from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.rebuild import rebuild_manifest
 from airflow_rbak.backup.validate import validate_backup
+from airflow_rbak.cli.output import json_line, json_safe, say
+from airflow_rbak.cli.runs import BROKER_URL_ENV, broker_connection
 from airflow_rbak.codec import read_header
 from airflow_rbak.codec.records import encode_record
 from airflow_rbak.codec.segment import decode_payload, iter_payload_records
 from airflow_rbak.display import when as _when
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage import open_storage
-from airflow_rbak.storage.base import ObjectNotFoundError, StorageError
+from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 
-def _json_line(out: IO[str], value: Any) -> None:
-    out.write(orjson.dumps(value).decode() + "\n")
+def _open_existing(url: str) -> Storage:
+    """The storage at ``url``, refusing a location that does not exist (a typo must not read as "no backups")."""
+    storage = open_storage(url)
+    storage.check_location()
+    return storage
 
 
 def list_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    summaries = list_backups(open_storage(args.path))
+    summaries = list_backups(_open_existing(args.path))
     if args.format == "json":
-        _json_line(out, [s.to_json() for s in summaries])
+        json_line(out, [s.to_json() for s in summaries])
         return 0
     if not summaries:
-        out.write(f"no backups under {args.path}\n")
+        say(out, f"no backups under {args.path}")
         return 0
-    out.write(f"{'BACKUP ID':30} {'STATUS':12} {'CREATED':23} {'COMPLETED':23} {'QUEUES':>6} {'MESSAGES':>10} {'BYTES':>12}\n")
+    say(out, f"{'BACKUP ID':30} {'STATUS':12} {'CREATED':23} {'COMPLETED':23} {'QUEUES':>6} {'MESSAGES':>10} {'BYTES':>12}")
     for s in summaries:
-        out.write(
-            f"{s.backup_id:30} {s.status:12} {_when(s.created_at):23} {_when(s.completed_at):23} "
-            f"{s.queues:6d} {s.total_messages:10d} {s.total_bytes:12d}\n"
-        )
+        say(out, f"{s.backup_id:30} {s.status:12} {_when(s.created_at):23} {_when(s.completed_at):23} "
+                  f"{s.queues:6d} {s.total_messages:10d} {s.total_bytes:12d}")
         if s.depends_on:
-            out.write(f"  depends on {', '.join(s.depends_on)} (its streams continue their segments)\n")
+            say(out, f"  depends on {', '.join(s.depends_on)} (its streams continue their segments)")
         if s.needed_by:
-            out.write(f"  needed by {', '.join(s.needed_by)}\n")
+            say(out, f"  needed by {', '.join(s.needed_by)}")
         if s.problem:
-            out.write(f"  ! {s.problem}\n")
+            say(out, f"  ! {s.problem}")
     return 0
 
 
 def describe_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    storage = open_storage(args.path)
+    storage = _open_existing(args.path)
     manifest = ManifestStore(storage).load(args.backup_id)
     if args.format == "json":
-        _json_line(out, manifest.to_json())
+        json_line(out, manifest.to_json())
         return 0
     summary = next((s for s in list_backups(storage) if s.backup_id == manifest.backup_id), None)
     needed_by = summary.needed_by if summary else ()
     status = summary.status if summary else ("complete" if manifest.completed_at is not None else "incomplete")
-    out.write(f"backup {manifest.backup_id} ({status if status == 'complete' else status.upper()})\n")
+    say(out, f"backup {manifest.backup_id} ({status if status == 'complete' else status.upper()})")
     if summary and summary.problem:
-        out.write(f"  ! {summary.problem}\n")
-    out.write(f"  created   {_when(manifest.created_at)}\n  completed {_when(manifest.completed_at)}\n")
-    out.write(f"  source    {manifest.source_cluster or '-'} (RabbitMQ {manifest.rabbitmq_version or '?'})\n")
-    out.write(
-        f"  totals    {manifest.total_messages} messages, {manifest.total_segments} segments, {manifest.total_bytes} bytes\n"
-    )
+        say(out, f"  ! {summary.problem}")
+    say(out, f"  created   {_when(manifest.created_at)}")
+    say(out, f"  completed {_when(manifest.completed_at)}")
+    say(out, f"  source    {manifest.source_cluster or '-'} (RabbitMQ {manifest.rabbitmq_version or '?'})")
+    say(out, f"  totals    {manifest.total_messages} messages, {manifest.total_segments} segments, "
+              f"{manifest.total_bytes} bytes")
     if manifest.definitions:
         d = manifest.definitions
-        out.write(
-            f"  definitions {d.key}: {d.vhost_count} vhosts, {d.queue_count} queues, {d.exchange_count} exchanges, "
-            f"{d.user_count} users\n"
-        )
-    out.write(f"  depends on {', '.join(dependencies(manifest)) or 'nothing (restores on its own data alone)'}\n")
-    out.write(f"  needed by {', '.join(needed_by) or 'no other backup'}\n")
-    out.write(f"\n{'VHOST':20} {'QUEUE':30} {'TYPE':8} {'MESSAGES':>10} {'SEGMENTS':>8}  FIRST .. LAST\n")
+        say(out, f"  definitions {d.key}: {d.vhost_count} vhosts, {d.queue_count} queues, {d.exchange_count} exchanges, "
+                  f"{d.user_count} users")
+    say(out, f"  depends on {', '.join(dependencies(manifest)) or 'nothing (restores on its own data alone)'}")
+    say(out, f"  needed by {', '.join(needed_by) or 'no other backup'}")
+    say(out)
+    say(out, f"{'VHOST':20} {'QUEUE':30} {'TYPE':8} {'MESSAGES':>10} {'SEGMENTS':>8}  FIRST .. LAST")
     for q in manifest.queues:
-        out.write(
-            f"{q.vhost:20} {q.name:30} {q.queue_type:8} {q.message_count:10d} {len(q.segments):8d}  "
-            f"{_when(q.first_message_timestamp)} .. {_when(q.last_message_timestamp)}\n"
-        )
+        say(out, f"{q.vhost:20} {q.name:30} {q.queue_type:8} {q.message_count:10d} {len(q.segments):8d}  "
+                  f"{_when(q.first_message_timestamp)} .. {_when(q.last_message_timestamp)}")
         owners = chain_owners(q)
         if q.queue_type == "stream" and owners != [manifest.backup_id]:
-            out.write(f"{'':20} chain: segments from {', '.join(owners)}\n")
+            say(out, f"{'':20} chain: segments from {', '.join(owners)}")
     for q in manifest.extensions.get("left_out") or []:
-        out.write(f"{q.get('vhost', '?'):20} {q.get('queue', '?'):30} LEFT OUT: {q.get('reason', '?')}\n")
+        say(out, f"{q.get('vhost', '?'):20} {q.get('queue', '?'):30} LEFT OUT: {q.get('reason', '?')}")
     return 0
 
 
 def validate_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    report = validate_backup(open_storage(args.path), args.backup_id, deep=args.deep)
+    report = validate_backup(_open_existing(args.path), args.backup_id, deep=args.deep)
     if args.format == "json":
-        _json_line(out, report.to_json())
+        json_line(out, report.to_json())
     else:
         mode = "deep" if report.deep else "quick"
         verdict = "valid" if report.valid else f"INVALID, {len(report.defects)} defect(s)"
-        out.write(
-            f"backup {report.backup_id}: {verdict} ({mode}: {report.segments_checked} segments, "
-            f"{report.records_checked} records, {report.bytes_checked} bytes checked)\n"
-        )
+        say(out, f"backup {report.backup_id}: {verdict} ({mode}: {report.segments_checked} segments, "
+                  f"{report.records_checked} records, {report.bytes_checked} bytes checked)")
         for defect in report.defects:
-            out.write(f"  {defect}\n")
+            say(out, f"  {defect}")
     return 0 if report.valid else 1
 
 
 def dump_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     data, name = _read_source(args.source)
     header = read_header(data, name)
-    _json_line(
+    json_line(
         out,
         {
             "segment": name,
@@ -125,64 +123,64 @@ def dump_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     )
     header, payload = decode_payload(data, name)
     for record in iter_payload_records(payload, header.record_count, name):
-        out.write(encode_record(record).decode() + "\n")
+        out.write(json_safe(encode_record(record).decode()) + "\n")
     return 0
 
 
 def rebuild_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    result = rebuild_manifest(open_storage(args.path), args.backup_id, replace=args.replace)
+    result = rebuild_manifest(_open_existing(args.path), args.backup_id, replace=args.replace)
     if args.format == "json":
-        _json_line(out, result.to_json())
+        json_line(out, result.to_json())
         return 0
     m = result.manifest
-    out.write(
-        f"rebuilt manifest of {m.backup_id}: {len(m.queues)} queues, {m.total_segments} segments, "
-        f"{m.total_messages} messages; written to {result.key}\n"
-    )
-    out.write("created_at and completed_at are estimated from record timestamps; source_cluster is unknown\n")
+    say(out, f"rebuilt manifest of {m.backup_id}: {len(m.queues)} queues, {m.total_segments} segments, "
+              f"{m.total_messages} messages; written to {result.key}")
+    say(out, "created_at and completed_at are estimated from record timestamps; source_cluster is unknown")
     for line in result.unrecovered:
-        out.write(f"  not recovered: {line}\n")
+        say(out, f"  not recovered: {line}")
     return 0
 
 
 def rollback_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    """Return a broker's definitions to the snapshot a restore took before importing (see restore.rollback)."""
-    from airflow_rbak.broker.connection import RabbitMQConnection
+    """Return a broker's definitions to the snapshot a restore took before importing (see restore.rollback).
+
+    The broker comes as for ``rbak restore`` (:func:`~airflow_rbak.cli.runs.broker_connection`), never from the
+    command line, where ``ps`` and shell history would keep its password.
+    """
     from airflow_rbak.broker.management import ManagementClient
     from airflow_rbak.restore.rollback import rollback_definitions
 
-    url = args.broker or os.environ.get("RBAK_ROLLBACK_BROKER_URL")
-    if not url:
-        raise ConfigurationError("give the broker as --broker amqp://user:pass@host:5672/?management_port=15672 "
-                                 "(or in RBAK_ROLLBACK_BROKER_URL, which keeps the password off the command line)")
-    with ManagementClient(RabbitMQConnection.from_url(url)) as client:
-        result = rollback_definitions(client, open_storage(args.path), args.backup_id, args.snapshot, dry_run=args.dry_run)
+    if args.broker is not None:
+        raise ConfigurationError(f"--broker is not taken: a password on the command line stays in ps and the shell's "
+                                 f"history; give the broker in ${BROKER_URL_ENV} or in a file named by --broker-file")
+    storage = _open_existing(args.path)
+    with ManagementClient(broker_connection(args)) as client:
+        result = rollback_definitions(client, storage, args.backup_id, args.snapshot, dry_run=args.dry_run)
     if args.format == "json":
-        _json_line(out, result.to_json())
+        json_line(out, result.to_json())
         return 0
     verb = "would" if result.dry_run else "did"
-    out.write(
-        f"rollback to {result.snapshot_key}: {verb} delete {len(result.deleted)} and put back {len(result.restored)} objects\n"
-    )
+    say(out, f"rollback to {result.snapshot_key}: {verb} delete {len(result.deleted)} and put back "
+              f"{len(result.restored)} objects")
     for name in result.deleted:
-        out.write(f"  delete {name}\n")
+        say(out, f"  delete {name}")
     for name in result.restored:
-        out.write(f"  put back {name}\n")
+        say(out, f"  put back {name}")
     return 0
 
 
 def unlock_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     """Remove ``{backup_id}/lock.json``; only for a run known to be gone (a live one would lose its lock)."""
-    lock = BackupLock(open_storage(args.path), args.backup_id)
+    lock = BackupLock(_open_existing(args.path), args.backup_id)
     held = lock.read()
     if held is not None:
         lock.storage.delete(lock.key)
     if args.format == "json":
-        _json_line(out, {"backup_id": args.backup_id, "removed": held is not None, "held_by": held and held.owner})
+        json_line(out, {"backup_id": args.backup_id, "removed": held is not None, "held_by": held and held.owner})
     elif held is None:
-        out.write(f"backup {args.backup_id} is not locked\n")
+        say(out, f"backup {args.backup_id} is not locked")
     else:
-        out.write(f"removed the lock of backup {args.backup_id}, held by {held.describe()}\n")
+        say(out, f"removed the lock of backup {args.backup_id}, held by {held.describe()}")
     return 0
 
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from airflow_rbak import __version__
 from airflow_rbak.cli import commands, runs
+from airflow_rbak.display import printable
 from airflow_rbak.exceptions import RbakError
 
 
@@ -63,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("rollback", "Return a broker's definitions to the snapshot a restore took before importing: delete what "
                             "the import created, put back what it replaced.", definitions)
     _backup_args(p)
-    p.add_argument("--broker", help="amqp://user:pass@host:5672/?management_port=15672 (default: $RBAK_ROLLBACK_BROKER_URL)")
+    runs.add_broker_args(p)
+    p.add_argument("--broker", help=argparse.SUPPRESS)  # refused with a pointer to --broker-file, not echoed
     p.add_argument("--snapshot", help="the snapshot's key (default: the newest rollback-before-import-* of the backup)")
     p.add_argument("--dry-run", action="store_true", help="list what would be deleted and put back; change nothing")
     p.set_defaults(run=commands.rollback_cmd)
@@ -108,7 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str) -> int:
-    print(f"rbak: error: {message}", file=sys.stderr)
+    """One line on stderr; the message may quote a name from a backup, so its control characters show escaped."""
+    print(f"rbak: error: {printable(message)}", file=sys.stderr)
     return 1
 
 

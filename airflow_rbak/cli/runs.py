@@ -21,9 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-import orjson
-
 from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.cli.output import json_line, say
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.settings import default_checkpoint_state, default_storage_url
 
@@ -92,16 +91,16 @@ def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     connection = broker_connection(args)
     report = RestoreRun(connection, settings).run()
     if args.format == "json":
-        out.write(orjson.dumps(report.to_json()).decode() + "\n")
+        json_line(out, report.to_json())
         return 0
     verb = "would publish" if report.dry_run else "published"
-    out.write(f"restore of {report.backup_id} into {report.target_cluster or connection.host}: {report.planned} planned, "
-              f"{verb} {report.published}, {report.unroutable} unroutable\n")
+    say(out, f"restore of {report.backup_id} into {report.target_cluster or connection.host}: {report.planned} planned, "
+             f"{verb} {report.published}, {report.unroutable} unroutable")
     for q in report.queues:
-        out.write(f"  {q['source_vhost']}/{q['source_queue']} -> {q['target_vhost']}/{q['target_queue']}: "
-                  f"{q['published']} now, {q['published_total']} in total\n")
+        say(out, f"  {q['source_vhost']}/{q['source_queue']} -> {q['target_vhost']}/{q['target_queue']}: "
+                 f"{q['published']} now, {q['published_total']} in total")
     if report.definitions:
-        out.write(f"  definitions: {report.definitions}\n")
+        say(out, f"  definitions: {report.definitions}")
     return 0
 
 
@@ -131,10 +130,10 @@ def backup_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     summary = {"backup_id": manifest.backup_id, "queues": len(manifest.queues), "total_messages": manifest.total_messages,
                "total_bytes": manifest.total_bytes, "total_segments": manifest.total_segments}
     if args.format == "json":
-        out.write(orjson.dumps(summary).decode() + "\n")
+        json_line(out, summary)
     else:
-        out.write(f"backup {manifest.backup_id} complete: {summary['queues']} queues, {summary['total_messages']} messages, "
-                  f"{summary['total_bytes']} bytes in {summary['total_segments']} segments\n")
+        say(out, f"backup {manifest.backup_id} complete: {summary['queues']} queues, {summary['total_messages']} "
+                 f"messages, {summary['total_bytes']} bytes in {summary['total_segments']} segments")
     return 0
 
 

@@ -23,12 +23,15 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, group_queues
 from airflow_rbak.capture.errors import ConsumerTimeoutError, UnsafeQueueError
 from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
+from airflow_rbak.display import package_logger, printable
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.links import RabbitMQQueueLink, queue_url
 from airflow_rbak.operators import metrics
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 from airflow_rbak.settings import progress_interval_s
+
+log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
 
 T = TypeVar("T")
 
@@ -38,12 +41,12 @@ def run_step(step: str, action: Callable[[], T]) -> T:
     try:
         return action()
     except ConfigurationError as exc:
-        raise AirflowFailException(f"rbak {step} failed: invalid setting: {exc}") from exc
+        raise AirflowFailException(printable(f"rbak {step} failed: invalid setting: {exc}")) from exc
     except (BackupLockedError, BackupAlreadyCompleteError, UnsafeQueueError, ConsumerTimeoutError) as exc:
         # a retry would only be refused again
-        raise AirflowFailException(f"rbak {step} failed: {exc}") from exc
+        raise AirflowFailException(printable(f"rbak {step} failed: {exc}")) from exc
     except RbakError as exc:
-        raise AirflowException(f"rbak {step} failed: {exc}. A re-run resumes where this one stopped.") from exc
+        raise AirflowException(printable(f"rbak {step} failed: {exc}. A re-run resumes where this one stopped.")) from exc
 
 
 def mapped_groups(items: list[T], max_tasks: int) -> list[list[T]]:
@@ -114,10 +117,10 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
                               allow_delivery_count_increase=bool(self.allow_delivery_count_increase))
         found = run_step("discover", run.discover)
         context["ti"].xcom_push(key="summary", value=found.summary())
-        self.log.info("backup %s: %d queues to capture from %s", found.backup_id, len(found.queues),
-                      found.manifest.source_cluster)
+        log.info("backup %s: %d queues to capture from %s", found.backup_id, len(found.queues),
+                 found.manifest.source_cluster)
         for q in found.expected_left_out:
-            self.log.warning("queue %r in vhost %r will be left out: %s", q["queue"], q["vhost"], q["reason"])
+            log.warning("queue %r in vhost %r will be left out: %s", q["queue"], q["vhost"], q["reason"])
         context["ti"].xcom_push(key="queue_refs", value=found.encode_inputs())
         queues = [asdict(q) for q in found.queues]
         return queues if self.max_capture_tasks is None else mapped_groups(queues, int(self.max_capture_tasks))
@@ -178,6 +181,6 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
         """One queue's capture, with its progress logged; the task's link shows the first queue of a group."""
         self.rbak_queue_url = self.rbak_queue_url or queue_url(run.connection.management_base_url, info.vhost, info.name)
         result = asdict(run_step(f"capture of queue {info.name!r} in vhost {info.vhost!r}",
-                                 lambda: run.capture(info, progress_every=self.progress_interval, logger=self.log)))
+                                 lambda: run.capture(info, progress_every=self.progress_interval)))
         metrics.captured(result)
         return result

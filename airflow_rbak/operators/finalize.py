@@ -8,10 +8,13 @@ from typing import Any
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
 from airflow_rbak.backup.retention import RetentionPolicy
+from airflow_rbak.display import package_logger
 from airflow_rbak.links import RbakManifestLink, manifest_url
 from airflow_rbak.operators import metrics
 from airflow_rbak.operators.backup import backup_run, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
+
+log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
 
 #: Every backup location's Asset is attached through this alias (locations are only known at run time).
 BACKUP_ASSET_ALIAS = "rbak-backups"
@@ -50,6 +53,6 @@ class RbakFinalizeManifestOperator(StorageConnectionMixin, BaseOperator):
         self.rbak_manifest_url = manifest_url(str(self.storage_url), backup_id)
         context["outlet_events"][AssetAlias(BACKUP_ASSET_ALIAS)].add(backup_asset(summary["storage_url"]), extra=summary)
         metrics.backup_completed(summary)
-        self.log.info("backup %s complete: %d messages, %.1f MB, %d segments, %s s", backup_id, summary["total_messages"],
-                      summary["total_bytes"] / 1e6, summary["total_segments"], summary["duration_s"])
+        log.info("backup %s complete: %d messages, %.1f MB, %d segments, %s s", backup_id, summary["total_messages"],
+                 summary["total_bytes"] / 1e6, summary["total_segments"], summary["duration_s"])
         return summary

@@ -17,6 +17,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_rbak.backup.progress import ProgressReporter
+from airflow_rbak.display import package_logger
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.operators import metrics
 from airflow_rbak.operators.backup import mapped_groups, run_step
@@ -24,6 +25,8 @@ from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRun, RestoreSettings
 from airflow_rbak.restore.errors import RestoreRefusedError
 from airflow_rbak.settings import progress_interval_s
+
+log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
 
 T = TypeVar("T")
 
@@ -71,7 +74,7 @@ class RbakRestorePlanOperator(RbakRestoreOperator):
         run = self.restore_run()
         plan = restore_step("plan", run.plan)
         for line in plan.summary_lines():
-            self.log.info("%s", line)
+            log.info("%s", line)
         context["ti"].xcom_push(key="plan", value=plan.to_json())
         queues = [{"source_vhost": q.source_vhost, "source_queue": q.source_queue, "target": f"{q.target_vhost}/{q.target_queue}",
                    "records": q.records_in_window, "target_holds": q.target_depth, "adds": q.to_add} for q in plan.queues]
@@ -92,8 +95,8 @@ class RbakRestoreDefinitionsOperator(RbakRestoreOperator):
         if not run.settings.restore_definitions:
             return {"imported": False, "requested": False}
         result = run_step("definitions", lambda: run.definitions(RestorePlan.from_json(dict(self.plan))))
-        self.log.info("definitions: rollback snapshot %s, imported %s, per vhost %s", result.rollback_key, result.imported,
-                      result.vhosts)
+        log.info("definitions: rollback snapshot %s, imported %s, per vhost %s", result.rollback_key, result.imported,
+                 result.vhosts)
         return result.to_json()
 
 
@@ -119,11 +122,11 @@ class RbakRestoreQueueOperator(RbakRestoreOperator):
         name = f"{restore_queue['source_vhost']}/{restore_queue['source_queue']}"
         queue = plan.queue(restore_queue["source_vhost"], restore_queue["source_queue"])
         with ProgressReporter(name, run.published_sampler(plan, queue), queue.records_in_window,
-                              interval=progress_interval_s(), logger=self.log):
+                              interval=progress_interval_s()):
             result = restore_step(f"publish of {name}", lambda: run.publish(plan, queue))
-        self.log.info("%s -> %s/%s: %d published now, %d in total, %d unroutable%s", name, result.target_vhost,
-                      result.target_queue, result.published, result.published_total, len(result.unroutable),
-                      " (dry run)" if result.dry_run else "")
+        log.info("%s -> %s/%s: %d published now, %d in total, %d unroutable%s", name, result.target_vhost,
+                 result.target_queue, result.published, result.published_total, len(result.unroutable),
+                 " (dry run)" if result.dry_run else "")
         metrics.published(result.to_json())
         return result.to_json()
 

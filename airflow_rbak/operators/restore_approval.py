@@ -19,9 +19,12 @@ from airflow.providers.standard.exceptions import HITLRejectException
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_rbak.display import package_logger
 from airflow_rbak.operators.backup import run_step
 from airflow_rbak.restore import RestorePlan, RestoreSettings
 from airflow_rbak.restore.approval import approval_body, approval_not_needed, approval_subject, rejection
+
+log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
 
 
 class RbakRestoreApprovalOperator(ApprovalOperator):
@@ -46,11 +49,11 @@ class RbakRestoreApprovalOperator(ApprovalOperator):
         settings = run_step("approval", lambda: RestoreSettings(**dict(self.restore_settings)))
         skipped = approval_not_needed(settings, self.skip_approval in (True, "True", "true"))  # native or text
         if skipped:
-            self.log.info("no approval asked: %s", skipped)
+            log.info("no approval asked: %s", skipped)
             return {"approved": True, "asked": False, "reason": skipped}
         plan = RestorePlan.from_json(dict(self.plan))
         self.subject, self.body = approval_subject(plan), approval_body(plan, settings, self.rabbitmq_conn_id)
-        self.log.info("waiting for approval of: %s (timeout %s, then rejected)", self.subject, self.response_timeout)
+        log.info("waiting for approval of: %s (timeout %s, then rejected)", self.subject, self.response_timeout)
         return super().execute(context)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:

@@ -8,12 +8,18 @@ cluster name, per queue the records and where they go, and the modes that decide
 what happens to what the target already holds. It never reads a connection, so
 it cannot show a password. A dry run changes nothing and a run with
 ``skip_approval`` (automation) says so up front: neither waits. No Airflow here.
+
+Every name in the request (vhosts, queues, backup ids, the URL, cluster names,
+definitions' labels) comes from a broker anyone with a queue may write to, so
+each goes through :func:`~airflow_rbak.display.md_code`: it is shown literally
+and cannot add rows, lines, links or images to what the approver reads.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
+from airflow_rbak.display import md_code, printable
 from airflow_rbak.restore.errors import RestoreRejectedError
 from airflow_rbak.restore.plan import RestorePlan
 from airflow_rbak.restore.settings import RestoreSettings
@@ -34,8 +40,8 @@ def approval_not_needed(settings: RestoreSettings, skip_approval: bool) -> str |
 def approval_subject(plan: RestorePlan) -> str:
     """One line: which backup, how many records, into which cluster."""
     target = plan.target_cluster or "(target cluster not inspected)"
-    return (f"Restore backup {plan.backup_id}: {plan.records_in_window} records into {len(plan.queues)} queues "
-            f"of {target}?")
+    return printable(f"Restore backup {plan.backup_id}: {plan.records_in_window} records into {len(plan.queues)} "
+                     f"queues of {target}?")
 
 
 def approval_body(plan: RestorePlan, settings: RestoreSettings, rabbitmq_conn_id: str) -> str:
@@ -44,14 +50,15 @@ def approval_body(plan: RestorePlan, settings: RestoreSettings, rabbitmq_conn_id
     same = " (**the same cluster the backup was taken from**)" if same_cluster else ""
     adds = sum(q.to_add for q in plan.queues)
     lines = [
-        f"**Backup** `{plan.backup_id}` from `{plan.storage_url}`, window {_window(plan)}, drawn from "
-        f"{', '.join(f'`{b}`' for b in plan.drawn_from) or 'no segments'}.",
+        f"**Backup** {md_code(plan.backup_id)} from {md_code(plan.storage_url)}, window {_window(plan)}, drawn from "
+        f"{', '.join(md_code(b) for b in plan.drawn_from) or 'no segments'}.",
         "",
-        f"**Target** connection `{rabbitmq_conn_id}`, cluster `{plan.target_cluster or '(not inspected)'}`{same}; "
-        f"source cluster `{plan.source_cluster or '(unknown)'}`.",
+        f"**Target** connection {md_code(rabbitmq_conn_id)}, cluster {md_code(plan.target_cluster or '(not inspected)')}"
+        f"{same}; source cluster {md_code(plan.source_cluster or '(unknown)')}.",
         "",
         f"**Messages**: {plan.records_in_window} records in the window, {adds} to publish now, "
-        f"`publish_mode: {settings.publish_mode}`, `on_existing_messages: {settings.on_existing_messages}`.",
+        f"{md_code(f'publish_mode: {settings.publish_mode}')}, "
+        f"{md_code(f'on_existing_messages: {settings.on_existing_messages}')}.",
         "",
         _definitions_line(plan, settings),
         "",
@@ -60,8 +67,10 @@ def approval_body(plan: RestorePlan, settings: RestoreSettings, rabbitmq_conn_id
     ]
     for q in plan.queues[:QUEUES_SHOWN]:
         holds = "no such queue" if q.target_depth is None else str(q.target_depth)
-        lines.append(f"| `{q.source_vhost}/{q.source_queue}` | {q.queue_type} | `{q.target_vhost}` | `{q.target_queue}` "
-                     f"| {q.records_in_window} | {holds} | {q.to_add} |")
+        cells = [md_code(f"{q.source_vhost}/{q.source_queue}", in_table=True), md_code(q.queue_type, in_table=True),
+                 md_code(q.target_vhost, in_table=True), md_code(q.target_queue, in_table=True),
+                 str(q.records_in_window), holds, str(q.to_add)]
+        lines.append(f"| {' | '.join(cells)} |")
     rest = plan.queues[QUEUES_SHOWN:]
     if rest:
         lines.append(f"| ... and {len(rest)} more queues | | | | {sum(q.records_in_window for q in rest)} | "
@@ -89,9 +98,10 @@ def _definitions_line(plan: RestorePlan, settings: RestoreSettings) -> str:
         return "**Definitions**: not imported (`restore_definitions: false`)."
     changes = plan.definitions_changes or {}
     replaced = "replaced" if settings.definitions_mode == "replace" else "kept"
-    return (f"**Definitions**: imported, `definitions_mode: {settings.definitions_mode}` (a rollback snapshot of the "
-            f"target is saved first). Creates {_labels(changes.get('create'))}; existing and different, {replaced}: "
-            f"{_labels(changes.get('replace'))}; different but kept in either mode: {_labels(changes.get('cannot_replace'))}.")
+    return (f"**Definitions**: imported, {md_code(f'definitions_mode: {settings.definitions_mode}')} (a rollback "
+            f"snapshot of the target is saved first). Creates {_labels(changes.get('create'))}; existing and different, "
+            f"{replaced}: {_labels(changes.get('replace'))}; different but kept in either mode: "
+            f"{_labels(changes.get('cannot_replace'))}.")
 
 
 def _labels(labels: list[str] | None, shown: int = 10) -> str:
@@ -99,7 +109,7 @@ def _labels(labels: list[str] | None, shown: int = 10) -> str:
     if not labels:
         return "nothing"
     more = f" and {len(labels) - shown} more" if len(labels) > shown else ""
-    return f"{len(labels)} ({', '.join(f'`{x}`' for x in labels[:shown])}{more})"
+    return f"{len(labels)} ({', '.join(md_code(x) for x in labels[:shown])}{more})"
 
 
 def _window(plan: RestorePlan) -> str:

@@ -19,7 +19,6 @@ and the run stops before publishing.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -32,13 +31,14 @@ from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.codec import CodecError
 from airflow_rbak.codec.compression import compress, decompress
 from airflow_rbak.codec.layout import compression_from_key, rollback_definitions_key
+from airflow_rbak.display import package_logger
 from airflow_rbak.restore import management_admin
 from airflow_rbak.restore.definitions_diff import ImportChanges, compare, per_vhost
 from airflow_rbak.restore.errors import DefinitionsImportError
 from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings, matches
 from airflow_rbak.storage.base import Storage, StorageError
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 @dataclass

@@ -8,14 +8,13 @@ left alone. Stored through the stream protocol.
 
 from __future__ import annotations
 
-import logging
-
 from airflow_rbak.broker import stream_protocol
 from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.display import package_logger
 from airflow_rbak.restore.checkpoints import CheckpointStore, QueueCheckpoint
 from airflow_rbak.restore.plan import QueuePlan
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 def map_consumer_offsets(checkpoints: CheckpointStore, cp: QueueCheckpoint, queue: QueuePlan) -> dict[str, int]:

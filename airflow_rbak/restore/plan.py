@@ -13,7 +13,6 @@ it skipped. The plan is plain JSON, so it travels between tasks as XCom.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,12 +22,13 @@ from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestSt
 from airflow_rbak.backup.ownership import foreign_objects
 from airflow_rbak.backup.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata, iter_records
+from airflow_rbak.display import package_logger
 from airflow_rbak.restore.checkpoints import QueueCheckpoint
 from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
 from airflow_rbak.restore.settings import RestoreSettings
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 #: Reads of a segment before it is called damaged (a body cut short in transfer is not damage).
 READ_ATTEMPTS = 3
 

@@ -23,7 +23,6 @@ Why it is built this way:
 from __future__ import annotations
 
 import itertools
-import logging
 import time
 from collections import deque
 from dataclasses import dataclass, replace
@@ -32,11 +31,12 @@ import pika
 import pika.exceptions
 
 from airflow_rbak.broker.pika_connection import ConfirmChannel
+from airflow_rbak.display import package_logger
 from airflow_rbak.restore.checkpoints import CheckpointStore, QueueCheckpoint, Unroutable
 from airflow_rbak.restore.errors import PublishError, TargetChangedError
 from airflow_rbak.restore.records import Positioned
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 _COMMIT_EVERY = 500
 _CONFIRM_TIMEOUT = 120.0
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import logging
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -13,6 +12,7 @@ import pika.exceptions
 
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.pika_connection import blocking_connection
+from airflow_rbak.display import package_logger
 from airflow_rbak.restore import target
 from airflow_rbak.restore.checkpoints import CheckpointStore, QueueCheckpoint
 from airflow_rbak.restore.errors import PublishError
@@ -22,7 +22,7 @@ from airflow_rbak.restore.records import Positioned, iter_window_records
 from airflow_rbak.restore.settings import RestoreSettings
 from airflow_rbak.storage.base import Storage
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 _SETTLE_SECONDS = 3.0
 
 

@@ -13,7 +13,6 @@ object is read back and compared with the snapshot.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -21,13 +20,14 @@ from urllib.parse import quote
 import orjson
 
 from airflow_rbak.broker.management import ManagementClient, addressable
+from airflow_rbak.display import package_logger
 from airflow_rbak.restore import management_admin
 from airflow_rbak.restore.definitions import current_definitions, import_record_key, load_definitions
 from airflow_rbak.restore.definitions_diff import IDENTITY, identity, index, label
 from airflow_rbak.restore.errors import DefinitionsImportError, DefinitionsRollbackError
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 _SNAPSHOT_PREFIX = "definitions/rollback-before-import-"
 
 

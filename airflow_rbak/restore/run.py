@@ -11,7 +11,6 @@ and returns plain JSON-able objects, so Airflow can pass them as XCom.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from airflow_rbak.backup.progress import Sample
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.display import package_logger
 from airflow_rbak.restore.checkpoints import open_checkpoint_store
 from airflow_rbak.restore.definitions import DefinitionsResult, plan_definitions, restore_definitions
 from airflow_rbak.restore.errors import RestoreRefusedError, UnroutableMessagesError
@@ -30,7 +30,7 @@ from airflow_rbak.restore.target_check import check_target, inspect_target, refu
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 @dataclass

@@ -18,7 +18,6 @@ a stream's depth is its tail offset + 1.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 
 import pika
@@ -28,12 +27,13 @@ from airflow_rbak.broker import stream_protocol
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.errors import QueueNotFoundError
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.display import package_logger
 from airflow_rbak.restore.checkpoints import CheckpointStore
 from airflow_rbak.restore.errors import RestoreRefusedError
 from airflow_rbak.restore.plan import RestorePlan, queue_checkpoint
 from airflow_rbak.restore.settings import RestoreSettings
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 def inspect_target(plan: RestorePlan, client: ManagementClient, connection: RabbitMQConnection, settings: RestoreSettings,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_rbak.storage.base import (
     InvalidKeyError,
+    MissingLocationError,
     ObjectInfo,
     ObjectNotFoundError,
     Storage,
@@ -39,6 +40,7 @@ __all__ = [
     "InvalidKeyError",
     "MemoryStorage",
     "MemoryStorageConfig",
+    "MissingLocationError",
     "ObjectInfo",
     "ObjectNotFoundError",
     "RetryingStorage",

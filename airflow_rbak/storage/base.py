@@ -32,6 +32,10 @@ class ObjectNotFoundError(StorageError):
     """The object does not exist (final: retrying will not help)."""
 
 
+class MissingLocationError(StorageError):
+    """The location itself does not exist (no such folder, no such bucket): likely a mistyped URL."""
+
+
 class TransientStorageError(StorageError):
     """A failure that may pass (timeout, throttling, 5xx): worth retrying."""
 
@@ -100,6 +104,15 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def delete(self, key: str) -> None:
         """Remove the object; removing a missing object is not an error."""
+
+    def check_location(self) -> None:
+        """Raise :class:`MissingLocationError` unless the location exists (it may be empty).
+
+        Readers call it first, so a mistyped URL is an error rather than an empty listing. Writers need not: the
+        file backend creates its folder on the first ``put``. This default suits a backend whose location always
+        exists.
+        """
+        return None
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Store ``data`` at ``key`` only if no object is there; True when this call created it.

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from airflow_rbak.storage.atomic import TEMP_PREFIX, atomic_write, create_exclusive
 from airflow_rbak.storage.base import (
     InvalidKeyError,
+    MissingLocationError,
     ObjectInfo,
     ObjectNotFoundError,
     Storage,
@@ -50,6 +51,17 @@ class FileStorage(Storage):
 
     def __repr__(self) -> str:
         return f"FileStorage({self.root!r})"
+
+    def check_location(self) -> None:
+        """The root must be a folder (the first ``put`` would create it, but a reader finds nothing there)."""
+        try:
+            info = os.stat(self.root)
+        except (FileNotFoundError, NotADirectoryError):
+            raise MissingLocationError(f"no folder {self.root} ({self.url}): check the path") from None
+        except OSError as error:
+            raise StorageError(f"cannot read {self.url}: {error.strerror or error}") from error
+        if not stat_module.S_ISDIR(info.st_mode):
+            raise MissingLocationError(f"{self.root} is not a folder ({self.url}): check the path")
 
     def put(self, key: str, data: bytes) -> None:
         """Write ``data`` to a temp file beside the target, fsync it, then rename it over."""

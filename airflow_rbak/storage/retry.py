@@ -7,17 +7,17 @@ the real error.
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
+from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.base import ObjectInfo, Storage, TransientStorageError
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 T = TypeVar("T")
 
 DEFAULT_RETRIES = 4
@@ -56,6 +56,10 @@ class RetryingStorage(Storage):
 
     def __repr__(self) -> str:
         return f"RetryingStorage({self.inner!r}, retries={self.retries})"
+
+    def check_location(self) -> None:
+        """Check the location exists, retrying."""
+        self._call("check", "", self.inner.check_location)
 
     def put(self, key: str, data: bytes) -> None:
         """Store, retrying: a repeated put of the same bytes is harmless."""

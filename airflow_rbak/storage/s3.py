@@ -37,6 +37,7 @@ from s3transfer.exceptions import RetriesExceededError
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.atomic import atomic_write
 from airflow_rbak.storage.base import (
+    MissingLocationError,
     ObjectInfo,
     ObjectNotFoundError,
     Storage,
@@ -114,6 +115,12 @@ class S3Storage(Storage):
 
     def __repr__(self) -> str:
         return f"S3Storage({self.url!r})"
+
+    def check_location(self) -> None:
+        """The bucket must exist (a prefix is no object on S3: an empty one is just empty)."""
+        with self._errors("read", None):
+            self._client.head_bucket(Bucket=self.bucket)
+        self._bucket_known = True
 
     def put(self, key: str, data: bytes) -> None:
         """Upload in one PutObject, or in parts above the threshold; both appear atomically."""
@@ -283,7 +290,7 @@ class S3Storage(Storage):
         where = self._where(key, prefix)
         # HEAD answers a bare 404 for a missing bucket too; a wrong bucket must not read as "no backup".
         if code == "NoSuchBucket" or (code in ("404", "NotFound") and not self._bucket_exists()):
-            return StorageError(
+            return MissingLocationError(
                 f"S3 bucket {self.bucket!r} does not exist ({where}); check the storage URL", key
             )
         if code in _NOT_FOUND_CODES and action in ("read", "stat"):

@@ -2,7 +2,10 @@
 
 Parsing does no I/O, so a mistyped URL fails at construction with a message
 that says how to fix it, before any backup work starts. Credentials never come
-from the URL: a URL is logged, and secrets in logs outlive any rotation.
+from the URL: a URL is logged and shown, and secrets in logs outlive any
+rotation. A URL with user info is refused without repeating any of it, since
+a secret holding ``/``, ``?`` or ``#`` would spill into what looks like its
+path or query.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _REGION_RE = re.compile(r"^[a-z0-9-]+$")
 _MEMORY_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _S3_PARAMS = ("region", "endpoint", "path_style", "sse", "sse_kms_key_id")
+#: Where storage credentials go instead of the URL (said by every refusal of a URL that holds some).
+CREDENTIALS_HINT = ("S3 credentials come from an Airflow connection of type aws (storage_conn_id, "
+                    "$RBAK_STORAGE_CONN_ID) or the AWS credential chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+                    "AWS_PROFILE, an instance role); write an '@' in a path as %40")
 #: Server-side encryption by URL value: S3-managed keys, or KMS (a key id, or the account's default KMS key).
 SSE_ALGORITHMS = {"s3": "AES256", "kms": "aws:kms"}
 
@@ -133,17 +140,14 @@ def parse_storage_url(url: str) -> StorageConfig:
         raise ConfigurationError(
             "storage URL is empty: use file:///path, s3://bucket/prefix or memory://"
         )
+    if holds_credentials(url):
+        raise ConfigurationError(credentials_refusal(url))
     scheme = _supported_scheme(url)
     if scheme is None:
         return FileStorageConfig(os.path.abspath(url))
     parts = urlsplit(url)
     if parts.fragment:
         raise ConfigurationError(f"storage URL {_redact(url)!r} must not have a '#fragment'")
-    if "@" in parts.netloc:
-        raise ConfigurationError(
-            f"storage URL {_redact(url)!r} must not hold credentials; for S3 use "
-            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or an instance role"
-        )
     if scheme == "s3":
         return _parse_s3(parts.netloc, parts.path, parts.query, url)
     _reject_query(parts.query, scheme, url)
@@ -152,6 +156,28 @@ def parse_storage_url(url: str) -> StorageConfig:
     if parts.path not in ("", "/"):
         raise ConfigurationError(f"memory URL {url!r} takes only a name: use memory:// or memory://NAME")
     return MemoryStorageConfig(parts.netloc)
+
+
+def holds_credentials(url: str) -> bool:
+    """Whether a storage URL may hold user info: any ``@`` after its ``scheme://`` (a plain path never does).
+
+    Where user info ends cannot be told when the secret holds ``/``, ``?`` or ``#``, so every raw ``@`` counts,
+    in the path and the query too, and so does a percent-encoded one in a query value (an S3 ``endpoint``).
+    """
+    match = _SCHEME_RE.match(url)
+    if match is None:
+        return False
+    if "@" in url[match.end():]:
+        return True
+    # Without a raw '@' the split is sound; a query value (an endpoint) may still hold one percent-encoded.
+    return any("@" in value for _, value in parse_qsl(urlsplit(url).query, keep_blank_values=True))
+
+
+def credentials_refusal(url: str) -> str:
+    """The refusal of a URL that holds credentials: its scheme and where credentials go, nothing else of it."""
+    match = _SCHEME_RE.match(url)
+    scheme = match.group(1).lower() if match else "storage"
+    return f"a {scheme}:// storage URL must not hold credentials (it has an '@'); {CREDENTIALS_HINT}"
 
 
 def _supported_scheme(url: str) -> str | None:
@@ -232,14 +258,12 @@ def _parse_bool(value: str, name: str) -> bool:
 
 def _check_endpoint(endpoint: str) -> None:
     """Accept only ``http(s)://host[:port][/path]`` without credentials."""
+    if "@" in endpoint:  # before anything quotes it: a secret with '/' or '?' would spill into path or query
+        raise ConfigurationError(f"an S3 endpoint must not hold credentials (it has an '@'); {CREDENTIALS_HINT}")
     parts = urlsplit(endpoint)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigurationError(
             f"invalid S3 endpoint {_redact(endpoint)!r}: expected http(s)://host[:port]"
-        )
-    if "@" in parts.netloc:
-        raise ConfigurationError(
-            "S3 endpoint must not hold credentials; use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
         )
     try:
         _ = parts.port  # urllib validates the port only when it is read

@@ -16,7 +16,7 @@ from airflow.models.xcom import XComModel
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
-from airflow_rbak.settings import default_storage_url
+from airflow_rbak.settings import ui_storage_urls
 from airflow_rbak.ui.runs import BACKUP_DAG_ID, VERIFY_DAG_ID, BackupRun
 
 #: The XCom that names the backup a run chose itself: discover's summary, resolve_backup's return value.
@@ -47,7 +47,7 @@ def load_backup_runs(session: Session, limit: int = 5000) -> list[BackupRun]:
         select(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.state, TaskInstance.end_date)
         .where(TaskInstance.dag_id.in_(_KIND), TaskInstance.task_id == "verify", TaskInstance.map_index == -1))}
     xcoms = _xcoms(session)
-    default_url = default_storage_url()
+    default_url = ui_storage_urls()[0]  # as configured: never raises, unlike default_storage_url()
     found = []
     for run in runs:
         conf = run.conf if isinstance(run.conf, dict) else {}

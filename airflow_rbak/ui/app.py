@@ -28,7 +28,8 @@ from airflow_rbak.ui.backup_catalog import BackupCatalog, LocationNotFoundError,
 from airflow_rbak.ui.pages import Links, detail_page, list_page, message_page, restore_page
 from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, RunIndex
 
-app = FastAPI(title="RabbitMQ backups (airflow-rbak)", docs_url=None, redoc_url=None)
+# FastAPI's own /openapi.json would answer anyone: the one below asks for the same login as every other route.
+app = FastAPI(title="RabbitMQ backups (airflow-rbak)", docs_url=None, redoc_url=None, openapi_url=None)
 #: Reading the backups' list means reading rbak_backup's runs (the view shows them beside each backup).
 _can_read = [Depends(requires_access_dag("GET", DagAccessEntity.RUN, param_dag_id=BACKUP_DAG_ID))]
 Offset = Annotated[int, Query(ge=0)]
@@ -90,8 +91,14 @@ def _pages(loc: str | None, offset: int, limit: int, refresh: bool) -> list[dict
         return list(pages)
 
 
+@app.get("/openapi.json", dependencies=_can_read, include_in_schema=False)
+def openapi() -> dict[str, Any]:
+    """The view's OpenAPI document, for users who may read the view."""
+    return app.openapi()
+
+
 @app.get("/api/locations", dependencies=_can_read)
-def api_locations() -> list[dict[str, str]]:
+def api_locations() -> list[dict[str, str | None]]:
     """The configured locations: the default storage URL first."""
     return [loc.to_json() for loc in catalog().locations]
 

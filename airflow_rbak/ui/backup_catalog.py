@@ -9,7 +9,6 @@ describe``): no segment body is ever read, and nothing is written. A location's 
 from __future__ import annotations
 
 import hashlib
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -20,12 +19,14 @@ from airflow_rbak.backup.catalog import BackupSummary, list_backups
 from airflow_rbak.backup.chain import chain_owners
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest
+from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage import open_storage
-from airflow_rbak.storage.base import Storage
+from airflow_rbak.storage.base import Storage, StorageError
+from airflow_rbak.storage.url import credentials_refusal, holds_credentials
 from airflow_rbak.ui.runs import RunIndex
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 #: Manifests read at a time (S3 reads are round trips); one retry, so an unreachable location fails soon.
 READ_WORKERS = 16
@@ -39,17 +40,25 @@ class LocationNotFoundError(RbakError):
 
 @dataclass(frozen=True)
 class Location:
-    """A configured storage location; ``id`` (a hash of the URL) names it in the view's paths."""
+    """A configured storage location; ``id`` (a hash of the URL) names it in the view's paths.
+
+    A URL that holds credentials is never kept: the location is ``refused``, shown by its place in the
+    configuration with the reason, and never read.
+    """
 
     id: str
     url: str
+    refused: str | None = None
 
     @classmethod
-    def of(cls, url: str) -> Location:
+    def of(cls, url: str, position: int = 0) -> Location:
+        if holds_credentials(url):
+            return cls(hashlib.sha256(f"refused-{position}".encode()).hexdigest()[:12],
+                       f"(location {position + 1}: refused)", credentials_refusal(url))
         return cls(hashlib.sha256(url.encode()).hexdigest()[:12], url)
 
-    def to_json(self) -> dict[str, str]:
-        return {"id": self.id, "url": self.url}
+    def to_json(self) -> dict[str, str | None]:
+        return {"id": self.id, "url": self.url, "refused": self.refused}
 
 
 def describe_error(exc: BaseException) -> str:
@@ -92,7 +101,7 @@ class BackupCatalog:
 
     def __init__(self, urls: list[str], *, ttl: float = 15.0,
                  opener: Callable[[str], Storage] = lambda url: open_storage(url, retries=UI_RETRIES)) -> None:
-        self.locations = [Location.of(url) for url in urls]
+        self.locations = [Location.of(url, i) for i, url in enumerate(urls)]
         self.ttl = ttl
         self._opener = opener
         self._cache: dict[str, tuple[float, list[BackupSummary]]] = {}
@@ -106,6 +115,8 @@ class BackupCatalog:
 
     def summaries(self, location: Location, refresh: bool = False) -> list[BackupSummary]:
         """Every backup of a location, newest first (read again after ``ttl`` seconds, or when asked)."""
+        if location.refused:
+            raise StorageError(location.refused)
         now = time.monotonic()
         with self._lock:
             cached = self._cache.get(location.id)

@@ -123,14 +123,64 @@ def test_a_missing_manifest_is_a_clear_error(tmp_path):
     assert "no manifest.json" in done.stderr and "rbak manifest rebuild" in done.stderr
 
 
-def test_definitions_rollback_without_a_broker_or_a_snapshot_says_so_in_one_line(tmp_path, monkeypatch):
-    monkeypatch.delenv("RBAK_ROLLBACK_BROKER_URL", raising=False)
+def test_definitions_rollback_takes_the_broker_as_restore_does_and_refuses_it_on_the_command_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("RBAK_BROKER_URL", raising=False)
     build_sample_backup(open_storage(tmp_path.as_uri()), "r-1")
+    broker_file = tmp_path / "broker"
+    broker_file.write_text("amqp://guest:s3cret-pw@127.0.0.1:1/?management_port=1\n")
+    rollback = ("definitions", "rollback", "--path", tmp_path.as_uri(), "--backup-id", "r-1")
 
-    no_broker = rbak("definitions", "rollback", "--path", tmp_path.as_uri(), "--backup-id", "r-1")
-    no_snapshot = rbak("definitions", "rollback", "--path", tmp_path.as_uri(), "--backup-id", "r-1",
-                       "--broker", "amqp://guest:s3cret-pw@127.0.0.1:1/?management_port=1")
+    no_broker = rbak(*rollback)
+    on_the_command_line = rbak(*rollback, "--broker", "amqp://guest:s3cret-pw@127.0.0.1:1/?management_port=1")
+    no_snapshot = rbak(*rollback, "--broker-file", str(broker_file))
+    monkeypatch.setenv("RBAK_BROKER_URL", broker_file.read_text())
+    from_the_environment = rbak(*rollback)
 
-    assert no_broker.returncode == 1 and "--broker" in no_broker.stderr and no_broker.stderr.count("\n") == 1
-    assert no_snapshot.returncode == 1 and "holds no rollback snapshot" in no_snapshot.stderr
-    assert no_snapshot.stderr.count("\n") == 1 and "Traceback" not in no_snapshot.stderr and "s3cret" not in no_snapshot.stderr
+    assert no_broker.returncode == 1 and "$RBAK_BROKER_URL" in no_broker.stderr and "--broker-file" in no_broker.stderr
+    assert on_the_command_line.returncode == 1 and "--broker is not taken" in on_the_command_line.stderr
+    for done in (no_snapshot, from_the_environment):
+        assert done.returncode == 1 and "holds no rollback snapshot" in done.stderr
+    for done in (no_broker, on_the_command_line, no_snapshot, from_the_environment):
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr and "s3cret" not in done.stderr
+
+
+def test_list_of_a_location_that_does_not_exist_fails_in_one_line_and_an_empty_one_has_no_backups(tmp_path):
+    missing = rbak("list", "--path", (tmp_path / "typo").as_uri())
+    (tmp_path / "empty").mkdir()
+    empty = rbak("list", "--path", (tmp_path / "empty").as_uri())
+
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.stderr == f"rbak: error: no folder {tmp_path / 'typo'} ({(tmp_path / 'typo').as_uri()}): check the path\n"
+    assert (empty.returncode, empty.stdout) == (0, f"no backups under {(tmp_path / 'empty').as_uri()}\n")
+
+
+def test_list_of_a_bucket_that_does_not_exist_fails_in_one_line(s3_server):
+    url = f"s3://rbak-no-such-bucket/backups?region=us-east-1&endpoint={s3_server}&path_style=true"
+
+    done = rbak("list", "--path", url)
+
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert "S3 bucket 'rbak-no-such-bucket' does not exist" in done.stderr
+
+
+@pytest.mark.parametrize("command", [("list",), ("describe", "--backup-id", "sample-1"),
+                                     ("validate", "--backup-id", "sample-1"), ("unlock", "--backup-id", "sample-1")])
+def test_names_a_backup_holds_reach_the_terminal_with_their_control_characters_escaped(tmp_path, command):
+    storage = open_storage(tmp_path.as_uri())
+    manifest = build_sample_backup(storage)
+    manifest.queues[0].name = "orders\x1b]0;pwned\x07\x1b[2J\nforged line\x9b"
+    manifest.queues[0].vhost = "naïve-ü\u202e"
+    manifest.source_cluster = "rabbit@\x1b[8mhidden"
+    manifest.created_at = 9_000_000_000_000_000_000
+    storage.put(manifest_key("sample-1"), manifest.to_bytes())
+
+    done = rbak(command[0], "--path", tmp_path.as_uri(), *command[1:])
+    as_json = rbak(command[0], "--path", tmp_path.as_uri(), *command[1:], "--format", "json")
+
+    for output in (done.stdout, done.stderr, as_json.stdout, as_json.stderr):
+        assert not any(c in output for c in "\x1b\x07\x9b\u202e"), output
+    if command[0] == "describe":
+        assert "orders\\x1b]0;pwned\\x07\\x1b[2J\\nforged line\\x9b" in done.stdout
+        assert "naïve-ü\\u202e" in done.stdout and "invalid time (9000000000000000000)" in done.stdout
+        assert json.loads(as_json.stdout)["queues"][0]["name"] == manifest.queues[0].name
+    assert "Traceback" not in done.stderr + as_json.stderr

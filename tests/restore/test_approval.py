@@ -5,8 +5,19 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from markdown_it import MarkdownIt
+
+from airflow_rbak.display import printable
 from airflow_rbak.restore import QueuePlan, RestorePlan, RestoreRejectedError, RestoreSettings
 from airflow_rbak.restore.approval import QUEUES_SHOWN, approval_body, approval_not_needed, approval_subject, rejection
+
+#: What Airflow's UI renders the request's body with: CommonMark and GFM tables.
+GFM = MarkdownIt("commonmark").enable("table")
+HOSTILE = ["q` | x | `quorum` | `v` | `forged` | 0 | 0 | 0 |", "``` | ```", "a|b", "line\n| `forged` | row |",
+           "cr\rreturn", "[click](http://evil)", "![i](http://evil/i.png)", "<b>bold</b><script>x</script>",
+           "`", " spaced ", "****", "\\|"]
 
 
 def _queue(i: int, depth: int | None = None) -> QueuePlan:
@@ -39,8 +50,8 @@ def test_the_request_shows_each_queue_its_counts_the_target_and_the_modes():
 
     assert "`daily-1` from `s3://backups/rabbit?region=eu-west-1`" in body
     assert "connection `rabbitmq_dr`, cluster `rabbit@new`" in body and "source cluster `rabbit@old`" in body
-    assert "| `prod/q0` | quorum | `prod-restored` | `q0` | 100 | no such queue | 100 |" in body
-    assert "| `prod/q1` | quorum | `prod-restored` | `q1` | 101 | 7 | 100 |" in body
+    assert "| `prod/q0` | `quorum` | `prod-restored` | `q0` | 100 | no such queue | 100 |" in body
+    assert "| `prod/q1` | `quorum` | `prod-restored` | `q1` | 101 | 7 | 100 |" in body
     assert "201 records in the window, 200 to publish now" in body
     assert "`on_existing_messages: append`" in body and "`definitions_mode: replace`" in body
     assert "Creates 2 (`vhost prod-restored`, `queue prod-restored/q0`)" in body
@@ -76,3 +87,56 @@ def test_a_rejection_names_who_rejected_or_how_long_nobody_answered():
     assert str(by_user) == ("restore of backup 'daily-1' rejected: the plan was rejected by alice; nothing was imported "
                             "or published. Trigger the restore again to ask again")
     assert "nobody approved the plan within 24 hours (a timeout counts as a rejection)" in str(timed_out)
+
+
+def _rendered(body: str) -> tuple[list[list[str]], list[str]]:
+    """The queue table's rows as cell texts, and every inline element type of the whole request."""
+    tokens = GFM.parse(body)
+    rows, row, in_body, kinds = [], None, False, []
+    for token in tokens:
+        if token.type == "tbody_open":
+            in_body = True
+        elif token.type == "tr_open" and in_body:
+            row = []
+        elif token.type == "tr_close" and row is not None:
+            rows.append(row)
+            row = None
+        elif token.type == "inline":
+            kinds += [child.type for child in token.children or []]
+            if row is not None:
+                row.append("".join(child.content for child in token.children or []))
+    return rows, kinds
+
+
+def _hostile_plan(names: list[str]) -> RestorePlan:
+    queues = tuple(replace(_queue(i), source_vhost=name, source_queue=name, target_vhost=name, target_queue=name)
+                   for i, name in enumerate(names))
+    return replace(
+        _plan(), queues=queues, backup_id=names[0], source_cluster=names[-1], target_cluster=names[1],
+        drawn_from=tuple(names[:3]), definitions_changes={"create": names, "replace": [], "cannot_replace": []})
+
+
+def test_hostile_names_show_literally_one_row_per_queue_and_never_as_a_link_image_or_html():
+    plan = _hostile_plan(HOSTILE)
+    settings_ = RestoreSettings("memory://", restore_definitions=True)
+
+    rows, kinds = _rendered(approval_body(plan, settings_, "rabbitmq_default"))
+
+    assert [row[3] for row in rows] == [printable(name) for name in HOSTILE]
+    assert [row[0] for row in rows] == [printable(f"{name}/{name}") for name in HOSTILE]
+    assert [row[4:] for row in rows] == [[str(100 + i), "no such queue", str(100 + i)] for i in range(len(HOSTILE))]
+    assert set(kinds) <= {"text", "code_inline", "strong_open", "strong_close", "softbreak"}
+    assert "\n| `forged`" not in approval_body(plan, settings_, "x") and "\r" not in approval_subject(plan)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20), min_size=3,
+                max_size=6))
+def test_any_names_keep_one_row_per_queue_each_cell_the_name_as_shown(names):
+    plan = _hostile_plan(names)
+
+    rows, kinds = _rendered(approval_body(plan, RestoreSettings("memory://"), "rabbitmq_default"))
+
+    assert len(rows) == len(names)
+    assert [(row[2], row[3]) for row in rows] == [(printable(n), printable(n)) for n in names]
+    assert "link_open" not in kinds and "image" not in kinds and "html_inline" not in kinds

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from airflow_rbak.storage import (
     InvalidKeyError,
+    MissingLocationError,
     ObjectInfo,
     ObjectNotFoundError,
     Storage,
@@ -310,6 +311,37 @@ def test_given_threads_racing_when_put_if_absent_then_exactly_one_wins(storage: 
         t.join()
 
     assert len(wins) == 1 and storage.get("locks/race.json") == f"{wins[0]}".encode()
+
+# --- the location itself ----------------------------------------------------------
+
+
+@pytest.fixture(params=["file", pytest.param("s3", marks=pytest.mark.s3)])
+def missing_location(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
+    """A backend whose location does not exist: a folder nobody made, a bucket nobody created (memory always exists)."""
+    if request.param == "file":
+        return open_storage(f"file://{tmp_path / 'no-such-folder'}", retries=0)
+    endpoint = request.getfixturevalue("s3_server")
+    return open_storage(f"s3://rbak-never-created/backups?region=us-east-1&endpoint={endpoint}&path_style=true", retries=0)
+
+
+def test_given_an_existing_empty_location_when_checked_then_it_passes_and_lists_nothing(storage: Storage) -> None:
+    storage.put("made/then-removed", b"x")
+    storage.delete("made/then-removed")
+
+    storage.check_location()
+
+    assert _keys(storage) == []
+
+
+def test_given_a_location_that_does_not_exist_when_checked_then_missing_location_error_naming_it(
+    missing_location: Storage,
+) -> None:
+    with pytest.raises(MissingLocationError) as raised:
+        missing_location.check_location()
+
+    assert ("no-such-folder" in str(raised.value)) or ("rbak-never-created" in str(raised.value))
+    assert "\n" not in str(raised.value)
+
 
 # --- invalid keys -------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import pytest
 from airflow_rbak.storage import (
     FileStorage,
     InvalidKeyError,
+    MissingLocationError,
     ObjectNotFoundError,
     StorageError,
 )
@@ -43,6 +44,24 @@ def test_given_a_new_storage_when_opened_then_nothing_is_created_until_the_first
     storage.put("a/b", b"x")
 
     assert (root / "a" / "b").read_bytes() == b"x"
+
+
+def test_given_a_missing_root_when_checked_then_missing_until_the_first_put_creates_it(
+    storage: FileStorage, root: Path
+) -> None:
+    with pytest.raises(MissingLocationError, match="no folder"):
+        storage.check_location()
+
+    storage.put("a", b"x")
+
+    storage.check_location()
+
+
+def test_given_a_root_that_is_a_file_when_checked_then_missing_location_error(storage: FileStorage, root: Path) -> None:
+    root.write_bytes(b"not a folder")
+
+    with pytest.raises(MissingLocationError, match="is not a folder"):
+        storage.check_location()
 
 
 def test_given_many_puts_when_done_then_only_object_files_are_on_disk(storage: FileStorage, root: Path) -> None:

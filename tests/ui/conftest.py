@@ -3,8 +3,8 @@
 The api-server (``tests/airflow_stack.py``, started alone) runs on a free loopback port with its own
 AIRFLOW_HOME and SQLite database, the SimpleAuthManager and two users besides the stack's own: ``admin`` (may
 trigger DAGs) and ``viewer`` (read only). It lists three
-locations: a folder (the default, ``RBAK_STORAGE_URL``), a bucket on the moto server, and an S3
-endpoint nothing listens on. Start-up is waited for by polling with a generous deadline.
+locations: a folder (the default, ``RBAK_STORAGE_URL``), a bucket on the moto server, an S3
+endpoint nothing listens on, and a URL with credentials in it (refused). Start-up is waited for by polling with a generous deadline.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from tests.airflow_stack import AirflowStack, airflow_stack
 from tests.backup.sample import build_sample_backup, build_sample_chain
 
 UNREACHABLE = "s3://rbak-nowhere/backups?region=us-east-1&endpoint=http://127.0.0.1:9&path_style=true"
+#: A location configured with credentials in it (the secret holds '/' and '?'): the view shows it refused, never its URL.
+WITH_SECRET = "s3://AKIAEXAMPLE:wJalr/XUtnFE?MIK7MDENG@rbak-ui-test/backups"
+SECRET_PARTS = ("AKIAEXAMPLE", "wJalr", "XUtnFE", "MIK7MDENG")
 
 
 @dataclass
@@ -67,7 +70,7 @@ def api_server(tmp_path_factory: pytest.TempPathFactory, s3_server: str, s3_clie
     s3_url = f"s3://{bucket}/backups?region=us-east-1&endpoint={s3_server}&path_style=true"
     _backups(file_url, s3_url)
     stack = airflow_stack(home, {"admin": "admin", "viewer": "viewer"}, RBAK_STORAGE_URL=file_url,
-                          RBAK_UI_LOCATIONS=f"{s3_url}\n{UNREACHABLE}")
+                          RBAK_UI_LOCATIONS=f"{s3_url}\n{UNREACHABLE}\n{WITH_SECRET}")
     stack.start(only_api_server=True)
     try:
         yield ApiServer(stack, file_url, s3_url)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ui.conftest import UNREACHABLE, ApiServer
+from tests.ui.conftest import SECRET_PARTS, UNREACHABLE, ApiServer
 
 pytestmark = pytest.mark.s3
 
@@ -19,7 +19,19 @@ def _locations(api_server: ApiServer) -> dict[str, str]:
 
 
 def test_every_location_is_listed_default_first(api_server):
-    assert list(_locations(api_server)) == [api_server.file_url, api_server.s3_url, UNREACHABLE]
+    assert list(_locations(api_server)) == [api_server.file_url, api_server.s3_url, UNREACHABLE, "(location 4: refused)"]
+
+
+def test_a_location_with_credentials_is_shown_refused_and_no_part_of_its_secret_is_anywhere(api_server):
+    refused = api_server.get("/rbak/api/locations").json()[3]
+    page = api_server.get(f"/rbak/api/locations/{refused['id']}/backups").json()
+    html = api_server.get("/rbak/")
+
+    assert refused["url"] == "(location 4: refused)" and "must not hold credentials" in refused["refused"]
+    assert page["backups"] == [] and "must not hold credentials" in page["error"]
+    assert html.status_code == 200 and "must not hold credentials" in html.text
+    shown = api_server.get("/rbak/api/locations").text + str(page) + html.text
+    assert not [part for part in SECRET_PARTS if part in shown]
 
 
 def test_the_folder_lists_its_backups_newest_first_with_every_field_and_the_chain_both_ways(api_server):
@@ -75,6 +87,17 @@ def test_without_a_token_nothing_is_shown(api_server):
     import requests
 
     assert requests.get(f"{api_server.base}/rbak/api/locations", timeout=30).status_code == 401
+
+
+def test_the_openapi_document_needs_a_login_like_every_other_route(api_server):
+    import requests
+
+    anonymous = requests.get(f"{api_server.base}/rbak/openapi.json", timeout=30)
+    viewer = api_server.get("/rbak/openapi.json", user="viewer")
+
+    assert anonymous.status_code == 401
+    assert viewer.status_code == 200 and "/api/locations" in viewer.json()["paths"]
+    assert "/openapi.json" not in viewer.json()["paths"]
 
 
 def test_airflow_lists_the_plugin_with_its_app_and_navigation_entry(api_server):
