@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import threading
+from contextlib import nullcontext
+
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.errors import ManifestError
 from airflow_rbak.codec.layout import check_backup_id, manifest_key
 from airflow_rbak.codec.manifest import MAX_MANIFEST_BYTES, check_manifest_size
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage
+
+#: Manifests over this size are read and parsed at most :data:`_LARGE_AT_ONCE` at a time per process, so a
+#: catalog read with many workers (the backups view) holds a bounded number of large ones in memory.
+_LARGE_BYTES = 1024**2
+_LARGE_AT_ONCE = 2
+_large_reads = threading.BoundedSemaphore(_LARGE_AT_ONCE)
 
 
 class ManifestNotFoundError(RbakError):
@@ -30,14 +39,16 @@ class ManifestStore:
         key = manifest_key(check_backup_id(backup_id))
         if listed_size is not None:
             check_manifest_size(listed_size, key)
-        try:
-            data = self.storage.get_range(key, 0, MAX_MANIFEST_BYTES + 1)
-        except ObjectNotFoundError:
-            raise ManifestNotFoundError(
-                f"{self.storage.url}: backup {backup_id!r} has no manifest.json; "
-                f"if its segments are there, `rbak manifest rebuild --backup-id {backup_id}` recovers one"
-            ) from None
-        manifest = BackupManifest.from_bytes(data, name=key)
+        small = listed_size is not None and listed_size <= _LARGE_BYTES
+        with nullcontext() if small else _large_reads:
+            try:
+                data = self.storage.get_range(key, 0, MAX_MANIFEST_BYTES + 1)
+            except ObjectNotFoundError:
+                raise ManifestNotFoundError(
+                    f"{self.storage.url}: backup {backup_id!r} has no manifest.json; "
+                    f"if its segments are there, `rbak manifest rebuild --backup-id {backup_id}` recovers one"
+                ) from None
+            manifest = BackupManifest.from_bytes(data, name=key)
         if manifest.backup_id != backup_id:
             raise ManifestError(f"names backup {manifest.backup_id[:200]!r}, not its folder's {backup_id!r}", segment=key)
         return manifest

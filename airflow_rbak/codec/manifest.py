@@ -19,6 +19,10 @@ QUEUE_TYPES = ("classic", "quorum", "stream")
 #: The largest manifest readers accept and the writer produces (64 MiB, about 190,000 segments). A manifest is
 #: read whole and parsed into objects several times its size, so an unbounded one is a way to exhaust memory.
 MAX_MANIFEST_BYTES = 64 * 1024**2
+#: The most values (array elements and object members) a manifest may hold, about 110,000 segment entries. Parsed,
+#: a value costs up to about 70 bytes more than its text (an empty object is 2 bytes of JSON, 64 in memory), so
+#: this, not the byte cap, is what bounds the memory a dense manifest of nothing but ``{}`` would take.
+MAX_MANIFEST_VALUES = 1_000_000
 #: Integers are 64-bit signed in the schema; a larger number is no count or time any writer can mean.
 _INT64_MAX = 2**63 - 1
 
@@ -301,6 +305,10 @@ class BackupManifest:
     def from_bytes(cls, data: bytes, name: str = "manifest.json") -> BackupManifest:
         """Parse a manifest file; :class:`ManifestError` names what is wrong (also when it is over the cap)."""
         check_manifest_size(len(data), name)
+        values = data.count(b",") + data.count(b"[") + data.count(b"{")  # an upper bound, counted before parsing
+        if values > MAX_MANIFEST_VALUES:
+            raise ManifestError(f"holds up to {values} values, over the {MAX_MANIFEST_VALUES} a manifest may hold",
+                                segment=name)
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError as exc:

@@ -28,7 +28,7 @@ from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
 from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.cli.main import main
 from airflow_rbak.codec import BackupManifest
-from airflow_rbak.codec.manifest import MAX_MANIFEST_BYTES
+from airflow_rbak.codec.manifest import MAX_MANIFEST_BYTES, MAX_MANIFEST_VALUES
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.freshness import check_freshness
 from airflow_rbak.storage import open_storage
@@ -251,15 +251,33 @@ def test_rebuilding_a_mistyped_backup_id_fails_and_writes_nothing(bucket):
     assert latest_complete(bucket).backup_id == "real-3"
 
 
-def test_rbak_list_beside_a_300_mb_manifest_stays_small_and_marks_it(tmp_path):
-    """The cap is checked against the listed size, so the planted manifest is never read."""
+def _sparse(path, size: int) -> bytes:
+    with path.open("wb") as handle:
+        handle.truncate(size)
+    return b""
+
+
+def _dense(path, values: int) -> bytes:
+    """A manifest just within the value cap: its memory once parsed, not its size, is the threat."""
+    path.write_bytes(b'{"queues":[' + b",".join([b'"abcdefgh"'] * values) + b"]}")
+    return b""
+
+
+@pytest.mark.parametrize(("plant", "reason"), [
+    (lambda path: _sparse(path, 300 * 1024**2), "over the 64 MiB a manifest may hold"),
+    (lambda path: _dense(path, MAX_MANIFEST_VALUES - 10), "manifest.backup_id must be a string"),
+    (lambda path: _dense(path, MAX_MANIFEST_VALUES + 10), f"over the {MAX_MANIFEST_VALUES} a manifest may hold"),
+], ids=["300 MB of manifest", "a million values", "over a million values"])
+def test_rbak_list_beside_an_oversized_or_dense_manifest_stays_under_200_mib_and_marks_it(tmp_path, plant, reason):
+    """The byte cap is checked against the listed size (the 300 MB one is never read); the value cap before parsing."""
     storage = open_storage((tmp_path / "backups").as_uri())
     build_sample_backup(storage, "real-1")
     planted = tmp_path / "backups" / "huge" / "manifest.json"
     planted.parent.mkdir()
-    with planted.open("wb") as handle:
-        handle.truncate(300 * 1024**2)
+    plant(planted)
     done, peak_kib = rbak_measured(tmp_path, "list", "--path", storage.url, "--format", "json")
     assert done.returncode == 0, done.stderr
-    assert {b["backup_id"]: b["status"] for b in json.loads(done.stdout)} == {"real-1": "complete", "huge": "damaged"}
+    listed = {b["backup_id"]: b for b in json.loads(done.stdout)}
+    assert listed["real-1"]["status"] == "complete" and listed["huge"]["status"] == "damaged"
+    assert reason in listed["huge"]["problem"]
     assert peak_kib < 200 * 1024
