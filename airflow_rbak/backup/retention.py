@@ -173,7 +173,14 @@ def _stream_segment_keys(storage: Storage, backup_id: str) -> set[str]:
 
 def running_backups(storage: Storage, backups: list[BackupSummary]) -> tuple[str, ...]:
     """Backups being written: not complete, and holding their ``lock.json`` (a crashed run's counts until unlocked)."""
-    return tuple(b.backup_id for b in backups if b.status != "complete" and storage.exists(lock_key(b.backup_id)))
+    return tuple(b.backup_id for b in backups if b.status != "complete" and _locked(storage, b.backup_id))
+
+
+def _locked(storage: Storage, backup_id: str) -> bool:
+    try:
+        return storage.exists(lock_key(backup_id))
+    except ConfigurationError:  # a stray folder whose name is no backup id: no run writes there
+        return False
 
 
 def _holds_stream(storage: Storage, backup_id: str) -> bool:

@@ -166,3 +166,14 @@ def test_a_manifest_of_another_status_still_counts_as_staying_when_it_can_be_rea
     needed, all_readable = _needed_keys(storage, odd, {"b1"})
 
     assert needed == {"b1/queues/v/s/segment-0001.zst": {"b2"}} and all_readable
+
+
+def test_a_stray_folder_whose_name_is_no_backup_id_is_not_taken_for_a_running_backup():
+    storage = MemoryStorage()
+    two = ManifestStore(storage)
+    for day in (1, 2):
+        two.save(BackupManifest(f"b{day}", day * DAY, "0", completed_at=day * DAY + 1))
+    storage.put("not an id/notes.txt", b"left by hand")
+
+    assert apply_retention(storage, RetentionPolicy(keep_last=1), now_ms=NOW, protect="b2").deleted == ["b1"]
+    assert storage.exists("not an id/notes.txt")
