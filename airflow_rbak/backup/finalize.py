@@ -6,15 +6,20 @@ job's report, which lists each queue's ``SegmentMetadata``, joined with the
 stream offsets the capture tasks returned (:func:`finalize_backup`). Both join
 what ``begin`` and ``export_definitions`` recorded in the incomplete manifest,
 write ``manifest.json`` last (totals, ``completed_at``), and only then remove
-the staging.
+the staging. A backup with streams links their chains and writes its manifest
+under the location's chain lock (:mod:`airflow_rbak.backup.chain_lock`), so no
+retention pass deletes a base between the check that its segments are there
+and the manifest that lists them.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_rbak.backup.chain import link_chains
+from airflow_rbak.backup.chain_lock import ChainLock
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.writer import now_ms
 from airflow_rbak.capture.checkpoints import write_offsets_summary
@@ -43,7 +48,8 @@ def left_out_of(captures: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
 
 
 def finish_backup(
-    storage: Storage, backup_id: str, entries: list[QueueBackup], left_out: list[dict[str, str]] | None = None
+    storage: Storage, backup_id: str, entries: list[QueueBackup], left_out: list[dict[str, str]] | None = None,
+    chain_lock: ChainLock | None = None,
 ) -> BackupManifest:
     """Complete the manifest ``begin`` wrote (totals, ``completed_at``), save it, then remove staging.
 
@@ -51,16 +57,19 @@ def finish_backup(
     named with their reasons in the ``left_out`` extension (a foreign reader ignores it), never listed as queues;
     what an earlier attempt staged for them goes with the rest of the staging. A stream that continued an
     earlier backup lists that backup's segments before its own (:mod:`backup.chain`), so the completed backup
-    restores whole on its own.
+    restores whole on its own; ``chain_lock`` (default: one on ``storage``) is held while it is linked and saved.
     """
     store = ManifestStore(storage)
     manifest = store.load(backup_id)
     manifest.queues = entries
     manifest.extensions["left_out"] = list(left_out or [])
-    link_chains(storage, manifest)
-    manifest.refresh_totals()
-    manifest.completed_at = now_ms()
-    store.save(manifest)
+    streams = any(e.queue_type == "stream" for e in entries)
+    chains = chain_lock or ChainLock(storage, f"backup {backup_id} linking its chains")
+    with chains.held() if streams else contextlib.nullcontext():
+        link_chains(storage, manifest)
+        manifest.refresh_totals()
+        manifest.completed_at = now_ms()
+        store.save(manifest)
     write_offsets_summary(storage, backup_id)
     for vhost, name in [(e.vhost, e.name) for e in entries] + [(q["vhost"], q["queue"]) for q in left_out or []]:
         delete_staging(storage, backup_id, vhost, name)
@@ -68,7 +77,8 @@ def finish_backup(
 
 
 def finalize_backup(
-    storage: Storage, backup_id: str, encode_report_key: str, captures: Iterable[Mapping[str, Any]] = ()
+    storage: Storage, backup_id: str, encode_report_key: str, captures: Iterable[Mapping[str, Any]] = (),
+    chain_lock: ChainLock | None = None,
 ) -> BackupManifest:
     """Write the completed manifest for ``backup_id`` from the encode report and remove its staging."""
     report = load_report(storage, encode_report_key, "encode")
@@ -82,7 +92,7 @@ def finalize_backup(
         if entry is not None and capture.get("queue_type") == "stream":
             record_stream_offsets(entry, capture.get("first_offset"), capture.get("last_offset"),
                                   capture.get("consumer_offsets"), capture.get("last_fingerprint"))
-    return finish_backup(storage, backup_id, entries, left_out)
+    return finish_backup(storage, backup_id, entries, left_out, chain_lock)
 
 
 def manifest_summary(manifest: BackupManifest, storage_url: str) -> dict[str, Any]:

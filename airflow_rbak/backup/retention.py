@@ -15,6 +15,19 @@ A retired folder's segments go once no kept backup lists them. Whenever a
 manifest cannot be read, what it lists is unknown, so no stream segment of
 an expired or retired backup is removed at all. Every decision is logged
 with its reason.
+
+Retention never deletes what a kept or running backup needs. A pass holds the
+location's chain lock (:mod:`airflow_rbak.backup.chain_lock`) from its first
+read to its last delete, and checks that lock before every delete; a run holds
+the same lock while it picks the base a stream continues from and while it
+links its chains and writes its completed manifest. So a pass sees every
+completed manifest's chain whole, and a run's link never races a delete: it
+checks that every segment it lists from other backups is still there and
+fails, naming the base, rather than complete a manifest with a hole. A backup
+that is not complete and holds its ``lock.json`` is *running* (or crashed,
+until ``rbak unlock``): its base is not yet written anywhere, and it continues
+from the newest complete backup of each stream as it was when it captured, so
+while any run is in progress no complete backup that holds a stream expires.
 """
 
 from __future__ import annotations
@@ -25,10 +38,12 @@ from typing import Any
 
 from airflow_rbak.backup.catalog import BackupSummary, list_backups
 from airflow_rbak.backup.chain import referenced_keys
+from airflow_rbak.backup.chain_lock import ChainLock
+from airflow_rbak.backup.lease import LeasedStorage
 from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.codec.layout import check_backup_id, manifest_key
+from airflow_rbak.codec.layout import check_backup_id, lock_key, manifest_key
 from airflow_rbak.display import package_logger
-from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.storage.base import Storage
 
 _DAY_MS = 86_400_000
@@ -63,9 +78,14 @@ class RetentionPolicy:
 
 
 def retention_decisions(
-    backups: list[BackupSummary], policy: RetentionPolicy, *, now_ms: int, protect: str
+    backups: list[BackupSummary], policy: RetentionPolicy, *, now_ms: int, protect: str,
+    continued: Mapping[str, tuple[str, ...]] | None = None,
 ) -> dict[str, str | None]:
-    """For each backup id, why it is kept, or None when ``policy`` removes it."""
+    """For each backup id, why it is kept, or None when ``policy`` removes it.
+
+    ``continued``: backups holding streams that running backups (the values) may continue from, kept for them.
+    """
+    continued = continued or {}
     reasons: dict[str, str | None] = {
         b.backup_id: f"retired: holds only segments that {', '.join(b.needed_by)} list" if b.status == "retired"
         else f"{b.status}: left to a human" for b in backups if b.status != "complete"}
@@ -84,14 +104,18 @@ def retention_decisions(
             reasons[backup.backup_id] = f"among the newest {policy.keep_last} complete backups (keep_last)"
         elif young:
             reasons[backup.backup_id] = f"younger than {policy.max_age_days} days (max_age_days)"
+        elif backup.backup_id in continued:
+            reasons[backup.backup_id] = (f"holds streams that running backups ({', '.join(continued[backup.backup_id])}) "
+                                         "may continue from")
         else:
             reasons[backup.backup_id] = None
     return reasons
 
 
-def select_expired(backups: list[BackupSummary], policy: RetentionPolicy, *, now_ms: int, protect: str) -> list[str]:
+def select_expired(backups: list[BackupSummary], policy: RetentionPolicy, *, now_ms: int, protect: str,
+                   continued: Mapping[str, tuple[str, ...]] | None = None) -> list[str]:
     """The ids of the backups ``policy`` removes, oldest first; never ``protect``, never an incomplete one."""
-    reasons = retention_decisions(backups, policy, now_ms=now_ms, protect=protect)
+    reasons = retention_decisions(backups, policy, now_ms=now_ms, protect=protect, continued=continued)
     complete = sorted((b for b in backups if b.status == "complete"), key=lambda b: (b.created_at or 0, b.backup_id))
     return [b.backup_id for b in complete if reasons[b.backup_id] is None]
 
@@ -124,11 +148,22 @@ class RetentionResult:
 
 
 def _needed_keys(storage: Storage, backups: list[BackupSummary], expired: set[str]) -> tuple[dict[str, set[str]], bool]:
-    """Segment keys that backups staying after this pass list (with who lists them); and whether all were readable."""
+    """Segment keys that backups staying after this pass list (with who lists them); and whether all were readable.
+
+    Every staying backup whose manifest can be read counts, whatever its status; one that cannot makes the
+    answer incomplete.
+    """
     store = ManifestStore(storage)
-    staying = [store.load(b.backup_id) for b in backups
-               if b.backup_id not in expired and b.status in ("complete", "incomplete")]
-    return referenced_keys(staying), not any(b.status == "damaged" for b in backups)
+    staying, all_readable = [], not any(b.status == "damaged" for b in backups)
+    for backup in backups:
+        if backup.backup_id in expired or backup.status in ("no-manifest", "retired", "damaged"):
+            continue
+        try:
+            staying.append(store.load(backup.backup_id))
+        except RbakError as exc:
+            log.warning("retention cannot read the manifest of backup %s (%s)", backup.backup_id, exc)
+            all_readable = False
+    return referenced_keys(staying), all_readable
 
 
 def _stream_segment_keys(storage: Storage, backup_id: str) -> set[str]:
@@ -136,17 +171,59 @@ def _stream_segment_keys(storage: Storage, backup_id: str) -> set[str]:
     return {s.key for q in manifest.queues if q.queue_type == "stream" for s in q.segments}
 
 
-def apply_retention(storage: Storage, policy: RetentionPolicy, *, now_ms: int, protect: str) -> RetentionResult:
-    """Remove what the policy expires, keeping every segment a remaining backup lists; log each decision."""
+def running_backups(storage: Storage, backups: list[BackupSummary]) -> tuple[str, ...]:
+    """Backups being written: not complete, and holding their ``lock.json`` (a crashed run's counts until unlocked)."""
+    return tuple(b.backup_id for b in backups if b.status != "complete" and _locked(storage, b.backup_id))
+
+
+def _locked(storage: Storage, backup_id: str) -> bool:
+    try:
+        return storage.exists(lock_key(backup_id))
+    except ConfigurationError:  # a stray folder whose name is no backup id: no run writes there
+        return False
+
+
+def _holds_stream(storage: Storage, backup_id: str) -> bool:
+    """Whether a backup lists a stream (a manifest that cannot be read is taken to)."""
+    try:
+        return any(q.queue_type == "stream" for q in ManifestStore(storage).load(backup_id).queues)
+    except RbakError:
+        return True
+
+
+def apply_retention(storage: Storage, policy: RetentionPolicy, *, now_ms: int, protect: str,
+                    chain_lock: ChainLock | None = None) -> RetentionResult:
+    """Remove what the policy expires, keeping every segment a remaining or running backup needs; log each decision.
+
+    With a rule set, the pass runs under the location's chain lock (``chain_lock``, or one owned by this
+    pass) and every delete checks that it still holds it.
+    """
+    if not policy.active:  # without a rule nothing is ever deleted: no lock needed to say why each stays
+        return _apply(storage, policy, now_ms=now_ms, protect=protect)
+    chain_lock = chain_lock or ChainLock(storage, f"retention after backup {protect}")
+    with chain_lock.held() as held:
+        return _apply(LeasedStorage(storage, held), policy, now_ms=now_ms, protect=protect)
+
+
+def _apply(storage: Storage, policy: RetentionPolicy, *, now_ms: int, protect: str) -> RetentionResult:
     backups = list_backups(storage, now_ms=now_ms)
-    reasons = retention_decisions(backups, policy, now_ms=now_ms, protect=protect)
+    running = running_backups(storage, backups) if policy.active else ()
+    candidates = select_expired(backups, policy, now_ms=now_ms, protect=protect)
+    continued = {b: running for b in candidates if running and _holds_stream(storage, b)}
+    reasons = retention_decisions(backups, policy, now_ms=now_ms, protect=protect, continued=continued)
     result = RetentionResult(kept={k: v for k, v in reasons.items() if v is not None})
-    expired = select_expired(backups, policy, now_ms=now_ms, protect=protect)
+    expired = [b for b in candidates if b not in continued]
     retired = [b.backup_id for b in backups if b.status == "retired"]
     for backup_id, reason in result.kept.items():
         log.info("retention keeps backup %s: %s", backup_id, reason)
-    if not policy.active or (not expired and not retired):  # without a rule nothing is ever deleted
+    if not policy.active or (not expired and not retired):
         return result
+    _delete(storage, backups, expired, retired, result)
+    return result
+
+
+def _delete(storage: Storage, backups: list[BackupSummary], expired: list[str], retired: list[str],
+            result: RetentionResult) -> None:
     needed, all_readable = _needed_keys(storage, backups, set(expired))
     keep = set(needed)
     if not all_readable:
@@ -165,4 +242,3 @@ def apply_retention(storage: Storage, policy: RetentionPolicy, *, now_ms: int, p
             log.info("retention removes backup %s entirely: no remaining backup lists any of its objects", backup_id)
         if backup_id in expired:
             result.deleted.append(backup_id)
-    return result

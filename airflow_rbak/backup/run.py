@@ -25,6 +25,7 @@ from typing import Any
 
 from airflow_rbak import __version__
 from airflow_rbak.backup.chain import latest_with_stream
+from airflow_rbak.backup.chain_lock import ChainLock
 from airflow_rbak.backup.encode import encode_queue
 from airflow_rbak.backup.finalize import (
     finalize_backup,
@@ -283,9 +284,10 @@ class BackupRun:
         checkpoints = self.checkpoints()
         try:
             if info.queue_type == "stream":
+                mark = self._stream_mark(info)
                 with ManagementClient(self.connection) as client:
                     capture = StreamCapture(self.connection, self.storage, checkpoints, options)
-                    return capture.capture(info, resume_after=self._stream_mark(info), management=client)
+                    return capture.capture(info, resume_after=mark, management=client)
             with ManagementClient(self.connection) as client:
                 version = client.version()
             return QueueCapture(self.connection, self.storage, checkpoints, options).capture(info, version)
@@ -310,7 +312,7 @@ class BackupRun:
         """Write the completed manifest (only while this run holds the lock), then remove the staging."""
         with self.holding():
             self.lock.check()
-            return finish_backup(self.storage, self.settings.backup_id, entries, left_out)
+            return finish_backup(self.storage, self.settings.backup_id, entries, left_out, self.chain_lock())
 
     def finalize(self, encode_report_key: str, captures: Iterable[Mapping[str, Any]] = (),
                  retention: RetentionPolicy | None = None) -> dict[str, Any]:
@@ -318,7 +320,8 @@ class BackupRun:
         removed, the lock given back, then retention; returns the summary (XCom and the Asset event)."""
         # The manifest is written only by the run that holds the backup (re-taken by a retry after it was given back).
         with self.holding():
-            manifest = finalize_backup(self.storage, self.settings.backup_id, encode_report_key, captures)
+            manifest = finalize_backup(self.storage, self.settings.backup_id, encode_report_key, captures,
+                                       self.chain_lock())
         self.lock.release()
         summary = manifest_summary(manifest, self.plain_storage.url)
         done = apply_retention(self.plain_storage, retention or RetentionPolicy(), now_ms=int(time.time() * 1000),
@@ -328,16 +331,25 @@ class BackupRun:
         summary["retention_kept"] = done.kept
         return summary
 
+    def chain_lock(self) -> ChainLock:
+        """The location's chain lock, for this run picking a stream's base or linking its chains."""
+        return ChainLock(self.plain_storage, f"backup {self.settings.backup_id} ({self.lock.owner})")
+
     def checkpoints(self) -> CheckpointStore:
         """This backup's capture checkpoints, in its own storage: any worker resumes any queue, and the capture
         task's progress lines read them from there."""
         return CheckpointStore(self.storage, self.settings.backup_id)
 
     def _stream_mark(self, info: QueueInfo) -> StreamMark | None:
-        """Where the newest complete backup holding this stream ended (None: capture it from its start)."""
+        """Where the newest complete backup holding this stream ended (None: capture it from its start).
+
+        Picked between retention passes (under the chain lock): a pass that follows sees this run's lock and keeps
+        the backups it may continue from.
+        """
         if not self.settings.incremental_streams:
             return None
-        previous = latest_with_stream(self.storage, self.settings.backup_id, info.vhost, info.name)
+        with self.chain_lock().held():
+            previous = latest_with_stream(self.storage, self.settings.backup_id, info.vhost, info.name)
         if previous is None:
             return None
         entry = previous.queue(info.vhost, info.name)

@@ -170,15 +170,23 @@ def rollback_cmd(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def unlock_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    """Remove ``{backup_id}/lock.json``; only for a run known to be gone (a live one would lose its lock)."""
+    """Remove ``{backup_id}/lock.json``; only for a run known to be gone (a live one would lose its lock).
+
+    The lock is read as untrusted input (bounded, every field checked): an unreadable one is removed too,
+    and said to be unreadable; nothing of its content is printed unescaped.
+    """
     lock = BackupLock(_open_existing(args.path), args.backup_id)
     held = lock.read()
     if held is not None:
         lock.storage.delete(lock.key)
     if args.format == "json":
-        json_line(out, {"backup_id": args.backup_id, "removed": held is not None, "held_by": held and held.owner})
+        json_line(out, {"backup_id": args.backup_id, "removed": held is not None,
+                         "held_by": None if held is None or held.unreadable else held.owner,
+                         "unreadable": None if held is None else held.problem or None})
     elif held is None:
         say(out, f"backup {args.backup_id} is not locked")
+    elif held.unreadable:
+        say(out, f"removed the lock of backup {args.backup_id}: it was unreadable ({held.problem})")
     else:
         say(out, f"removed the lock of backup {args.backup_id}, held by {held.describe()}")
     return 0

@@ -150,6 +150,12 @@ def lock_key(backup_id: str) -> str:
     return f"{check_backup_id(backup_id)}/{LOCK_NAME}"
 
 
+#: The location-wide lock under which retention decides and deletes, and runs pick and link stream chains.
+#: At the location's root and starting with ``_``: no backup id can start so, and the catalog reads a backup
+#: id only from keys with a ``/``, so it never shows as a backup.
+CHAIN_LOCK_KEY = "_chains.lock.json"
+
+
 def state_key(backup_id: str) -> str:
     """The SQLite summary of a backup's capture checkpoints that ``finish`` writes for foreign readers (seed 001)."""
     return f"{check_backup_id(backup_id)}/state/offsets.db"

@@ -3,7 +3,10 @@
 The list reuses :func:`~airflow_rbak.backup.catalog.list_backups` (``rbak list``) and a backup's page
 reads its manifest through :class:`~airflow_rbak.backup.manifest_store.ManifestStore` (``rbak
 describe``): no segment body is ever read, and nothing is written. A location's listing is kept for
-``ttl`` seconds, so paging through hundreds of backups reads their manifests once.
+``ttl`` seconds, so paging through hundreds of backups reads their manifests once. Listing a large
+location is costly (every object is walked), so a location is listed by one caller at a time, others
+waiting for and sharing that listing, and ``refresh`` or an unknown backup id lists it again at most
+once per ``min_refresh`` seconds.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from airflow_rbak.backup.catalog import BackupSummary, list_backups
 from airflow_rbak.backup.chain import chain_owners
@@ -32,6 +35,59 @@ log = package_logger(__name__)
 READ_WORKERS = 16
 UI_RETRIES = 1
 MAX_PAGE = 500
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Flight(Generic[T]):
+    """One call in progress and what it gave: its result, or the exception its callers re-raise."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    result: T | None = None
+    error: BaseException | None = None
+    waiting: int = 0
+
+
+class SingleFlight(Generic[T]):
+    """At most one call per key at a time: callers arriving meanwhile wait for it and share its outcome."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._flights: dict[str, _Flight[T]] = {}
+
+    def do(self, key: str, call: Callable[[], T]) -> T:
+        """``call()``'s result, from the call in flight for ``key`` if there is one, else from a new call."""
+        with self._changed:
+            flight = self._flights.get(key)
+            leader = flight is None
+            if flight is None:
+                flight = self._flights[key] = _Flight()
+            else:
+                flight.waiting += 1
+                self._changed.notify_all()
+        if not leader:
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            return flight.result  # type: ignore[return-value]  # set before done, when there is no error
+        try:
+            flight.result = call()
+            return flight.result
+        except BaseException as exc:
+            flight.error = exc
+            raise
+        finally:
+            with self._changed:
+                del self._flights[key]
+            flight.done.set()
+
+    def await_waiting(self, key: str, callers: int, timeout: float) -> bool:
+        """Wait until ``callers`` callers wait for ``key``'s call in flight; False at ``timeout`` (for tests)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: key in self._flights and self._flights[key].waiting >= callers,
+                                          timeout)
 
 
 class LocationNotFoundError(RbakError):
@@ -96,16 +152,27 @@ def manifest_detail(manifest: BackupManifest) -> dict[str, Any]:
     }
 
 
+def _outcome(cached: list[BackupSummary] | BaseException) -> list[BackupSummary]:
+    if isinstance(cached, BaseException):
+        raise cached
+    return cached
+
+
 class BackupCatalog:
     """The backups of every configured location, listed newest first, page by page."""
 
-    def __init__(self, urls: list[str], *, ttl: float = 15.0,
-                 opener: Callable[[str], Storage] = lambda url: open_storage(url, retries=UI_RETRIES)) -> None:
+    def __init__(self, urls: list[str], *, ttl: float = 15.0, min_refresh: float = 5.0,
+                 opener: Callable[[str], Storage] = lambda url: open_storage(url, retries=UI_RETRIES),
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.locations = [Location.of(url, i) for i, url in enumerate(urls)]
         self.ttl = ttl
+        self.min_refresh = min_refresh
         self._opener = opener
-        self._cache: dict[str, tuple[float, list[BackupSummary]]] = {}
+        self._clock = clock
+        #: Each location's last listing: when it started, and what it found or the error it raised.
+        self._cache: dict[str, tuple[float, list[BackupSummary] | BaseException]] = {}
         self._lock = threading.Lock()
+        self.listings: SingleFlight[list[BackupSummary]] = SingleFlight()
 
     def location(self, location_id: str) -> Location:
         found = next((loc for loc in self.locations if loc.id == location_id), None)
@@ -114,17 +181,29 @@ class BackupCatalog:
         return found
 
     def summaries(self, location: Location, refresh: bool = False) -> list[BackupSummary]:
-        """Every backup of a location, newest first (read again after ``ttl`` seconds, or when asked)."""
+        """Every backup of a location, newest first: read again after ``ttl`` seconds, or when asked (``refresh``) and
+        the last listing is older than ``min_refresh`` seconds; a listing in flight is shared."""
         if location.refused:
             raise StorageError(location.refused)
-        now = time.monotonic()
         with self._lock:
             cached = self._cache.get(location.id)
-        if cached and not refresh and now - cached[0] < self.ttl:
-            return cached[1]
-        found = list(reversed(list_backups(self._opener(location.url), workers=READ_WORKERS)))
+        if cached is not None:
+            failed = isinstance(cached[1], BaseException)
+            fresh_for = self.min_refresh if refresh or failed else max(self.ttl, self.min_refresh)
+            if self._clock() - cached[0] < fresh_for:
+                return _outcome(cached[1])
+        return self.listings.do(location.id, lambda: self._list(location))
+
+    def _list(self, location: Location) -> list[BackupSummary]:
+        started = self._clock()
+        try:
+            found = list(reversed(list_backups(self._opener(location.url), workers=READ_WORKERS)))
+        except Exception as exc:  # kept like a listing: a failing location is not asked again at every request
+            with self._lock:
+                self._cache[location.id] = (started, exc)
+            raise
         with self._lock:
-            self._cache[location.id] = (now, found)
+            self._cache[location.id] = (started, found)
         return found
 
     def page(self, location: Location, runs: RunIndex, offset: int = 0, limit: int = 50,
@@ -154,6 +233,6 @@ class BackupCatalog:
         body = {"location": location.to_json(), "backup": backup_row(summary, location, runs),
                 "runs": {"made": [r.to_json() for r in runs.runs(location.url, backup_id, "backup")],
                          "verified": [r.to_json() for r in runs.runs(location.url, backup_id, "verify")]}}
-        if summary.status in ("complete", "incomplete"):
+        if summary.status in ("complete", "incomplete", "future", "rebuilt"):  # a manifest that could be read
             body.update(manifest_detail(ManifestStore(self._opener(location.url)).load(backup_id)))
         return body

@@ -5,11 +5,20 @@ from __future__ import annotations
 import pytest
 
 from airflow_rbak.backup.catalog import BackupSummary
+from airflow_rbak.backup.finalize import finish_backup
+from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.retention import RetentionPolicy, apply_retention, delete_backup, retention_decisions, select_expired
+from airflow_rbak.backup.retention import (
+    RetentionPolicy,
+    _needed_keys,
+    apply_retention,
+    delete_backup,
+    retention_decisions,
+    select_expired,
+)
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.storage import open_storage
+from airflow_rbak.storage import MemoryStorage, open_storage
 
 DAY = 86_400_000
 NOW = 100 * DAY
@@ -92,3 +101,79 @@ def test_a_retired_folder_loses_only_what_no_backup_lists_and_nothing_without_a_
     # Then nothing is deleted without a rule; with one, only the segment no backup lists
     assert untouched == [listed, unlisted]
     assert [i.key for i in storage.list("old/")] == [listed]
+
+
+def stream_entry(backup_id: str, first: int, last: int) -> QueueBackup:
+    """Stream v/s as a backup captured it: one segment of its own holding offsets ``first..last``."""
+    segment = SegmentMetadata(f"{backup_id}/queues/v/s/segment-0001.zst", 1, last - first + 1, 4, 0, None, None, "0" * 64)
+    return QueueBackup("v", "s", "stream", [segment], message_count=last - first + 1,
+                       extensions={"stream_offsets": {"first": first, "last": last}})
+
+
+def test_a_running_backup_keeps_the_base_it_may_continue_until_it_lists_it_then_retention_keeps_what_it_lists():
+    # Given a complete stream backup b1, a run r3 in progress (its lock held, its manifest incomplete)
+    # that will continue b1's stream, and a newer complete backup b2 of other queues
+    storage = MemoryStorage()
+    store = ManifestStore(storage)
+    store.save(BackupManifest("b1", 1 * DAY, "0", completed_at=1 * DAY + 1, queues=[stream_entry("b1", 0, 9)]))
+    storage.put("b1/queues/v/s/segment-0001.zst", b"data")
+    store.save(BackupManifest("r3", 2 * DAY, "0"))
+    BackupLock(storage, "r3", "run r3").acquire()
+    store.save(BackupManifest("b2", 3 * DAY, "0", completed_at=3 * DAY + 1, queues=[QueueBackup("v", "orders", "classic")]))
+
+    # When b2's finalize applies retention keep_last 1 while r3 runs
+    during = apply_retention(storage, RetentionPolicy(keep_last=1), now_ms=NOW, protect="b2")
+
+    # Then b1 stays whole, kept for the running backup
+    assert during.deleted == [] and during.kept["b1"] == "holds streams that running backups (r3) may continue from"
+    assert storage.exists("b1/manifest.json") and storage.exists("b1/queues/v/s/segment-0001.zst")
+
+    # When r3 then completes (its chain linked to b1) and gives its lock back, and retention runs again
+    storage.put("r3/queues/v/s/segment-0001.zst", b"data")
+    finished = finish_backup(storage, "r3", [stream_entry("r3", 10, 19)])
+    BackupLock(storage, "r3", "run r3").release()
+    after = apply_retention(storage, RetentionPolicy(keep_last=1), now_ms=NOW, protect="r3")
+
+    # Then b1 goes, but the segment r3's chain lists stays, and every key r3 lists is there
+    assert finished.extensions["depends_on"] == ["b1"] and after.deleted == ["b1"]
+    assert after.segments_kept_for_chains == {"b1": 1}
+    assert all(storage.exists(s.key) for q in finished.queues for s in q.segments)
+
+
+def test_a_running_backup_does_not_hold_back_backups_without_streams():
+    storage = MemoryStorage()
+    store = ManifestStore(storage)
+    store.save(BackupManifest("b1", 1 * DAY, "0", completed_at=1 * DAY + 1, queues=[QueueBackup("v", "orders", "classic")]))
+    store.save(BackupManifest("r3", 2 * DAY, "0"))
+    BackupLock(storage, "r3", "run r3").acquire()
+    store.save(BackupManifest("b2", 3 * DAY, "0", completed_at=3 * DAY + 1))
+
+    assert apply_retention(storage, RetentionPolicy(keep_last=1), now_ms=NOW, protect="b2").deleted == ["b1"]
+
+
+def test_a_manifest_of_another_status_still_counts_as_staying_when_it_can_be_read():
+    # Given a base whose segment only a backup of a status retention does not know lists
+    storage = MemoryStorage()
+    store = ManifestStore(storage)
+    store.save(BackupManifest("b1", 1 * DAY, "0", completed_at=1 * DAY + 1, queues=[stream_entry("b1", 0, 9)]))
+    storage.put("b1/queues/v/s/segment-0001.zst", b"data")
+    store.save(BackupManifest("b2", 2 * DAY, "0", completed_at=2 * DAY + 1, extensions={"depends_on": ["b1"]},
+                              queues=[stream_entry("b1", 0, 9)]))
+    store.save(BackupManifest("b3", 3 * DAY, "0", completed_at=3 * DAY + 1))
+    odd = [BackupSummary("b1", "complete", created_at=DAY, completed_at=DAY + 1),
+           BackupSummary("b2", "from-the-future", created_at=2 * DAY), BackupSummary("b3", "complete", created_at=3 * DAY)]
+
+    needed, all_readable = _needed_keys(storage, odd, {"b1"})
+
+    assert needed == {"b1/queues/v/s/segment-0001.zst": {"b2"}} and all_readable
+
+
+def test_a_stray_folder_whose_name_is_no_backup_id_is_not_taken_for_a_running_backup():
+    storage = MemoryStorage()
+    two = ManifestStore(storage)
+    for day in (1, 2):
+        two.save(BackupManifest(f"b{day}", day * DAY, "0", completed_at=day * DAY + 1))
+    storage.put("not an id/notes.txt", b"left by hand")
+
+    assert apply_retention(storage, RetentionPolicy(keep_last=1), now_ms=NOW, protect="b2").deleted == ["b1"]
+    assert storage.exists("not an id/notes.txt")
