@@ -1,4 +1,4 @@
-"""Retention interleaved with an incremental stream backup on the real broker: the chain stays whole (issue 27).
+"""Retention interleaved with an incremental stream backup on the real broker: the chain stays whole.
 
 An incremental stream backup is paused after it captured and encoded (its base chosen, its chain not yet
 listed anywhere) while another backup's finalize applies retention ``keep_last: 1``. The run then
