@@ -138,17 +138,19 @@ def find_base(storage: Storage, backup_id: str, entry: QueueBackup) -> tuple[Bac
 
 
 def _complete_newest_first(storage: Storage, exclude: str) -> list[BackupManifest]:
+    """The backups that count (the catalog's ``complete``: never a planted, future, rebuilt or damaged one), newest
+    first: only those may be a chain's base."""
+    from airflow_rbak.backup.catalog import list_backups  # the catalog judges what counts, and reads chains here
+
     store = ManifestStore(storage)
     manifests = []
-    for backup_id in store.backup_ids():
-        if backup_id == exclude:
+    for summary in list_backups(storage):
+        if summary.status != "complete" or summary.backup_id == exclude:
             continue
         try:
-            manifest = store.load(backup_id)
-        except RbakError:  # retired bases, damaged manifests: not a base to continue from
+            manifests.append(store.load(summary.backup_id))
+        except RbakError:  # removed or damaged since it was listed: not a base to continue from
             continue
-        if manifest.completed_at is not None:
-            manifests.append(manifest)
     return sorted(manifests, key=lambda m: (m.created_at, m.backup_id), reverse=True)
 
 

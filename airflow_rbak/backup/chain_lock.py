@@ -17,16 +17,16 @@ been renewed for ``stale_after`` seconds the next caller takes it over.
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import Callable, Iterator
 
 from airflow_rbak.backup.lock import DEFAULT_CONFIRM_AFTER, DEFAULT_RENEW_EVERY, BackupLock, BackupLockedError, LockInfo
 from airflow_rbak.codec.layout import CHAIN_LOCK_KEY
+from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import Storage
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 #: Seconds a caller waits for the chain lock before it gives up.
 DEFAULT_WAIT = 900.0
 #: Seconds without a renewal after which a holder is taken for crashed (ten missed renewals).

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from airflow_rbak.backup.catalog import MAX_CLOCK_SKEW_MS, latest_complete, list_backups
+from airflow_rbak.backup.chain import latest_with_stream
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
 from airflow_rbak.backup.validate import validate_backup
@@ -173,9 +174,10 @@ def _objects(storage: Storage, backup_id: str) -> dict[str, int]:
     return {info.key: info.size for info in storage.list(f"{backup_id}/")}
 
 
-def test_latest_and_freshness_choose_the_newest_real_backup(bucket, planted, now):
+def test_latest_freshness_and_the_next_stream_chain_choose_the_newest_real_backup(bucket, planted, now):
     assert latest_complete(bucket, now_ms=now).backup_id == "real-3"
     assert check_freshness(bucket, max_age_hours=24, now_ms=now).backup_id == "real-3"
+    assert latest_with_stream(bucket, "next", "prod", "events/eu").backup_id == "real-3"
 
 
 def test_retention_keeps_the_two_newest_real_backups_and_leaves_the_planted_object_alone(bucket, planted, now):

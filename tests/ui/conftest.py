@@ -2,13 +2,15 @@
 
 The api-server (``tests/airflow_stack.py``, started alone) runs on a free loopback port with its own
 AIRFLOW_HOME and SQLite database, the SimpleAuthManager and two users besides the stack's own: ``admin`` (may
-trigger DAGs) and ``viewer`` (read only). It lists three
-locations: a folder (the default, ``RBAK_STORAGE_URL``), a bucket on the moto server, an S3
-endpoint nothing listens on, and a URL with credentials in it (refused). Start-up is waited for by polling with a generous deadline.
+trigger DAGs) and ``viewer`` (read only). It lists five locations: a folder (the default,
+``RBAK_STORAGE_URL``), a bucket on the moto server, an S3 endpoint nothing listens on, a URL with credentials in
+it (refused), and a folder with manifests planted beside a real backup. Start-up is waited for by polling with a
+generous deadline.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -32,6 +34,7 @@ class ApiServer:
     stack: AirflowStack
     file_url: str
     s3_url: str
+    hostile_url: str
 
     @property
     def base(self) -> str:
@@ -61,6 +64,18 @@ def _backups(file_url: str, s3_url: str) -> None:
     build_sample_backup(open_storage(s3_url), "s3-sample-1")
 
 
+def _hostile(url: str) -> None:
+    """A folder with one real backup beside planted manifests: one from the year 2100, one whose time no
+    calendar holds, one that is not JSON."""
+    storage = open_storage(url)
+    real = build_sample_backup(storage, "real-1")
+    for backup_id, created in (("planted-2100", 4_102_444_800_000), ("huge-time", 9_000_000_000_000_000_000)):
+        body = {**real.to_json(), "backup_id": backup_id, "created_at": created, "completed_at": created,
+                "queues": [], "definitions": None, "total_messages": 0, "total_bytes": 0, "total_segments": 0}
+        storage.put(f"{backup_id}/manifest.json", json.dumps(body).encode())
+    storage.put("garbage/manifest.json", b"\x00not json")
+
+
 @pytest.fixture(scope="session")
 def api_server(tmp_path_factory: pytest.TempPathFactory, s3_server: str, s3_client) -> Iterator[ApiServer]:
     home = tmp_path_factory.mktemp("ui-airflow-home")
@@ -69,10 +84,12 @@ def api_server(tmp_path_factory: pytest.TempPathFactory, s3_server: str, s3_clie
     file_url = (home / "backups").as_uri()
     s3_url = f"s3://{bucket}/backups?region=us-east-1&endpoint={s3_server}&path_style=true"
     _backups(file_url, s3_url)
+    hostile_url = (home / "hostile").as_uri()
+    _hostile(hostile_url)
     stack = airflow_stack(home, {"admin": "admin", "viewer": "viewer"}, RBAK_STORAGE_URL=file_url,
-                          RBAK_UI_LOCATIONS=f"{s3_url}\n{UNREACHABLE}\n{WITH_SECRET}")
+                          RBAK_UI_LOCATIONS=f"{s3_url}\n{UNREACHABLE}\n{WITH_SECRET}\n{hostile_url}")
     stack.start(only_api_server=True)
     try:
-        yield ApiServer(stack, file_url, s3_url)
+        yield ApiServer(stack, file_url, s3_url, hostile_url)
     finally:
         stack.stop()

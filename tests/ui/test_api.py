@@ -19,7 +19,8 @@ def _locations(api_server: ApiServer) -> dict[str, str]:
 
 
 def test_every_location_is_listed_default_first(api_server):
-    assert list(_locations(api_server)) == [api_server.file_url, api_server.s3_url, UNREACHABLE, "(location 4: refused)"]
+    assert list(_locations(api_server)) == [api_server.file_url, api_server.s3_url, UNREACHABLE, "(location 4: refused)",
+                                            api_server.hostile_url]
 
 
 def test_a_location_with_credentials_is_shown_refused_and_no_part_of_its_secret_is_anywhere(api_server):
@@ -45,6 +46,21 @@ def test_the_folder_lists_its_backups_newest_first_with_every_field_and_the_chai
     assert rows["sample-3-running"]["status"] == "incomplete" and not rows["sample-3-running"]["complete"]
     assert rows["sample-1"]["queues"] == 3 and rows["sample-1"]["total_messages"] == 282
     assert rows["sample-1"]["compression"] == ["zstd"] and rows["sample-1"]["total_bytes"] > 0
+
+
+def test_planted_manifests_are_marked_beside_the_real_backup_and_no_page_answers_500(api_server):
+    loc = _locations(api_server)[api_server.hostile_url]
+    page = api_server.get(f"/rbak/api/locations/{loc}/backups").json()
+    html = api_server.get("/rbak/")
+
+    assert page["error"] is None
+    assert {b["backup_id"]: b["status"] for b in page["backups"]} == {
+        "real-1": "complete", "planted-2100": "future", "huge-time": "future", "garbage": "damaged"}
+    assert html.status_code == 200 and "invalid time (9000000000000000000)" in html.text
+    for backup_id in ("real-1", "planted-2100", "huge-time", "garbage"):
+        detail = api_server.get(f"/rbak/backups/{loc}/{backup_id}")
+        assert detail.status_code in (200, 502) and backup_id in detail.text, (backup_id, detail.status_code)
+        assert "Traceback" not in detail.text and "Internal Server Error" not in detail.text
 
 
 def test_the_bucket_on_loopback_s3_lists_its_backup(api_server):
