@@ -69,7 +69,7 @@ def rebuild_manifest(
     definitions, types, version = _read_definitions(storage, backup_id, unrecovered, max_decompressed_bytes)
     queues = _read_queues(storage, backup_id, types, unrecovered, max_decompressed_bytes)
     if not queues and definitions is None:  # a typo must not leave an empty "complete" backup behind
-        unreadable = f"; {len(unrecovered)} object(s) could not be read, first: {unrecovered[0]}" if unrecovered else ""
+        unreadable = f"; not recovered: {'; '.join(unrecovered[:3])[:600]}" if unrecovered else ""
         raise NothingToRebuildError(f"{storage.url}: backup {backup_id!r} holds no readable segment and no definitions "
                                     f"export to rebuild a manifest from; nothing was written (is the backup id "
                                     f"right?){unreadable}")

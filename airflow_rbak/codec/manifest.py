@@ -23,8 +23,9 @@ MAX_MANIFEST_BYTES = 64 * 1024**2
 #: a value costs up to about 70 bytes more than its text (an empty object is 2 bytes of JSON, 64 in memory), so
 #: this, not the byte cap, is what bounds the memory a dense manifest of nothing but ``{}`` would take.
 MAX_MANIFEST_VALUES = 1_000_000
-#: Integers are 64-bit signed in the schema; a larger number is no count or time any writer can mean.
-_INT64_MAX = 2**63 - 1
+#: The schema's integers: counts and sizes are u64, times i64; a number outside is none any writer can mean.
+_U64 = (0, 2**64 - 1)
+_I64 = (-(2**63), 2**63 - 1)
 
 
 @overload
@@ -39,8 +40,9 @@ def _int(obj: dict[str, Any], name: str, path: str, *, nullable: bool = False, u
     value = obj[name]
     if value is None and nullable:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or (unsigned and value < 0) or abs(value) > _INT64_MAX:
-        kind = "a non-negative 64-bit integer" if unsigned else "a 64-bit integer"
+    low, high = _U64 if unsigned else _I64
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        kind = "an unsigned 64-bit integer" if unsigned else "a signed 64-bit integer"
         raise ManifestError(f"{path}.{name} must be {kind}, got {value!r:.40}", segment="manifest.json")
     return value
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import tempfile
 from contextlib import redirect_stdout
+from pathlib import Path
 from urllib.parse import quote
 
 import orjson
@@ -58,8 +60,12 @@ def _rollback(broker, location: str, *extra: str) -> dict:
     c = broker.connection
     url = f"amqp://{c.username}:{c.password}@{c.host}:{c.amqp_port}/?management_port={c.management_port}"
     out = io.StringIO()
-    with redirect_stdout(out):
-        code = main(["definitions", "rollback", "--path", location, "--backup-id", "pol-1", "--broker", url, "--format", "json", *extra])
+    with tempfile.TemporaryDirectory() as folder:
+        broker_file = Path(folder) / "broker"
+        broker_file.write_text(url)
+        with redirect_stdout(out):
+            code = main(["definitions", "rollback", "--path", location, "--backup-id", "pol-1",
+                         "--broker-file", str(broker_file), "--format", "json", *extra])
     assert code == 0
     return json.loads(out.getvalue())
 
