@@ -162,6 +162,19 @@ def _missing_objects(manifest: BackupManifest, stored: dict[str, int]) -> str | 
     return f"{len(bad)} listed object(s) missing or of the wrong size: {key[:200]!r} {what}"
 
 
+def left_out_queues(manifest: BackupManifest) -> list[dict[str, str]]:
+    """The queues a manifest says its run left out (our ``left_out`` extension), as text for people.
+
+    A manifest is untrusted input: entries that are not objects are skipped and every value is read as text, so
+    ``describe`` and the view show what a well-formed list says and nothing else can break them.
+    """
+    entries = manifest.extensions.get("left_out")
+    if not isinstance(entries, list):
+        return []
+    return [{field: str(entry.get(field, "?")) for field in ("vhost", "queue", "queue_type", "reason")}
+            for entry in entries if isinstance(entry, dict)]
+
+
 def segment_compressions(manifest: BackupManifest) -> tuple[str, ...]:
     """The codecs the manifest's segment keys name (``zstd``, ``lz4``, ``none``), sorted; () for no segments."""
     found = {compression_from_key(s.key).name.lower() for q in manifest.queues for s in q.segments}

@@ -10,7 +10,7 @@ import hashlib
 from typing import IO
 from urllib.parse import urlsplit, urlunsplit
 
-from airflow_rbak.backup.catalog import list_backups
+from airflow_rbak.backup.catalog import left_out_queues, list_backups
 from airflow_rbak.backup.chain import chain_owners, dependencies
 from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestStore
@@ -86,8 +86,8 @@ def describe_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         owners = chain_owners(q)
         if q.queue_type == "stream" and owners != [manifest.backup_id]:
             say(out, f"{'':20} chain: segments from {', '.join(owners)}")
-    for q in manifest.extensions.get("left_out") or []:
-        say(out, f"{q.get('vhost', '?'):20} {q.get('queue', '?'):30} LEFT OUT: {q.get('reason', '?')}")
+    for q in left_out_queues(manifest):
+        say(out, f"{q['vhost']:20} {q['queue']:30} LEFT OUT: {q['reason']}")
     return 0
 
 

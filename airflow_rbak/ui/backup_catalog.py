@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from airflow_rbak.backup.catalog import BackupSummary, list_backups
+from airflow_rbak.backup.catalog import BackupSummary, left_out_queues, list_backups
 from airflow_rbak.backup.chain import chain_owners
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest
@@ -148,7 +148,7 @@ def manifest_detail(manifest: BackupManifest) -> dict[str, Any]:
                           "uncompressed_bytes": s.uncompressed_bytes, "first_timestamp": s.first_timestamp,
                           "last_timestamp": s.last_timestamp} for s in q.segments],
         } for q in manifest.queues],
-        "left_out": list(manifest.extensions.get("left_out") or []),
+        "left_out": left_out_queues(manifest),
     }
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import uuid
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from airflow_rbak.backup.catalog import list_backups
@@ -57,7 +58,18 @@ manifest_shaped = st.fixed_dictionaries({
     "source_cluster": field(text | st.none()), "rabbitmq_version": field(text | st.none()),
     "backup_tool_version": field(text), "definitions": field(st.none()), "queues": field(st.lists(queue, max_size=3)),
     "total_messages": field(counts), "total_bytes": field(counts), "total_segments": field(counts),
-    "left_out": field(st.lists(st.fixed_dictionaries({"vhost": text, "queue": text, "reason": text}), max_size=2))})
+    "left_out": field(st.lists(st.fixed_dictionaries({"vhost": field(text), "queue": field(text), "reason": field(text)}),
+                               max_size=2))})
+
+
+def _valid(**changes: Any) -> bytes:
+    """A complete, empty manifest of ``fuzzed`` with ``changes`` to its fields."""
+    body = {"backup_id": "fuzzed", "created_at": 1_712_756_400_000, "completed_at": 1_712_756_400_001,
+            "source_cluster": None, "rabbitmq_version": None, "backup_tool_version": "x", "definitions": None,
+            "queues": [], "total_messages": 0, "total_bytes": 0, "total_segments": 0}
+    return json.dumps({**body, **changes}).encode()
+
+
 documents = st.one_of(manifest_shaped, manifest_shaped, anything).map(lambda doc: json.dumps(doc).encode())
 
 
@@ -84,9 +96,13 @@ def assert_clean(code: int, out: str, err: str, limit: int) -> None:
     assert not _RAW_CONTROL.search(out + err)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=int(os.environ.get("RBAK_FUZZ_EXAMPLES", "60")), derandomize="RBAK_FUZZ_EXAMPLES" not in os.environ,
+          deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(document=documents)
+@example(document=_valid(left_out=True))
+@example(document=_valid(left_out=[1, {"vhost": 5, "queue": None}], created_at=9_000_000_000_000_000_000))
+@example(document=_valid(backup_tool_version="\x1b]0;title\x07\x9b2J"))
 def test_any_manifest_gets_a_clean_bounded_answer_and_hides_nothing(real_backup, document):
     storage = MemoryStorage(f"hostile-{uuid.uuid4().hex}")
     for key, data in real_backup.items():
