@@ -1,4 +1,4 @@
-"""Constants of the RBAK segment format (spec 000) and its storage layout (spec 001)."""
+"""Constants of the RBAK v1 segment format and its storage layout (docs/format.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The manifest models of spec 001, written in the schema's field order.
+"""The manifest models of the RBAK v1 format (docs/format.md), written in the schema's field order.
 
 Fields this tool adds beyond the schema (stream consumer offsets, a rebuilt
 manifest's notes) live in ``extensions`` and are written after the schema's
