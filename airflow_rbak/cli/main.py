@@ -91,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cap_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-decompressed-bytes", type=_positive_int, default=DEFAULT_MAX_DECOMPRESSED_BYTES, metavar="N",
-                   help=f"refuse a segment whose records take more than N bytes uncompressed (default {DEFAULT_MAX_DECOMPRESSED_BYTES}, "
-                        "641 MiB: the most a segment written at the largest segment_max_bytes holds)")
+                   help="refuse a segment whose records take more than N bytes uncompressed (default "
+                        f"{DEFAULT_MAX_DECOMPRESSED_BYTES}, 641 MiB: the most a segment of this provider holds)")
 
 
 def _positive_int(text: str) -> int:

@@ -19,9 +19,9 @@ from airflow_rbak.codec import records
 from airflow_rbak.codec.constants import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     DEFAULT_SEGMENT_MAX_BYTES,
-    MAX_SEGMENT_MAX_BYTES,
     DEFAULT_SEGMENT_MAX_INTERVAL_MS,
     DEFAULT_ZSTD_LEVEL,
+    MAX_SEGMENT_MAX_BYTES,
     Compression,
 )
 from airflow_rbak.codec.errors import RecordTooLargeError
