@@ -24,7 +24,11 @@ from airflow.sdk import DAG, Param
 
 from airflow_rbak.backup.run import STREAM_MODES
 from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
-from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS
+from airflow_rbak.codec.constants import (
+    DEFAULT_SEGMENT_MAX_BYTES,
+    DEFAULT_SEGMENT_MAX_INTERVAL_MS,
+    MAX_SEGMENT_MAX_BYTES,
+)
 from airflow_rbak.operators.backup import RbakCaptureQueueOperator, RbakDiscoverQueuesOperator, RbakExportDefinitionsOperator
 from airflow_rbak.operators.finalize import RbakFinalizeManifestOperator
 from airflow_rbak.operators.spark_steps import RbakEncodeStepOperator, RbakVerifyStepOperator
@@ -59,8 +63,9 @@ PARAMS = {
                          description="the queue types to back up"),
     "compression": Param("zstd", type="string", enum=["zstd", "lz4", "none"], description="the segments' compression"),
     "compression_level": Param(3, type="integer", minimum=1, maximum=22, description="zstd level"),
-    "segment_max_bytes": Param(DEFAULT_SEGMENT_MAX_BYTES, type="integer", minimum=1,
-                               description="a segment is sealed when its records reach this many bytes"),
+    "segment_max_bytes": Param(DEFAULT_SEGMENT_MAX_BYTES, type="integer", minimum=1, maximum=MAX_SEGMENT_MAX_BYTES,
+                               description="a segment is sealed when its records reach this many bytes (at most 128 MiB, "
+                                           "so that readers take every segment at their default cap)"),
     "segment_max_interval_ms": Param(DEFAULT_SEGMENT_MAX_INTERVAL_MS, type="integer", minimum=1,
                                      description="... or span this many milliseconds of backup time"),
     "include_definitions": Param(True, type="boolean",

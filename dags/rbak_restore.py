@@ -26,6 +26,7 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param
 
+from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.operators.restore import (
     RbakRestoreDefinitionsOperator,
     RbakRestorePlanOperator,
@@ -97,6 +98,9 @@ PARAMS = {
     "definitions_mode": Param("missing", type="string", enum=["missing", "replace"],
                               description="missing: import only objects the target lacks; replace: also overwrite "
                                           "existing ones (the plan lists both)"),
+    "max_decompressed_bytes": Param(DEFAULT_MAX_DECOMPRESSED_BYTES, type="integer", minimum=1,
+                                    description="refuse a segment whose records take more than this many bytes "
+                                                "uncompressed; the default holds any segment this provider writes"),
     "skip_approval": Param(False, type="boolean",
                            description="go on without waiting for a person to approve the plan (automation, "
                                        "airflow dags test); otherwise the run waits at 'approve', and a rejection or no "
@@ -105,7 +109,7 @@ PARAMS = {
 
 #: The trigger form's sections, in order (Airflow shows each param under its ``section``).
 SECTIONS = {
-    "Backup": ("storage_url", "backup_id", "skip_damaged_segments"),
+    "Backup": ("storage_url", "backup_id", "skip_damaged_segments", "max_decompressed_bytes"),
     "Target and selection": ("rabbitmq_conn_id", "vhosts", "queues", "vhost_map", "queue_map"),
     "Point in time": ("time_window_start", "time_window_end"),
     "Definitions": ("restore_definitions", "definitions_selection", "definitions_mode"),

@@ -9,6 +9,7 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param, task
 
+from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.operators.spark_steps import RbakVerifyStepOperator
 from airflow_rbak.settings import VERIFY_SCHEDULE_ENV, default_storage_url, schedule_from_env, task_defaults
 
@@ -24,6 +25,9 @@ with DAG(
                            description="a backup id, or latest (the newest complete backup)"),
         "sample_percent": Param(100, type="number", exclusiveMinimum=0, maximum=100),
         "spark_conn_id": Param("spark_default", type="string", minLength=1),
+        "max_decompressed_bytes": Param(DEFAULT_MAX_DECOMPRESSED_BYTES, type="integer", minimum=1,
+                                        description="refuse a segment whose records take more than this many bytes "
+                                                    "uncompressed; the default holds any segment this provider writes"),
     },
     tags=["rbak", "rabbitmq", "verify"],
     doc_md=__doc__,
@@ -48,4 +52,5 @@ with DAG(
     backup_id = resolve_backup()
     RbakVerifyStepOperator(
         task_id="verify", verify="deep", storage_url="{{ params.storage_url }}", backup_id=backup_id,
-        sample_percent="{{ params.sample_percent }}", conn_id="{{ params.spark_conn_id }}")
+        sample_percent="{{ params.sample_percent }}", conn_id="{{ params.spark_conn_id }}",
+        max_decompressed_bytes="{{ params.max_decompressed_bytes }}")

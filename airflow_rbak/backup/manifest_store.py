@@ -8,7 +8,7 @@ from contextlib import nullcontext
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.errors import ManifestError
 from airflow_rbak.codec.layout import check_backup_id, manifest_key
-from airflow_rbak.codec.manifest import MAX_MANIFEST_BYTES, check_manifest_size
+from airflow_rbak.codec.manifest import MAX_MANIFEST_BYTES, check_manifest_bytes, check_manifest_size
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage
 
@@ -57,7 +57,7 @@ class ManifestStore:
         """Write a manifest atomically (storage puts are atomic) and return its key; never one readers refuse."""
         key = key or manifest_key(manifest.backup_id)
         data = manifest.to_bytes()
-        check_manifest_size(len(data), key)
+        check_manifest_bytes(data, key)
         self.storage.put(key, data)
         return key
 

@@ -3,24 +3,21 @@
 A manifest is data a reader did not write: edited, copied between backups,
 or damaged, it can name another backup's segment or definitions, and a
 restore would publish what belongs to someone else. So restore, validate and
-rebuild read only the objects this module accepts for the manifest:
+rebuild read only the objects this module accepts for the manifest: a key
+the manifest lists that stays inside ``{backup_id}/``, or inside the folder
+of a base backup the manifest declares in ``depends_on`` (stream chains,
+:mod:`airflow_rbak.backup.chain`).
 
-* a segment of queue *Q* is the layout's key for *Q* under ``{backup_id}/``
-  or under a base backup the manifest declares in ``depends_on`` (stream
-  chains, :mod:`airflow_rbak.backup.chain`), numbered in that folder (or its
-  interim compaction copy, which a manifest saved mid-compaction names: the
-  same segment, same bytes);
-* the definitions export is ``{backup_id}/definitions/definitions.json[.ext]``.
+The key is taken as the manifest gives it, never rebuilt from the queue's
+names: another writer may store names verbatim (``orders%v2``, a 250-byte
+name) where ours percent-encodes or shortens them, and the format's
+``key`` field exists so that readers need not know how names were encoded.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from airflow_rbak.backup import chain
 from airflow_rbak.codec import BackupManifest, CodecError, QueueBackup
-from airflow_rbak.codec.layout import check_backup_id, compression_from_key, definitions_key, interim_segment_key
-from airflow_rbak.exceptions import ConfigurationError
 
 
 def owner_prefixes(manifest: BackupManifest) -> frozenset[str]:
@@ -34,43 +31,39 @@ def owner_prefixes(manifest: BackupManifest) -> frozenset[str]:
         return frozenset({manifest.backup_id})
 
 
-def queue_defects(manifest: BackupManifest, queue: QueueBackup) -> dict[str, str]:
-    """Each segment key of ``queue`` that is not an object of this backup (or a declared base), with why.
+def key_defect(key: str, allowed: frozenset[str], backup_id: str) -> str | None:
+    """Why ``key`` is not an object of a backup that may read the folders ``allowed``, or None when it is.
 
-    A chain's segments are numbered in their owner's folder from 1 while ``sequence`` runs over the whole
-    chain (:func:`airflow_rbak.backup.chain.expected_keys`).
+    Inside means below the folder with every path segment a plain name: an empty, ``.`` or ``..`` segment
+    could name an object elsewhere, and so could ``.`` or ``..`` between backslashes, which some stores take for
+    separators. A backslash inside a name is a name's character like any other.
     """
-    allowed, defects = owner_prefixes(manifest), {}
-    for segment in queue.segments:
-        if (owner := chain.segment_owner(segment.key)) not in allowed:
-            defects[segment.key] = (f"not an object of backup {manifest.backup_id!r}: it lies in the folder of backup "
-                                    f"{owner!r}, which its depends_on does not declare")
-    # The rest must sit where the layout puts them. A foreign key is numbered as if it were this backup's own,
-    # so that it does not shift its neighbours' numbering.
-    own = replace(queue, segments=[s if s.key not in defects else replace(s, key=f"{manifest.backup_id}/{s.key}")
-                                   for s in queue.segments])
-    ordered = sorted(zip(own.segments, queue.segments), key=lambda pair: pair[0].sequence)
-    for (_, segment), expected in zip(ordered, chain.expected_keys(manifest.backup_id, own)):
-        if segment.key in defects:
-            continue
-        if expected is None or segment.key not in (expected, interim_segment_key(expected)):
-            defects[segment.key] = (f"not an object of backup {manifest.backup_id!r}: queue {queue.vhost!r}/"
-                                    f"{queue.name!r} sequence {segment.sequence} is stored at {expected}")
-    return defects
+    owner, _, rest = key.partition("/")
+    if owner not in allowed:
+        return (f"not an object of backup {backup_id!r}: it lies in the folder of backup {owner!r}, which its "
+                "depends_on does not declare")
+    parts = rest.split("/")
+    if not rest or "\0" in key or any(part in ("", ".", "..") for part in parts) or any(
+            piece in (".", "..") for part in parts for piece in part.split("\\")):
+        return f"not an object of backup {backup_id!r}: the key does not stay inside the folder of backup {owner!r}"
+    return None
+
+
+def queue_defects(manifest: BackupManifest, queue: QueueBackup) -> dict[str, str]:
+    """Each segment key of ``queue`` that is not an object of this backup (or a declared base), with why."""
+    allowed = owner_prefixes(manifest)
+    return {segment.key: reason for segment in queue.segments
+            if (reason := key_defect(segment.key, allowed, manifest.backup_id)) is not None}
 
 
 def definitions_defect(manifest: BackupManifest) -> str | None:
-    """Why the manifest's definitions key is not this backup's export, or None when it is (or there is none)."""
+    """Why the manifest's definitions key is not this backup's object, or None when it is (or there is none).
+
+    The export is the backup's own: a chain's bases lend segments, never definitions.
+    """
     if manifest.definitions is None:
         return None
-    key = manifest.definitions.key
-    try:
-        expected = definitions_key(check_backup_id(manifest.backup_id), compression_from_key(key))
-    except ConfigurationError:
-        return f"backup id {manifest.backup_id!r} cannot name a definitions export"
-    if key == expected:
-        return None
-    return f"not an object of backup {manifest.backup_id!r}: its definitions export is stored at {expected}"
+    return key_defect(manifest.definitions.key, frozenset({manifest.backup_id}), manifest.backup_id)
 
 
 def foreign_objects(manifest: BackupManifest) -> list[tuple[str, str]]:

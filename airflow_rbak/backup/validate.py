@@ -3,8 +3,8 @@
 Quick validation checks the manifest and that each segment exists with its
 recorded size, including the segments a stream chain takes from earlier
 backups (a missing base backup is named as such). Deep validation also reads every segment: CRC-32, SHA-256
-against the manifest, record counts, header and manifest timestamps, records
-in ``backed_up_at`` order, and the definitions export.
+against the manifest, record counts, header and manifest timestamps, and the
+definitions export. Records may be in any order of ``backed_up_at``.
 """
 
 from __future__ import annotations
@@ -145,12 +145,20 @@ def _check_queue_listing(manifest: BackupManifest, queue: QueueBackup, report: V
             where, f"message_count is {queue.message_count}, its segments hold {sum(s.record_count for s in queue.segments)}"
         )
     stamped = [s for s in queue.segments if s.record_count]
-    first = stamped[0].first_timestamp if stamped else None
-    last = stamped[-1].last_timestamp if stamped else None
-    if (queue.first_message_timestamp, queue.last_message_timestamp) != (first, last):
+    readings = {(None, None)} if not stamped else {
+        (stamped[0].first_timestamp, stamped[-1].last_timestamp),
+        (_extreme(min, stamped), _extreme(max, stamped))}
+    if (queue.first_message_timestamp, queue.last_message_timestamp) not in readings:
         report.add(where, "first/last message timestamps disagree with its segments")
     for key, reason in foreign.items():
         report.add(key, reason)
+
+
+def _extreme(pick: Any, segments: list[SegmentMetadata]) -> int | None:
+    """The smallest (``min``) or largest (``max``) timestamp the segments state: a queue of records out of time order
+    may give its first and last message timestamps so."""
+    stamps = [t for s in segments for t in (s.first_timestamp, s.last_timestamp) if t is not None]
+    return pick(stamps) if stamps else None
 
 
 def _check_segment_quick(storage: Storage, segment: SegmentMetadata, report: ValidationReport) -> None:

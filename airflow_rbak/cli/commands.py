@@ -86,13 +86,14 @@ def describe_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         owners = chain_owners(q)
         if q.queue_type == "stream" and owners != [manifest.backup_id]:
             say(out, f"{'':20} chain: segments from {', '.join(owners)}")
-    for q in left_out_queues(manifest):
-        say(out, f"{q['vhost']:20} {q['queue']:30} LEFT OUT: {q['reason']}")
+    for left in left_out_queues(manifest):
+        say(out, f"{left['vhost']:20} {left['queue']:30} LEFT OUT: {left['reason']}")
     return 0
 
 
 def validate_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    report = validate_backup(_open_existing(args.path), args.backup_id, deep=args.deep)
+    report = validate_backup(_open_existing(args.path), args.backup_id, deep=args.deep,
+                             max_decompressed_bytes=args.max_decompressed_bytes)
     if args.format == "json":
         json_line(out, report.to_json())
     else:
@@ -121,14 +122,15 @@ def dump_cmd(args: argparse.Namespace, out: IO[str]) -> int:
             "sha256": hashlib.sha256(data).hexdigest(),
         },
     )
-    header, payload = decode_payload(data, name)
+    header, payload = decode_payload(data, name, args.max_decompressed_bytes)
     for record in iter_payload_records(payload, header.record_count, name):
         out.write(json_safe(encode_record(record).decode()) + "\n")
     return 0
 
 
 def rebuild_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    result = rebuild_manifest(_open_existing(args.path), args.backup_id, replace=args.replace)
+    result = rebuild_manifest(_open_existing(args.path), args.backup_id, replace=args.replace,
+                              max_decompressed_bytes=args.max_decompressed_bytes)
     if args.format == "json":
         json_line(out, result.to_json())
         return 0

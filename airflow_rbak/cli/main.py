@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from airflow_rbak import __version__
 from airflow_rbak.cli import commands, runs
+from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.display import printable
 from airflow_rbak.exceptions import RbakError
 
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("validate", "Check a backup; exit 1 and list every defect when it is not intact.")
     _backup_args(p)
     p.add_argument("--deep", action="store_true", help="read every segment: CRC, SHA-256, records, timestamps")
+    _cap_arg(p)
     p.set_defaults(run=commands.validate_cmd)
 
     p = command("unlock", "Remove the lock a crashed backup run left behind (says who held it).")
@@ -49,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     segment = sub.add_parser("segment", help="Work with one segment file.").add_subparsers(dest="segment_command", required=True)
     p = command("dump", "Print a segment's header, then each record, one JSON line each.", segment)
     p.add_argument("source", metavar="FILE_OR_URL", help="a local file, or a storage URL of one segment")
+    _cap_arg(p)
     p.set_defaults(run=commands.dump_cmd)
 
     manifest = sub.add_parser("manifest", help="Work with a backup's manifest.").add_subparsers(
@@ -57,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("rebuild", "Rebuild manifest.json from the segments when it is lost or damaged.", manifest)
     _backup_args(p)
     p.add_argument("--replace", action="store_true", help="replace an existing manifest.json (the old one is kept aside)")
+    _cap_arg(p)
     p.set_defaults(run=commands.rebuild_cmd)
 
     definitions = sub.add_parser("definitions", help="Work with the definitions a restore imported.").add_subparsers(
@@ -83,6 +87,22 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_broker_args(p)
     p.set_defaults(run=runs.backup_cmd)
     return parser
+
+
+def _cap_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-decompressed-bytes", type=_positive_int, default=DEFAULT_MAX_DECOMPRESSED_BYTES, metavar="N",
+                   help="refuse a segment whose records take more than N bytes uncompressed (default "
+                        f"{DEFAULT_MAX_DECOMPRESSED_BYTES}, 641 MiB: the most a segment of this provider holds)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def _backup_args(p: argparse.ArgumentParser) -> None:

@@ -11,7 +11,6 @@ The extra pass costs about a tenth of what parsing the records costs.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -20,6 +19,7 @@ import zstandard
 
 from airflow_rbak.codec.constants import Compression
 from airflow_rbak.codec.errors import DecompressionBombError, DecompressionError
+from airflow_rbak.codec.frames import Frame, frames
 
 _CHUNK = 1 << 20
 #: Payloads that declare at most this many bytes are decompressed in one pass: refusing them late costs little.
@@ -48,10 +48,13 @@ def decompress(
     data: bytes | memoryview, compression: Compression, cap: int, segment: str, *,
     expected_size: int | None = None, visit: ChunkVisitor | None = None,
 ) -> bytes:
-    """Decompress ``data``, refusing past ``cap`` bytes or a size other than ``expected_size`` (when given).
+    """Decompress every frame of ``data``, refusing past ``cap`` bytes or a size other than ``expected_size``.
 
-    ``visit`` sees a large payload chunk by chunk before anything payload-sized
-    is allocated (a segment's framing walk); a small one is left to the caller.
+    The frames' declared sizes are summed before anything is decompressed, so
+    a frame declaring more than the cap leaves is refused before any
+    allocation. ``visit`` sees a large payload chunk by chunk before anything
+    payload-sized is allocated (a segment's framing walk); a small one is
+    left to the caller.
     """
     if expected_size is not None and expected_size > cap:
         raise _bomb(cap, segment, expected_size, "the manifest declares")
@@ -60,18 +63,15 @@ def decompress(
         if len(data) > cap:
             raise _bomb(cap, segment)
         return bytes(data)
-    declared = _declared_size(data, compression, segment)
-    if declared is not None:
-        if declared > cap:
-            raise _bomb(cap, segment, declared, "the frame declares")
-        if expected_size is not None and declared != expected_size:
-            raise DecompressionError(
-                f"frame declares {declared} decompressed bytes, the manifest {expected_size}", segment=segment, offset=32)
+    declared, count = _survey(data, compression, cap, segment)
+    if declared is not None and expected_size is not None and declared != expected_size:
+        raise DecompressionError(
+            f"frames declare {declared} decompressed bytes, the manifest {expected_size}", segment=segment, offset=32)
     limit = min(x for x in (cap, declared, expected_size) if x is not None)
     if limit > _ONE_PASS_BYTES:
         limit = measure(data, compression, limit, segment, visit)
         _check_expected(limit, expected_size, segment)
-    out = _decompress_exactly(data, compression, limit, segment)
+    out = _decompress_exactly(data, compression, limit, segment, single=count == 1)
     _check_expected(len(out), expected_size, segment)
     return out
 
@@ -100,28 +100,31 @@ def _bomb(cap: int, segment: str, declared: int | None = None, who: str = "") ->
     return DecompressionBombError(f"{what} than the reader's cap of {cap} bytes", segment=segment, offset=32)
 
 
-def _declared_size(data: bytes | memoryview, compression: Compression, segment: str) -> int | None:
-    """The content size the (first) frame states, or None when it states none."""
-    if compression is Compression.ZSTD:
-        try:
-            declared = zstandard.frame_content_size(data)
-        except zstandard.ZstdError as exc:
-            raise DecompressionError(f"not a zstd frame: {exc}", segment=segment, offset=32) from None
-        return declared if declared >= 0 else None
-    try:
-        info = lz4.frame.get_frame_info(bytes(data[:32]))
-    except RuntimeError as exc:
-        raise DecompressionError(f"not an LZ4 frame: {exc}", segment=segment, offset=32) from None
-    return info.get("content_size") or None
+def _survey(data: bytes | memoryview, compression: Compression, cap: int, segment: str) -> tuple[int | None, int]:
+    """The sum of the sizes the frames declare (None when one declares none) and the number of frames.
+
+    A running sum past ``cap`` is refused at the frame that passes it, before anything is decompressed.
+    """
+    total, known, count = 0, True, 0
+    for frame in frames(data, compression, segment):
+        count += 1
+        if frame.declared is None:
+            known = False
+            continue
+        total += frame.declared
+        if total > cap:
+            raise _bomb(cap, segment, total, "its frames declare")
+    return (total if known else None), count
 
 
-def _decompress_exactly(data: bytes | memoryview, compression: Compression, limit: int, segment: str) -> bytes:
+def _decompress_exactly(data: bytes | memoryview, compression: Compression, limit: int, segment: str, *,
+                        single: bool = False) -> bytes:
     """Decompress a payload known to hold at most ``limit`` bytes."""
-    if compression is Compression.ZSTD:
+    if compression is Compression.ZSTD and single:
         try:  # one frame (what we write): one allocation of the size it states or was measured to have
             return zstandard.ZstdDecompressor().decompress(data, max_output_size=limit, allow_extra_data=False)
         except zstandard.ZstdError:
-            pass  # several frames, or a damaged one: the streaming path reads or names it
+            pass  # a damaged frame: the streaming path names it
     out = bytearray()
     for chunk in _chunks(data, compression, segment):
         out += chunk
@@ -131,19 +134,38 @@ def _decompress_exactly(data: bytes | memoryview, compression: Compression, limi
 
 
 def _chunks(data: bytes | memoryview, compression: Compression, segment: str) -> Iterator[memoryview]:
-    """The decompressed payload, at most ``_CHUNK`` bytes at a time, across concatenated frames."""
+    """The decompressed payload, at most ``_CHUNK`` bytes at a time, frame after frame.
+
+    A frame that declares its size must hold exactly that: one that holds more
+    is refused as soon as it passes it.
+    """
+    view = memoryview(data)
     if compression is Compression.NONE:
-        view = memoryview(data)
         for pos in range(0, len(view), _CHUNK):
             yield view[pos : pos + _CHUNK]
-    elif compression is Compression.ZSTD:
-        yield from _zstd_chunks(data, segment)
-    else:
-        yield from _lz4_chunks(data, segment)
+        return
+    for frame in frames(view, compression, segment):
+        if frame.skippable:
+            continue
+        size = 0
+        source = view[frame.start : frame.end]
+        decoded = _zstd_frame(source, segment) if compression is Compression.ZSTD else _lz4_frame(source, segment)
+        for chunk in decoded:
+            size += len(chunk)
+            if frame.declared is not None and size > frame.declared:
+                raise _lying(frame, size, segment)
+            yield chunk
+        if frame.declared is not None and size != frame.declared:
+            raise _lying(frame, size, segment)
 
 
-def _zstd_chunks(data: bytes | memoryview, segment: str) -> Iterator[memoryview]:
-    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
+def _lying(frame: Frame, size: int, segment: str) -> DecompressionError:
+    return DecompressionError(f"frame {frame.index} declares {frame.declared} decompressed bytes but holds "
+                              f"{'more' if size > (frame.declared or 0) else size}", segment=segment, offset=32 + frame.start)
+
+
+def _zstd_frame(source: memoryview, segment: str) -> Iterator[memoryview]:
+    reader = zstandard.ZstdDecompressor().stream_reader(source, read_across_frames=False)
     while True:
         try:
             chunk = reader.read(_CHUNK)
@@ -154,19 +176,16 @@ def _zstd_chunks(data: bytes | memoryview, segment: str) -> Iterator[memoryview]
         yield memoryview(chunk)
 
 
-def _lz4_chunks(data: bytes | memoryview, segment: str) -> Iterator[memoryview]:
-    pending = bytes(data)
+def _lz4_frame(source: memoryview, segment: str) -> Iterator[memoryview]:
+    decompressor = lz4.frame.LZ4FrameDecompressor()
+    feed = bytes(source)
     try:
-        while pending:  # one pass per concatenated frame
-            decompressor = lz4.frame.LZ4FrameDecompressor()
-            feed = pending
-            while not decompressor.eof:
-                chunk = decompressor.decompress(feed, max_length=_CHUNK)
-                feed = b""
-                if chunk:
-                    yield memoryview(chunk)
-                if decompressor.needs_input and not decompressor.eof:
-                    raise DecompressionError("LZ4 frame is truncated", segment=segment, offset=32)
-            pending = decompressor.unused_data
+        while not decompressor.eof:
+            chunk = decompressor.decompress(feed, max_length=_CHUNK)
+            feed = b""
+            if chunk:
+                yield memoryview(chunk)
+            if decompressor.needs_input and not decompressor.eof:
+                raise DecompressionError("LZ4 frame is truncated", segment=segment, offset=32)
     except RuntimeError as exc:
         raise DecompressionError(f"corrupt LZ4 payload: {exc}", segment=segment, offset=32) from None

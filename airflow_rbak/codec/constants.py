@@ -1,4 +1,4 @@
-"""Constants of the RBAK segment format (spec 000) and its storage layout (spec 001)."""
+"""Constants of the RBAK v1 segment format and its storage layout (docs/format.md)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,14 @@ DEFAULT_MAX_MESSAGE_BYTES = 128 * 1024**2
 #: A record's JSON: the body as an array of numbers takes at most 4 bytes per body byte (``255,``), plus
 #: properties and headers, which fit one content-header frame and grow a few times in JSON.
 DEFAULT_MAX_RECORD_BYTES = 4 * DEFAULT_MAX_MESSAGE_BYTES + 1024**2
+#: The largest ``segment_max_bytes`` a writer accepts: what our readers allow by default leaves room for it and one
+#: record more, so no segment we write is refused by a reader at its default cap.
+MAX_SEGMENT_MAX_BYTES = DEFAULT_SEGMENT_MAX_BYTES
 #: What a segment may legitimately hold: the writer seals once the payload reaches ``segment_max_bytes``, so
-#: a payload is at most that plus one record. Readers refuse more (641 MiB) unless told of larger limits.
-DEFAULT_MAX_DECOMPRESSED_BYTES = DEFAULT_SEGMENT_MAX_BYTES + DEFAULT_MAX_RECORD_BYTES
+#: a payload is at most that plus one record (641 MiB). Readers refuse more unless given a larger cap, and
+#: the writer never writes more: it seals early before a record that would pass it, and refuses a record
+#: that alone would.
+DEFAULT_MAX_DECOMPRESSED_BYTES = MAX_SEGMENT_MAX_BYTES + DEFAULT_MAX_RECORD_BYTES
 DEFAULT_SEGMENT_MAX_INTERVAL_MS = 60 * 60 * 1000
 
 

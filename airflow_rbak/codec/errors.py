@@ -63,3 +63,7 @@ class RecordDecodeError(CodecError):
 
 class ManifestError(CodecError):
     """A manifest is not valid JSON or does not follow the manifest schema."""
+
+
+class RecordTooLargeError(CodecError):
+    """A record alone would make a segment larger than readers accept by default (a message past 128 MiB)."""

@@ -1,4 +1,4 @@
-"""Storage keys of a backup (spec 001), and the reversible encoding of names in them.
+"""Storage keys of a backup (docs/format.md), and the reversible encoding of names in them.
 
 Vhost ``/`` is stored as ``_default``. A vhost or queue name that cannot be
 a path segment as it is (``/``, ``.``/``..``, ``%``, ``\\``, control
@@ -157,7 +157,7 @@ CHAIN_LOCK_KEY = "_chains.lock.json"
 
 
 def state_key(backup_id: str) -> str:
-    """The SQLite summary of a backup's capture checkpoints that ``finish`` writes for foreign readers (seed 001)."""
+    """The SQLite summary of a backup's capture checkpoints that ``finish`` writes for foreign readers (docs/format.md)."""
     return f"{check_backup_id(backup_id)}/state/offsets.db"
 
 

@@ -1,4 +1,4 @@
-"""The manifest models of spec 001, written in the schema's field order.
+"""The manifest models of the RBAK v1 format (docs/format.md), written in the schema's field order.
 
 Fields this tool adds beyond the schema (stream consumer offsets, a rebuilt
 manifest's notes) live in ``extensions`` and are written after the schema's
@@ -306,11 +306,7 @@ class BackupManifest:
     @classmethod
     def from_bytes(cls, data: bytes, name: str = "manifest.json") -> BackupManifest:
         """Parse a manifest file; :class:`ManifestError` names what is wrong (also when it is over the cap)."""
-        check_manifest_size(len(data), name)
-        values = data.count(b",") + data.count(b"[") + data.count(b"{")  # an upper bound, counted before parsing
-        if values > MAX_MANIFEST_VALUES:
-            raise ManifestError(f"holds up to {values} values, over the {MAX_MANIFEST_VALUES} a manifest may hold",
-                                segment=name)
+        check_manifest_bytes(data, name)
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
@@ -325,4 +321,13 @@ def check_manifest_size(size: int, name: str = "manifest.json") -> None:
     """Refuse a manifest over :data:`MAX_MANIFEST_BYTES` before it is read or written."""
     if size > MAX_MANIFEST_BYTES:
         raise ManifestError(f"{size} bytes, over the {MAX_MANIFEST_BYTES // 1024**2} MiB a manifest may hold",
+                            segment=name)
+
+
+def check_manifest_bytes(data: bytes, name: str = "manifest.json") -> None:
+    """Refuse a manifest over :data:`MAX_MANIFEST_BYTES` or :data:`MAX_MANIFEST_VALUES`, before parsing or writing it."""
+    check_manifest_size(len(data), name)
+    values = data.count(b",") + data.count(b"[") + data.count(b"{")  # an upper bound, counted without parsing
+    if values > MAX_MANIFEST_VALUES:
+        raise ManifestError(f"holds up to {values} values, over the {MAX_MANIFEST_VALUES} a manifest may hold",
                             segment=name)

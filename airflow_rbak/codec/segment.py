@@ -1,4 +1,4 @@
-"""RBAK segments (spec 000): a 32-byte header, a compressed payload of
+"""RBAK v1 segments (docs/format.md): a 32-byte header, a compressed payload of
 length-prefixed JSON records, and a CRC-32 + ``KABR`` footer.
 
 The reader checks every length before it allocates and raises a typed

@@ -1,8 +1,11 @@
 """A streaming segment writer: records in, finished segments out when rotation says so.
 
-Rotation follows spec 000: a segment is sealed once its uncompressed payload
+Rotation follows the format: a segment is sealed once its uncompressed payload
 reaches ``segment_max_bytes``, or before a record whose ``backed_up_at`` is
-``segment_max_interval_ms`` or more after the segment's first record. Age is
+``segment_max_interval_ms`` or more after the segment's first record. The
+writer never produces a segment our readers refuse at their default cap: the
+setting has a maximum, a segment is sealed early before a record that would
+take it past the cap, and a record that alone would is refused. Age is
 measured on the records' own timestamps rather than the wall clock, so that
 re-encoding the same records always cuts the same segments (idempotent
 re-runs of the encode job depend on that).
@@ -14,11 +17,14 @@ import struct
 
 from airflow_rbak.codec import records
 from airflow_rbak.codec.constants import (
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
     DEFAULT_SEGMENT_MAX_BYTES,
     DEFAULT_SEGMENT_MAX_INTERVAL_MS,
     DEFAULT_ZSTD_LEVEL,
+    MAX_SEGMENT_MAX_BYTES,
     Compression,
 )
+from airflow_rbak.codec.errors import RecordTooLargeError
 from airflow_rbak.codec.records import BackupRecord, encode_record
 from airflow_rbak.codec.segment import EncodedSegment, check_level, encode_payload
 from airflow_rbak.exceptions import ConfigurationError
@@ -38,12 +44,13 @@ class SegmentWriter:
     ) -> None:
         self.compression = Compression.parse(compression)
         self.level = check_level(self.compression, level)
-        if not isinstance(segment_max_bytes, int) or segment_max_bytes < 1:
-            raise ConfigurationError(f"segment_max_bytes must be a positive integer, got {segment_max_bytes!r}")
+        check_segment_max_bytes(segment_max_bytes)
         if not isinstance(segment_max_interval_ms, int) or segment_max_interval_ms < 1:
             raise ConfigurationError(f"segment_max_interval_ms must be a positive integer, got {segment_max_interval_ms!r}")
         self.segment_max_bytes = segment_max_bytes
         self.segment_max_interval_ms = segment_max_interval_ms
+        #: The most a payload may hold: what readers accept by default.
+        self.max_payload_bytes = DEFAULT_MAX_DECOMPRESSED_BYTES
         # One buffer for every segment: its first `_size` bytes are the pending payload. Keeping it
         # spares the allocator a fresh payload-sized block (and its page faults) per segment.
         self._buffer = bytearray()
@@ -72,14 +79,22 @@ class SegmentWriter:
         if append is not None and not (self._count and backed_up_at - self._first >= self.segment_max_interval_ms):
             # The C writer frames the record straight into the buffer; nothing counts until _added.
             size = append(self._buffer, self._size, record)
-            if size >= 0:
+            if 0 <= size <= self.max_payload_bytes:
                 return self._added(size, backed_up_at)
+            if size > self.max_payload_bytes:  # too large to join this segment: framed again on the slow path
+                del self._buffer[self._size :]
         return self.add_encoded(encode_record(record), backed_up_at)
 
     def add_encoded(self, record_json: bytes | memoryview, backed_up_at: int) -> tuple[EncodedSegment, ...]:
         """Add a record already in its JSON form (re-encoding staged records skips a parse)."""
         sealed: tuple[EncodedSegment, ...] = ()
-        if self._count and backed_up_at - self._first >= self.segment_max_interval_ms:
+        framed = _LEN.size + len(record_json)
+        if framed > self.max_payload_bytes:
+            raise RecordTooLargeError(
+                f"a record of {len(record_json)} bytes (backed_up_at {backed_up_at}) would make a segment larger than "
+                f"the {self.max_payload_bytes} bytes readers accept by default", segment="<writer>")
+        if self._count and (backed_up_at - self._first >= self.segment_max_interval_ms
+                            or self._size + framed > self.max_payload_bytes):
             sealed = (self._seal(),)
         start = self._size + _LEN.size
         end = start + len(record_json)
@@ -105,3 +120,12 @@ class SegmentWriter:
         self._size = 0
         self._count = 0
         return segment
+
+
+def check_segment_max_bytes(value: int) -> int:
+    """Refuse a ``segment_max_bytes`` that is not a positive integer up to :data:`MAX_SEGMENT_MAX_BYTES`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SEGMENT_MAX_BYTES:
+        raise ConfigurationError(
+            f"segment_max_bytes must be an integer from 1 to {MAX_SEGMENT_MAX_BYTES} (128 MiB: a segment then holds "
+            f"at most {DEFAULT_MAX_DECOMPRESSED_BYTES} bytes, what readers accept by default), got {value!r}")
+    return value

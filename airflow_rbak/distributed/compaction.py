@@ -39,6 +39,7 @@ from airflow_rbak.codec.constants import (
 )
 from airflow_rbak.codec.layout import compression_from_key, interim_segment_key, parse_segment_key, queue_prefix, segment_key
 from airflow_rbak.codec.segment import check_level, decode_payload, encode_payload
+from airflow_rbak.codec.writer import check_segment_max_bytes
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
@@ -62,6 +63,7 @@ class CompactSettings:
         for name in ("threshold_bytes", "segment_max_bytes", "segment_max_interval_ms"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        check_segment_max_bytes(self.segment_max_bytes)
         check_level(self.codec, self.level)
 
     @property

@@ -172,15 +172,19 @@ class RbakVerifyBackupOperator(RbakSparkJobOperator):
 
     job_module = "verify_segments"
     report_job = "verify"
-    template_fields: Sequence[str] = (*RbakSparkJobOperator.template_fields, "sample_percent", "encode_report")
+    template_fields: Sequence[str] = (*RbakSparkJobOperator.template_fields, "sample_percent", "encode_report",
+                                      "max_decompressed_bytes")
 
-    def __init__(self, *, sample_percent: float = 100.0, encode_report: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, sample_percent: float = 100.0, encode_report: str | None = None,
+                 max_decompressed_bytes: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sample_percent = sample_percent
         self.encode_report = encode_report
+        self.max_decompressed_bytes = max_decompressed_bytes
 
     def job_arguments(self) -> list[str]:
-        return ["--sample-percent", str(self.sample_percent)] + _options(encode_report=self.encode_report)
+        return ["--sample-percent", str(self.sample_percent)] + _options(
+            encode_report=self.encode_report, max_decompressed_bytes=self.max_decompressed_bytes)
 
 
 def _options(**values: Any) -> list[str]:

@@ -2,11 +2,13 @@
 
 Planning reads the manifest (a stream's entry lists the segments of the
 backups its chain continues, so the plan reads them like its own and
-reports which backups it drew from), picks the selected queues, drops segments whose
-header timestamps lie outside the window, then fetches and fully verifies
-every segment it keeps (SHA-256 against the manifest, CRC-32, framing,
-record count, order: the checks of ``backup.segment_check``) and counts the
-records inside the window. Damaged segments stop the restore, naming them,
+reports which backups it drew from), picks the selected queues, then
+fetches and fully verifies every segment of them (SHA-256 against the
+manifest, CRC-32, framing, record count: the checks of
+``backup.segment_check``) and counts the records inside the window; a
+segment holding none is left out of the plan. The format does not require a
+segment's records in time order, so its timestamps cannot tell that no record
+lies in the window: only its records can. Damaged segments stop the restore, naming them,
 unless ``skip_damaged_segments`` is set; then the plan lists exactly what
 it skipped. The plan is plain JSON, so it travels between tasks as XCom.
 """
@@ -249,9 +251,6 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreSettings)
     ordinal = verified = outside = 0
     for meta in sorted(entry.segments, key=lambda s: s.sequence):
         first_ordinal, ordinal = ordinal, ordinal + meta.record_count
-        if not settings.overlaps(meta.first_timestamp, meta.last_timestamp):
-            outside += 1
-            continue
         check, in_window = verify_and_count(storage, entry, meta, settings, exchanges)
         verified += 1
         if not check.ok:
@@ -259,6 +258,9 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreSettings)
             skipped.append(
                 SkippedSegment(entry.vhost, entry.name, meta.key, meta.sequence, meta.record_count, tuple(check.defects))
             )
+            continue
+        if not in_window and settings.has_window:
+            outside += 1
             continue
         segments.append(SegmentPlan(meta.key, meta.sequence, meta.record_count, first_ordinal, in_window, meta.checksum,
                                     meta.first_timestamp, meta.last_timestamp))
@@ -273,7 +275,8 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreSettings)
     return plan, skipped, defects, verified, outside
 
 
-def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata) -> tuple[SegmentCheck, bytes | None]:
+def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata,
+                   settings: RestoreSettings) -> tuple[SegmentCheck, bytes | None]:
     check = SegmentCheck(meta.key, entry.vhost, entry.name, meta.sequence)
     try:
         data = storage.get(meta.key)
@@ -283,7 +286,7 @@ def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata) 
     except StorageError as exc:
         check.defects.append(f"cannot be read: {exc}")
         return check, None
-    check_segment_bytes(data, entry.vhost, entry.name, meta, check)
+    check_segment_bytes(data, entry.vhost, entry.name, meta, check, settings.max_decompressed_bytes)
     return check, data
 
 
@@ -296,18 +299,17 @@ def verify_and_count(
     :data:`READ_ATTEMPTS` reads) before it is called damaged: a body cut short in transfer fails the same checks,
     and skipping an intact segment would lose its records. Bytes of the right size that fail are damaged: read once.
     """
-    check, data = _fetch_checked(storage, entry, meta)
+    check, data = _fetch_checked(storage, entry, meta, settings)
     for _ in range(READ_ATTEMPTS - 1):
         if check.ok or not check.read or (data is not None and len(data) == meta.size_bytes):
             break
-        check, data = _fetch_checked(storage, entry, meta)
+        check, data = _fetch_checked(storage, entry, meta, settings)
     if not check.ok or data is None:
         return check, 0
-    whole = settings.time_window_start is None and settings.time_window_end is None
-    if whole and settings.publish_mode == "queue":
+    if not settings.has_window and settings.publish_mode == "queue":
         return check, meta.record_count
     count = 0
-    for record in iter_records(data, meta.key):
+    for record in iter_records(data, meta.key, settings.max_decompressed_bytes):
         if settings.in_window(record.backed_up_at):
             count += 1
             exchanges.add(record.exchange)

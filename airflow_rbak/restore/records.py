@@ -1,7 +1,8 @@
 """The records a restore publishes for one queue: segments in sequence order, window applied, checked again.
 
-A segment is skipped by its header timestamps before its records are
-decoded; records are then filtered by ``backed_up_at``. The bytes are
+The plan lists only segments holding a record inside the window; records
+are filtered by ``backed_up_at`` one by one, in stored order, which the format
+does not require to be time order. The bytes are
 checked against the plan's SHA-256 once more, so a segment changed between
 plan and publish is refused, not replayed; being the bytes the plan decoded
 strictly, they are read through the fast path of :mod:`wire`.
@@ -13,7 +14,6 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from airflow_rbak.codec import read_header
 from airflow_rbak.restore.errors import DamagedSegmentsError
 from airflow_rbak.restore.plan import READ_ATTEMPTS, QueuePlan
 from airflow_rbak.restore.settings import RestoreSettings
@@ -47,10 +47,7 @@ def iter_window_records(
             raise DamagedSegmentsError(
                 f"{segment.key} changed since the plan verified it (SHA-256 {digest}); plan the restore again",
                 {segment.key: ["SHA-256 differs from the plan's"]})
-        header = read_header(data, segment.key)
-        if header.record_count and not settings.overlaps(header.first_timestamp, header.last_timestamp):
-            continue
-        for index, record in enumerate(iter_wire_records(data, segment.key)):
+        for index, record in enumerate(iter_wire_records(data, segment.key, settings.max_decompressed_bytes)):
             ordinal = segment.first_ordinal + index
             if ordinal >= start_ordinal and settings.in_window(record.backed_up_at):
                 yield Positioned(ordinal, segment.key, index, record)

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any
 
+from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.exceptions import ConfigurationError
 
 PUBLISH_MODES = ("queue", "exchange")
@@ -142,6 +143,8 @@ class RestoreSettings:
     allow_unroutable: bool = False
     on_existing_messages: str = "refuse"
     definitions_mode: str = "missing"
+    #: The most a segment's records may take uncompressed; more is refused as a decompression bomb.
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
     max_in_flight: int = 1000
 
     def __post_init__(self) -> None:
@@ -171,6 +174,9 @@ class RestoreSettings:
             raise ConfigurationError(f"definitions_mode must be one of {list(DEFINITIONS_MODES)}, got {self.definitions_mode!r}")
         if self.max_publish_rate is not None and not self.max_publish_rate > 0:
             raise ConfigurationError("max_publish_rate must be > 0 messages per second, or None for no limit")
+        if isinstance(self.max_decompressed_bytes, bool) or not isinstance(self.max_decompressed_bytes, int) \
+                or self.max_decompressed_bytes < 1:
+            raise ConfigurationError(f"max_decompressed_bytes must be a positive integer, got {self.max_decompressed_bytes!r}")
         if not isinstance(self.max_in_flight, int) or not 1 <= self.max_in_flight <= 65535:
             raise ConfigurationError("max_in_flight must be 1-65535 unconfirmed messages")
         if not self.checkpoint_state:
@@ -190,12 +196,10 @@ class RestoreSettings:
         start, end = self.time_window_start, self.time_window_end
         return (start is None or stamp >= start) and (end is None or stamp <= end)
 
-    def overlaps(self, first: int | None, last: int | None) -> bool:
-        """True when a segment's [first, last] timestamps can hold a record inside the window."""
-        if first is None or last is None:
-            return True
-        start, end = self.time_window_start, self.time_window_end
-        return (start is None or last >= start) and (end is None or first <= end)
+    @property
+    def has_window(self) -> bool:
+        """True when either end of the window is set (otherwise every record is inside)."""
+        return self.time_window_start is not None or self.time_window_end is not None
 
     def window_label(self) -> str:
         """The window as text, for checkpoints (a resumed run must use the same window) and logs."""

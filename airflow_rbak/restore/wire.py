@@ -19,6 +19,7 @@ import orjson
 
 from airflow_rbak.broker.amqp_types import TypedBasicProperties
 from airflow_rbak.broker.field_table import encode_json_table
+from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.properties import PIKA_NAMES, PROPERTY_NAMES
 from airflow_rbak.codec.segment import decode_payload, iter_payload
 
@@ -43,9 +44,9 @@ class WireRecord:
         self.delivery_tag, self.backed_up_at = delivery_tag, backed_up_at
 
 
-def iter_wire_records(data: bytes, name: str) -> Iterator[WireRecord]:
+def iter_wire_records(data: bytes, name: str, cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> Iterator[WireRecord]:
     """Every record of an already verified segment, in order, as :class:`WireRecord`."""
-    header, payload = decode_payload(data, name)
+    header, payload = decode_payload(data, name, cap)
     for raw in iter_payload(payload, header.record_count, name):
         yield wire_record(raw)
 

@@ -5,8 +5,8 @@
 
 Each segment gets the checks of ``validate_backup(deep=True)`` (present,
 size, SHA-256 against the manifest, CRC-32, record count, uncompressed size,
-header against manifest timestamps, first/last record against the header,
-``backed_up_at`` order, records of this queue) and one result in the
+header against manifest timestamps, the header against its records'
+timestamps, records of this queue) and one result in the
 report. Segments are dealt largest first into one group per partition, and
 each task opens storage from the URL. Before finalize there is no
 manifest.json yet: ``--encode-report`` checks the segments an encode report

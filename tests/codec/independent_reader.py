@@ -1,4 +1,4 @@
-"""A minimal RBAK reader written from spec 000 alone: struct, zlib, zstandard, lz4 and json.
+"""A minimal RBAK reader written from the format alone (docs/format.md): struct, zlib, zstandard, lz4 and json.
 
 It shares no code with ``airflow_rbak`` so that the tests catch a codec that
 agrees with itself but not with the specification.

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_rbak.codec import BackupProperties, BackupRecord, Compression, HeaderValue, SegmentWriter, decode_segment, records
+from airflow_rbak.codec.constants import MAX_SEGMENT_MAX_BYTES
 from airflow_rbak.codec.records import RecordError, decode_record, encode_record, record_from_json
 from airflow_rbak.codec.segment import iter_payload_records
 from tests.codec.strategies import records as any_records
@@ -271,7 +272,7 @@ def test_without_the_accelerator_records_still_round_trip(compression, batch):
     with pytest.MonkeyPatch.context() as patch:
         for name in ACCELERATED:
             patch.setattr(records, name, None)
-        writer = SegmentWriter(compression, segment_max_bytes=1 << 30)
+        writer = SegmentWriter(compression, segment_max_bytes=MAX_SEGMENT_MAX_BYTES)
         segments = [s for record in batch for s in writer.add(record)] + [writer.flush()]
 
         assert [r for s in segments if s is not None for r in decode_segment(s.data).records] == batch
