@@ -5,7 +5,7 @@
 # Folder: RBAK_RABBIT_DIR (default <repo>/.run/rabbitmq). Node: RBAK_RABBIT_NODE (rabbit@localhost).
 # TLS too when RBAK_TLS_DIR holds ca.pem, server.pem, server.key: RBAK_AMQPS_PORT, RBAK_MGMT_TLS_PORT,
 # RBAK_STREAM_TLS_PORT (default: each plain port + 1).
-# Needs root (the server drops to the rabbitmq user), as in FIELD-NOTES.
+# Needs root (the server drops to the rabbitmq user).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -116,3 +116,24 @@ def test_every_error_the_package_defines_is_an_rbak_error():
 
     assert len(classes) > 20  # the scan sees the package's errors
     assert [key for key in classes if not reaches_rbak_error(key.split(":")[1])] == []
+
+
+#: Ways of pointing outside the repository: notes and specification files a reader of the project does not have.
+_OUTSIDE = ("FIELD-NOTES", "FIELD_NOTES", "shared/seeds", "../shared", "spec 000", "spec 001", "seed 000", "seed 001")
+
+
+def test_nothing_in_the_repository_points_at_files_outside_it():
+    """Docs, code comments and configuration state their facts in their own words (docs/format.md holds the format)."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    this = Path(__file__).resolve()
+    found = []
+    for name in tracked:
+        path = ROOT / name
+        if path.resolve() == this or path.suffix not in (".py", ".md", ".toml", ".sh", ".yml", ".yaml", ".cfg", ".c", ".h", ""):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8").lower()
+        except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
+            continue
+        found += [f"{name}: {word}" for word in _OUTSIDE if word.lower() in text]
+    assert found == []

@@ -16,7 +16,7 @@ past ``last_chunk`` belong to no checkpoint; :func:`accounted_chunk_keys` is
 what encode takes, so they are never encoded.
 
 ``finish`` summarises every checkpoint into ``state/offsets.db`` (the SQLite
-layout of seed 001) for foreign readers; nothing here reads that file.
+layout the RBAK format gives it, docs/format.md) for foreign readers; nothing here reads that file.
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ CREATE TABLE stream_consumer_offsets (
 
 
 def write_offsets_summary(storage: Storage, backup_id: str) -> str:
-    """Write every queue's final checkpoint as ``state/offsets.db`` (seed 001's SQLite layout); return its key.
+    """Write every queue's final checkpoint as ``state/offsets.db`` (the RBAK format's SQLite layout); return its key.
 
     Only ``finish`` writes it, once, after every capture: a foreign reader sees each queue's last chunk,
     counts and stream offsets. Resuming never reads it.

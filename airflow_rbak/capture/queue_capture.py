@@ -12,7 +12,7 @@ How it works, and why:
   one staging chunk, never the queue.
 * Consumer *k* gets prefetch ``min(window, target - already requested)``.
   Without acks a consumer gets exactly its prefetch and then nothing
-  (FIELD-NOTES), so the prefetches add up to the target, every message
+  (measured on RabbitMQ 3.10), so the prefetches add up to the target, every message
   goes to exactly one consumer, the total never exceeds the target, and
   neither the 16-bit prefetch nor the quorum default of 2,000 caps the
   depth. The consumers form a staircase: *k+1* opens only when *k* is

@@ -8,7 +8,7 @@ another way of reading; :data:`FEATURES` lists each one with what the
 backup does, and :func:`decide` applies it to one queue: capture by
 consumers, by ``basic.get``, one consumer at a time, or leave the queue
 out with a reason, *before* its first message is received. Measured on
-RabbitMQ 3.10.8 (FIELD-NOTES):
+RabbitMQ 3.10.8 (measured):
 
 * An auto-delete queue is deleted with its messages when its last
   consumer is cancelled, even one that never acked; ``basic.get``

@@ -83,7 +83,7 @@ class ReturnPlan:
 
 
 def return_plan(info: QueueInfo, version: str) -> ReturnPlan:
-    """Decide how returns behave on this broker for this queue (module docstring, FIELD-NOTES)."""
+    """Decide how returns behave on this broker for this queue (see the module docstring)."""
     v = parse_version(version)
     if info.queue_type != "quorum":
         return ReturnPlan("close", counts=False, limit=None)

@@ -2,7 +2,7 @@
 
 ``{backup_id}/staging/{vhost}/{queue}/chunk-00000001.zst``: eight digits so
 that a plain key sort is capture order. Each chunk is a complete RBAK
-segment (spec 000: header, framing, CRC, compression), so the encode job
+segment (header, framing, CRC, compression: docs/format.md), so the encode job
 reads it with the ordinary decoder; its records are the deliveries as
 received (``staged_delivery.py``), which encode makes into record JSON.
 """

@@ -9,7 +9,7 @@ consumers are saved beside (checkpoint database and result), like
 kafka-backup's consumer-group offsets.
 
 Offsets can have gaps: a named consumer's stored offset is a tracking entry
-in the stream's log and takes an offset of its own (FIELD-NOTES). So the
+in the stream's log and takes an offset of its own (measured on RabbitMQ 3.10). So the
 checkpoint's ``target_count`` is the offset span, an upper bound on the
 message count, and the next backup starts at ``last_offset + 1``.
 """

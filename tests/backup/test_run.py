@@ -47,7 +47,7 @@ def expected_json(queue: str, i: int) -> tuple:
              "priority": p.priority, "correlation_id": p.correlation_id, "reply_to": p.reply_to, "expiration": p.expiration,
              "message_id": p.message_id, "timestamp": p.timestamp, "type_field": p.type, "user_id": p.user_id,
              "app_id": p.app_id, "cluster_id": None}
-    if queue == "events":  # RabbitMQ 3.10 streams drop table and array headers at publish (FIELD-NOTES)
+    if queue == "events":  # RabbitMQ 3.10 streams drop table and array headers at publish (measured)
         headers = [h for h in headers if h[0] != "x-table"]
     return list(body) or None, props, sorted(map(repr, headers))
 

@@ -2,7 +2,7 @@
 
 Both are written here by hand from the same few values, independently of
 ``amqp_types`` and the codec: the wire bytes follow AMQP 0-9-1, the expected
-JSON follows spec 000. So the broker tests compare what a capture stored
+JSON follows the RBAK format (docs/format.md). So the broker tests compare what a capture stored
 against an oracle it did not compute, byte for byte (every body byte, every
 property, every typed header), at a few microseconds a message.
 """
@@ -64,7 +64,7 @@ def _header_fields(i: int) -> list[tuple[str, bytes]]:
 
 
 #: RabbitMQ 3.10 streams drop table and array headers, refuse decimals (541 INTERNAL_ERROR closes the
-#: connection), drop cluster_id, and return headers sorted by key (FIELD-NOTES).
+#: connection), drop cluster_id, and return headers sorted by key (as RabbitMQ 3.10 does).
 _NOT_IN_STREAMS = ("nested", "price")
 
 

@@ -31,7 +31,7 @@ def assert_staged_messages_exact(storage, backup_id: str, vhost: str, stream: st
     """Staged records are exactly ``messages`` in order, byte-exact, each tagged with its offset within ``offsets``.
 
     Offsets increase but need not be contiguous: a consumer's stored offset is a
-    tracking entry in the stream's log and takes an offset of its own (FIELD-NOTES).
+    tracking entry in the stream's log and takes an offset of its own (measured on RabbitMQ 3.10).
     """
     n, previous = -1, offsets.start - 1
     for n, raw in enumerate(staged_json(storage, backup_id, vhost, stream)):

@@ -10,7 +10,7 @@ import zstandard
 from airflow_rbak.codec import BackupProperties, BackupRecord, Compression, decode_segment, encode_segment
 from airflow_rbak.codec.records import encode_record
 
-# Spec 000, "Byte-Level Example": the header of a one-record zstd segment.
+# The RBAK specification's byte-level example (docs/format.md): the header of a one-record zstd segment.
 SPEC_HEADER = bytes.fromhex(
     "52 42 41 4B"  # RBAK
     "01"  # version 1
@@ -22,7 +22,7 @@ SPEC_HEADER = bytes.fromhex(
 )
 TIMESTAMP = struct.unpack("<q", bytes.fromhex("CB04A7D28E010000"))[0]
 
-# Spec 000's record example (with the header's timestamp), as serde writes it: compact, spec order.
+# The specification's record example (with the header's timestamp), as serde writes it: compact, spec order.
 SPEC_RECORD_JSON = (
     b'{"body":[98,121,116,101,115],"properties":{"content_type":"application/json","content_encoding":null,'
     b'"delivery_mode":2,"priority":null,"correlation_id":null,"reply_to":null,"expiration":null,'
