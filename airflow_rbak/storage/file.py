@@ -57,7 +57,7 @@ class FileStorage(Storage):
         try:
             info = os.stat(self.root)
         except (FileNotFoundError, NotADirectoryError):
-            raise MissingLocationError(f"no folder {self.root} ({self.url}): check the path") from None
+            raise MissingLocationError(f"folder {self.root} does not exist ({self.url}): check the path") from None
         except OSError as error:
             raise StorageError(f"cannot read {self.url}: {error.strerror or error}") from error
         if not stat_module.S_ISDIR(info.st_mode):

@@ -2,7 +2,7 @@
 
 Plain HTML and a few lines of script, no build step: Airflow shows the view in its navigation (an
 external view, in a frame), and every link that leaves the view targets the whole window. Every value
-from storage or the database is escaped.
+from storage or the database is escaped, its control characters shown as on a terminal.
 """
 
 from __future__ import annotations
@@ -13,10 +13,15 @@ from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from airflow_rbak.display import size, when
+from airflow_rbak.display import printable, size, when
 from airflow_rbak.ui.runs import RESTORE_DAG_ID, VERIFY_DAG_ID
 from airflow_rbak.ui.trigger_form import SCRIPT as TRIGGER_SCRIPT
 from airflow_rbak.ui.trigger_form import trigger_form
+
+
+def _text(value: object) -> str:
+    """Untrusted text for HTML: control characters shown escaped (as on a terminal), then HTML-escaped."""
+    return escape(printable(value))
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:20px;color:#1a202c;font-size:14px}
@@ -94,50 +99,50 @@ def _badge(state: str | None) -> str:
     if not state:
         return '<span class="muted">-</span>'
     kind = "ok" if state in _GOOD else "bad" if state in _BAD else "mid"
-    return f'<span class="badge {kind}">{escape(state)}</span>'
+    return f'<span class="badge {kind}">{_text(state)}</span>'
 
 
 def _page(title: str, body: str, script: str = "") -> str:
-    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{escape(title)}</title>"
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_text(title)}</title>"
             f"<style>{_STYLE}</style><script>{_OPEN_SCRIPT}{script}</script></head><body>{body}</body></html>")
 
 
 def _ids(ids: list[str] | tuple[str, ...], links: Links, location_id: str) -> str:
-    return ", ".join(f'<a href="{escape(links.backup(location_id, i))}">{escape(i)}</a>' for i in ids) or "-"
+    return ", ".join(f'<a href="{_text(links.backup(location_id, i))}">{_text(i)}</a>' for i in ids) or "-"
 
 
 def _verify_cell(last: dict[str, Any] | None) -> str:
     if not last:
         return '<span class="muted">never</span>'
-    return f"{_badge(last['state'])} <span class=muted>{escape(when(last['at']))}</span>"
+    return f"{_badge(last['state'])} <span class=muted>{_text(when(last['at']))}</span>"
 
 
 def _row(b: dict[str, Any], links: Links, location_id: str) -> str:
-    problem = f'<div class="muted">{escape(b["problem"])}</div>' if b.get("problem") else ""
+    problem = f'<div class="muted">{_text(b["problem"])}</div>' if b.get("problem") else ""
     return (
-        f'<tr><td><a href="{escape(links.backup(location_id, b["backup_id"]))}">{escape(b["backup_id"])}</a>{problem}</td>'
-        f"<td>{_badge(b['status'])}</td><td>{escape(when(b['created_at']))}</td><td>{escape(when(b['completed_at']))}</td>"
+        f'<tr><td><a href="{_text(links.backup(location_id, b["backup_id"]))}">{_text(b["backup_id"])}</a>{problem}</td>'
+        f"<td>{_badge(b['status'])}</td><td>{_text(when(b['created_at']))}</td><td>{_text(when(b['completed_at']))}</td>"
         f"<td class=n>{b['queues']:,}</td><td class=n>{b['total_messages']:,}</td>"
-        f"<td class=n>{escape(size(b['total_bytes']))}</td>"
-        f"<td>{escape(', '.join(b['compression']) or '-')}</td><td>{_verify_cell(b['last_verify'])}</td>"
+        f"<td class=n>{_text(size(b['total_bytes']))}</td>"
+        f"<td>{_text(', '.join(b['compression']) or '-')}</td><td>{_verify_cell(b['last_verify'])}</td>"
         f"<td>{_ids(b['depends_on'], links, location_id)}</td><td>{_ids(b['needed_by'], links, location_id)}</td></tr>"
     )
 
 
 def _location_section(page: dict[str, Any], links: Links) -> str:
     loc = page["location"]
-    head = f'<h2 id="{escape(loc["id"])}">Location <span class="loc">{escape(loc["url"])}</span></h2>'
+    head = f'<h2 id="{_text(loc["id"])}">Location <span class="loc">{_text(loc["url"])}</span></h2>'
     if page["error"]:
-        return head + f'<div class="err">This location cannot be read: {escape(page["error"])}</div>'
+        return head + f'<div class="err">This location cannot be read: {_text(page["error"])}</div>'
     if not page["total"]:
         return head + '<p class="muted">No backups here yet.</p>'
     rows = "".join(_row(b, links, loc["id"]) for b in page["backups"])
     first, last = page["offset"] + 1, page["offset"] + len(page["backups"])
     pager = [f"{first:,}-{last:,} of {page['total']:,} backups (newest first)"]
     if page["offset"] > 0:
-        pager.append(f'<a href="{escape(links.listing(loc["id"], max(0, page["offset"] - page["limit"])))}">newer</a>')
+        pager.append(f'<a href="{_text(links.listing(loc["id"], max(0, page["offset"] - page["limit"])))}">newer</a>')
     if last < page["total"]:
-        pager.append(f'<a href="{escape(links.listing(loc["id"], last))}">older</a>')
+        pager.append(f'<a href="{_text(links.listing(loc["id"], last))}">older</a>')
     return (head + '<table class="backups"><tr><th>Backup</th><th>Status</th><th>Started</th><th>Completed</th>'
             "<th>Queues</th><th>Messages</th><th>Bytes</th><th>Compression</th><th>Last verify</th>"
             f"<th>Depends on</th><th>Needed by</th></tr>{rows}</table><div class=pager>{' '.join(pager[:1])} "
@@ -154,9 +159,9 @@ def _runs_table(runs: list[dict[str, Any]], links: Links) -> str:
     if not runs:
         return '<p class="muted">None recorded in Airflow.</p>'
     rows = "".join(
-        f'<tr><td><a class="airflow" href="{escape(links.run(r["dag_id"], r["run_id"]))}">{escape(r["run_id"])}</a></td>'
-        f"<td>{escape(r['dag_id'])}</td><td>{_badge(r['state'])}</td><td>{escape(when(r['started_at']))}</td>"
-        f"<td>{escape(when(r['ended_at']))}</td><td>{_badge(r['verify_state'])}</td></tr>" for r in runs)
+        f'<tr><td><a class="airflow" href="{_text(links.run(r["dag_id"], r["run_id"]))}">{_text(r["run_id"])}</a></td>'
+        f"<td>{_text(r['dag_id'])}</td><td>{_badge(r['state'])}</td><td>{_text(when(r['started_at']))}</td>"
+        f"<td>{_text(when(r['ended_at']))}</td><td>{_badge(r['verify_state'])}</td></tr>" for r in runs)
     return ("<table><tr><th>DAG run</th><th>DAG</th><th>State</th><th>Started</th><th>Ended</th><th>Verify task</th></tr>"
             f"{rows}</table>")
 
@@ -166,12 +171,12 @@ def _actions(detail: dict[str, Any], links: Links, can: dict[str, bool]) -> str:
     buttons = []
     if can.get("restore"):
         href = links.restore_form(detail["location"]["id"], backup_id)
-        buttons.append(f'<a class="btn" id="restore" href="{escape(href)}">Restore…</a>')
+        buttons.append(f'<a class="btn" id="restore" href="{_text(href)}">Restore…</a>')
     if can.get("verify"):
         body = json.dumps({"logical_date": None, "conf": {"storage_url": url, "backup_id": backup_id}})
         buttons.append(
-            f'<button class="btn secondary" id="verify" onclick="rbakVerify(this)" data-api="{escape(links.trigger_api(VERIFY_DAG_ID))}" '
-            f'data-runs="{escape(links.run(VERIFY_DAG_ID, ""))}" data-body="{escape(body)}">Verify</button>'
+            f'<button class="btn secondary" id="verify" onclick="rbakVerify(this)" data-api="{_text(links.trigger_api(VERIFY_DAG_ID))}" '
+            f'data-runs="{_text(links.run(VERIFY_DAG_ID, ""))}" data-body="{_text(body)}">Verify</button>'
         )
     if not buttons:
         return ""
@@ -182,17 +187,17 @@ def _queues(detail: dict[str, Any]) -> str:
     blocks = []
     for q in detail.get("queues", []):
         segs = "".join(
-            f"<tr><td class=n>{s['sequence']}</td><td><code>{escape(s['key'])}</code></td><td class=n>{s['records']:,}</td>"
-            f"<td class=n>{escape(size(s['size_bytes']))}</td><td class=n>{escape(size(s['uncompressed_bytes']))}</td>"
-            f"<td>{escape(when(s['first_timestamp']))} .. {escape(when(s['last_timestamp']))}</td></tr>" for s in q["segments"])
-        chain = f" · chain: {escape(' → '.join(q['chain']))}" if len(q["chain"]) > 1 else ""
+            f"<tr><td class=n>{s['sequence']}</td><td><code>{_text(s['key'])}</code></td><td class=n>{s['records']:,}</td>"
+            f"<td class=n>{_text(size(s['size_bytes']))}</td><td class=n>{_text(size(s['uncompressed_bytes']))}</td>"
+            f"<td>{_text(when(s['first_timestamp']))} .. {_text(when(s['last_timestamp']))}</td></tr>" for s in q["segments"])
+        chain = f" · chain: {_text(' → '.join(q['chain']))}" if len(q["chain"]) > 1 else ""
         blocks.append(
-            f"<details><summary><b>{escape(q['vhost'])}</b> / <b>{escape(q['name'])}</b> · {escape(q['queue_type'])} · "
+            f"<details><summary><b>{_text(q['vhost'])}</b> / <b>{_text(q['name'])}</b> · {_text(q['queue_type'])} · "
             f"{q['messages']:,} messages · {len(q['segments'])} segments{chain}</summary><table><tr><th>#</th><th>Segment</th>"
             f"<th>Records</th><th>Size</th><th>Uncompressed</th><th>Messages from .. to</th></tr>{segs}</table></details>")
     for q in detail.get("left_out", []):
-        blocks.append(f"<div class=muted>{escape(str(q.get('vhost', '?')))} / {escape(str(q.get('queue', '?')))}: "
-                      f"left out ({escape(str(q.get('reason', '?')))})</div>")
+        blocks.append(f"<div class=muted>{_text(str(q.get('vhost', '?')))} / {_text(str(q.get('queue', '?')))}: "
+                      f"left out ({_text(str(q.get('reason', '?')))})</div>")
     return "".join(blocks) or '<p class="muted">No queues.</p>'
 
 
@@ -201,23 +206,23 @@ def _definitions(d: dict[str, Any] | None) -> str:
         return '<p class="muted">No definitions in this backup.</p>'
     return (f"<table><tr><th>Vhosts</th><th>Queues</th><th>Exchanges</th><th>Users</th><th>Size</th></tr><tr>"
             f"<td class=n>{d['vhosts']}</td><td class=n>{d['queues']}</td><td class=n>{d['exchanges']}</td>"
-            f"<td class=n>{d['users']}</td><td class=n>{escape(size(d['size_bytes']))}</td></tr></table>")
+            f"<td class=n>{d['users']}</td><td class=n>{_text(size(d['size_bytes']))}</td></tr></table>")
 
 
 def detail_page(detail: dict[str, Any], links: Links, can: dict[str, bool]) -> str:
     """One backup: its summary, Restore… and Verify (for users who may trigger them), queues, definitions, runs."""
     b, loc = detail["backup"], detail["location"]
-    facts = [("Location", f'<span class="loc">{escape(loc["url"])}</span>'), ("Status", _badge(b["status"])),
-             ("Started", escape(when(b["created_at"]))), ("Completed", escape(when(b["completed_at"]))),
-             ("Source", escape(f"{detail.get('source_cluster') or '-'} (RabbitMQ {detail.get('rabbitmq_version') or '?'})")),
+    facts = [("Location", f'<span class="loc">{_text(loc["url"])}</span>'), ("Status", _badge(b["status"])),
+             ("Started", _text(when(b["created_at"]))), ("Completed", _text(when(b["completed_at"]))),
+             ("Source", _text(f"{detail.get('source_cluster') or '-'} (RabbitMQ {detail.get('rabbitmq_version') or '?'})")),
              ("Totals", f"{b['queues']:,} queues, {b['total_messages']:,} messages, {b['total_segments']:,} segments, "
-                        f"{escape(size(b['total_bytes']))}"),
-             ("Compression", escape(", ".join(b["compression"]) or "-")), ("Last verify", _verify_cell(b["last_verify"])),
+                        f"{_text(size(b['total_bytes']))}"),
+             ("Compression", _text(", ".join(b["compression"]) or "-")), ("Last verify", _verify_cell(b["last_verify"])),
              ("Depends on", _ids(b["depends_on"], links, loc["id"])), ("Needed by", _ids(b["needed_by"], links, loc["id"]))]
     if b.get("problem"):
-        facts.append(("Problem", escape(b["problem"])))
+        facts.append(("Problem", _text(b["problem"])))
     table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
-    body = (f'<p><a href="{escape(links.listing(loc["id"], 0))}">← all backups</a></p><h1>Backup {escape(b["backup_id"])}</h1>'
+    body = (f'<p><a href="{_text(links.listing(loc["id"], 0))}">← all backups</a></p><h1>Backup {_text(b["backup_id"])}</h1>'
             f'{_actions(detail, links, can)}<table class="facts" style="width:auto">{table}</table>'
             f"<h2>Queues</h2>{_queues(detail)}<h2>Definitions</h2>{_definitions(detail.get('definitions'))}"
             f"<h2>Made by</h2>{_runs_table(detail['runs']['made'], links)}"
@@ -230,11 +235,11 @@ def restore_page(location: dict[str, str], backup_id: str, params: dict[str, Any
     form = trigger_form(RESTORE_DAG_ID, params, {"storage_url": location["url"], "backup_id": backup_id},
                         api_url=links.trigger_api(RESTORE_DAG_ID), runs_url=links.run(RESTORE_DAG_ID, ""),
                         dag_url=links.dag(RESTORE_DAG_ID))
-    body = (f'<p><a href="{escape(links.backup(location["id"], backup_id))}">← backup {escape(backup_id)}</a></p>'
-            f"<h1>Restore backup {escape(backup_id)}: trigger {RESTORE_DAG_ID}</h1>{form}")
+    body = (f'<p><a href="{_text(links.backup(location["id"], backup_id))}">← backup {_text(backup_id)}</a></p>'
+            f"<h1>Restore backup {_text(backup_id)}: trigger {RESTORE_DAG_ID}</h1>{form}")
     return _page(f"Restore {backup_id}", body, TRIGGER_SCRIPT)
 
 
 def message_page(title: str, message: str) -> str:
     """A page that says why there is nothing to show (no access, unknown backup)."""
-    return _page(title, f"<h1>{escape(title)}</h1><p>{escape(message)}</p>")
+    return _page(title, f"<h1>{_text(title)}</h1><p>{_text(message)}</p>")

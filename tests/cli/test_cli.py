@@ -150,7 +150,7 @@ def test_list_of_a_location_that_does_not_exist_fails_in_one_line_and_an_empty_o
     empty = rbak("list", "--path", (tmp_path / "empty").as_uri())
 
     assert missing.returncode == 1 and missing.stdout == ""
-    assert missing.stderr == f"rbak: error: no folder {tmp_path / 'typo'} ({(tmp_path / 'typo').as_uri()}): check the path\n"
+    assert missing.stderr == f"rbak: error: folder {tmp_path / 'typo'} does not exist ({(tmp_path / 'typo').as_uri()}): check the path\n"
     assert (empty.returncode, empty.stdout) == (0, f"no backups under {(tmp_path / 'empty').as_uri()}\n")
 
 

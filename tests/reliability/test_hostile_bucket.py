@@ -37,7 +37,8 @@ from airflow_rbak.storage.base import Storage
 from airflow_rbak.ui.backup_catalog import BackupCatalog
 from airflow_rbak.ui.pages import Links, detail_page, list_page
 from airflow_rbak.ui.runs import RunIndex
-from tests.backup.sample import build_sample_backup
+from tests.backup.backup_writer import BackupWriter
+from tests.backup.sample import build_sample_backup, sample_records
 from tests.cli.test_cli import rbak_measured
 
 HOUR = 3_600_000
@@ -283,3 +284,49 @@ def test_rbak_list_beside_an_oversized_or_dense_manifest_stays_under_200_mib_and
     assert listed["real-1"]["status"] == "complete" and listed["huge"]["status"] == "damaged"
     assert reason in listed["huge"]["problem"]
     assert peak_kib < 200 * 1024
+
+
+HOSTILE_NAMES = ("q`|x| publishes 0 |\n| `evil` | classic", "\x1b]0;owned\x07\x1b[2Jtitle", "[a](http://evil) ![i](x.png)")
+
+
+def test_a_lock_file_that_is_not_a_lock_wedges_nothing(bucket, now):
+    bucket.put("real-3/lock.json", b'{"acquired_at": "x", "owner": "\x1b[2J"}')
+    assert latest_complete(bucket, now_ms=now).backup_id == "real-3"
+    code, out, err = run_cli("unlock", "--path", bucket.url, "--backup-id", "real-3")
+    assert code == 0 and err == "" and "unreadable" in out and "\x1b" not in out
+    assert not bucket.exists("real-3/lock.json")
+
+
+def test_names_that_would_drive_a_terminal_are_shown_escaped_and_each_queue_stays_one_row(bucket, now):
+    writer = BackupWriter(bucket, "names")
+    for name in HOSTILE_NAMES:
+        sink = writer.queue("/", name)
+        sink.add_all(sample_records("/", name, 3))
+        sink.close()
+    writer.finish()
+    code, out, err = run_cli("describe", "--path", bucket.url, "--backup-id", "names")
+    assert code == 0 and err == ""
+    assert "\x1b" not in out and "\x07" not in out and "\\x1b]0;owned\\x07" in out
+    rows = [line for line in out.splitlines() if " classic " in line and "LEFT OUT" not in line]
+    assert len(rows) == len(HOSTILE_NAMES)
+    code, out, _ = run_cli("list", "--path", bucket.url)
+    assert code == 0 and "names " in out
+    catalog = BackupCatalog([bucket.url])
+    detail = catalog.detail(catalog.locations[0], "names", RunIndex([]))
+    html = detail_page(detail, Links(airflow_root="", view_root="/rbak"), {"restore": True, "verify": True})
+    assert 'href="http://evil"' not in html and "<img" not in html
+    assert "\x1b" not in html and "\\x1b]0;owned\\x07" in html
+
+
+def test_a_location_that_does_not_exist_is_an_error_and_an_empty_one_has_no_backups(location):
+    code, out, err = run_cli("list", "--path", location)  # nothing written yet: an empty folder or bucket prefix
+    if location.startswith("file:"):
+        assert code == 1 and "does not exist" in err and len(err.splitlines()) == 1
+        open_storage(location).put("x/y", b"")
+        open_storage(location).delete("x/y")
+    code, out, err = run_cli("list", "--path", location)
+    assert (code, err) == (0, "") and out.startswith("no backups under")
+    typo = location.replace("/backups", "/backups-typo") if location.startswith("file:") else \
+        location.replace("s3://rbak-test-", "s3://rbak-typo-")
+    code, out, err = run_cli("list", "--path", typo)
+    assert code == 1 and out == "" and "does not exist" in err and len(err.splitlines()) == 1

@@ -49,7 +49,7 @@ def test_given_a_new_storage_when_opened_then_nothing_is_created_until_the_first
 def test_given_a_missing_root_when_checked_then_missing_until_the_first_put_creates_it(
     storage: FileStorage, root: Path
 ) -> None:
-    with pytest.raises(MissingLocationError, match="no folder"):
+    with pytest.raises(MissingLocationError, match="does not exist"):
         storage.check_location()
 
     storage.put("a", b"x")
