@@ -127,36 +127,47 @@ def find_base(storage: Storage, backup_id: str, entry: QueueBackup) -> tuple[Bac
     first = _stream_offsets(entry).get("first")
     if entry.queue_type != "stream" or not isinstance(first, int) or first <= 0:
         return None
-    for manifest in _complete_newest_first(storage, backup_id):
+    counted, uncounted = _candidates_newest_first(storage, backup_id)
+    for manifest in counted:
         base = manifest.queue(entry.vhost, entry.name)
         if base is not None and base.queue_type == "stream" and _stream_offsets(base).get("last") == first - 1:
             return manifest, base
+    why = next((f"; backup {m.backup_id!r} ends there but does not count: {problem}" for m, problem in uncounted
+                if _stream_offsets(m.queue(entry.vhost, entry.name)).get("last") == first - 1),
+               " (it was removed meanwhile)")
     raise ChainBaseMissingError(
         f"backup {backup_id!r} took stream {entry.name!r} of vhost {entry.vhost!r} from offset {first}, after a previous "
-        f"backup, but no complete backup in {storage.url} ends at offset {first - 1} (it was removed meanwhile); run the "
-        "backup again under a new backup_id, or with full streams")
+        f"backup, but no complete backup in {storage.url} ends at offset {first - 1}{why}; run the backup again under "
+        "a new backup_id, or with full streams")
 
 
-def _complete_newest_first(storage: Storage, exclude: str) -> list[BackupManifest]:
-    """The backups that count (the catalog's ``complete``: never a planted, future, rebuilt or damaged one), newest
-    first: only those may be a chain's base."""
+def _candidates_newest_first(storage: Storage, exclude: str) -> tuple[list[BackupManifest], list[tuple[BackupManifest, str]]]:
+    """The backups that count (the catalog's ``complete``: only those may be a chain's base), newest first; and those
+    whose manifest reads but that do not count (future, rebuilt, damaged), with why, to say so when no base is found."""
     from airflow_rbak.backup.catalog import list_backups  # the catalog judges what counts, and reads chains here
 
     store = ManifestStore(storage)
-    manifests = []
+    counted: list[BackupManifest] = []
+    uncounted: list[tuple[BackupManifest, str]] = []
     for summary in list_backups(storage):
-        if summary.status != "complete" or summary.backup_id == exclude:
+        if summary.backup_id == exclude or summary.status in ("no-manifest", "retired", "incomplete"):
             continue
         try:
-            manifests.append(store.load(summary.backup_id))
-        except RbakError:  # removed or damaged since it was listed: not a base to continue from
+            manifest = store.load(summary.backup_id)
+        except RbakError:  # unreadable, or removed since it was listed: not a base to continue from
             continue
-    return sorted(manifests, key=lambda m: (m.created_at, m.backup_id), reverse=True)
+        if summary.status == "complete":
+            counted.append(manifest)
+        else:
+            uncounted.append((manifest, summary.problem or summary.status))
+    counted.sort(key=lambda m: (m.created_at, m.backup_id), reverse=True)
+    uncounted.sort(key=lambda pair: (pair[0].created_at, pair[0].backup_id), reverse=True)
+    return counted, uncounted
 
 
 def latest_with_stream(storage: Storage, backup_id: str, vhost: str, name: str) -> BackupManifest | None:
     """The newest complete backup (other than ``backup_id``) that holds stream ``vhost/name``: where the next one continues."""
-    for manifest in _complete_newest_first(storage, backup_id):
+    for manifest in _candidates_newest_first(storage, backup_id)[0]:
         entry = manifest.queue(vhost, name)
         if entry is not None and entry.queue_type == "stream":
             return manifest
