@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.base import (
     InvalidKeyError,
     MissingLocationError,
@@ -21,7 +22,6 @@ from airflow_rbak.storage.base import (
     check_key,
     check_prefix,
 )
-from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.file import FileStorage
 from airflow_rbak.storage.memory import MemoryStorage
 from airflow_rbak.storage.retry import DEFAULT_RETRIES, RetryingStorage
