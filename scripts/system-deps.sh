@@ -2,8 +2,9 @@
 # The Debian/Ubuntu packages `make demo` and `make test` need, installed with apt-get when missing.
 #   scripts/system-deps.sh demo|test
 # demo: python3-venv, Java 17 (Spark), curl, and rabbitmq-server unless RABBITMQ_URL names a broker.
-# test: the same with rabbitmq-server always, docker-compose (validates docker-compose.yml, no engine needed), and
-#       chromium with chromium-driver (the browser test of the backups view, tests/ui/test_browser.py).
+# test: the same with rabbitmq-server always, docker-compose (validates docker-compose.yml, no engine needed),
+#       chromium with chromium-driver (the browser test of the backups view, tests/ui/test_browser.py), and nodejs
+#       with npm (the tests install the Azurite emulator with npm into .run/azurite, tests/emulators.py).
 # Needs root only when something is missing. The packaged RabbitMQ service is not started by the install:
 # the demo and the tests run a private node of their own (scripts/rabbitmq.sh).
 set -euo pipefail
@@ -19,6 +20,7 @@ have curl || need+=(curl)
 if [[ "$purpose" == test || -z "${RABBITMQ_URL:-}" ]]; then have rabbitmq-server || need+=(rabbitmq-server); fi
 if [[ "$purpose" == test ]]; then have docker-compose || need+=(docker-compose); fi
 if [[ "$purpose" == test ]]; then have chromium || need+=(chromium); have chromedriver || need+=(chromium-driver); fi
+if [[ "$purpose" == test ]]; then have node || need+=(nodejs); have npm || need+=(npm); fi
 [[ ${#need[@]} -eq 0 ]] && exit 0
 
 if [[ "$(id -u)" -ne 0 ]] || ! have apt-get; then

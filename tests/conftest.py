@@ -96,3 +96,56 @@ def location(request: pytest.FixtureRequest, tmp_path: Any) -> str:
     if request.param == "file":
         return (tmp_path / "backups").as_uri()
     return request.getfixturevalue("s3_storage_url")
+
+
+# --- Loopback Azure Blob Storage (Azurite) and Google Cloud Storage (fake-gcs-server) ---
+
+_AZURE_ENV = ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN")
+
+
+@pytest.fixture(scope="session")
+def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Start Azurite for the session; yield its blob endpoint. Its public account key is set as the credentials."""
+    from tests.emulators import AZURITE_ACCOUNT, AZURITE_KEY, azurite
+
+    with pytest.MonkeyPatch.context() as env, azurite(tmp_path_factory.mktemp("azurite")) as endpoint:
+        for name in _AZURE_ENV:
+            env.delenv(name, raising=False)
+        env.setenv("AZURE_STORAGE_ACCOUNT", AZURITE_ACCOUNT)
+        env.setenv("AZURE_STORAGE_KEY", AZURITE_KEY)
+        yield endpoint
+
+
+@pytest.fixture
+def azure_storage_url(azurite_server: str) -> str:
+    """An ``azure://`` URL for a fresh container (with a blob prefix) on the loopback Azurite."""
+    from azure.storage.blob import BlobServiceClient
+
+    from tests.emulators import AZURITE_ACCOUNT, AZURITE_KEY
+
+    name = f"rbak-test-{uuid.uuid4().hex[:16]}"
+    service = BlobServiceClient(azurite_server, credential={"account_name": AZURITE_ACCOUNT, "account_key": AZURITE_KEY})
+    service.create_container(name)
+    return f"azure://{name}/backups?endpoint={azurite_server}"
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator[str]:
+    """Start fake-gcs-server for the session; yield its endpoint (plain http: reached without credentials)."""
+    from tests.emulators import fake_gcs
+
+    with fake_gcs() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def gcs_storage_url(gcs_server: str) -> str:
+    """A ``gcs://`` URL for a fresh bucket (with an object prefix) on the loopback fake-gcs-server."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    name = f"rbak-test-{uuid.uuid4().hex[:16]}"
+    client = storage.Client(project="rbak-test", credentials=AnonymousCredentials(),
+                            client_options={"api_endpoint": gcs_server})
+    client.create_bucket(name)
+    return f"gcs://{name}/backups?endpoint={gcs_server}"

@@ -50,8 +50,9 @@ class RbakSparkSubmitHook(SparkSubmitHook):
         """Submit; executors of a cluster get this task's storage credentials from a private properties file.
 
         Remote executors do not inherit the task's environment, and ``--conf`` would put the secret on a command
-        line, so ``spark.executorEnv.AWS_*`` go in a file only this user can read, removed when the job ends
-        (Spark redacts their values in its UI and logs by its ``spark.redaction.regex``).
+        line, so ``spark.executorEnv.AWS_*`` (``AZURE_STORAGE_*``, ``RBAK_GCS_KEYFILE_JSON``) go in a file only this
+        user can read, removed when the job ends (Spark redacts their values in its UI and logs by its
+        ``spark.redaction.regex``, which is widened to name the Azure and Google variables unless yours is set).
         """
         credentials = getattr(self, "_executor_credentials", None)
         if not credentials:
@@ -60,8 +61,12 @@ class RbakSparkSubmitHook(SparkSubmitHook):
         fd, path = tempfile.mkstemp(prefix="rbak-spark-", suffix=".conf")  # mode 0600
         try:
             with os.fdopen(fd, "w") as handle:
-                handle.write(_base_properties(given))
-                handle.writelines(f"spark.executorEnv.{name} {value}\n" for name, value in credentials.items())
+                base = _base_properties(given)
+                handle.write(base)
+                if "spark.redaction.regex" not in base and "spark.redaction.regex" not in (self._conf or {}):
+                    handle.write(f"spark.redaction.regex {REDACTION_REGEX}\n")
+                handle.writelines(f"spark.executorEnv.{name} {_property_value(value)}\n"
+                                  for name, value in credentials.items())
             self._properties_file = path
             return super().submit(application, **kwargs)
         finally:
@@ -81,8 +86,18 @@ class RbakSparkSubmitHook(SparkSubmitHook):
         return connection
 
 
+#: Spark's default redaction pattern, and the storage variables whose names it does not catch.
+REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|AZURE_STORAGE_|RBAK_GCS_KEYFILE"
+
+
+def _property_value(value: str) -> str:
+    """``value`` escaped for a Java properties file, which Spark reads it from (a backslash or newline is special)."""
+    escaped = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    return "\\" + escaped if escaped.startswith(" ") else escaped
+
+
 def storage_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The S3 settings of this process's environment (a storage connection exports them there) to hand on."""
+    """The storage settings of this process's environment (a storage connection exports them there) to hand on."""
     environ = os.environ if environ is None else environ
     return {name: environ[name] for name in STORAGE_ENV if environ.get(name)}
 

@@ -1,13 +1,16 @@
 """Storage backends for RBAK backups: one interface, several places to keep bytes.
 
-``open_storage(url)`` is the usual entry point. The S3 backend is imported
-only when needed, so using file or memory storage does not pay for boto3.
+``open_storage(url)`` is the usual entry point. The cloud backends are imported
+only when needed, so using file or memory storage does not pay for boto3, and
+the Azure and GCS client libraries are optional extras (``airflow-rbak[azure]``,
+``airflow-rbak[gcs]``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.base import (
     InvalidKeyError,
     MissingLocationError,
@@ -23,7 +26,9 @@ from airflow_rbak.storage.file import FileStorage
 from airflow_rbak.storage.memory import MemoryStorage
 from airflow_rbak.storage.retry import DEFAULT_RETRIES, RetryingStorage
 from airflow_rbak.storage.url import (
+    AzureStorageConfig,
     FileStorageConfig,
+    GcsStorageConfig,
     MemoryStorageConfig,
     S3StorageConfig,
     StorageConfig,
@@ -35,8 +40,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_RETRIES",
+    "AzureStorageConfig",
     "FileStorage",
     "FileStorageConfig",
+    "GcsStorageConfig",
     "InvalidKeyError",
     "MemoryStorage",
     "MemoryStorageConfig",
@@ -74,9 +81,27 @@ def open_backend(config: StorageConfig) -> Storage:
         return FileStorage.from_config(config)
     if isinstance(config, MemoryStorageConfig):
         return MemoryStorage.from_config(config)
+    if isinstance(config, AzureStorageConfig):
+        try:
+            from airflow_rbak.storage.azure import AzureBlobStorage
+        except ImportError as error:
+            raise _missing_extra("azure", error) from None
+        return AzureBlobStorage.from_config(config)
+    if isinstance(config, GcsStorageConfig):
+        try:
+            from airflow_rbak.storage.gcs import GcsStorage
+        except ImportError as error:
+            raise _missing_extra("gcs", error) from None
+        return GcsStorage.from_config(config)
     from airflow_rbak.storage.s3 import S3Storage
 
     return S3Storage.from_config(config)
+
+
+def _missing_extra(scheme: str, error: ImportError) -> ConfigurationError:
+    """Say which extra a ``scheme://`` location needs when its client library is not installed."""
+    return ConfigurationError(f"{scheme}:// storage needs {error.name or 'its client library'}: "
+                              f"pip install 'airflow-rbak[{scheme}]'")
 
 
 def __getattr__(name: str) -> Any:

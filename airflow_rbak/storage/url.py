@@ -17,18 +17,29 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from airflow_rbak.exceptions import ConfigurationError
 
-SUPPORTED_SCHEMES = ("file", "s3", "memory")
-_PLANNED_SCHEMES = ("azure", "gcs")
+SUPPORTED_SCHEMES = ("file", "s3", "azure", "gcs", "memory")
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 # Bucket names as S3 accepts them for new buckets (no uppercase, no underscores).
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _REGION_RE = re.compile(r"^[a-z0-9-]+$")
 _MEMORY_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+# Container names as Azure accepts them: 3-63 lowercase letters, digits and single hyphens.
+_CONTAINER_RE = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
+_ACCOUNT_RE = re.compile(r"^[a-z0-9]{3,24}$")
+# GCS bucket names: lowercase letters, digits, '-', '_' and '.'; dotted names may be longer.
+_GCS_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 _S3_PARAMS = ("region", "endpoint", "path_style", "sse", "sse_kms_key_id")
+_AZURE_PARAMS = ("account", "endpoint")
+#: The host of an account's blob service, as the RBAK specification's ``azure://`` URLs name it.
+_AZURE_BLOB_HOST = ".blob.core.windows.net"
+_GCS_PARAMS = ("endpoint",)
+#: Query parameters that carry a secret (an Azure SAS token's signature, a signed URL's): refused without echoing.
+_SECRET_PARAMS = frozenset({"sig", "x-goog-signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token"})
 #: Where storage credentials go instead of the URL (said by every refusal of a URL that holds some).
-CREDENTIALS_HINT = ("S3 credentials come from an Airflow connection of type aws (storage_conn_id, "
-                    "$RBAK_STORAGE_CONN_ID) or the AWS credential chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-                    "AWS_PROFILE, an instance role); write an '@' in a path as %40")
+CREDENTIALS_HINT = ("credentials come from an Airflow connection (storage_conn_id, $RBAK_STORAGE_CONN_ID: type aws, "
+                    "wasb or google_cloud_platform) or the cloud's own chain (the AWS credential chain; "
+                    "AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_KEY; "
+                    "GOOGLE_APPLICATION_CREDENTIALS); write an '@' in a path as %40")
 #: Server-side encryption by URL value: S3-managed keys, or KMS (a key id, or the account's default KMS key).
 SSE_ALGORITHMS = {"s3": "AES256", "kms": "aws:kms"}
 
@@ -71,18 +82,13 @@ class S3StorageConfig:
                 f"invalid S3 bucket name {self.bucket!r}: use 3-63 lowercase "
                 "letters, digits, '.' or '-', starting and ending with a letter or digit"
             )
-        prefix = self.prefix.strip("/")
-        if prefix and any(p in ("", ".", "..") for p in prefix.split("/")):
-            raise ConfigurationError(
-                f"invalid S3 key prefix {self.prefix!r}: no empty, '.' or '..' segments"
-            )
-        object.__setattr__(self, "prefix", prefix)
+        object.__setattr__(self, "prefix", _clean_prefix(self.prefix, "S3 key"))
         if self.region is not None and not _REGION_RE.match(self.region):
             raise ConfigurationError(
                 f"invalid S3 region {self.region!r}: expected something like 'us-east-1'"
             )
         if self.endpoint is not None:
-            _check_endpoint(self.endpoint)
+            _check_endpoint(self.endpoint, "S3")
         if self.sse is not None and self.sse not in SSE_ALGORITHMS:
             raise ConfigurationError(f"invalid S3 sse {self.sse!r}: use s3 (SSE-S3) or kms (SSE-KMS)")
         if self.sse_kms_key_id is not None and self.sse != "kms":
@@ -128,7 +134,70 @@ class MemoryStorageConfig:
         return f"memory://{self.name}"
 
 
-StorageConfig = FileStorageConfig | S3StorageConfig | MemoryStorageConfig
+@dataclass(frozen=True)
+class AzureStorageConfig:
+    """A container and an optional blob-name prefix on Azure Blob Storage or Azurite.
+
+    The account is named here or by the credentials (a connection string, ``AZURE_STORAGE_ACCOUNT``); ``endpoint``
+    replaces ``https://<account>.blob.core.windows.net`` (Azurite: ``http://127.0.0.1:10000/devstoreaccount1``).
+    """
+
+    container: str
+    prefix: str = ""
+    account: str | None = None
+    endpoint: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _CONTAINER_RE.match(self.container):
+            raise ConfigurationError(
+                f"invalid Azure container name {self.container!r}: use 3-63 lowercase letters, digits or single "
+                "'-', starting and ending with a letter or digit (the account goes in ?account= or the connection)"
+            )
+        object.__setattr__(self, "prefix", _clean_prefix(self.prefix, "Azure blob"))
+        if self.account is not None and not _ACCOUNT_RE.match(self.account):
+            raise ConfigurationError(f"invalid Azure storage account {self.account!r}: use 3-24 lowercase letters or digits")
+        if self.endpoint is not None:
+            _check_endpoint(self.endpoint, "Azure")
+
+    @property
+    def url(self) -> str:
+        """The location as an ``azure://`` URL, safe to log (it never holds credentials): the specification's
+        ``<account>.blob.core.windows.net/<container>`` form when the account is known."""
+        if self.account is not None:
+            return _cloud_url("azure", f"{self.account}{_AZURE_BLOB_HOST}/{self.container}", self.prefix,
+                              (("endpoint", self.endpoint),))
+        return _cloud_url("azure", self.container, self.prefix, (("endpoint", self.endpoint),))
+
+
+@dataclass(frozen=True)
+class GcsStorageConfig:
+    """A bucket and an optional object-name prefix on Google Cloud Storage or an emulator.
+
+    ``endpoint`` replaces ``https://storage.googleapis.com``; a plain ``http://`` one is taken for an emulator and
+    reached without credentials, so no token ever travels unencrypted.
+    """
+
+    bucket: str
+    prefix: str = ""
+    endpoint: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _GCS_BUCKET_RE.match(self.bucket) or ".." in self.bucket or self.bucket.startswith("goog"):
+            raise ConfigurationError(
+                f"invalid GCS bucket name {self.bucket!r}: use 3-222 lowercase letters, digits, '-', '_' or '.', "
+                "starting and ending with a letter or digit"
+            )
+        object.__setattr__(self, "prefix", _clean_prefix(self.prefix, "GCS object"))
+        if self.endpoint is not None:
+            _check_endpoint(self.endpoint, "GCS")
+
+    @property
+    def url(self) -> str:
+        """The location as a ``gcs://`` URL, safe to log (it never holds credentials)."""
+        return _cloud_url("gcs", self.bucket, self.prefix, (("endpoint", self.endpoint),))
+
+
+StorageConfig = FileStorageConfig | S3StorageConfig | AzureStorageConfig | GcsStorageConfig | MemoryStorageConfig
 
 
 def parse_storage_url(url: str) -> StorageConfig:
@@ -138,7 +207,8 @@ def parse_storage_url(url: str) -> StorageConfig:
     """
     if not isinstance(url, str) or not url.strip():
         raise ConfigurationError(
-            "storage URL is empty: use file:///path, s3://bucket/prefix or memory://"
+            "storage URL is empty: use file:///path, s3://bucket/prefix, azure://container/prefix, "
+            "gcs://bucket/prefix or memory://"
         )
     if holds_credentials(url):
         raise ConfigurationError(credentials_refusal(url))
@@ -150,6 +220,11 @@ def parse_storage_url(url: str) -> StorageConfig:
         raise ConfigurationError(f"storage URL {_redact(url)!r} must not have a '#fragment'")
     if scheme == "s3":
         return _parse_s3(parts.netloc, parts.path, parts.query, url)
+    if scheme == "azure":
+        return _parse_azure(parts.netloc, unquote(parts.path), parts.query)
+    if scheme == "gcs":
+        params = _cloud_params(parts.netloc, parts.query, "GCS", "bucket", _GCS_PARAMS)
+        return GcsStorageConfig(parts.netloc, unquote(parts.path), params.get("endpoint") or None)
     _reject_query(parts.query, scheme, url)
     if scheme == "file":
         return _parse_file(parts.netloc, parts.path, url)
@@ -187,8 +262,6 @@ def _supported_scheme(url: str) -> str | None:
         return None
     scheme = match.group(1).lower()
     choices = ", ".join(s + "://" for s in SUPPORTED_SCHEMES)
-    if scheme in _PLANNED_SCHEMES:
-        raise ConfigurationError(f"{scheme}:// storage is not supported yet; use one of: {choices}")
     if scheme not in SUPPORTED_SCHEMES:
         raise ConfigurationError(
             f"unknown storage URL scheme {scheme!r} in {_redact(url)!r}; use one of: {choices}"
@@ -230,6 +303,56 @@ def _parse_s3(netloc: str, path: str, query: str, url: str) -> S3StorageConfig:
     )
 
 
+def _parse_azure(netloc: str, path: str, query: str) -> AzureStorageConfig:
+    """``azure://<account>.blob.core.windows.net/<container>/<prefix>`` (the RBAK specification's form), or
+    ``azure://<container>/<prefix>`` with the account from ``?account=`` or the credentials."""
+    params = _cloud_params(netloc, query, "Azure", "container", _AZURE_PARAMS)
+    account = params.get("account") or None
+    if netloc.lower().endswith(_AZURE_BLOB_HOST):
+        named = netloc[: -len(_AZURE_BLOB_HOST)].lower()
+        if account is not None and account != named:
+            raise ConfigurationError(f"the Azure URL names account {named!r} in its host and {account!r} in ?account=")
+        container, _, prefix = path.strip("/").partition("/")
+        if not container:
+            raise ConfigurationError(f"Azure URL has no container; use azure://{named}{_AZURE_BLOB_HOST}/container/prefix")
+        return AzureStorageConfig(container, prefix, named, params.get("endpoint") or None)
+    return AzureStorageConfig(netloc, path, account, params.get("endpoint") or None)
+
+
+def _cloud_params(name: str, query: str, kind: str, holder: str, known: tuple[str, ...]) -> dict[str, str]:
+    """The query parameters of an Azure or GCS URL; errors name parameters, never repeat values (a SAS is one)."""
+    if not name:
+        raise ConfigurationError(f"{kind} URL has no {holder}; use {kind.lower()}://{holder}/optional/prefix")
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if any(key.lower() in _SECRET_PARAMS for key, _ in pairs):
+        raise ConfigurationError(f"the {kind} storage URL must not hold credentials (it has a signature); {CREDENTIALS_HINT}")
+    params: dict[str, str] = {}
+    for key, value in pairs:
+        if key in params:
+            raise ConfigurationError(f"parameter {key!r} is repeated in the {kind} URL")
+        params[key] = value
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ConfigurationError(f"unknown {kind} URL parameter(s) {', '.join(unknown)}; supported: {', '.join(known)}")
+    return params
+
+
+def _cloud_url(scheme: str, holder: str, prefix: str, params: tuple[tuple[str, str | None], ...]) -> str:
+    """An ``azure://`` or ``gcs://`` URL from its parts (the inverse of :func:`parse_storage_url`)."""
+    path = "/" + quote(prefix) if prefix else ""
+    given = [(k, v) for k, v in params if v]
+    query = "?" + urlencode(given, safe=":/") if given else ""
+    return f"{scheme}://{holder}{path}{query}"
+
+
+def _clean_prefix(prefix: str, kind: str) -> str:
+    """The prefix without outer slashes; refused when a segment is empty, ``.`` or ``..``."""
+    cleaned = prefix.strip("/")
+    if cleaned and any(p in ("", ".", "..") for p in cleaned.split("/")):
+        raise ConfigurationError(f"invalid {kind} prefix {prefix!r}: no empty, '.' or '..' segments")
+    return cleaned
+
+
 def _query_params(query: str, url: str) -> dict[str, str]:
     """Parse the query string, refusing repeated parameters (which one would win?)."""
     params: dict[str, str] = {}
@@ -256,23 +379,21 @@ def _parse_bool(value: str, name: str) -> bool:
     raise ConfigurationError(f"{name} must be true or false, got {value!r}")
 
 
-def _check_endpoint(endpoint: str) -> None:
+def _check_endpoint(endpoint: str, kind: str) -> None:
     """Accept only ``http(s)://host[:port][/path]`` without credentials."""
     if "@" in endpoint:  # before anything quotes it: a secret with '/' or '?' would spill into path or query
-        raise ConfigurationError(f"an S3 endpoint must not hold credentials (it has an '@'); {CREDENTIALS_HINT}")
+        raise ConfigurationError(f"an {kind} endpoint must not hold credentials (it has an '@'); {CREDENTIALS_HINT}")
     parts = urlsplit(endpoint)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigurationError(
-            f"invalid S3 endpoint {_redact(endpoint)!r}: expected http(s)://host[:port]"
+            f"invalid {kind} endpoint {_redact(endpoint)!r}: expected http(s)://host[:port]"
         )
     try:
         _ = parts.port  # urllib validates the port only when it is read
     except ValueError:
-        raise ConfigurationError(f"invalid port in S3 endpoint {_redact(endpoint)!r}") from None
-    if parts.query or parts.fragment:
-        raise ConfigurationError(
-            f"S3 endpoint {_redact(endpoint)!r} must not have a query or fragment"
-        )
+        raise ConfigurationError(f"invalid port in {kind} endpoint {_redact(endpoint)!r}") from None
+    if parts.query or parts.fragment:  # not echoed: a query may be a SAS token
+        raise ConfigurationError(f"an {kind} endpoint must not have a query or fragment")
 
 
 def _redact(url: str) -> str:

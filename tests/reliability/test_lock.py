@@ -1,6 +1,6 @@
 """Two runs of one backup_id at once: the second is refused by a lock in storage, never interleaved.
 
-Racing processes and threads on a folder and on loopback S3; a real BackupRun held mid-capture while a
+Racing processes and threads on a folder, loopback S3, Azurite and fake-gcs-server; a real BackupRun held mid-capture while a
 second starts; a lock left by a killed process, and the ways out of it.
 """
 
@@ -53,8 +53,18 @@ def race(pool, url: str) -> list[list[str]]:
     return rounds
 
 
+@pytest.fixture(params=["file", "s3", pytest.param("azure", marks=pytest.mark.azure),
+                        pytest.param("gcs", marks=pytest.mark.gcs)])
+def race_location(request, tmp_path) -> str:
+    """A fresh, empty location on every backend with conditional writes."""
+    if request.param == "file":
+        return (tmp_path / "backups").as_uri()
+    return request.getfixturevalue(f"{request.param}_storage_url")
+
+
 @pytest.mark.parametrize("racers", ["processes", "threads"])
-def test_of_runs_racing_for_one_backup_id_exactly_one_holds_the_lock_and_the_rest_are_told_who(location, racers):
+def test_of_runs_racing_for_one_backup_id_exactly_one_holds_the_lock_and_the_rest_are_told_who(race_location, racers):
+    location = race_location
     # Given several processes (or threads) starting a backup of the same id at the same moment
     if racers == "processes":
         pool = ProcessPoolExecutor(RACERS, mp_context=multiprocessing.get_context("fork"))

@@ -9,8 +9,10 @@ import pytest
 
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage import (
+    AzureStorageConfig,
     FileStorage,
     FileStorageConfig,
+    GcsStorageConfig,
     MemoryStorage,
     MemoryStorageConfig,
     RetryingStorage,
@@ -38,6 +40,11 @@ from airflow_rbak.storage import (
         ("s3://bkt?path_style=FALSE", S3StorageConfig("bkt", path_style=False)),
         ("S3://bkt", S3StorageConfig("bkt")),
         ("memory://", MemoryStorageConfig("")),
+        ("azure://backups/rabbit/prod?account=acct1", AzureStorageConfig("backups", "rabbit/prod", "acct1")),
+        ("azure://backups?endpoint=http://127.0.0.1:10000/devstoreaccount1",
+         AzureStorageConfig("backups", endpoint="http://127.0.0.1:10000/devstoreaccount1")),
+        ("gcs://my_bucket.example/prefix/", GcsStorageConfig("my_bucket.example", "prefix")),
+        ("gcs://bucket?endpoint=http://127.0.0.1:4443", GcsStorageConfig("bucket", endpoint="http://127.0.0.1:4443")),
         ("memory://shared-1", MemoryStorageConfig("shared-1")),
     ],
 )
@@ -59,8 +66,16 @@ def test_given_a_relative_path_when_parsed_then_it_is_made_absolute(
         ("", "empty"),
         ("   ", "empty"),
         ("ftp://host/x", "unknown storage URL scheme 'ftp'"),
-        ("azure://myaccount.blob.core.windows.net/backups", "azure:// storage is not supported yet"),
-        ("gcs://my-gcs-bucket", "gcs:// storage is not supported yet"),
+        ("azure://myaccount.blob.core.windows.net/", "Azure URL has no container"),
+        ("azure://backups?account=My_Account", "invalid Azure storage account"),
+        ("azure://backups?acount=x", "unknown Azure URL parameter(s) acount"),
+        ("azure://backups/a/../b", "invalid Azure blob prefix"),
+        ("azure:///prefix", "Azure URL has no container"),
+        ("azure://backups?endpoint=127.0.0.1:10000", "expected http(s)://host[:port]"),
+        ("gcs://My_Bucket", "invalid GCS bucket name"),
+        ("gcs://bucket?region=x", "unknown GCS URL parameter(s) region"),
+        ("gcs://bucket/a//b", "invalid GCS object prefix"),
+        ("gcs://bucket?endpoint=http://h:1&endpoint=http://h:2", "'endpoint' is repeated"),
         ("file://relative/path", "needs three slashes"),
         ("file://", "no path"),
         ("file:///x?mode=1", "takes no parameters"),
@@ -163,3 +178,40 @@ def test_given_a_config_built_in_code_when_invalid_then_configuration_error_at_c
     with pytest.raises(ConfigurationError):
         S3StorageConfig("bucket", endpoint="ftp://x")
     assert os.path.isabs(FileStorageConfig("/a/./b/").path)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["azure://backups?sv=2024-01-01&sig=hunter2", "azure://backups?endpoint=http://127.0.0.1:1/acct?sig%3Dhunter2",
+     "gcs://bucket?X-Goog-Signature=hunter2", "azure://acct:hunter2@backups/x"],
+)
+def test_given_a_signature_in_an_azure_or_gcs_url_when_parsed_then_refused_without_echoing_it(url: str) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        parse_storage_url(url)
+
+    assert "hunter2" not in str(raised.value) and "must not" in str(raised.value)
+
+
+@pytest.mark.parametrize("url", ["azure://backups/rabbit%20prod?account=acct1&endpoint=http://127.0.0.1:10000/acct1",
+                                 "gcs://bucket/a/b?endpoint=http://127.0.0.1:4443"])
+def test_given_an_azure_or_gcs_config_when_its_url_is_parsed_again_then_it_is_the_same(url: str) -> None:
+    config = parse_storage_url(url)
+
+    assert parse_storage_url(config.url) == config
+
+
+@pytest.mark.parametrize(("url", "container", "prefix", "account"), [
+    ("azure://myaccount.blob.core.windows.net/backups", "backups", "", "myaccount"),
+    ("azure://myaccount.blob.core.windows.net/backups/prod/daily", "backups", "prod/daily", "myaccount"),
+    ("azure://backups/prod?account=myaccount", "backups", "prod", "myaccount"),
+    ("azure://backups/prod", "backups", "prod", None),
+])
+def test_an_azure_location_in_the_specifications_form_or_ours_names_the_same_container(url, container, prefix, account):
+    config = parse_storage_url(url)
+    assert (config.container, config.prefix, config.account) == (container, prefix, account)
+    assert parse_storage_url(config.url) == config
+
+
+def test_an_azure_url_naming_two_accounts_is_refused():
+    with pytest.raises(ConfigurationError, match="names account 'one' in its host and 'two'"):
+        parse_storage_url("azure://one.blob.core.windows.net/backups?account=two")
