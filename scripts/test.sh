@@ -3,7 +3,8 @@
 # own, so that neither half's broker faults (tests that stop, restart or reconfigure a node) reach the other.
 #   scripts/test.sh [pytest args...]   extra args go to both halves
 # Half "stack": the DAGs end to end (`airflow dags test`, the deployed stack, the UI), mostly waiting on
-# Airflow and JVM start-up. Half "engine": everything else. Each half's output is kept in .run/tests/<half>.log;
+# Airflow and JVM start-up, plus the codec and storage tests (no broker), which balance the halves' times.
+# Half "engine": everything else. Each half's output is kept in .run/tests/<half>.log;
 # the engine half streams, the stack half is printed when both are done. Exit status: 0 only if both passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 PYTEST="${VENV:-.venv}/bin/pytest"
 LOGS=.run/tests
 mkdir -p "$LOGS"
-STACK_TESTS=(tests/dags tests/deployed tests/ui)
+STACK_TESTS=(tests/dags tests/deployed tests/ui tests/codec tests/storage)
 IGNORE=()
 for path in "${STACK_TESTS[@]}"; do IGNORE+=(--ignore "$path"); done
 

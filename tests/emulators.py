@@ -8,6 +8,7 @@ the first time it is needed (``make test`` needs nothing more than ``node`` and 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -63,11 +64,18 @@ def azurite_binary() -> Path:
     if not (shutil.which("node") and shutil.which("npm")):
         unavailable("Azurite needs node and npm (scripts/system-deps.sh test installs them)")
     AZURITE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(AZURITE_DIR / ".install.lock", "w") as lock:  # both halves of the suite may need it at once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.exists():
+            _npm_install_azurite(binary)
+    return binary
+
+
+def _npm_install_azurite(binary: Path) -> None:
     done = subprocess.run(["npm", "install", "--prefix", str(AZURITE_DIR), "--no-audit", "--no-fund", "--silent",
                            f"azurite@{AZURITE_VERSION}"], capture_output=True, text=True, timeout=600)
     if done.returncode != 0 or not binary.exists():
         unavailable(f"npm could not install azurite@{AZURITE_VERSION}: {done.stderr.strip()[-500:]}")
-    return binary
 
 
 @contextmanager
