@@ -24,6 +24,7 @@ from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestSt
 from airflow_rbak.backup.ownership import foreign_objects
 from airflow_rbak.backup.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata, iter_records
+from airflow_rbak.codec.errors import ManifestError
 from airflow_rbak.display import package_logger
 from airflow_rbak.restore.checkpoints import QueueCheckpoint
 from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
@@ -178,13 +179,10 @@ def resolve_manifest(storage: Storage, backup_id: str) -> BackupManifest:
         if latest is None:
             raise BackupNotRestorableError(f"{storage.url} holds no complete backup; give backup_id explicitly")
         backup_id = latest.backup_id
-    try:
+    try:  # the store refuses a manifest naming another backup: its keys and checkpoints must stay under backup_id/
         manifest = ManifestStore(storage).load(backup_id)
-    except ManifestNotFoundError as exc:
+    except (ManifestNotFoundError, ManifestError) as exc:
         raise BackupNotRestorableError(str(exc)) from None
-    if manifest.backup_id != backup_id:  # its keys, checkpoints and rollback snapshot must stay under backup_id/
-        raise BackupNotRestorableError(
-            f"the manifest of backup {backup_id!r} names backup {manifest.backup_id!r}; it was moved or edited")
     if manifest.completed_at is None:
         raise BackupNotRestorableError(
             f"backup {backup_id!r} did not complete (completed_at is null); re-run that backup or choose another"

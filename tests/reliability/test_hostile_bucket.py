@@ -32,6 +32,8 @@ from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.manifest import MAX_MANIFEST_BYTES, MAX_MANIFEST_VALUES
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.freshness import check_freshness
+from airflow_rbak.restore.errors import BackupNotRestorableError
+from airflow_rbak.restore.plan import resolve_manifest
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 from airflow_rbak.ui.backup_catalog import BackupCatalog
@@ -330,3 +332,9 @@ def test_a_location_that_does_not_exist_is_an_error_and_an_empty_one_has_no_back
         location.replace("s3://rbak-test-", "s3://rbak-typo-")
     code, out, err = run_cli("list", "--path", typo)
     assert code == 1 and out == "" and "does not exist" in err and len(err.splitlines()) == 1
+
+
+def test_a_restore_of_a_manifest_copied_into_another_folder_is_refused_before_anything_is_read(bucket, now):
+    impostor(bucket, now)
+    with pytest.raises(BackupNotRestorableError, match="names backup 'real-3', not its folder's 'impostor'"):
+        resolve_manifest(bucket, "impostor")
