@@ -27,6 +27,8 @@ stack_env=(
 )
 
 started=$(date +%s)
+# Azurite (npm) is installed once here, before the halves start, rather than by whichever half needs it first.
+"${VENV:-.venv}/bin/python" -c 'from tests.emulators import azurite_binary; azurite_binary()' >/dev/null 2>&1 || true
 env "${stack_env[@]}" "$PYTEST" -q -p no:cacheprovider "${STACK_TESTS[@]}" "$@" >"$LOGS/stack.log" 2>&1 &
 stack_pid=$!
 "$PYTEST" -q -p no:cacheprovider "${IGNORE[@]}" "$@" 2>&1 | tee "$LOGS/engine.log"

@@ -72,10 +72,15 @@ def azurite_binary() -> Path:
 
 
 def _npm_install_azurite(binary: Path) -> None:
-    done = subprocess.run(["npm", "install", "--prefix", str(AZURITE_DIR), "--no-audit", "--no-fund", "--silent",
-                           f"azurite@{AZURITE_VERSION}"], capture_output=True, text=True, timeout=600)
-    if done.returncode != 0 or not binary.exists():
-        unavailable(f"npm could not install azurite@{AZURITE_VERSION}: {done.stderr.strip()[-500:]}")
+    """``npm install`` Azurite, three tries: one registry hiccup must not cost every Azure test of the run."""
+    errors = ""
+    for _ in range(3):
+        done = subprocess.run(["npm", "install", "--prefix", str(AZURITE_DIR), "--no-audit", "--no-fund",
+                               f"azurite@{AZURITE_VERSION}"], capture_output=True, text=True, timeout=600)
+        if done.returncode == 0 and binary.exists():
+            return
+        errors = (done.stderr or done.stdout).strip()[-500:]
+    unavailable(f"npm could not install azurite@{AZURITE_VERSION}: {errors}")
 
 
 @contextmanager
