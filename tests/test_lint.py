@@ -2,7 +2,7 @@
 
 The layers of docs/architecture.md are import-linter contracts (``[tool.importlinter]`` in pyproject.toml), which
 ``lint-imports`` checks on the import graph, imports inside functions and indirect imports included: the layers,
-nothing outside the Airflow face imports Airflow, only ``spark_jobs/`` imports pyspark, the codec is pure, the
+nothing outside the Airflow face imports Airflow, only the Spark jobs (``segments/jobs/``) import pyspark, the codec is pure, the
 broker clients never import the engines.
 """
 
@@ -28,7 +28,7 @@ PACKAGE = ROOT / "airflow_rbak"
 AIRFLOW_FACE = ("airflow_rbak.hooks", "airflow_rbak.operators", "airflow_rbak.provider", "airflow_rbak.links",
                 "airflow_rbak.ui.plugin", "airflow_rbak.ui.app", "airflow_rbak.ui.airflow_runs")
 #: The only package that may import pyspark.
-SPARK_JOBS = "airflow_rbak.spark_jobs"
+SPARK_JOBS = "airflow_rbak.segments.jobs"
 
 
 def _tool(name: str) -> str:
@@ -89,7 +89,9 @@ def test_the_forbidden_contracts_check_every_module_a_new_package_included():
     assert len(modules) > 100  # the walk sees the package
     not_checked_for_airflow = [m for m in modules if not _within(m, AIRFLOW_FACE)
                                and not any(_sources(contract, m) for contract in without_airflow)]
-    not_checked_for_pyspark = [m for m in modules if not _within(m, (SPARK_JOBS,)) and not _sources(contracts["pyspark"], m)]
+    # the segments package's __init__ holds no code; its modules but the jobs are each in the pyspark contract
+    not_checked_for_pyspark = [m for m in modules if not _within(m, (SPARK_JOBS,)) and m != "airflow_rbak.segments"
+                               and not _sources(contracts["pyspark"], m)]
     open_to_the_codec = [m for m in modules if not _within(m, ("airflow_rbak.codec", "airflow_rbak.exceptions"))
                          and not _within(m, contracts["codec-pure"]["forbidden_modules"])]
     assert (not_checked_for_airflow, not_checked_for_pyspark, open_to_the_codec) == ([], [], [])

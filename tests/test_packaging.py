@@ -94,7 +94,7 @@ def test_the_wheel_holds_every_module_the_typing_marker_and_the_compiled_acceler
     accelerator = {f"airflow_rbak/codec/_speedups{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES}
 
     assert {n for n in package if n.endswith(".py")} == checkout
-    assert {f"airflow_rbak/spark_jobs/{job}.py" for job in SPARK_JOBS} <= package
+    assert {f"airflow_rbak/segments/jobs/{job}.py" for job in SPARK_JOBS} <= package
     assert "airflow_rbak/py.typed" in package
     assert len(accelerator & package) == 1, sorted(n for n in package if "_speedups" in n)
     # and nothing else: no C sources, tests, DAGs or the checkout's launchers

@@ -26,8 +26,8 @@ from airflow_rbak.capture.checkpoints import write_offsets_summary
 from airflow_rbak.capture.staging import delete_staging
 from airflow_rbak.codec import BackupManifest, QueueBackup
 from airflow_rbak.codec.layout import manifest_key
-from airflow_rbak.distributed.encode_ranges import manifest_from_encode_report
-from airflow_rbak.distributed.reports import load_report
+from airflow_rbak.segments.encode import manifest_from_encode_report
+from airflow_rbak.segments.reports import load_report
 from airflow_rbak.storage.base import Storage
 
 

@@ -5,7 +5,7 @@ backup tool should run out of the box, so this one falls back to a local
 master. For a local master it also runs ``spark-submit`` and its Python
 workers with the interpreter Airflow runs on (and its ``bin/`` first on
 ``PATH``), which is where ``airflow_rbak``'s dependencies are installed. For
-any other master it ships an environment archive (:mod:`airflow_rbak.spark_env`)
+any other master it ships an environment archive (:mod:`airflow_rbak.segments.shipping`)
 that executors run, so they need nothing but Python and Spark.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.common.compat.sdk import AirflowNotFoundException
 
-from airflow_rbak.spark_env import ENV_ALIAS
+from airflow_rbak.segments.shipping import ENV_ALIAS
 from airflow_rbak.storage.credentials import STORAGE_ENV
 
 DEFAULT_MASTER = "local[*]"

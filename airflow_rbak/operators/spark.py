@@ -17,12 +17,11 @@ import orjson
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.common.compat.sdk import AirflowException
 
-from airflow_rbak.distributed.reports import ReportError, load_report, new_report_key
 from airflow_rbak.hooks.spark import DEFAULT_MASTER, RbakSparkSubmitHook
 from airflow_rbak.operators.backup import lock_owner
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
-from airflow_rbak.spark_env import build_executor_env
-from airflow_rbak.spark_package import build_package_zip, job_script
+from airflow_rbak.segments.reports import ReportError, load_report, new_report_key
+from airflow_rbak.segments.shipping import build_executor_env, build_package_zip, job_script
 from airflow_rbak.storage import open_storage
 
 

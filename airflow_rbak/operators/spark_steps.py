@@ -13,8 +13,8 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_rbak.distributed.reports import load_report
 from airflow_rbak.operators.spark import RbakEncodeSegmentsOperator, RbakVerifyBackupOperator
+from airflow_rbak.segments.reports import load_report
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage
 

@@ -18,7 +18,7 @@ from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
 from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.cli.main import main as rbak
 from airflow_rbak.codec import BackupManifest, ManifestError
-from airflow_rbak.spark_jobs import compact_segments, verify_segments
+from airflow_rbak.segments.jobs import compact_segments, verify_segments
 from airflow_rbak.storage import open_storage
 from tests.backup.sample import STREAM
 from tests.backup.sample import build_sample_chain as _build_chain

@@ -8,7 +8,7 @@ from airflow_rbak.backup.finalize import finalize_backup, manifest_summary
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.layout import staging_prefix
-from airflow_rbak.distributed.reports import JobReport, ReportError
+from airflow_rbak.segments.reports import JobReport, ReportError
 from airflow_rbak.storage import open_storage
 
 

@@ -16,8 +16,8 @@ from airflow_rbak.backup.retention import RetentionPolicy
 from airflow_rbak.backup.run import BackupRun, BackupSettings
 from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.broker.discovery import QueueSelector
-from airflow_rbak.distributed.reports import JobReport
 from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.segments.reports import JobReport
 from airflow_rbak.storage import open_storage
 from tests.restore.conftest import target_vhost  # noqa: F401 - fixture, imported to register it here
 from tests.restore.helpers import body_of, declare, publish, read_queue

@@ -17,7 +17,7 @@ from airflow_rbak.operators.spark import (  # noqa: E402
     RbakEncodeSegmentsOperator,
     RbakVerifyBackupOperator,
 )
-from airflow_rbak.spark_package import build_package_zip  # noqa: E402
+from airflow_rbak.segments.shipping import build_package_zip  # noqa: E402
 from airflow_rbak.storage import open_storage  # noqa: E402
 from tests.backup.sample import build_sample_backup  # noqa: E402
 
@@ -53,16 +53,16 @@ def test_operators_pass_their_options_and_template_the_location():
     assert "--segment-max-bytes" in encode.job_arguments() and "--write-manifest" in encode.job_arguments()
     assert compact.job_arguments()[:2] == ["--threshold-bytes", "5"]
     assert verify.job_arguments() == ["--sample-percent", "5"]
-    assert encode.application.endswith("airflow_rbak/spark_jobs/encode_segments.py")
+    assert encode.application.endswith("airflow_rbak/segments/jobs/encode_segments.py")
 
 
 def test_package_zip_is_cached_and_importable_on_its_own(tmp_path):
     path = build_package_zip(tmp_path)
     assert build_package_zip(tmp_path) == path
     names = zipfile.ZipFile(path).namelist()
-    assert "airflow_rbak/codec/segment.py" in names and "airflow_rbak/spark_jobs/verify_segments.py" in names
+    assert "airflow_rbak/codec/segment.py" in names and "airflow_rbak/segments/jobs/verify_segments.py" in names
     assert not any("__pycache__" in n for n in names)
-    probe = "import airflow_rbak.spark_jobs.verify_segments, airflow_rbak; print(airflow_rbak.__file__)"
+    probe = "import airflow_rbak.segments.jobs.verify_segments, airflow_rbak; print(airflow_rbak.__file__)"
     out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": path}, cwd=tmp_path,
                          capture_output=True, text=True, check=True).stdout
     assert out.strip().startswith(path)

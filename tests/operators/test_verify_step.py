@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from airflow_rbak.codec import QueueBackup, SegmentMetadata
-from airflow_rbak.distributed.reports import JobReport
 from airflow_rbak.operators.spark_steps import quick_check
+from airflow_rbak.segments.reports import JobReport
 from airflow_rbak.storage import open_storage
 
 

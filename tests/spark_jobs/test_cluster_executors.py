@@ -14,7 +14,7 @@ import uuid
 import orjson
 import pytest
 
-from airflow_rbak.spark_package import job_script
+from airflow_rbak.segments.shipping import job_script
 from airflow_rbak.storage import open_storage
 from tests.reliability.secrets import CommandLines
 from tests.spark_cluster import BARE_PYTHON, spark_cluster, spark_logs  # noqa: F401 - spark_cluster is a fixture
@@ -35,7 +35,7 @@ def test_bare_executors_encode_on_s3_with_the_shipped_codec_and_credentials_and_
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTER", json.dumps({"conn_type": "spark", "host": spark_cluster}))
     monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
     from airflow_rbak.hooks.spark import RbakSparkSubmitHook
-    from airflow_rbak.spark_env import build_executor_env
+    from airflow_rbak.segments.shipping import build_executor_env
 
     # When the encode job is submitted to the cluster through the hook
     hook = RbakSparkSubmitHook(conn_id="spark_cluster", executor_env=lambda: build_executor_env(tmp_path / "cache"),

@@ -9,9 +9,9 @@ import pytest
 from airflow_rbak.backup.encode import encode_queue
 from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.codec import QueueBackup
-from airflow_rbak.distributed import encode_ranges as er
-from airflow_rbak.distributed.reports import load_report
-from airflow_rbak.spark_jobs import common, encode_segments
+from airflow_rbak.segments import encode as er
+from airflow_rbak.segments.jobs import common, encode_segments
+from airflow_rbak.segments.reports import load_report
 from airflow_rbak.storage import open_storage
 from tests.spark_jobs.conftest import submit
 from tests.spark_jobs.local_spark import LocalSpark

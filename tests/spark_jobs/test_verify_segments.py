@@ -7,8 +7,8 @@ import json
 import pytest
 
 from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.distributed import verification as vf
-from airflow_rbak.spark_jobs import verify_segments
+from airflow_rbak.segments import verify as vf
+from airflow_rbak.segments.jobs import verify_segments
 from airflow_rbak.storage import open_storage
 from tests.backup.sample import build_sample_backup
 from tests.spark_jobs.conftest import submit
@@ -101,7 +101,7 @@ def test_spark_verify_exits_1_and_names_every_defect(url, spark_submit_available
 
 
 def test_before_finalize_the_segments_of_an_encode_report_are_verified(tmp_path):
-    from airflow_rbak.spark_jobs import encode_segments
+    from airflow_rbak.segments.jobs import encode_segments
     from tests.spark_jobs.staging import stage_queue
 
     url = (tmp_path / "staged").as_uri()

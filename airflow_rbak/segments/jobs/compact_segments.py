@@ -5,7 +5,7 @@
 
 Works on a finished backup (its manifest.json). Order of work, so that a
 crash anywhere leaves a backup that validates (see
-:mod:`airflow_rbak.distributed.compaction`): delete segment objects no
+:mod:`airflow_rbak.segments.compact`): delete segment objects no
 manifest entry lists; finish a pending canonical-key round; plan from the
 manifest; write and verify every output at interim keys in parallel; save
 the manifest (atomic); delete the old segments; copy interim segments to
@@ -28,9 +28,9 @@ from airflow_rbak.backup.lease import LeasedStorage
 from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest, SegmentMetadata
-from airflow_rbak.distributed import compaction as cp
-from airflow_rbak.distributed.reports import JobReport
-from airflow_rbak.spark_jobs.common import add_segment_arguments, base_parser, main, parse_with_settings, positive_int
+from airflow_rbak.segments import compact as cp
+from airflow_rbak.segments.jobs.common import add_segment_arguments, base_parser, main, parse_with_settings, positive_int
+from airflow_rbak.segments.reports import JobReport
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 

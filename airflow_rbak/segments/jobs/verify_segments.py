@@ -29,10 +29,10 @@ from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.layout import manifest_key
-from airflow_rbak.distributed import verification as vf
-from airflow_rbak.distributed.encode_ranges import manifest_from_encode_report
-from airflow_rbak.distributed.reports import JobReport, load_report
-from airflow_rbak.spark_jobs.common import base_parser, main, positive_int, slices, warm_up
+from airflow_rbak.segments import verify as vf
+from airflow_rbak.segments.encode import manifest_from_encode_report
+from airflow_rbak.segments.jobs.common import base_parser, main, positive_int, slices, warm_up
+from airflow_rbak.segments.reports import JobReport, load_report
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, DEFAULT_ZSTD_LEVEL
 from airflow_rbak.codec.layout import check_backup_id
-from airflow_rbak.distributed.reports import JobReport
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.segments.reports import JobReport
 from airflow_rbak.storage import open_storage
 
 EXIT_OK, EXIT_DEFECTS, EXIT_FAILED = 0, 1, 2

@@ -4,7 +4,7 @@
         [--compression zstd --level 3 --segment-max-bytes N --segment-max-interval-ms N]
         [--range-bytes N] [--queues-json JSON] [--write-manifest]
 
-Distribution (see :mod:`airflow_rbak.distributed.encode_ranges`): queues are
+Distribution (see :mod:`airflow_rbak.segments.encode`): queues are
 cut into ranges of whole staged chunks (``--range-bytes`` of staging each,
 from the listing alone); pass 1 counts the segments of every range that is
 not its queue's last, the driver turns the counts into first sequence
@@ -32,10 +32,10 @@ from typing import Any
 import orjson
 
 from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.distributed import encode_ranges as er
-from airflow_rbak.distributed.reports import JobReport
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.spark_jobs.common import add_segment_arguments, base_parser, main, parse_with_settings, positive_int
+from airflow_rbak.segments import encode as er
+from airflow_rbak.segments.jobs.common import add_segment_arguments, base_parser, main, parse_with_settings, positive_int
+from airflow_rbak.segments.reports import JobReport
 from airflow_rbak.storage import open_storage
 
 JOB = "encode"

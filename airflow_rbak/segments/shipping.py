@@ -1,0 +1,183 @@
+"""What a Spark application needs shipped: ``airflow_rbak`` as a zip for ``py_files``, and for cluster executors an
+environment archive with the codec's dependencies, each built once per version of its sources.
+
+Executors need the codec; shipping the package with each submit means a
+cluster does not have to have it installed (and runs the same code as the
+Airflow worker). The zip is cached under a name derived from the sources'
+hash, so it is rebuilt only when the code changes, and it is written to a
+temp file and renamed so concurrent tasks never read half a zip. Only the
+package's own Python files go in; for cluster masters the archive below
+ships the dependencies and the C accelerator as an environment archive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import sys
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Callable
+from importlib.metadata import Distribution, PackageNotFoundError, distribution
+from pathlib import Path
+from typing import BinaryIO
+
+import airflow_rbak
+
+CACHE_ENV = "RBAK_SPARK_PACKAGE_DIR"
+# A fixed timestamp keeps the zip's bytes a function of the sources alone.
+_ZIP_TIME = (2020, 1, 1, 0, 0, 0)
+
+
+def package_root() -> Path:
+    """The directory of the ``airflow_rbak`` package that is imported here."""
+    return Path(airflow_rbak.__file__).resolve().parent
+
+
+def default_cache_dir() -> Path:
+    """``$RBAK_SPARK_PACKAGE_DIR``, else ``$XDG_CACHE_HOME/airflow-rbak`` (``~/.cache/airflow-rbak``)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "airflow-rbak"
+
+
+def _sources(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def sources_digest(root: Path | None = None) -> str:
+    """A hash of every source file's path and bytes: the zip's cache key."""
+    root = root or package_root()
+    digest = hashlib.sha256()
+    for path in _sources(root):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def cached_build(target: Path, write: Callable[[BinaryIO], None]) -> str:
+    """``target``'s path, built first by ``write`` into a temporary file beside it when missing: the name carries
+    the content's digest, so a file that exists is complete and current (a rename publishes it whole)."""
+    if target.is_file():
+        return str(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    return str(target)
+
+
+def build_package_zip(cache_dir: str | os.PathLike[str] | None = None) -> str:
+    """Return the path of a zip of ``airflow_rbak`` for ``--py-files``, building it if needed."""
+    root = package_root()
+    directory = Path(cache_dir) if cache_dir else default_cache_dir()
+
+    def write(handle: BinaryIO) -> None:
+        with zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path in _sources(root):
+                name = f"airflow_rbak/{path.relative_to(root).as_posix()}"
+                archive.writestr(zipfile.ZipInfo(name, _ZIP_TIME), path.read_bytes(), zipfile.ZIP_DEFLATED)
+
+    return cached_build(directory / f"airflow_rbak-{airflow_rbak.__version__}-{sources_digest(root)}.zip", write)
+
+
+def job_script(job: str) -> str:
+    """Path of a job script inside the package (``encode_segments``, ``compact_segments``, ``verify_segments``)."""
+    path = package_root() / "segments" / "jobs" / f"{job}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"no Spark job {job!r} at {path}")
+    return str(path)
+
+
+# The executor environment archive.
+#
+# Packs the codec, its dependencies and its C accelerator into an archive for Spark's ``spark.archives``.
+#
+# Executors of a cluster master need only Python and Spark: the archive is a virtual environment (``pyvenv.cfg``,
+# ``bin/python`` pointing at the same interpreter version, ``lib/pythonX.Y/site-packages``) holding ``airflow_rbak``
+# (with ``_speedups``) and the distributions its jobs import, copied from this interpreter's own installation by
+# their ``RECORD`` files, as venv-pack does. Spark unpacks it in each executor's working folder under the alias after
+# ``#``, and ``spark.pyspark.python`` points the Python workers at its interpreter. It is built once per set of
+# versions and sources (the cache key) and written to a temp file and renamed, so concurrent tasks never read half
+# an archive.
+
+#: The distributions the Spark jobs import on executors; their own requirements (without extras) come along.
+#: pika: encode decodes each staged delivery's AMQP property list (``capture/staged_delivery.py``).
+EXECUTOR_REQUIREMENTS = ("zstandard", "lz4", "orjson", "numpy", "boto3", "pika")
+#: The folder name executors unpack the archive under (``<archive>#<alias>``).
+ENV_ALIAS = "rbakenv"
+_NAME_RE = re.compile(r"^([A-Za-z0-9_.\-]+)")
+
+
+def _closure(names: tuple[str, ...]) -> list[Distribution]:
+    """The named distributions and everything they require unconditionally, each once, sorted by name."""
+    found: dict[str, Distribution] = {}
+    pending = list(names)
+    while pending:
+        name = pending.pop().lower().replace("_", "-")
+        if name in found:
+            continue
+        try:
+            dist = distribution(name)
+        except PackageNotFoundError:
+            continue
+        found[name] = dist
+        for requirement in dist.requires or []:
+            if "extra ==" not in requirement and (match := _NAME_RE.match(requirement)):
+                pending.append(match.group(1))
+    return [found[n] for n in sorted(found)]
+
+
+def env_digest(dists: list[Distribution]) -> str:
+    """The cache key: interpreter version, every distribution's version, and the package's sources."""
+    text = f"{sys.version_info[:3]}|" + "|".join(f"{d.metadata['Name']}=={d.version}" for d in dists)
+    return hashlib.sha256((text + "|" + sources_digest()).encode()).hexdigest()[:16]
+
+
+def build_executor_env(cache_dir: str | os.PathLike[str] | None = None) -> str:
+    """Return the path of the executor environment archive (``.tar.gz``), building it if needed."""
+    dists = _closure(EXECUTOR_REQUIREMENTS)
+    directory = Path(cache_dir) if cache_dir else default_cache_dir()
+
+    def write(handle: BinaryIO) -> None:
+        with tarfile.open(fileobj=handle, mode="w:gz") as archive:
+            _write_env(archive, dists)
+
+    return cached_build(directory / f"rbak-executor-env-{airflow_rbak.__version__}-{env_digest(dists)}.tar.gz", write)
+
+
+def _write_env(archive: tarfile.TarFile, dists: list[Distribution]) -> None:
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    base = Path(getattr(sys, "_base_executable", sys.executable))
+    config = f"home = {base.parent}\ninclude-system-site-packages = false\nversion = {'.'.join(map(str, sys.version_info[:3]))}\n"
+    _add_bytes(archive, "pyvenv.cfg", config.encode())
+    link = tarfile.TarInfo("bin/python")
+    link.type, link.linkname, link.mode = tarfile.SYMTYPE, str(base), 0o777
+    archive.addfile(link)
+    site = f"lib/python{version}/site-packages"
+    for dist in dists:
+        for file in dist.files or []:
+            if ".." in file.parts or "__pycache__" in file.parts:
+                continue  # scripts and data outside site-packages; bytecode is rebuilt
+            source = Path(str(dist.locate_file(file)))
+            if source.is_file():
+                archive.add(source, f"{site}/{file.as_posix()}", recursive=False)
+    root = package_root()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".so"):
+            archive.add(path, f"{site}/airflow_rbak/{path.relative_to(root).as_posix()}", recursive=False)
+
+
+def _add_bytes(archive: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(data), 0o644
+    archive.addfile(info, io.BytesIO(data))
