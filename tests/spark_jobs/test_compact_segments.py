@@ -10,7 +10,7 @@ import pytest
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.codec.layout import interim_segment_key
-from airflow_rbak.segments import compaction as cp
+from airflow_rbak.segments import compact as cp
 from airflow_rbak.segments.jobs import compact_segments
 from airflow_rbak.storage import open_storage
 from tests.backup.backup_writer import BackupWriter
