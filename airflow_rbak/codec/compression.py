@@ -6,12 +6,13 @@ on what it claims. So, unless the payload is small, decompression runs twice:
 first a streaming pass that holds one chunk at a time, counts the output
 against the cap and any declared size and lets the caller walk its framing;
 then, only for a payload that passed, one allocation of exactly its size.
-The extra pass costs about a tenth of what parsing the records costs.
+A reader that needs no payload whole (the deep check) streams it once
+instead (:func:`stream`), holding one chunk at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Protocol
 
 import lz4.frame
@@ -24,7 +25,8 @@ from airflow_rbak.codec.frames import Frame, frames
 _CHUNK = 1 << 20
 #: Payloads that declare at most this many bytes are decompressed in one pass: refusing them late costs little.
 _ONE_PASS_BYTES = 16 * _CHUNK
-
+#: Compressed bytes handed to the LZ4 decompressor per call (see _lz4_frame).
+_LZ4_INPUT = 256 * 1024
 
 
 class ChunkVisitor(Protocol):
@@ -56,24 +58,54 @@ def decompress(
     payload-sized is allocated (a segment's framing walk); a small one is
     left to the caller.
     """
-    if expected_size is not None and expected_size > cap:
-        raise _bomb(cap, segment, expected_size, "the manifest declares")
+    limit, count = _bounds(data, compression, cap, segment, expected_size)
     if compression is Compression.NONE:
-        _check_expected(len(data), expected_size, segment)
-        if len(data) > cap:
-            raise _bomb(cap, segment)
         return bytes(data)
-    declared, count = _survey(data, compression, cap, segment)
-    if declared is not None and expected_size is not None and declared != expected_size:
-        raise DecompressionError(
-            f"frames declare {declared} decompressed bytes, the manifest {expected_size}", segment=segment, offset=32)
-    limit = min(x for x in (cap, declared, expected_size) if x is not None)
     if limit > _ONE_PASS_BYTES:
         limit = measure(data, compression, limit, segment, visit)
         _check_expected(limit, expected_size, segment)
     out = _decompress_exactly(data, compression, limit, segment, single=count == 1)
     _check_expected(len(out), expected_size, segment)
     return out
+
+
+def stream(
+    data: bytes | memoryview, compression: Compression, cap: int, segment: str, *, expected_size: int | None = None,
+) -> Generator[memoryview, None, None]:
+    """The decompressed payload chunk by chunk, within the bounds :func:`decompress` holds it to.
+
+    For a reader that needs no payload whole: it is decompressed once, and only a chunk is held at a time
+    (an uncompressed payload is yielded whole, as the view of ``data`` it is). A chunk is valid until the
+    next one is asked for.
+    """
+    limit, _ = _bounds(data, compression, cap, segment, expected_size)
+    if compression is Compression.NONE:
+        yield memoryview(data)
+        return
+    size = 0
+    for chunk in _chunks(data, compression, segment):
+        size += len(chunk)
+        if size > limit:
+            raise _bomb(limit, segment)
+        yield chunk
+    _check_expected(size, expected_size, segment)
+
+
+def _bounds(data: bytes | memoryview, compression: Compression, cap: int, segment: str,
+            expected_size: int | None) -> tuple[int, int]:
+    """The most the payload may decompress to, and its number of frames; refuses what is out of bounds already."""
+    if expected_size is not None and expected_size > cap:
+        raise _bomb(cap, segment, expected_size, "the manifest declares")
+    if compression is Compression.NONE:
+        _check_expected(len(data), expected_size, segment)
+        if len(data) > cap:
+            raise _bomb(cap, segment)
+        return len(data), 1
+    declared, count = _survey(data, compression, cap, segment)
+    if declared is not None and expected_size is not None and declared != expected_size:
+        raise DecompressionError(
+            f"frames declare {declared} decompressed bytes, the manifest {expected_size}", segment=segment, offset=32)
+    return min(x for x in (cap, declared, expected_size) if x is not None), count
 
 
 def measure(data: bytes | memoryview, compression: Compression, cap: int, segment: str, visit: ChunkVisitor | None = None) -> int:
@@ -177,15 +209,21 @@ def _zstd_frame(source: memoryview, segment: str) -> Iterator[memoryview]:
 
 
 def _lz4_frame(source: memoryview, segment: str) -> Iterator[memoryview]:
+    """The frame's output chunk by chunk, its input fed a slice at a time.
+
+    The decompressor copies the input it has not consumed on every call: fed the whole frame, a long one
+    cost a copy of what remained per chunk of output.
+    """
     decompressor = lz4.frame.LZ4FrameDecompressor()
-    feed = bytes(source)
+    fed = 0
     try:
         while not decompressor.eof:
+            feed = source[fed : fed + _LZ4_INPUT] if decompressor.needs_input else source[:0]
+            fed += len(feed)
             chunk = decompressor.decompress(feed, max_length=_CHUNK)
-            feed = b""
             if chunk:
                 yield memoryview(chunk)
-            if decompressor.needs_input and not decompressor.eof:
+            elif not feed and not decompressor.eof:  # no input left and no output to come
                 raise DecompressionError("LZ4 frame is truncated", segment=segment, offset=32)
     except RuntimeError as exc:
         raise DecompressionError(f"corrupt LZ4 payload: {exc}", segment=segment, offset=32) from None

@@ -8,7 +8,8 @@ import lz4.frame
 import pytest
 import zstandard
 
-from airflow_rbak.codec.compression import decompress
+from airflow_rbak.codec import compression as compression_module
+from airflow_rbak.codec.compression import decompress, stream
 from airflow_rbak.codec.constants import Compression
 from airflow_rbak.codec.errors import DecompressionBombError, DecompressionError
 
@@ -85,3 +86,41 @@ def test_bytes_that_are_no_frame_after_a_frame_are_refused(compression):
 
     with pytest.raises(DecompressionError, match="not a"):
         decompress(data, compression, 1 << 20, "s")
+
+
+@pytest.fixture(params=[(7, 16), (1 << 20, 256 * 1024)], ids=["small-pieces", "default-pieces"])
+def pieces(request, monkeypatch):
+    """Decompressed chunks of this many bytes, and LZ4 input fed this many bytes at a time."""
+    out, lz4_input = request.param
+    monkeypatch.setattr(compression_module, "_CHUNK", out)
+    monkeypatch.setattr(compression_module, "_LZ4_INPUT", lz4_input)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_stream_yields_what_decompress_returns_within_the_same_bounds(pieces, name):
+    compression, data = CASES[name]
+
+    assert b"".join(stream(data, compression, len(WHOLE), "s", expected_size=len(WHOLE))) == WHOLE
+    assert decompress(data, compression, len(WHOLE), "s") == WHOLE
+    with pytest.raises(DecompressionBombError):
+        b"".join(stream(data, compression, len(WHOLE) - 1, "s"))
+    with pytest.raises(DecompressionError, match=f"(payload is|frames declare) {len(WHOLE)} .*, (the )?manifest"):
+        b"".join(stream(data, compression, 1 << 20, "s", expected_size=len(WHOLE) + 1))
+
+
+@pytest.mark.parametrize("compression, frames", [(Compression.ZSTD, zstd_frames), (Compression.LZ4, lz4_frames)])
+def test_a_stream_refuses_a_truncated_last_frame(pieces, compression, frames):
+    data = frames(False)[:-3]
+
+    with pytest.raises(DecompressionError, match="truncated"):
+        b"".join(stream(data, compression, 1 << 20, "s"))
+    with pytest.raises(DecompressionError, match="truncated"):
+        decompress(data, compression, 1 << 20, "s")
+
+
+def test_an_uncompressed_payload_streams_as_itself_and_its_bounds_hold():
+    assert list(stream(WHOLE, Compression.NONE, len(WHOLE), "s")) == [WHOLE]
+    with pytest.raises(DecompressionBombError):
+        list(stream(WHOLE, Compression.NONE, len(WHOLE) - 1, "s"))
+    with pytest.raises(DecompressionError, match="manifest says"):
+        list(stream(WHOLE, Compression.NONE, 1 << 20, "s", expected_size=1))
