@@ -6,7 +6,7 @@ and the codec uses its pure-Python path, which gives identical results.
 
 from setuptools import Extension, setup
 
-_SOURCES = [f"airflow_rbak/codec/_speedups{part}.c" for part in ("", "_body", "_read", "_write")]
+_SOURCES = [f"airflow_rbak/codec/_speedups{part}.c" for part in ("", "_body", "_frames", "_read", "_write")]
 
 setup(
     ext_modules=[

@@ -11,6 +11,8 @@ check any subset and ship a small JSON result back to the driver.
 Memory: bytes whose SHA-256 or record count disagree with the manifest are
 never decompressed, and the payload may hold exactly the manifest's
 ``uncompressed_bytes`` (at most the cap), so hostile bytes cost one chunk.
+The records are checked as the payload streams by (``codec.record_summary``):
+a well-formed payload is decompressed once and never held whole.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Any
 
 from airflow_rbak.codec import CodecError, SegmentMetadata
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
-from airflow_rbak.codec.segment import decode_payload, iter_payload_records, read_header
+from airflow_rbak.codec.record_summary import summarize_payload
+from airflow_rbak.codec.segment import read_header
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 
@@ -98,29 +101,13 @@ def _check_contents(data: bytes, vhost: str, queue: str, segment: SegmentMetadat
     if header.record_count != segment.record_count:
         result.defects.append(f"header holds {header.record_count} records, manifest says {segment.record_count}")
         return  # the payload is bounded by the manifest's counts: one that disagrees is not read
-    header, payload = decode_payload(data, segment.key, cap, expected_size=segment.uncompressed_bytes)
+    summary = summarize_payload(data, header, segment.key, cap, segment.uncompressed_bytes, vhost, queue)
     if (header.first_timestamp, header.last_timestamp) != (segment.first_timestamp or 0, segment.last_timestamp or 0):
         result.defects.append(
             f"header timestamps {header.first_timestamp}..{header.last_timestamp} disagree with the manifest's"
         )
-    stamps: list[int] = []
-    foreign = 0
-    for record in iter_payload_records(payload, header.record_count, segment.key):
-        stamps.append(record.backed_up_at)
-        if record.source_queue != queue or record.source_vhost != vhost:
-            foreign += 1
-    result.records_checked += len(stamps)
-    if foreign:
-        result.defects.append(f"{foreign} records name another queue than {vhost!r}/{queue!r}")
-    if stamps and (header.first_timestamp, header.last_timestamp) not in timestamp_readings(stamps):
+    result.records_checked += summary.count
+    if summary.foreign:
+        result.defects.append(f"{summary.foreign} records name another queue than {vhost!r}/{queue!r}")
+    if summary.count and (header.first_timestamp, header.last_timestamp) not in summary.readings:
         result.defects.append("header timestamps are neither its first and last records' nor their smallest and largest")
-
-
-def timestamp_readings(stamps: list[int]) -> tuple[tuple[int, int], ...]:
-    """The (first, last) a segment's header may state for records stamped ``stamps``, in stored order.
-
-    The format names them the first and the last record's ``backed_up_at`` and does not require records in
-    time order; a writer that keeps them out of order may state the smallest and largest instead. Both agree
-    for records in time order, which is what this project writes.
-    """
-    return (stamps[0], stamps[-1]), (min(stamps), max(stamps))

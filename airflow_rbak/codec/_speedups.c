@@ -3,7 +3,8 @@
  * reference pure-Python path; this module only makes it faster.
  *
  * This file: the module and its configuration. The body array:
- * _speedups_body.c; records read: _speedups_read.c; written: _speedups_write.c. */
+ * _speedups_body.c; a record read: _speedups_read.c; runs of framed records
+ * read or checked: _speedups_frames.c; written: _speedups_write.c. */
 #include "_speedups.h"
 
 rbak_state rbak;
@@ -113,6 +114,7 @@ static PyMethodDef methods[] = {
     {"decode_record", rbak_decode_record, METH_O, "A record's JSON as a BackupRecord, or None: use the Python path."},
     {"encode_record", rbak_encode_record, METH_O, "A BackupRecord's JSON as bytes, or None: use the Python path."},
     {"read_records", rbak_read_records, METH_VARARGS, "Decode a run of framed records: (list, next offset)."},
+    {"scan_records", rbak_scan_records, METH_VARARGS, "Check a run of framed records, keeping counts and timestamps."},
     {"vectors", rbak_vectors, METH_O, "Whether the body reader's SSSE3 loop runs; True/False turns it on/off (tests)."},
     {"append_record", rbak_append_record, METH_VARARGS, "Frame a BackupRecord into a bytearray at an offset; -1: use Python."},
     {"format_byte_array", rbak_format_byte_array, METH_O, "Write bytes as a compact JSON array of byte values."},

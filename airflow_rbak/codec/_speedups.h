@@ -11,7 +11,7 @@
 #include <Python.h>
 #include <stdint.h>
 
-#define RBAK_API_VERSION 4 /* records.py checks it: bump it when the module's functions change */
+#define RBAK_API_VERSION 5 /* records.py checks it: bump it when the module's functions change */
 
 enum { N_RECORD = 10, N_PROPS = 13 };
 enum { F_BODY, F_PROPERTIES, F_HEADERS, F_EXCHANGE, F_ROUTING_KEY, F_DELIVERY_TAG, F_REDELIVERED, F_BACKED_UP_AT,
@@ -41,11 +41,26 @@ extern unsigned char rbak_props_kinds[N_PROPS];
  * NULL with ValueError when the array is malformed. */
 PyObject *rbak_read_byte_array(const unsigned char *s, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t *end);
 
+/* A record's fields parsed from its JSON s[0..n) into values (new references, spec order): 0, or -1 when the
+ * record is left to the Python path. values must start all NULL; the caller releases them either way. */
+int rbak_decode_fields(const unsigned char *s, Py_ssize_t n, PyObject **values);
+/* The BackupRecord of the JSON s[0..n), or NULL (an exception may be set) when it is left to the Python path. */
+PyObject *rbak_decode(const unsigned char *s, Py_ssize_t n);
+
+/* The length of the framed record whose u32 prefix is at s[pos], or -1 unless prefix and record lie whole in s[0..n). */
+static inline Py_ssize_t rbak_framed_length(const unsigned char *s, Py_ssize_t n, Py_ssize_t pos) {
+    if (pos < 0 || n - pos < 4) return -1;
+    Py_ssize_t len = (Py_ssize_t)((uint32_t)s[pos] | (uint32_t)s[pos + 1] << 8 | (uint32_t)s[pos + 2] << 16 |
+                                  (uint32_t)s[pos + 3] << 24);
+    return len > n - pos - 4 ? -1 : len;
+}
+
 /* Python-facing functions (METH_O). */
 PyObject *rbak_decode_record(PyObject *self, PyObject *data);
 PyObject *rbak_encode_record(PyObject *self, PyObject *record);
 PyObject *rbak_append_record(PyObject *self, PyObject *args);
 PyObject *rbak_read_records(PyObject *self, PyObject *args);
+PyObject *rbak_scan_records(PyObject *self, PyObject *args);
 PyObject *rbak_vectors(PyObject *self, PyObject *enable);
 PyObject *rbak_format_byte_array(PyObject *self, PyObject *arg);
 void rbak_init_writer(void);

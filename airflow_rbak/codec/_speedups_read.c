@@ -345,21 +345,26 @@ static PyObject *read_field(cursor *c, int k) {
     }
 }
 
-static PyObject *decode(cursor *c) {
-    PyObject *values[N_RECORD] = {NULL}, *record = NULL;
+/* The record's fields into values: see _speedups.h. */
+int rbak_decode_fields(const unsigned char *s, Py_ssize_t n, PyObject **values) {
+    cursor c = {s, 0, n};
     int k = -1;
-    if (!eat(c, '{')) return NULL;
+    if (!eat(&c, '{')) return -1;
     do {
-        k = read_key(c, rbak_record_names, N_RECORD, k + 1);
-        if (k < 0 || values[k] != NULL || (values[k] = read_field(c, k)) == NULL) goto done;
-    } while (eat(c, ','));
-    if (!eat(c, '}')) goto done;
-    skip_ws(c);
-    if (c->i != c->n) goto done;
+        k = read_key(&c, rbak_record_names, N_RECORD, k + 1);
+        if (k < 0 || values[k] != NULL || (values[k] = read_field(&c, k)) == NULL) return -1;
+    } while (eat(&c, ','));
+    if (!eat(&c, '}')) return -1;
+    skip_ws(&c);
+    if (c.i != c.n) return -1;
     for (int j = 0; j < N_RECORD; j++)
-        if (values[j] == NULL) goto done; /* a missing field: the Python path names it */
-    record = build(rbak.record_type, rbak.record_slots, values, N_RECORD);
-done:
+        if (values[j] == NULL) return -1; /* a missing field: the Python path names it */
+    return 0;
+}
+
+PyObject *rbak_decode(const unsigned char *s, Py_ssize_t n) {
+    PyObject *values[N_RECORD] = {NULL}, *record = NULL;
+    if (rbak_decode_fields(s, n, values) == 0) record = build(rbak.record_type, rbak.record_slots, values, N_RECORD);
     for (int j = 0; j < N_RECORD; j++) Py_XDECREF(values[j]);
     return record;
 }
@@ -368,32 +373,8 @@ PyObject *rbak_decode_record(PyObject *self, PyObject *data) {
     Py_buffer view;
     if (rbak.loads == NULL) Py_RETURN_NONE;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) { PyErr_Clear(); Py_RETURN_NONE; }
-    cursor c = {(const unsigned char *)view.buf, 0, view.len};
-    PyObject *record = decode(&c);
+    PyObject *record = rbak_decode((const unsigned char *)view.buf, view.len);
     PyBuffer_Release(&view);
     if (record == NULL) { PyErr_Clear(); Py_RETURN_NONE; }
     return record;
-}
-
-/* read_records(payload, pos, limit) -> (list, pos): records framed from byte `pos` on, at most `limit`,
- * stopping before the first one this reader leaves to Python (or whose framing is wrong: the Python
- * reader names that defect). One call per batch spares the interpreter a loop step per record. */
-PyObject *rbak_read_records(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t pos, limit;
-    if (!PyArg_ParseTuple(args, "y*nn", &view, &pos, &limit)) return NULL;
-    const unsigned char *s = (const unsigned char *)view.buf;
-    PyObject *out = PyList_New(0);
-    while (out != NULL && rbak.loads != NULL && limit-- > 0 && pos >= 0 && view.len - pos >= 4) {
-        Py_ssize_t len = (Py_ssize_t)((uint32_t)s[pos] | (uint32_t)s[pos + 1] << 8 | (uint32_t)s[pos + 2] << 16 | (uint32_t)s[pos + 3] << 24);
-        if (len > view.len - pos - 4) break;
-        cursor c = {s + pos + 4, 0, len};
-        PyObject *record = decode(&c);
-        if (record == NULL) { PyErr_Clear(); break; }
-        if (PyList_Append(out, record) < 0) Py_CLEAR(out);
-        Py_DECREF(record);
-        pos += 4 + len;
-    }
-    PyBuffer_Release(&view);
-    return out == NULL ? NULL : Py_BuildValue("(Nn)", out, pos);
 }

@@ -25,7 +25,7 @@ from airflow_rbak.codec.records import RecordError, decode_record, encode_record
 from airflow_rbak.codec.segment import iter_payload_records
 from tests.codec.strategies import records as any_records
 
-ACCELERATED = ("accelerated_encode", "accelerated_decode", "accelerated_append", "accelerated_read")
+ACCELERATED = ("accelerated_encode", "accelerated_decode", "accelerated_append", "accelerated_read", "accelerated_scan")
 MANY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 # Where no compiler was available only the first test fails (loudly) and the pure-Python tests still run.
