@@ -32,6 +32,7 @@ test:
 
 bench: setup
 	$(PY) bench/codec.py
+	$(PY) bench/validate.py
 	$(PY) bench/spark_verify.py
 
 broker-start:
