@@ -41,10 +41,13 @@ from airflow_rbak.codec.layout import (
     check_backup_id,
     checkpoint_dir_key,
     decode_name,
+    encode_name,
     is_shortened,
     parse_segment_key,
     queue_prefix,
     segment_key,
+    staging_prefix,
+    vhost_dir,
     vhost_from_dir,
 )
 from airflow_rbak.codec.manifest import QUEUE_TYPES
@@ -138,6 +141,30 @@ def discover_staging(storage: Storage, backup_id: str) -> dict[tuple[str, str], 
         if chunks:
             found[_staged_names(storage, backup_id, vhost_part, queue_part)] = chunks
     return found
+
+
+def queue_staging(storage: Storage, backup_id: str, vhost: str, queue: str) -> list[ObjectInfo]:
+    """One queue's staged chunks that its capture checkpoint accounts for, in capture order."""
+    chunks = [i for i in storage.list(staging_prefix(backup_id, vhost, queue)) if i.key.rsplit("/", 1)[-1].startswith("chunk-")]
+    accounted = set(accounted_chunk_keys(storage, backup_id, vhost_dir(vhost), encode_name(queue), [c.key for c in chunks]))
+    return sorted((c for c in chunks if c.key in accounted), key=lambda c: c.key)
+
+
+def encode_queue_here(
+    storage_url: str, backup_id: str, ref: QueueRef, settings: EncodeSettings
+) -> tuple[QueueBackup, list[RangeResult], list[str]]:
+    """Encode one queue in this process, range after range, into exactly the keys and bytes the Spark passes
+    write (each range starts where the one before it ended, so no counting pass is needed); returns its
+    manifest entry, its ranges' results and the stale segments it removed."""
+    storage = open_storage(storage_url)
+    ranges = plan_ranges(ref.vhost, ref.name, queue_staging(storage, backup_id, ref.vhost, ref.name), settings.range_bytes)
+    results: list[RangeResult] = []
+    following = 1
+    for rng in ranges:
+        results.append(encode_range(storage_url, backup_id, rng, following, settings))
+        following += len(results[-1].segments)
+    entry = assemble_queue(ref, results)
+    return entry, results, remove_stale_segments(storage, backup_id, entry)
 
 
 def _staged_names(storage: Storage, backup_id: str, vhost_part: str, queue_part: str) -> tuple[str, str]:
