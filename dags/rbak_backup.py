@@ -47,7 +47,8 @@ ENCODE_REPORT = "{{ ti.xcom_pull(task_ids='encode')['report_key'] }}"
 SEGMENT_SETTINGS = ("{{ {'compression': params.compression, 'compression_level': params.compression_level, "
                     "'segment_max_bytes': params.segment_max_bytes, 'segment_max_interval_ms': params.segment_max_interval_ms, "
                     "'verify': params.verify, 'segment_work': params.segment_work, "
-                    "'in_process_max_bytes': params.in_process_max_bytes} }}")
+                    "'in_process_max_bytes': params.in_process_max_bytes, "
+                    "'compact_below_bytes': params.compact_below_bytes} }}")
 QUEUE_REFS = "{{ ti.xcom_pull(task_ids='discover', key='queue_refs') }}"
 # A capture task takes a group of queues (one queue each up to max_capture_tasks): named by its first queue.
 GROUP_LABEL = ("{{ task.queue_info[0]['vhost'] }}/{{ task.queue_info[0]['name'] }}"
@@ -95,6 +96,9 @@ PARAMS = {
                           description="where segments are encoded and verified: auto (a queue with at most "
                                       "in_process_max_bytes staged in its capture task, the rest in one Spark "
                                       "application), process (every queue in its task), spark (every queue on Spark)"),
+    "compact_below_bytes": Param(None, type=["null", "integer"], minimum=1,
+                                 description="after encoding, merge each queue's runs of segments smaller than this "
+                                             "(bytes), such as a long capture's hourly cuts; null: no merging"),
     "in_process_max_bytes": Param(DEFAULT_IN_PROCESS_MAX_BYTES, type="integer", minimum=0,
                                   description="auto: a queue with more staged bytes than this goes to Spark"),
     "allow_delivery_count_increase": Param(False, type="boolean",
@@ -120,7 +124,7 @@ SECTIONS = {
     "What to back up": ("vhosts", "include", "exclude", "queue_types", "streams", "include_definitions", "include_users"),
     "Queues that cannot be read unchanged": ("on_unsafe_queue", "allow_delivery_count_increase", "consumer_timeout_ms"),
     "Segments": ("compression", "compression_level", "segment_max_bytes", "segment_max_interval_ms", "segment_work",
-                 "in_process_max_bytes"),
+                 "in_process_max_bytes", "compact_below_bytes"),
     "After the backup": ("verify", "retention"),
     "Running": ("max_capture_tasks", "break_lock"),
 }

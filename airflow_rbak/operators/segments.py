@@ -54,7 +54,8 @@ class RbakBackupSegmentsOperator(RbakSparkJobOperator):
                 "--segment-max-bytes", str(encode.segment_max_bytes),
                 "--segment-max-interval-ms", str(encode.segment_max_interval_ms), "--range-bytes", str(encode.range_bytes),
                 "--verify", work.verify, "--max-decompressed-bytes", str(work.max_decompressed_bytes),
-                "--queues-json", _refs_json(self._spark_refs)]
+                "--queues-json", _refs_json(self._spark_refs),
+                *(["--compact-below-bytes", str(work.compact_below_bytes)] if work.compact_below_bytes else [])]
 
     def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]  # the summary is the XCom
         url, backup_id = str(self.storage_url), str(self.backup_id)

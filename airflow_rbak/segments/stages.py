@@ -12,14 +12,15 @@ either way for every queue.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_rbak.codec import QueueBackup
+from airflow_rbak.codec import QueueBackup, SegmentMetadata
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.layout import encode_name, reports_prefix, vhost_dir
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.segments import compact as cp
 from airflow_rbak.segments import encode as er
 from airflow_rbak.segments import verify as vf
 from airflow_rbak.segments.reports import JobReport, ReportError, load_report
@@ -41,13 +42,24 @@ class SegmentWork:
     encode: er.EncodeSettings = er.EncodeSettings()
     verify: str = "deep"
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+    #: Merge each queue's runs of segments smaller than this (file bytes) after encoding; None: no compaction.
+    compact_below_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.verify not in VERIFY_MODES:
             raise ConfigurationError(f"verify must be one of {VERIFY_MODES}, got {self.verify!r}")
+        self.compaction()  # validates the threshold
+
+    def compaction(self) -> cp.CompactSettings | None:
+        if self.compact_below_bytes is None:
+            return None
+        e = self.encode
+        return cp.CompactSettings(self.compact_below_bytes, e.segment_max_bytes, e.segment_max_interval_ms, e.compression,
+                                  e.level)
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.encode.to_json(), "verify": self.verify, "max_decompressed_bytes": self.max_decompressed_bytes}
+        return {**self.encode.to_json(), "verify": self.verify, "max_decompressed_bytes": self.max_decompressed_bytes,
+                "compact_below_bytes": self.compact_below_bytes}
 
 
 @dataclass(frozen=True)
@@ -98,14 +110,49 @@ def encode_here(storage_url: str, backup_id: str, refs: Iterable[er.QueueRef], w
     report = JobReport(JOB, backup_id, storage.url, settings={**work.to_json(), "ran": "process"})
     started = time.perf_counter()
     entries, results, stale = [], [], []
-    for ref in refs:
+    for ref in sorted(refs, key=lambda r: (r.vhost, r.name)):
         entry, ranges, removed = er.encode_queue_here(storage_url, backup_id, ref, work.encode)
         entries.append(entry)
         results += ranges
         stale += removed
+    stale += compact(storage_url, backup_id, entries, work, lambda items, task: [task(i) for i in items])
     encoded = time.perf_counter()
     checks = verify_queues(storage_url, entries, work)
     return finish_report(report, entries, results, stale, work.verify, checks, encoded - started, time.perf_counter() - encoded)
+
+
+def compact(storage_url: str, backup_id: str, entries: list[QueueBackup], work: SegmentWork,
+            run_each: Callable[[list[Any], Callable[[Any], Any]], list[Any]]) -> list[str]:
+    """Merge each queue's runs of small segments (``compact_below_bytes``) in place of the entries' segments; the
+    keys it removed. ``run_each`` maps a task over items (here or on Spark's executors).
+
+    Nothing lists these segments yet (finalize writes the manifest from the report), so a crash needs no swap:
+    a re-run encodes the staging again and removes every segment object it did not write, interim copies too.
+    """
+    settings = work.compaction()
+    plans = {(q.vhost, q.name): plan for q in entries if settings and (plan := cp.plan_queue(q, settings))}
+    if not settings or not plans:
+        return []
+    old = {s.key for q in entries for s in q.segments}
+    outputs = [o for plan in plans.values() for o in plan]
+    built = dict(run_each(outputs, lambda o: ((o.vhost, o.queue, o.sequence),
+                                              cp.build_output(storage_url, backup_id, o, settings))))
+    for q in entries:
+        if (q.vhost, q.name) in plans:
+            q.segments = [SegmentMetadata.from_json(built[(q.vhost, q.name, o.sequence)]) for o in plans[(q.vhost, q.name)]]
+    storage = open_storage(storage_url)
+    removed = sorted(old - {s.key for q in entries for s in q.segments})
+    pending = [(q.vhost, q.name, s.to_json()) for q in entries for s in q.segments
+               if not cp.is_canonical(backup_id, q.vhost, q.name, s)]
+    for key in removed:
+        storage.delete(key)
+    moved = dict(run_each(pending, lambda p: (p[2]["key"], cp.canonicalize(storage_url, backup_id, p[0], p[1], p[2]))))
+    for q in entries:
+        q.segments = [SegmentMetadata.from_json(moved[s.key]) if s.key in moved else s for s in q.segments]
+        q.refresh_totals()
+    for key in sorted(moved):
+        storage.delete(key)
+    return removed
 
 
 def finish_report(
@@ -182,7 +229,8 @@ def settings_from(params: dict[str, Any]) -> tuple[SegmentWork, Placement]:
         int(params.get("compression_level", 3)),
         **{k: int(params[k]) for k in ("segment_max_bytes", "segment_max_interval_ms") if params.get(k)},
     )
-    work = SegmentWork(encode, str(params.get("verify", "deep")))
+    compact = params.get("compact_below_bytes")
+    work = SegmentWork(encode, str(params.get("verify", "deep")), compact_below_bytes=int(compact) if compact else None)
     placement = Placement(
         str(params.get("segment_work", "auto")), int(params.get("in_process_max_bytes", DEFAULT_IN_PROCESS_MAX_BYTES))
     )

@@ -41,7 +41,7 @@ def test_bare_executors_encode_on_s3_with_the_shipped_codec_and_credentials_and_
     hook = RbakSparkSubmitHook(conn_id="spark_cluster", executor_env=lambda: build_executor_env(tmp_path / "cache"),
                                application_args=["--storage-url", url, "--backup-id", "b1", "--report-key", "b1/reports/e.json"])
     with CommandLines() as lines:
-        hook.submit(job_script("encode_segments"))
+        hook.submit(job_script("backup_segments"))
 
     # Then the queue is encoded in capture order, and the report names the build the executors ran: the shipped one,
     # with the C accelerator

@@ -62,9 +62,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--write-manifest", action="store_true", help="also save manifest.json, completed (standalone use)")
     parser.add_argument("--verify", choices=stages.VERIFY_MODES, default="deep", help="check what was written")
     parser.add_argument("--max-decompressed-bytes", type=positive_int, default=DEFAULT_MAX_DECOMPRESSED_BYTES)
+    parser.add_argument("--compact-below-bytes", type=positive_int, help="then merge runs of segments smaller than this")
     return parse_with_settings(parser, argv, lambda args: stages.SegmentWork(er.EncodeSettings(
         args.compression, args.level, args.segment_max_bytes, args.segment_max_interval_ms, args.range_bytes),
-        args.verify, args.max_decompressed_bytes))
+        args.verify, args.max_decompressed_bytes, args.compact_below_bytes))
 
 
 def _queues(text: str) -> list[er.QueueRef]:
@@ -93,6 +94,7 @@ def run(spark: Any, args: argparse.Namespace) -> JobReport:
     results = _write_pass(spark, args, [(r, firsts[(r.vhost, r.queue, r.index)]) for r in ranges])
     entries = [er.assemble_queue(q, results) for q in queues]
     stale = [key for queue in entries for key in er.remove_stale_segments(storage, args.backup_id, queue)]
+    stale += stages.compact(args.storage_url, args.backup_id, entries, work, _on_executors(spark))
     encoded = time.perf_counter()
     checks = _verify_pass(spark, args, entries)
     stages.finish_report(report, entries, results, stale, work.verify, checks, encoded - started, time.perf_counter() - encoded)
@@ -115,6 +117,11 @@ def _verify_pass(spark: Any, args: argparse.Namespace, entries: list[QueueBackup
     url, cap, quick = args.storage_url, work.max_decompressed_bytes, work.verify == "quick"
     rdd = spark.sparkContext.parallelize(groups, len(groups))
     return rdd.flatMap(lambda group: vf.stat_group(url, group) if quick else vf.check_group(url, group, cap)).collect()
+
+
+def _on_executors(spark: Any) -> Any:
+    """``run_each`` for the stages: one item per partition (items are few and each is a whole segment)."""
+    return lambda items, task: spark.sparkContext.parallelize(items, len(items)).map(task).collect() if items else []
 
 
 def _has_successor(rng: er.StagingRange, ranges: list[er.StagingRange]) -> bool:
