@@ -105,9 +105,9 @@ def _hook_kwargs(base: Any, op: SparkSubmitOperator) -> dict[str, Any]:
 
 
 class RbakEncodeSegmentsOperator(RbakSparkJobOperator):
-    """Encode a backup's staging into final segments (``spark_jobs/encode_segments.py``)."""
+    """Encode a backup's staging into final segments and verify them (``spark_jobs/backup_segments.py``)."""
 
-    job_module = "encode_segments"
+    job_module = "backup_segments"
     report_job = "encode"
     template_fields: Sequence[str] = (*RbakSparkJobOperator.template_fields, "queues", "segment_max_bytes")
 

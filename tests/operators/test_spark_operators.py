@@ -53,7 +53,7 @@ def test_operators_pass_their_options_and_template_the_location():
     assert "--segment-max-bytes" in encode.job_arguments() and "--write-manifest" in encode.job_arguments()
     assert compact.job_arguments()[:2] == ["--threshold-bytes", "5"]
     assert verify.job_arguments() == ["--sample-percent", "5"]
-    assert encode.application.endswith("airflow_rbak/segments/jobs/encode_segments.py")
+    assert encode.application.endswith("airflow_rbak/segments/jobs/backup_segments.py")
 
 
 def test_package_zip_is_cached_and_importable_on_its_own(tmp_path):
