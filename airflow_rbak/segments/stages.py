@@ -111,7 +111,7 @@ def encode_here(storage_url: str, backup_id: str, refs: Iterable[er.QueueRef], w
     started = time.perf_counter()
     entries, results, stale = [], [], []
     for ref in sorted(refs, key=lambda r: (r.vhost, r.name)):
-        entry, ranges, removed = er.encode_queue_here(storage_url, backup_id, ref, work.encode)
+        entry, ranges, removed = er.encode_queue_here(storage, backup_id, ref, work.encode)
         entries.append(entry)
         results += ranges
         stale += removed

@@ -6,9 +6,7 @@ import json
 
 import pytest
 
-from airflow_rbak.backup.encode import encode_queue
 from airflow_rbak.backup.validate import validate_backup
-from airflow_rbak.codec import QueueBackup
 from airflow_rbak.segments import encode as er
 from airflow_rbak.segments.jobs import backup_segments, common
 from airflow_rbak.segments.reports import load_report
@@ -39,11 +37,11 @@ def test_single_range_queue_is_encoded_exactly_as_in_process(url, tmp_path):
     storage = open_storage(url)
     stage_queue(storage, "b1", "/", "orders", 3000, chunk_records=400)
     reference = open_storage((tmp_path / "ref").as_uri())
-    for info in storage.list("b1/staging/"):
+    for info in storage.list("b1/"):  # staging and its checkpoint
         reference.put(info.key, storage.get(info.key))
 
     report = encode(url, "--segment-max-bytes", "60000")
-    expected = encode_queue(reference, "b1", QueueBackup("/", "orders", "classic"), er.EncodeSettings(segment_max_bytes=60000).writer())
+    expected, _, _ = er.encode_queue_here(reference, "b1", er.QueueRef("/", "orders"), er.EncodeSettings(segment_max_bytes=60000))
 
     got = report["details"]["queues"][0]
     assert [s["key"] for s in got["segments"]] == [s.key for s in expected.segments]
