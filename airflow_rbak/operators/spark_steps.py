@@ -42,19 +42,19 @@ class RbakEncodeStepOperator(RbakEncodeSegmentsOperator):
     """:class:`RbakEncodeSegmentsOperator` whose codec settings and Spark connection are templated."""
 
     template_fields: Sequence[str] = (*RbakEncodeSegmentsOperator.template_fields, "compression", "level",
-                                      "segment_max_interval_ms", "_conn_id")
+                                      "segment_max_interval_ms")
 
 
 class RbakVerifyStepOperator(RbakVerifyBackupOperator):
     """:class:`RbakVerifyBackupOperator` that honours the DAG's ``verify`` param (Spark connection templated)."""
 
-    template_fields: Sequence[str] = (*RbakVerifyBackupOperator.template_fields, "verify", "_conn_id")
+    template_fields: Sequence[str] = (*RbakVerifyBackupOperator.template_fields, "verify")
 
     def __init__(self, *, verify: str = "deep", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.verify = verify
 
-    def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]  # the summary is the XCom
+    def execute(self, context: Any) -> dict[str, Any]:
         if self.verify not in VERIFY_MODES:
             raise AirflowFailException(f"verify must be one of {VERIFY_MODES}, got {self.verify!r}")
         if self.verify == "none":
