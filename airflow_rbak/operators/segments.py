@@ -39,8 +39,7 @@ class RbakBackupSegmentsOperator(RbakSparkJobOperator):
 
     job_module = "backup_segments"
     report_job = stages.JOB
-    template_fields: Sequence[str] = (*RbakSparkJobOperator.template_fields, "queues", "captures", "segment_settings",
-                                      "_conn_id")
+    template_fields: Sequence[str] = (*RbakSparkJobOperator.template_fields, "queues", "captures", "segment_settings")
 
     def __init__(self, *, queues: list[dict[str, Any]] | None = None, captures: Any = None,
                  segment_settings: dict[str, Any] | None = None, **kwargs: Any) -> None:
@@ -57,7 +56,7 @@ class RbakBackupSegmentsOperator(RbakSparkJobOperator):
                 "--queues-json", _refs_json(self._spark_refs),
                 *(["--compact-below-bytes", str(work.compact_below_bytes)] if work.compact_below_bytes else [])]
 
-    def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]  # the summary is the XCom
+    def execute(self, context: Any) -> dict[str, Any]:
         url, backup_id = str(self.storage_url), str(self.backup_id)
         self._work, placement = run_step("segment settings", lambda: stages.settings_from(self.segment_settings or {}))
         refs = run_step("segment settings", lambda: parse_queue_refs(self.queues or []))
