@@ -3,7 +3,7 @@
 A delivery becomes a record in ``capture/delivery_json.py`` (straight to the record's JSON).
 
 The properties are those of ``codec/properties.py``'s table; the header table
-is decoded and encoded by ``field_table.py``, never by pika (see
+is decoded and encoded by ``codec/field_table.py``, never by pika (see
 :class:`TypedBasicProperties`).
 """
 
@@ -15,19 +15,7 @@ from typing import Any
 
 from pika import spec
 
-from airflow_rbak.broker.field_table import (  # noqa: F401 - re-exported: the typed tables belong with the properties
-    BINARY_LONGSTR_TAG,
-    DECIMAL_TAG,
-    TYPE_TAG,
-    FieldTableError,
-    decimal_value,
-    decode_table,
-    decode_value,
-    encode_table,
-    encode_value,
-    plain_table,
-    plain_value,
-)
+from airflow_rbak.codec.field_table import FieldTableError, decode_table, encode_table, plain_table
 from airflow_rbak.codec.headers import HeaderValue
 from airflow_rbak.codec.properties import OCTET, PIKA_NAMES, PROPERTIES, SHORT_STRING, TIMESTAMP
 
