@@ -11,6 +11,7 @@ from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.amqp_types import TypedBasicProperties
 from airflow_rbak.codec.field_table import FieldTableError, decimal_value, encode_table
 from airflow_rbak.codec.headers import HeaderValue as H
+from airflow_rbak.codec.property_list import FLAGS
 from airflow_rbak.codec.records import BackupProperties, BackupRecord, decode_record, encode_record
 from tests.broker.record_reference import properties_from_record, properties_to_backup, record_from_delivery
 from tests.codec.test_field_table import CANONICAL_FIELDS, field, table
@@ -90,3 +91,23 @@ def test_plain_headers_view_matches_pika_and_survives_timestamps_past_year_9999(
     assert delivered.headers == {"far": 2**63 + 5, "when": datetime(1970, 1, 1, tzinfo=timezone.utc),
                                  "dec": Decimal("-12.345"), "n": 3, "binstr": b"\xff\x00", "tbl": {"inner": {"k": 7}}}
     assert delivered.delivery_mode == 2
+
+
+def test_the_wire_decoder_gives_pikas_values_for_every_property():
+    props = spec.BasicProperties(content_type="text/plain", content_encoding="gzip", delivery_mode=2, priority=9,
+                                 correlation_id="c", reply_to="r", expiration="6", message_id=b"\xffm", timestamp=2**64 - 1,
+                                 type="t", user_id="u", app_id="a", cluster_id="cl")
+    encoded = b"".join(props.encode())
+
+    ours, pikas = TypedBasicProperties().decode(encoded), spec.BasicProperties().decode(encoded)
+
+    names = [n for n in vars(pikas) if n != "headers"]
+    assert [getattr(ours, n) for n in names] == [getattr(pikas, n) for n in names]
+    assert ours.headers is None and ours.typed_headers is None
+    assert vars(TypedBasicProperties().decode(b"\x00\x00")) == {**dict.fromkeys(names), "_plain_headers": None,
+                                                               "typed_headers": None, "raw_headers": None}
+
+
+def test_the_codecs_presence_flags_are_pikas():
+    assert FLAGS == {name: getattr(spec.BasicProperties, f"FLAG_{name.upper()}") for name in FLAGS}
+    assert set(FLAGS) == {n for n in vars(spec.BasicProperties()) if not n.startswith("_")}
