@@ -8,22 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from airflow_rbak.capture.staged_delivery import StagedRecordError, read_staged
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.segment import decode_payload, iter_payload
-from airflow_rbak.exceptions import RbakError
+from airflow_rbak.codec.staged_records import StagedRecordError, read_staged
 from airflow_rbak.storage.base import Storage
 
 
 def iter_staged_json(
     storage: Storage, keys: list[str], vhost: str, queue: str, cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES
 ) -> Iterator[tuple[bytes, int]]:
-    """Yield each staged record's JSON (``capture/staged_delivery.py``) and ``backed_up_at``, every chunk fully
+    """Yield each staged record's JSON (``codec/staged_records.py``) and ``backed_up_at``, every chunk fully
     checked first."""
     for key in keys:
         header, payload = decode_payload(storage.get(key), key, cap)
-        for staged in iter_payload(payload, header.record_count, key):
+        for index, staged in enumerate(iter_payload(payload, header.record_count, key)):
             try:
-                yield read_staged(staged, queue, vhost)
-            except RbakError as exc:
-                raise StagedRecordError(f"{key}: {exc}") from None
+                made = read_staged(staged, queue, vhost)
+            except StagedRecordError as exc:
+                raise StagedRecordError(f"{key}: record {index}: {exc}") from None
+            yield made

@@ -6,12 +6,15 @@ cluster does not have to have it installed (and runs the same code as the
 Airflow worker). The zip is cached under a name derived from the sources'
 hash, so it is rebuilt only when the code changes, and it is written to a
 temp file and renamed so concurrent tasks never read half a zip. Only the
-package's own Python files go in; for cluster masters the archive below
+package's own Python files go in, and of those only what the jobs import
+(:func:`executor_modules`: not the broker clients, the Airflow face, the
+command line, the UI or the restore); for cluster masters the archive below
 ships the dependencies and the C accelerator as an environment archive.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import io
 import os
@@ -49,6 +52,41 @@ def _sources(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+def executor_modules(root: Path | None = None) -> list[Path]:
+    """The package's files executors import, sorted: every module the jobs (``segments/jobs/``) import of
+    ``airflow_rbak``, directly or through each other, imports inside functions included, with the ``__init__`` of
+    each package on the way and the C accelerator beside the codec. The "executor-closure" import-linter contract
+    holds pika and the broker modules out of it."""
+    root = root or package_root()
+    found: set[Path] = set()
+    pending = [f"airflow_rbak.segments.jobs.{p.stem}" for p in (root / "segments" / "jobs").glob("*.py")]
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")[1:]
+        pending.extend(".".join(["airflow_rbak", *parts[:n]]) for n in range(len(parts)))  # the packages above it
+        module = root.joinpath(*parts)
+        files = [f for f in (module / "__init__.py", module.with_suffix(".py")) if f.is_file()]
+        found.update(files, module.parent.glob(f"{module.name}.*.so"))  # an extension module (the accelerator)
+        for file in files:
+            pending.extend(_imported(ast.parse(file.read_bytes())))
+    return sorted(found)
+
+
+def _imported(tree: ast.AST) -> list[str]:
+    """Every ``airflow_rbak`` module an import in ``tree`` may name (``from a import b``: ``a`` and ``a.b``)."""
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+    return [n for n in names if n == "airflow_rbak" or n.startswith("airflow_rbak.")]
+
+
 def sources_digest(root: Path | None = None) -> str:
     """A hash of every source file's path and bytes: the zip's cache key."""
     root = root or package_root()
@@ -83,7 +121,9 @@ def build_package_zip(cache_dir: str | os.PathLike[str] | None = None) -> str:
 
     def write(handle: BinaryIO) -> None:
         with zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as archive:
-            for path in _sources(root):
+            for path in executor_modules(root):
+                if path.suffix != ".py":
+                    continue  # zipimport loads no extension module: the environment archive ships the accelerator
                 name = f"airflow_rbak/{path.relative_to(root).as_posix()}"
                 archive.writestr(zipfile.ZipInfo(name, _ZIP_TIME), path.read_bytes(), zipfile.ZIP_DEFLATED)
 
@@ -111,8 +151,7 @@ def job_script(job: str) -> str:
 # an archive.
 
 #: The distributions the Spark jobs import on executors; their own requirements (without extras) come along.
-#: pika: encode decodes each staged delivery's AMQP property list (``capture/staged_delivery.py``).
-EXECUTOR_REQUIREMENTS = ("zstandard", "lz4", "orjson", "numpy", "boto3", "pika")
+EXECUTOR_REQUIREMENTS = ("zstandard", "lz4", "orjson", "numpy", "boto3")
 #: The folder name executors unpack the archive under (``<archive>#<alias>``).
 ENV_ALIAS = "rbakenv"
 _NAME_RE = re.compile(r"^([A-Za-z0-9_.\-]+)")
@@ -172,9 +211,8 @@ def _write_env(archive: tarfile.TarFile, dists: list[Distribution]) -> None:
             if source.is_file():
                 archive.add(source, f"{site}/{file.as_posix()}", recursive=False)
     root = package_root()
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".so"):
-            archive.add(path, f"{site}/airflow_rbak/{path.relative_to(root).as_posix()}", recursive=False)
+    for path in executor_modules(root):
+        archive.add(path, f"{site}/airflow_rbak/{path.relative_to(root).as_posix()}", recursive=False)
 
 
 def _add_bytes(archive: tarfile.TarFile, name: str, data: bytes) -> None:
