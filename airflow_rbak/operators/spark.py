@@ -2,9 +2,10 @@
 
 Each composes the Spark provider's hook (:func:`airflow_rbak.hooks.spark.submit_hook`) rather than extending its
 operator: the application is the job script inside the installed package, ``spark_options`` hold any other
-spark-submit option (the hook's own arguments), and ``on_kill`` goes to the hook. Before submitting, an operator
-ships ``airflow_rbak`` as a zip in ``py_files`` (built once per code version) unless ``ship_package=False`` says
-the cluster has it installed, and it names the report key itself so it can read the summary back as its XCom.
+spark-submit option (the hook's own arguments), and ``on_kill`` goes to the hook. For a cluster master the
+executors get ``airflow_rbak`` and its dependencies as an environment archive (built once per code version)
+unless ``ship_package=False`` says the cluster has them installed; a local master runs this interpreter. An
+operator names the report key itself so it can read the summary back as its XCom.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from airflow_rbak.hooks.spark import DEFAULT_MASTER, RbakSparkSubmitHook, submit
 from airflow_rbak.operators.backup import lock_owner
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 from airflow_rbak.segments.reports import ReportError, load_report, new_report_key
-from airflow_rbak.segments.shipping import build_executor_env, build_package_zip, job_script
+from airflow_rbak.segments.shipping import build_executor_env, job_script
 from airflow_rbak.storage import open_storage
 
 #: What ``spark_options`` may set: the provider hook's constructor arguments, but the connection (``conn_id``).
@@ -95,12 +96,10 @@ class RbakSparkJobOperator(StorageConnectionMixin, BaseOperator):
         return self._summary(report_key)
 
     def hook_options(self, report_key: str) -> dict[str, Any]:
-        """``spark_options`` with the job's arguments first in ``application_args``, and the package zip shipped."""
+        """``spark_options`` with the job's arguments first in ``application_args``."""
         common = ["--storage-url", self.storage_url, "--backup-id", self.backup_id, "--report-key", report_key]
         given = self.spark_options.get("application_args") or []
         options = {**self.spark_options, "application_args": [*common, *self.job_arguments(), *given]}
-        if self.ship_package:
-            options["py_files"] = ",".join(filter(None, [options.get("py_files"), build_package_zip(self.package_cache_dir)]))
         return options
 
     def on_kill(self) -> None:

@@ -1,15 +1,12 @@
-"""What a Spark application needs shipped: ``airflow_rbak`` as a zip for ``py_files``, and for cluster executors an
-environment archive with the codec's dependencies, each built once per version of its sources.
+"""What a Spark application on a cluster needs shipped: an environment archive of ``airflow_rbak`` (only what the
+jobs import, with its C accelerator) and the codec's dependencies, built once per version of its sources.
 
-Executors need the codec; shipping the package with each submit means a
-cluster does not have to have it installed (and runs the same code as the
-Airflow worker). The zip is cached under a name derived from the sources'
-hash, so it is rebuilt only when the code changes, and it is written to a
-temp file and renamed so concurrent tasks never read half a zip. Only the
-package's own Python files go in, and of those only what the jobs import
-(:func:`executor_modules`: not the broker clients, the Airflow face, the
-command line, the UI or the restore); for cluster masters the archive below
-ships the dependencies and the C accelerator as an environment archive.
+A local master runs the jobs with this interpreter, where the package is installed, so nothing is shipped. A
+cluster's executors get the archive through ``spark.archives`` (a package zip in ``py_files`` would come first
+on their path and hide the accelerator); it holds only :func:`executor_modules` (not the broker clients, the
+Airflow face, the command line, the UI or the restore). It is cached under a name derived from the sources'
+hash and the dependencies' versions, and written to a temp file and renamed, so concurrent tasks never read half
+of one.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ import re
 import sys
 import tarfile
 import tempfile
-import zipfile
 from collections.abc import Callable
 from importlib.metadata import Distribution, PackageNotFoundError, distribution
 from pathlib import Path
@@ -31,8 +27,6 @@ from typing import BinaryIO
 import airflow_rbak
 
 CACHE_ENV = "RBAK_SPARK_PACKAGE_DIR"
-# A fixed timestamp keeps the zip's bytes a function of the sources alone.
-_ZIP_TIME = (2020, 1, 1, 0, 0, 0)
 
 
 def package_root() -> Path:
@@ -114,24 +108,8 @@ def cached_build(target: Path, write: Callable[[BinaryIO], None]) -> str:
     return str(target)
 
 
-def build_package_zip(cache_dir: str | os.PathLike[str] | None = None) -> str:
-    """Return the path of a zip of ``airflow_rbak`` for ``--py-files``, building it if needed."""
-    root = package_root()
-    directory = Path(cache_dir) if cache_dir else default_cache_dir()
-
-    def write(handle: BinaryIO) -> None:
-        with zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as archive:
-            for path in executor_modules(root):
-                if path.suffix != ".py":
-                    continue  # zipimport loads no extension module: the environment archive ships the accelerator
-                name = f"airflow_rbak/{path.relative_to(root).as_posix()}"
-                archive.writestr(zipfile.ZipInfo(name, _ZIP_TIME), path.read_bytes(), zipfile.ZIP_DEFLATED)
-
-    return cached_build(directory / f"airflow_rbak-{airflow_rbak.__version__}-{sources_digest(root)}.zip", write)
-
-
 def job_script(job: str) -> str:
-    """Path of a job script inside the package (``encode_segments``, ``compact_segments``, ``verify_segments``)."""
+    """Path of a job script inside the package (``backup_segments``, ``compact_segments``, ``verify_segments``)."""
     path = package_root() / "segments" / "jobs" / f"{job}.py"
     if not path.is_file():
         raise FileNotFoundError(f"no Spark job {job!r} at {path}")

@@ -3,11 +3,6 @@ report's summary as XCom (a real spark-submit), and a failed submit's message.""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import zipfile
-
 import pytest
 
 pytest.importorskip("airflow.providers.apache.spark")
@@ -21,7 +16,6 @@ from airflow_rbak.operators.spark import (  # noqa: E402
     RbakVerifyBackupOperator,
 )
 from airflow_rbak.segments import stages  # noqa: E402
-from airflow_rbak.segments.shipping import build_package_zip  # noqa: E402
 from airflow_rbak.storage import open_storage  # noqa: E402
 from tests import fake_spark_submit  # noqa: E402
 from tests.backup.sample import build_sample_backup  # noqa: E402
@@ -73,13 +67,12 @@ def test_a_failed_submit_passes_every_option_on_and_says_there_is_no_report(tmp_
     with pytest.raises(AirflowException, match="RBAK report: none") as failed:
         operator.execute({})
 
-    # Then spark-submit got the options, the package zip after the given files, and the job's arguments in order;
+    # Then spark-submit got the options as given, and the job's arguments in order;
     # the error names the report key it looked for
     args = fake.seen()["args"]
     assert fake.option("--master") == ["local[2]"] and fake.option("--executor-memory") == ["1g"]
     assert fake.option("--name") == ["rbak-verify"]
-    (py_files,) = fake.option("--py-files")
-    assert py_files.startswith("mine.zip,") and py_files.endswith(".zip") and os.path.isfile(py_files.split(",")[1])
+    assert fake.option("--py-files") == ["mine.zip"]  # a local master runs the installed package: nothing added
     job = args.index(next(a for a in args if a.endswith("airflow_rbak/segments/jobs/verify_segments.py")))
     assert args[job + 1:] == ["--storage-url", operator.storage_url, "--backup-id", "b1", "--report-key", operator.report_key,
                               "--sample-percent", "5", "--extra"]
@@ -102,18 +95,6 @@ def test_on_kill_goes_to_the_running_hook():
     assert hook.killed
 
 
-def test_package_zip_is_cached_and_importable_on_its_own(tmp_path):
-    path = build_package_zip(tmp_path)
-    assert build_package_zip(tmp_path) == path
-    names = zipfile.ZipFile(path).namelist()
-    assert "airflow_rbak/codec/segment.py" in names and "airflow_rbak/segments/jobs/verify_segments.py" in names
-    assert not any("__pycache__" in n for n in names)
-    probe = "import airflow_rbak.segments.jobs.verify_segments, airflow_rbak; print(airflow_rbak.__file__)"
-    out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": path}, cwd=tmp_path,
-                         capture_output=True, text=True, check=True).stdout
-    assert out.strip().startswith(path)
-
-
 @pytest.mark.spark
 def test_verify_operator_runs_spark_submit_and_returns_the_summary(tmp_path, monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
@@ -127,4 +108,6 @@ def test_verify_operator_runs_spark_submit_and_returns_the_summary(tmp_path, mon
 
     assert summary["ok"] and summary["segments_checked"] == manifest.total_segments
     assert summary["report_key"].startswith("sample-1/reports/verify-")
-    assert [p.suffix for p in (tmp_path / "zips").iterdir() if p.suffix == ".zip"] == [".zip"]
+    assert not (tmp_path / "zips").exists()  # a local master ships nothing: its workers run this interpreter
+    (build,) = summary["executor_codec"]
+    assert build["speedups"] is True  # the installed package, C accelerator included

@@ -1,4 +1,4 @@
-"""What is shipped to Spark executors, the package zip and the environment archive, holds what the jobs import and
+"""What is shipped to a cluster's Spark executors, the environment archive, holds what the jobs import and
 nothing of the broker: no pika, no ``airflow_rbak.broker``, and the jobs run from it with pika unimportable."""
 
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import tarfile
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -15,11 +14,11 @@ from pika import spec
 from airflow_rbak.broker.amqp_types import DeliveredProperties
 from airflow_rbak.capture.staged_delivery import stage_delivery
 from airflow_rbak.codec.staged_records import read_staged
-from airflow_rbak.segments.shipping import build_executor_env, build_package_zip
+from airflow_rbak.segments.shipping import build_executor_env
 
 #: What executors never import: the broker clients, the Airflow face, the command line, the UI, the restore.
 NOT_SHIPPED = ("broker/", "operators/", "hooks/", "ui/", "cli/", "restore/", "provider.py", "links.py")
-JOBS = ("airflow_rbak.segments.jobs.common", "airflow_rbak.segments.jobs.encode_segments",
+JOBS = ("airflow_rbak.segments.jobs.common", "airflow_rbak.segments.jobs.backup_segments",
         "airflow_rbak.segments.jobs.verify_segments", "airflow_rbak.segments.jobs.compact_segments",
         "airflow_rbak.segments.encode", "airflow_rbak.segments.verify", "airflow_rbak.segments.compact")
 #: Run with ``python -I -S``: no site-packages but those named, pika and the broker modules refused on import.
@@ -62,26 +61,17 @@ def run_probe(paths: list[Path], record: bytes) -> tuple[str, bytes]:
 
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """(the package zip, the environment archive, the archive unpacked)."""
+    """(the environment archive, the archive unpacked)."""
     cache = tmp_path_factory.mktemp("cache")
     archive = Path(build_executor_env(cache))
     unpacked = tmp_path_factory.mktemp("env")
     with tarfile.open(archive) as tar:
         tar.extractall(unpacked, filter="tar" if hasattr(tarfile, "tar_filter") else None)
-    return Path(build_package_zip(cache)), archive, unpacked
-
-
-def test_the_package_zip_holds_the_jobs_and_no_module_executors_never_import(shipped):
-    names = zipfile.ZipFile(shipped[0]).namelist()
-
-    assert {"airflow_rbak/segments/jobs/encode_segments.py", "airflow_rbak/codec/staged_records.py",
-            "airflow_rbak/backup/encode.py", "airflow_rbak/storage/s3.py"} <= set(names)
-    assert [n for n in names if n.removeprefix("airflow_rbak/").startswith(NOT_SHIPPED)] == []
-    assert not any("pika" in n for n in names)
+    return archive, unpacked
 
 
 def test_the_executor_environment_holds_no_pika_and_no_broker_module(shipped):
-    names = tarfile.open(shipped[1]).getnames()
+    names = tarfile.open(shipped[0]).getnames()
     site = next(n for n in names if n.endswith("/site-packages/airflow_rbak/__init__.py")).removesuffix("airflow_rbak/__init__.py")
     ours = [n.removeprefix(site + "airflow_rbak/") for n in names if n.startswith(site + "airflow_rbak/")]
 
@@ -93,21 +83,11 @@ def test_the_executor_environment_holds_no_pika_and_no_broker_module(shipped):
 
 def test_the_jobs_import_and_a_staged_delivery_reads_from_the_environment_alone(shipped):
     # Given only the environment archive's site-packages on an isolated interpreter's path, pika refused
-    site = next(shipped[2].glob("lib/python*/site-packages"))
+    site = next(shipped[1].glob("lib/python*/site-packages"))
 
     # When the jobs are imported and a delivery the capture staged is read there
     where, record = run_probe([site], staged())
 
     # Then they ran from the archive, and the record is the one read here with everything installed
     assert where.startswith(str(site)), where
-    assert record == read_staged(staged(), "orders", "/")[0]
-
-
-def test_the_jobs_import_and_a_staged_delivery_reads_from_the_package_zip(shipped):
-    # Given the package zip first on the path (the archive's site-packages for the codec's dependencies)
-    site = next(shipped[2].glob("lib/python*/site-packages"))
-
-    where, record = run_probe([shipped[0], site], staged())
-
-    assert where.startswith(str(shipped[0])), where
     assert record == read_staged(staged(), "orders", "/")[0]
