@@ -47,7 +47,7 @@ from tests.airflow_stack import airflow_stack  # noqa: E402
 from tests.dags.airflow_env import VENV_BIN, airflow_env, dags_test, rabbitmq_conn, run  # noqa: E402
 from tests.spark_cluster import standalone_cluster  # noqa: E402
 
-PHASES = ("discover", "export_definitions", "capture", "encode", "verify", "finalize")
+PHASES = ("discover", "export_definitions", "capture", "encode", "finalize")
 _TIMES = r'''
 import json
 from airflow.models.taskinstance import TaskInstance

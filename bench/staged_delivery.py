@@ -1,12 +1,14 @@
-"""Where a captured message's record JSON is made: per-message cost on the consuming thread and at encode.
+"""Per-message cost of a staged delivery: staging it on the consuming thread, and reading it into its record JSON at encode.
 
-The capture stages each delivery as received (``capture/staged_delivery.py``) and the encode step builds its
-record JSON; before, the consuming thread decoded the properties and built the JSON on receipt, and encode
-only checked it. This times both ways over the same deliveries (typical properties, three headers, JSON
-bodies of ``--size`` bytes), medians of ``--repeat`` rounds, microseconds per message:
+The capture stages each delivery as received (``capture/staged_delivery.py``) and the encode step reads it into
+its record JSON (``codec/staged_records.read_staged``, no pika). This times, over the same deliveries from a
+quorum queue (bodies of ``--size`` bytes), medians of ``--repeat`` rounds, the process's CPU microseconds per
+message (CPU time, not wall time: other work on a shared host barely moves it):
 
-- consuming thread: decode the property list + build the record JSON (before) against stage it (now);
-- encode: check a staged record JSON (before) against build it from the staged delivery (now).
+- consuming thread: stage the delivery;
+- encode: read it on pika, as encode did before the codec read staged records (the oracle in
+  ``tests/capture/pika_staged_reader.py``), against the codec's reader; for typical properties (content type,
+  delivery mode, message id, timestamp, three headers) and for none.
 
     .venv/bin/python bench/staged_delivery.py [--count 50000] [--size 1024] [--repeat 5]
 """
@@ -15,29 +17,32 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from pika import spec
 
-from airflow_rbak.broker.amqp_types import DeliveredProperties, TypedBasicProperties
-from airflow_rbak.capture.delivery_json import delivery_record_json
-from airflow_rbak.capture.message_identity import QUORUM_BROKER_HEADERS
-from airflow_rbak.capture.staged_delivery import DROPPED_HEADERS, read_staged, stage_delivery
-from airflow_rbak.codec.records import decode_record
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from airflow_rbak.broker.amqp_types import DeliveredProperties
+from airflow_rbak.capture.staged_delivery import stage_delivery
+from airflow_rbak.codec.staged_records import DROPPED_HEADERS, QUORUM_BROKER_HEADERS, read_staged
+from tests.capture.pika_staged_reader import pika_read_staged
 
 STAMP = 1_712_756_400_000
 QUORUM = DROPPED_HEADERS.index(QUORUM_BROKER_HEADERS)
 
 
-def deliveries(count: int, size: int) -> list[tuple[spec.Basic.Deliver, bytes, bytes]]:
+def deliveries(count: int, size: int, typical: bool = True) -> list[tuple[spec.Basic.Deliver, bytes, bytes]]:
     """(method, property list as on the wire, body) of ``count`` deliveries from a quorum queue."""
     out = []
     for n in range(count):
         props = spec.BasicProperties(
             content_type="application/json", delivery_mode=2, message_id=f"order-{n}", timestamp=STAMP // 1000 + n,
             headers={"source": "shop", "attempt": n % 3, "x-delivery-count": 1},
-        )
+        ) if typical else spec.BasicProperties()
         body = (b'{"order":%d,"note":"' % n + b"x" * size)[: size - 2] + b'"}'
         method = spec.Basic.Deliver(consumer_tag="rbak-00001", delivery_tag=n + 1, redelivered=False,
                                     exchange="shop", routing_key="orders.created")
@@ -45,13 +50,15 @@ def deliveries(count: int, size: int) -> list[tuple[spec.Basic.Deliver, bytes, b
     return out
 
 
-def timed(fn: Callable[[], object], count: int, repeat: int) -> float:
-    rounds = []
+def interleaved(fns: dict[str, Callable[[], object]], count: int, repeat: int) -> dict[str, float]:
+    """Median CPU microseconds per message of each function, the rounds of all of them interleaved."""
+    rounds: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
-        started = time.perf_counter()
-        fn()
-        rounds.append((time.perf_counter() - started) / count * 1e6)
-    return statistics.median(rounds)
+        for name, fn in fns.items():
+            started = time.process_time()
+            fn()
+            rounds[name].append((time.process_time() - started) / count * 1e6)
+    return {name: statistics.median(times) for name, times in rounds.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -60,34 +67,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", type=int, default=1024, help="body bytes per message")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
-    items = deliveries(args.count, args.size)
-    staged = [stage_delivery(m, DeliveredProperties(raw), body, STAMP, QUORUM) for m, raw, body in items]
-    made = [read_staged(s, "orders", "/")[0] for s in staged]
+    typical, bare = deliveries(args.count, args.size), deliveries(args.count, args.size, typical=False)
+    staged = {name: [stage_delivery(m, DeliveredProperties(raw), body, STAMP, QUORUM) for m, raw, body in items]
+              for name, items in (("typical", typical), ("none", bare))}
+    for records in staged.values():  # the two readers make the same bytes of these
+        assert all(read_staged(s, "orders", "/") == pika_read_staged(s, "orders", "/") for s in records[:100])
 
-    def on_receipt() -> None:
-        for m, raw, body in items:
-            delivery_record_json(m, TypedBasicProperties().decode(raw), body, queue="orders", vhost="/",
-                                 backed_up_at=STAMP, drop_headers=QUORUM_BROKER_HEADERS)
-
-    def as_received() -> None:
-        for m, raw, body in items:
+    def stage() -> None:
+        for m, raw, body in typical:
             stage_delivery(m, DeliveredProperties(raw), body, STAMP, QUORUM)
 
-    def check_json() -> None:
-        for raw in made:
-            decode_record(raw).backed_up_at  # noqa: B018 - what encode read from each staged record before
+    def reads(reader: Callable[[bytes, str, str], object], records: list[bytes]) -> Callable[[], None]:
+        return lambda: [reader(s, "orders", "/") for s in records]
 
-    def build_json() -> None:
-        for s in staged:
-            read_staged(s, "orders", "/")
-
-    before_c, now_c = timed(on_receipt, args.count, args.repeat), timed(as_received, args.count, args.repeat)
-    before_e, now_e = timed(check_json, args.count, args.repeat), timed(build_json, args.count, args.repeat)
-    print(f"{args.count} deliveries x {args.size} B, median of {args.repeat} rounds, us per message")
-    print(f"consuming thread: record JSON on receipt {before_c:6.2f}  staged as received {now_c:6.2f}  "
-          f"({before_c / now_c:.1f}x less)")
-    print(f"encode:           check staged JSON     {before_e:6.2f}  build it from the delivery {now_e:6.2f}  "
-          f"({now_e - before_e:+.2f})")
+    fns = {"stage": stage}
+    for name, records in staged.items():
+        fns[f"pika {name}"], fns[f"codec {name}"] = reads(pika_read_staged, records), reads(read_staged, records)
+    t = interleaved(fns, args.count, args.repeat)
+    print(f"{args.count} deliveries x {args.size} B, median of {args.repeat} interleaved rounds, CPU us per message")
+    print(f"consuming thread: stage a delivery {t['stage']:6.2f}")
+    for name in staged:
+        before, now = t[f"pika {name}"], t[f"codec {name}"]
+        print(f"encode, {name + ' properties:':20} pika reader {before:6.2f}  codec reader {now:6.2f}  ({before / now:.2f}x)")
 
 
 if __name__ == "__main__":

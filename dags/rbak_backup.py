@@ -1,5 +1,9 @@
-"""Scheduled RabbitMQ backup: discover → definitions → capture (one task per queue) → encode (Spark)
-→ verify (Spark) → finalize (manifest last, retention, Asset event).
+"""Scheduled RabbitMQ backup: discover → definitions → capture (one task per queue) → encode (segments
+written and verified) → finalize (manifest last, retention, Asset event).
+
+A queue whose staging is small (``in_process_max_bytes``) is encoded and verified by its own capture task
+as soon as its capture ends; the encode task then runs every remaining queue as one Spark application
+(``segment_work``: ``auto``; ``process`` or ``spark`` force either way for every queue).
 
 Capture tasks take the queues in groups when there are more than
 ``max_capture_tasks`` (any number of queues fits under Airflow's
@@ -31,13 +35,20 @@ from airflow_rbak.codec.constants import (
 )
 from airflow_rbak.operators.backup import RbakCaptureQueueOperator, RbakDiscoverQueuesOperator, RbakExportDefinitionsOperator
 from airflow_rbak.operators.finalize import RbakFinalizeManifestOperator
-from airflow_rbak.operators.spark_steps import RbakEncodeStepOperator, RbakVerifyStepOperator
+from airflow_rbak.operators.segments import RbakBackupSegmentsOperator
+from airflow_rbak.segments.stages import DEFAULT_IN_PROCESS_MAX_BYTES, PLACEMENTS
 from airflow_rbak.settings import BACKUP_SCHEDULE_ENV, default_storage_url, queue_task_limits, schedule_from_env, task_defaults
 
 QUEUE_TYPES = ["classic", "quorum", "stream"]
 BACKUP_ID = ("{{ params.backup_id or 'rbak-' ~ (logical_date or dag_run.run_after)"
              ".strftime('%Y%m%dT%H%M%SZ') }}")
 ENCODE_REPORT = "{{ ti.xcom_pull(task_ids='encode')['report_key'] }}"
+#: What the capture tasks and the encode task both read to make a queue's segments (so they agree).
+SEGMENT_SETTINGS = ("{{ {'compression': params.compression, 'compression_level': params.compression_level, "
+                    "'segment_max_bytes': params.segment_max_bytes, 'segment_max_interval_ms': params.segment_max_interval_ms, "
+                    "'verify': params.verify, 'segment_work': params.segment_work, "
+                    "'in_process_max_bytes': params.in_process_max_bytes, "
+                    "'compact_below_bytes': params.compact_below_bytes} }}")
 QUEUE_REFS = "{{ ti.xcom_pull(task_ids='discover', key='queue_refs') }}"
 # A capture task takes a group of queues (one queue each up to max_capture_tasks): named by its first queue.
 GROUP_LABEL = ("{{ task.queue_info[0]['vhost'] }}/{{ task.queue_info[0]['name'] }}"
@@ -80,7 +91,16 @@ PARAMS = {
                                  "full: each backup holds its own copy of every stream"),
     "verify": Param("deep", type="string", enum=["none", "quick", "deep"],
                     description="after encoding: quick (every segment present, right size) "
-                                "or deep (every segment read, on Spark)"),
+                                "or deep (every segment read back from the storage and checked)"),
+    "segment_work": Param("auto", type="string", enum=list(PLACEMENTS),
+                          description="where segments are encoded and verified: auto (a queue with at most "
+                                      "in_process_max_bytes staged in its capture task, the rest in one Spark "
+                                      "application), process (every queue in its task), spark (every queue on Spark)"),
+    "compact_below_bytes": Param(None, type=["null", "integer"], minimum=1,
+                                 description="after encoding, merge each queue's runs of segments smaller than this "
+                                             "(bytes), such as a long capture's hourly cuts; null: no merging"),
+    "in_process_max_bytes": Param(DEFAULT_IN_PROCESS_MAX_BYTES, type="integer", minimum=0,
+                                  description="auto: a queue with more staged bytes than this goes to Spark"),
     "allow_delivery_count_increase": Param(False, type="boolean",
                                            description="back up quorum queues whose returns count toward a delivery limit"),
     "on_unsafe_queue": Param("skip", type="string", enum=["skip", "fail"],
@@ -103,7 +123,8 @@ SECTIONS = {
     "Broker and storage": ("rabbitmq_conn_id", "spark_conn_id", "storage_url", "backup_id"),
     "What to back up": ("vhosts", "include", "exclude", "queue_types", "streams", "include_definitions", "include_users"),
     "Queues that cannot be read unchanged": ("on_unsafe_queue", "allow_delivery_count_increase", "consumer_timeout_ms"),
-    "Segments": ("compression", "compression_level", "segment_max_bytes", "segment_max_interval_ms"),
+    "Segments": ("compression", "compression_level", "segment_max_bytes", "segment_max_interval_ms", "segment_work",
+                 "in_process_max_bytes", "compact_below_bytes"),
     "After the backup": ("verify", "retention"),
     "Running": ("max_capture_tasks", "break_lock"),
 }
@@ -140,16 +161,13 @@ with DAG(
         task_id="capture", compression="{{ params.compression }}",
         allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}",
         on_unsafe_queue="{{ params.on_unsafe_queue }}", consumer_timeout_ms="{{ params.consumer_timeout_ms }}",
-        streams="{{ params.streams }}",
+        streams="{{ params.streams }}", segment_settings=SEGMENT_SETTINGS,
         map_index_template=GROUP_LABEL, **queue_task_limits(), **broker,
     ).expand(queue_info=discover.output)
-    encode = RbakEncodeStepOperator(
-        task_id="encode", compression="{{ params.compression }}", level="{{ params.compression_level }}",
-        segment_max_bytes="{{ params.segment_max_bytes }}", segment_max_interval_ms="{{ params.segment_max_interval_ms }}",
-        queues=QUEUE_REFS, **spark)
-    verify = RbakVerifyStepOperator(task_id="verify", verify="{{ params.verify }}", encode_report=ENCODE_REPORT, **spark)
+    encode = RbakBackupSegmentsOperator(
+        task_id="encode", queues=QUEUE_REFS, captures=capture.output, segment_settings=SEGMENT_SETTINGS, **spark)
     finalize = RbakFinalizeManifestOperator(
         task_id="finalize", encode_report_key=ENCODE_REPORT, captures=capture.output, retention="{{ params.retention }}",
         **common)
 
-    discover >> definitions >> capture >> encode >> verify >> finalize
+    discover >> definitions >> capture >> encode >> finalize

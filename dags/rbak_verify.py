@@ -10,7 +10,7 @@ import datetime as dt
 from airflow.sdk import DAG, Param, task
 
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
-from airflow_rbak.operators.spark_steps import RbakVerifyStepOperator
+from airflow_rbak.operators.spark import RbakVerifyBackupOperator
 from airflow_rbak.settings import VERIFY_SCHEDULE_ENV, default_storage_url, schedule_from_env, task_defaults
 
 with DAG(
@@ -50,7 +50,7 @@ with DAG(
         return found.backup_id
 
     backup_id = resolve_backup()
-    RbakVerifyStepOperator(
-        task_id="verify", verify="deep", storage_url="{{ params.storage_url }}", backup_id=backup_id,
+    RbakVerifyBackupOperator(
+        task_id="verify", storage_url="{{ params.storage_url }}", backup_id=backup_id,
         sample_percent="{{ params.sample_percent }}", conn_id="{{ params.spark_conn_id }}",
         max_decompressed_bytes="{{ params.max_decompressed_bytes }}")

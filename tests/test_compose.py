@@ -72,19 +72,19 @@ _CHECK = r'''
 import json, sys
 from airflow.dag_processing.dagbag import DagBag
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
-from airflow_rbak.hooks.spark import RbakSparkSubmitHook
+from airflow_rbak.hooks.spark import stored_connection
 from airflow_rbak.storage.url import parse_storage_url
 
 bag = DagBag(dag_folder=sys.argv[1])
 broker = RabbitMQHook("rabbitmq_default").get_conn()
-spark = RbakSparkSubmitHook(conn_id="spark_default")._connection
+spark = stored_connection("spark_default")
 storage = parse_storage_url(bag.dags["rbak_backup"].params["storage_url"])
 print(json.dumps({
     "errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dags),
     "defaults": {d: bag.dags[d].params["storage_url"] for d in ("rbak_backup", "rbak_verify", "rbak_restore")},
     "schedule": str(bag.dags["rbak_backup"].schedule),
     "broker": [broker.host, broker.amqp_port, broker.management_base_url, broker.stream_port, broker.username],
-    "spark": [spark["master"], spark["deploy_mode"]],
+    "spark": [spark.host, spark.port, spark.extra_dejson.get("deploy-mode")],
     "storage": [storage.bucket, storage.endpoint, storage.path_style, storage.region],
 }))
 '''
@@ -106,6 +106,6 @@ def test_the_airflow_services_environment_points_the_unchanged_dags_at_the_stack
     assert set(facts["defaults"].values()) == {env["RBAK_STORAGE_URL"]}
     assert facts["schedule"] == "None"
     assert facts["broker"] == ["rabbitmq", 5672, "http://rabbitmq:15672", 5552, "rbak"]
-    assert facts["spark"] == ["spark://spark-master:7077", "client"]
+    assert facts["spark"] == ["spark://spark-master", 7077, "client"]
     assert facts["storage"] == ["rbak-backups", "http://minio:9000", True, "us-east-1"]
     assert parse_qs(urlsplit(env["RBAK_STORAGE_URL"]).query)["endpoint"] == ["http://minio:9000"]

@@ -3,7 +3,7 @@
 The layers of docs/architecture.md are import-linter contracts (``[tool.importlinter]`` in pyproject.toml), which
 ``lint-imports`` checks on the import graph, imports inside functions and indirect imports included: the layers,
 nothing outside the Airflow face imports Airflow, only the Spark jobs (``segments/jobs/``) import pyspark, the codec is pure, the
-broker clients never import the engines.
+broker clients never import the engines, and what Spark executors import needs no broker client.
 """
 
 from __future__ import annotations

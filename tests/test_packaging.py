@@ -27,7 +27,7 @@ PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 #: What makes Airflow (and PyPI's filters) see a provider.
 PROVIDER_CLASSIFIERS = {"Framework :: Apache Airflow", "Framework :: Apache Airflow :: Provider"}
 #: The scripts the Spark operators submit (``spark_package.job_script``), inside the package.
-SPARK_JOBS = ("encode_segments", "compact_segments", "verify_segments")
+SPARK_JOBS = ("backup_segments", "compact_segments", "verify_segments")
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,6 @@ from typing import Any
 from airflow_rbak import __version__
 from airflow_rbak.backup.chain import latest_with_stream
 from airflow_rbak.backup.chain_lock import ChainLock
-from airflow_rbak.backup.encode import encode_queue
 from airflow_rbak.backup.finalize import (
     finalize_backup,
     finish_backup,
@@ -44,7 +43,7 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.definitions import export_definitions
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.capture.checkpoints import CheckpointStore, queue_chunk_keys
+from airflow_rbak.capture.checkpoints import CheckpointStore
 from airflow_rbak.capture.queue_capture import CaptureOptions, CaptureResult, QueueCapture
 from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS, Facts, decide
 from airflow_rbak.capture.stream_capture import StreamCapture
@@ -54,6 +53,7 @@ from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGM
 from airflow_rbak.codec.layout import check_backup_id
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.segments.encode import EncodeSettings, QueueRef, encode_queue_here
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 
@@ -295,14 +295,13 @@ class BackupRun:
             checkpoints.close()
 
     def encode(self, info: QueueInfo, capture: CaptureResult | None = None) -> QueueBackup:
-        """Seal one queue's staging into final segments; stream offsets go into its manifest entry.
-
-        In process, for :meth:`run`; the DAG's encode task runs the same unit of work on Spark.
-        """
-        entry = QueueBackup(vhost=info.vhost, name=info.name, queue_type=info.queue_type)
-        keys = queue_chunk_keys(self.storage, self.settings.backup_id, info.vhost, info.name)
+        """Seal one queue's staging into final segments (the DAG's segment stages' encode, in this process);
+        stream offsets go into its manifest entry."""
+        ref = QueueRef(info.vhost, info.name, info.queue_type)
+        settings = EncodeSettings(self.settings.codec.name.lower(), self.settings.compression_level,
+                                  self.settings.segment_max_bytes, self.settings.segment_max_interval_ms)
         with self.holding():
-            encode_queue(self.storage, self.settings.backup_id, entry, self.settings.segment_writer(), keys)
+            entry, _, _ = encode_queue_here(self.storage, self.settings.backup_id, ref, settings)
         if capture is not None and info.queue_type == "stream":
             record_stream_offsets(entry, capture.first_offset, capture.last_offset, capture.consumer_offsets,
                                   capture.last_fingerprint)

@@ -1,56 +1,27 @@
 """AMQP 0-9-1 basic properties with the header table typed, and a BackupRecord's properties as pika's.
 
-A delivery becomes a record in ``capture/delivery_json.py`` (straight to the record's JSON).
+A delivery becomes a record at encode, from its staged property list (``codec/staged_records.py``), without pika.
 
 The properties are those of ``codec/properties.py``'s table; the header table
-is decoded and encoded by ``field_table.py``, never by pika (see
+is decoded and encoded by ``codec/field_table.py``, never by pika (see
 :class:`TypedBasicProperties`).
 """
 
 from __future__ import annotations
 
-import functools
 import struct
 from typing import Any
 
 from pika import spec
 
-from airflow_rbak.broker.field_table import (  # noqa: F401 - re-exported: the typed tables belong with the properties
-    BINARY_LONGSTR_TAG,
-    DECIMAL_TAG,
-    TYPE_TAG,
-    FieldTableError,
-    decimal_value,
-    decode_table,
-    decode_value,
-    encode_table,
-    encode_value,
-    plain_table,
-    plain_value,
-)
+from airflow_rbak.codec.field_table import FieldTableError, encode_table, plain_table
 from airflow_rbak.codec.headers import HeaderValue
-from airflow_rbak.codec.properties import OCTET, PIKA_NAMES, PROPERTIES, SHORT_STRING, TIMESTAMP
+from airflow_rbak.codec.properties import PIKA_NAMES
+from airflow_rbak.codec.property_list import decode_property_list
 
-_P = spec.BasicProperties
-_WIRE_KINDS = {SHORT_STRING: "s", OCTET: "o", TIMESTAMP: "T"}
-#: The basic property list in wire order (presence flags from high to low): (presence flag, attribute, wire type).
-#: ``s`` short string, ``o`` octet, ``T`` u64 timestamp, ``F`` field table.
-_PROPERTY_WIRE = tuple(sorted(
-    [(getattr(_P, f"FLAG_{p.pika_name.upper()}"), p.pika_name, _WIRE_KINDS[p.kind]) for p in PROPERTIES]
-    + [(_P.FLAG_HEADERS, "headers", "F")],
-    key=lambda wire: -wire[0],
-))
 _ABSENT = dict.fromkeys(PIKA_NAMES)
 #: What pika's ``__init__`` leaves without arguments (pika builds each incoming instance that way).
 _NO_ARGUMENTS = {**_ABSENT, "_plain_headers": None}
-
-
-@functools.lru_cache(maxsize=1024)
-def _present(flags: int) -> tuple[tuple[str, str], ...]:
-    """The (attribute, wire type) of each property a flag word announces, in wire order."""
-    return tuple((name, kind) for flag, name, kind in _PROPERTY_WIRE if flags & flag)
-_U16 = struct.Struct(">H")
-_U64 = struct.Struct(">Q")
 
 
 class TypedBasicProperties(spec.BasicProperties):
@@ -96,39 +67,13 @@ class TypedBasicProperties(spec.BasicProperties):
         self.__dict__["_plain_headers"] = value
 
     def decode(self, encoded: bytes, offset: int = 0) -> TypedBasicProperties:
-        """Decode a content header's property list in one pass (pika's values; the table typed, see above).
-
-        Short strings are ``str`` when UTF-8 and ``bytes`` otherwise, as pika gives them. This runs once per
-        delivered message, so it touches only the properties present.
-        """
-        (flags,) = _U16.unpack_from(encoded, offset)
-        if flags & 1:  # a continuation flag word: never sent for basic (14 properties fit in one)
-            super().decode(encoded, offset)
-            self.typed_headers = None
-            return self
-        values = self.__dict__
-        values.update(_ABSENT)
-        typed = None
-        pos = offset + 2
-        for name, kind in _present(flags):
-            if kind == "s":
-                end = pos + 1 + encoded[pos]
-                raw = encoded[pos + 1 : end]
-                try:
-                    values[name] = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    values[name] = bytes(raw)
-                pos = end
-            elif kind == "o":
-                values[name] = encoded[pos]
-                pos += 1
-            elif kind == "T":
-                (values[name],) = _U64.unpack_from(encoded, pos)
-                pos += 8
-            else:
-                typed, pos = decode_table(encoded, pos)
-        values["typed_headers"] = typed
-        values["_plain_headers"] = None if typed is None else _UNSET
+        """Decode a content header's property list in one pass (``codec/property_list.py``): pika's values, the
+        header table typed. Short strings are ``str`` when UTF-8 and ``bytes`` otherwise, as pika gives them."""
+        attributes = self.__dict__
+        attributes.update(_ABSENT)
+        typed = decode_property_list(memoryview(encoded)[offset:] if offset else encoded, attributes, PIKA_NAMES, bytes)
+        attributes["typed_headers"] = typed
+        attributes["_plain_headers"] = None if typed is None else _UNSET
         return self
 
     def encode(self) -> list[bytes]:
@@ -192,13 +137,6 @@ def _placeholder_table() -> bytes:
     key = b"__rbak__"
     body = bytes([len(key)]) + key + struct.pack(">ci", b"I", 0)
     return struct.pack(">I", len(body)) + body
-
-
-def property_text(value: Any) -> str | None:
-    """A short-string property as text (pika gives ``bytes`` when it is not UTF-8; the spec stores text)."""
-    if value is None or isinstance(value, str):
-        return value
-    return bytes(value).decode("utf-8", "replace")
 
 
 def headers_of(props: spec.BasicProperties) -> tuple[tuple[str, HeaderValue], ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from airflow_rbak.capture.checkpoints import QueueProgress
-from airflow_rbak.capture.message_identity import QUORUM_BROKER_HEADERS, fingerprint  # noqa: F401 - re-exported
+from airflow_rbak.capture.message_identity import fingerprint  # noqa: F401 - re-exported
 from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
 from airflow_rbak.codec.constants import Compression
 from airflow_rbak.exceptions import ConfigurationError

@@ -27,21 +27,18 @@ from dataclasses import replace
 import orjson
 import pika
 
-from airflow_rbak.capture.delivery_json import delivery_record_json
+from airflow_rbak.capture.staged_delivery import stage_delivery
 from airflow_rbak.codec.records import BackupRecord, decode_record, encode_record
-
-#: Broker-owned headers that are state, not part of the published message: a quorum queue's delivery count...
-QUORUM_BROKER_HEADERS = frozenset({"x-delivery-count"})
-#: ... and the offset a stream adds to each delivery.
-STREAM_BROKER_HEADERS = frozenset({"x-stream-offset"})
+from airflow_rbak.codec.staged_records import DROPPED_HEADERS, STREAM_BROKER_HEADERS, read_staged
 
 
 def identity(
     method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes, drop_headers: frozenset[str]
 ) -> BackupRecord:
     """A delivery's record as the capture stores it, without its delivery state; ``drop_headers`` are the
-    broker-owned headers the capture drops. Built once per staged chunk or stream mark, not per message."""
-    stored = delivery_record_json(method, props, body, queue="", vhost="", backed_up_at=0, drop_headers=drop_headers)
+    broker-owned headers the capture drops (one of ``DROPPED_HEADERS``). Built once per staged chunk or stream
+    mark, not per message: staged and read as encode reads it, so it is the record a segment holds."""
+    stored, _ = read_staged(stage_delivery(method, props, body, 0, DROPPED_HEADERS.index(drop_headers)), "", "")
     return without_delivery_state(decode_record(stored))
 
 

@@ -43,7 +43,6 @@ from airflow_rbak.broker.errors import QueueNotFoundError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.capture.capture_options import (  # noqa: F401 - the capture's public names, re-exported
     MAX_PREFETCH,
-    QUORUM_BROKER_HEADERS,
     CaptureOptions,
     CaptureResult,
     fingerprint,

@@ -20,10 +20,11 @@ from airflow_rbak.capture.capture_limits import Deadline, drained_by_others, man
 from airflow_rbak.capture.capture_options import CaptureResult
 from airflow_rbak.capture.checkpoints import QueueProgress
 from airflow_rbak.capture.errors import CaptureIntegrityError, CaptureStalledError, ConsumerTimeoutError, DeliveryLimitRiskError
-from airflow_rbak.capture.message_identity import QUORUM_BROKER_HEADERS, fingerprint, identity
+from airflow_rbak.capture.message_identity import fingerprint, identity
 from airflow_rbak.capture.queue_features import CaptureMethod, QueueDecision, consumer_timeout_ms
-from airflow_rbak.capture.staged_delivery import DROPPED_HEADERS, stage_delivery
+from airflow_rbak.capture.staged_delivery import stage_delivery
 from airflow_rbak.capture.staging import StagedChunk, StagingWriter
+from airflow_rbak.codec.staged_records import DROPPED_HEADERS, QUORUM_BROKER_HEADERS
 from airflow_rbak.display import package_logger
 
 if TYPE_CHECKING:

@@ -170,9 +170,11 @@ class HeaderValue:
         return _trusted(kind, value)
 
 
-def headers_to_json(headers: tuple[tuple[str, HeaderValue], ...]) -> list[list[Any]]:
-    """Serialise a header table as the spec's array of ``[key, value]`` pairs."""
-    return [[k, v.to_json()] for k, v in headers]
+def headers_to_json(
+    headers: tuple[tuple[str, HeaderValue], ...], leave_out: frozenset[str] = frozenset()
+) -> list[list[Any]]:
+    """Serialise a header table as the spec's array of ``[key, value]`` pairs, without the keys in ``leave_out``."""
+    return [[k, v.to_json()] for k, v in headers if k not in leave_out]
 
 
 def headers_from_json(data: Any) -> tuple[tuple[str, HeaderValue], ...]:

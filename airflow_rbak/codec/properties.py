@@ -4,9 +4,9 @@
 beside the properties, typed (``codec.headers``). Everything that lists the
 properties takes them from :data:`PROPERTIES`: ``BackupProperties`` and its
 JSON (``records.py``, which checks its fields against this table on import),
-the pika conversions (``broker/amqp_types.py``, ``capture/delivery_json.py``),
-the publish fast path (``restore/wire.py``) and the C reader and writer
-(``_speedups``, given the table by ``records.py`` on import).
+the pika conversions (``broker/amqp_types.py``), the property list's decoder
+(``property_list.py``), the publish fast path (``restore/wire.py``) and the C
+reader and writer (``_speedups``, given the table by ``records.py`` on import).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ if getattr(_speedups, "API_VERSION", None) != 5:  # pragma: no cover - built fro
     _speedups = None
 #: The accelerator's body-array writer and reader (None without it): ``format_byte_array(body)`` is the JSON array,
 #: ``parse_byte_array(data, offset)`` the bytes of the array at ``offset`` and the offset after it.
-format_byte_array: Callable[[bytes], bytes] | None = getattr(_speedups, "format_byte_array", None)
+format_byte_array: Callable[[bytes | memoryview], bytes] | None = getattr(_speedups, "format_byte_array", None)
 parse_byte_array: Callable[[bytes | memoryview, int], tuple[bytes, int]] | None = getattr(_speedups, "parse_byte_array", None)
 
 _PROPERTY_TYPES = tuple(str if p.kind == SHORT_STRING else int for p in PROPERTIES)
@@ -119,7 +119,7 @@ class BackupRecord:
 
 
 def record_object(
-    body: bytes, properties: dict[str, Any], headers: list[list[Any]], exchange: str, routing_key: str,
+    body: bytes | memoryview, properties: dict[str, Any], headers: list[list[Any]], exchange: str, routing_key: str,
     delivery_tag: int, redelivered: bool, backed_up_at: int, source_queue: str, source_vhost: str,
 ) -> dict[str, Any]:
     """A record's JSON object from its parts already in JSON form; for :func:`encode_record_object`.
@@ -166,7 +166,7 @@ def _build(cls: type[T], setters: tuple[_Setter, ...], values: Iterable[Any]) ->
     return obj
 
 
-def _body_json(body: bytes) -> Any:
+def _body_json(body: bytes | memoryview) -> Any:
     """The body array for orjson: written by the C accelerator, or by orjson from a uint8 view (no Python int per
     byte); the bytes are the same."""
     if format_byte_array is not None:

@@ -1,12 +1,16 @@
-"""SparkSubmitHook for the RBAK jobs: ``local[*]`` when no Spark connection exists, and the right Python.
+"""SparkSubmitHook for the RBAK jobs, built from the provider's documented arguments only.
 
-The provider's hook falls back to ``yarn`` when its connection is missing; a
-backup tool should run out of the box, so this one falls back to a local
-master. For a local master it also runs ``spark-submit`` and its Python
-workers with the interpreter Airflow runs on (and its ``bin/`` first on
-``PATH``), which is where ``airflow_rbak``'s dependencies are installed. For
-any other master it ships an environment archive (:mod:`airflow_rbak.segments.shipping`)
-that executors run, so they need nothing but Python and Spark.
+The provider's hook falls back to ``yarn`` when its connection is missing; a backup tool should run out of the
+box, so :class:`RbakSparkSubmitHook` falls back to a local master. :func:`submit_hook` completes the spark-submit
+options for the master before it builds the hook. With a local master, ``spark-submit`` and its Python workers run
+the interpreter Airflow runs on (its ``bin/`` first on ``PATH``), where ``airflow_rbak``'s dependencies are
+installed. With any other master, executors run a shipped environment archive
+(:mod:`airflow_rbak.segments.shipping`), so they need nothing but Python and Spark, and they get the task's storage
+credentials from a private properties file, never from a command line.
+
+Only the hook's constructor, ``submit``, ``on_kill`` and the ``get_connection`` it inherits from ``BaseHook`` are
+used (``tests/hooks/test_provider_surface.py`` holds that), so any provider release in the range of pyproject.toml
+works.
 """
 
 from __future__ import annotations
@@ -14,80 +18,129 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.providers.common.compat.sdk import AirflowNotFoundException
+from airflow.sdk import BaseHook, Connection
+from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_rbak.display import package_logger
 from airflow_rbak.segments.shipping import ENV_ALIAS
 from airflow_rbak.storage.credentials import STORAGE_ENV
 
 DEFAULT_MASTER = "local[*]"
 
-
-class RbakSparkSubmitHook(SparkSubmitHook):
-    """SparkSubmitHook with a local default master and a local Python environment for local masters."""
-
-    def __init__(self, *args: Any, default_master: str = DEFAULT_MASTER,
-                 executor_env: Callable[[], str] | None = None, **kwargs: Any) -> None:
-        self._default_master = default_master
-        super().__init__(*args, **kwargs)
-        if self._connection["master"].startswith("local"):
-            self._env_vars = {**local_python_env(), **(self._env_vars or {})}
-        else:
-            if executor_env is not None:
-                self._ship_executor_env(executor_env())
-            self._executor_credentials = storage_environment()
-
-    def _ship_executor_env(self, archive: str) -> None:
-        """Executors of a cluster run the Python of the archive (``spark_env``); the driver runs here, on this one."""
-        self._archives = ",".join(filter(None, [self._archives, f"{archive}#{ENV_ALIAS}"]))
-        self._conf = {**(self._conf or {}), "spark.pyspark.python": f"./{ENV_ALIAS}/bin/python",
-                      "spark.pyspark.driver.python": sys.executable}
-
-    def submit(self, application: str = "", **kwargs: Any) -> str | None:
-        """Submit; executors of a cluster get this task's storage credentials from a private properties file.
-
-        Remote executors do not inherit the task's environment, and ``--conf`` would put the secret on a command
-        line, so ``spark.executorEnv.AWS_*`` (``AZURE_STORAGE_*``, ``RBAK_GCS_KEYFILE_JSON``) go in a file only this
-        user can read, removed when the job ends (Spark redacts their values in its UI and logs by its
-        ``spark.redaction.regex``, which is widened to name the Azure and Google variables unless yours is set).
-        """
-        credentials = getattr(self, "_executor_credentials", None)
-        if not credentials:
-            return super().submit(application, **kwargs)
-        given = self._properties_file
-        fd, path = tempfile.mkstemp(prefix="rbak-spark-", suffix=".conf")  # mode 0600
-        try:
-            with os.fdopen(fd, "w") as handle:
-                base = _base_properties(given)
-                handle.write(base)
-                if "spark.redaction.regex" not in base and "spark.redaction.regex" not in (self._conf or {}):
-                    handle.write(f"spark.redaction.regex {REDACTION_REGEX}\n")
-                handle.writelines(f"spark.executorEnv.{name} {_property_value(value)}\n"
-                                  for name, value in credentials.items())
-            self._properties_file = path
-            return super().submit(application, **kwargs)
-        finally:
-            self._properties_file = given
-            os.unlink(path)
-
-    def _resolve_connection(self) -> dict[str, Any]:
-        try:
-            self.get_connection(self._conn_id)
-            found = True
-        except AirflowNotFoundException:
-            found = False
-        connection = super()._resolve_connection()
-        if not found:
-            self.log.info("No connection %r: using master %s", self._conn_id, self._default_master)
-            connection["master"] = self._default_master
-        return connection
-
-
 #: Spark's default redaction pattern, and the storage variables whose names it does not catch.
 REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|AZURE_STORAGE_|RBAK_GCS_KEYFILE"
+
+log = package_logger(__name__)
+
+
+class RbakSparkSubmitHook(SparkSubmitHook):
+    """SparkSubmitHook whose missing connection means ``default_master`` (``local[*]``) rather than ``yarn``.
+
+    Every other argument is the provider's own (``conf``, ``py_files``, ``archives``, ``env_vars``,
+    ``properties_file``, ``application_args``, executor settings...).
+    """
+
+    def __init__(self, *, default_master: str = DEFAULT_MASTER, **kwargs: Any) -> None:
+        self.default_master = default_master
+        super().__init__(**kwargs)
+
+    # An instance method (BaseHook's is a classmethod), so that each hook falls back to its own master: the
+    # provider's hook looks its connection up through ``self`` (on construction, and for YARN's status).
+    def get_connection(self, conn_id: str) -> Connection:  # type: ignore[override]
+        """The stored connection ``conn_id``, else a ``spark`` connection to :attr:`default_master`."""
+        return stored_connection(conn_id) or local_connection(conn_id, self.default_master)
+
+
+def stored_connection(conn_id: str) -> Connection | None:
+    """The connection ``conn_id`` as Airflow has it (environment, secrets backend or database); None if none."""
+    try:
+        return BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+
+
+def local_connection(conn_id: str, master: str) -> Connection:
+    """An unstored ``spark`` connection to ``master``: what the hook reads when ``conn_id`` does not exist."""
+    return Connection(conn_id=conn_id, conn_type="spark", host=master)
+
+
+@contextmanager
+def submit_hook(conn_id: str, options: Mapping[str, Any], *, default_master: str = DEFAULT_MASTER,
+                executor_env: Callable[[], str] | None = None) -> Iterator[RbakSparkSubmitHook]:
+    """A hook for one submit to ``conn_id``'s master, with ``options`` (the hook's arguments) completed for it.
+
+    Local master: ``env_vars`` run spark-submit and its workers on this interpreter. Any other master: the archive
+    ``executor_env()`` builds (if given) becomes the executors' Python, and this task's storage credentials go to
+    them in a private properties file that is removed when the block ends.
+    """
+    connection = stored_connection(conn_id)
+    if connection is None:
+        log.info("No connection %r: Spark master %s", conn_id, default_master)
+    if ((connection.host if connection else default_master) or "").startswith("local"):
+        settings, credentials = local_options(options), {}
+    else:
+        settings = cluster_options(options, executor_env() if executor_env is not None else None)
+        credentials = storage_environment()
+    with credentials_properties_file(settings.get("properties_file"), settings.get("conf") or {}, credentials) as path:
+        yield RbakSparkSubmitHook(conn_id=conn_id, default_master=default_master, **{**settings, "properties_file": path})
+
+
+def local_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with spark-submit and its Python workers on this interpreter (``env_vars`` given win)."""
+    return {**options, "env_vars": {**local_python_env(), **(options.get("env_vars") or {})}}
+
+
+def cluster_options(options: Mapping[str, Any], archive: str | None) -> dict[str, Any]:
+    """``options`` with executors on the Python of the environment ``archive``; the driver runs here, on this one.
+
+    No archive (the cluster has ``airflow_rbak`` installed): ``options`` unchanged.
+    """
+    if archive is None:
+        return dict(options)
+    archives = ",".join(filter(None, [options.get("archives"), f"{archive}#{ENV_ALIAS}"]))
+    conf = {**(options.get("conf") or {}), "spark.pyspark.python": f"./{ENV_ALIAS}/bin/python",
+            "spark.pyspark.driver.python": sys.executable}
+    return {**options, "archives": archives, "conf": conf}
+
+
+@contextmanager
+def credentials_properties_file(given: str | None, conf: Mapping[str, Any],
+                                credentials: Mapping[str, str]) -> Iterator[str | None]:
+    """The properties file to submit with: ``given``, or with ``credentials`` a private copy that adds them.
+
+    Remote executors do not inherit the task's environment, and ``--conf`` would put the secret on a command line,
+    so ``spark.executorEnv.AWS_*`` (``AZURE_STORAGE_*``, ``RBAK_GCS_KEYFILE_JSON``) go in a file only this user can
+    read, removed when the block ends. ``--properties-file`` replaces ``spark-defaults.conf``, so the copy starts
+    with the given file, else that one.
+    """
+    if not credentials:
+        yield given
+        return
+    fd, path = tempfile.mkstemp(prefix="rbak-spark-", suffix=".conf")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(executor_properties(_base_properties(given), conf, credentials))
+        yield path
+    finally:
+        os.unlink(path)
+
+
+def executor_properties(base: str, conf: Mapping[str, Any], credentials: Mapping[str, str]) -> str:
+    """``base`` plus each credential as ``spark.executorEnv.NAME``, and the redaction pattern unless one is set.
+
+    Spark redacts the values in its UI and logs by ``spark.redaction.regex``, widened here to name the Azure and
+    Google variables.
+    """
+    lines = [base]
+    if "spark.redaction.regex" not in base and "spark.redaction.regex" not in conf:
+        lines.append(f"spark.redaction.regex {REDACTION_REGEX}\n")
+    lines += [f"spark.executorEnv.{name} {_property_value(value)}\n" for name, value in credentials.items()]
+    return "".join(lines)
 
 
 def _property_value(value: str) -> str:

@@ -29,6 +29,8 @@ from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.links import RabbitMQQueueLink, queue_url
 from airflow_rbak.operators import metrics
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
+from airflow_rbak.segments import stages
+from airflow_rbak.segments.encode import QueueRef
 from airflow_rbak.settings import progress_interval_s
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
@@ -153,15 +155,20 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
     """
 
     template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "queue_info", "compression",
-                                      "allow_delivery_count_increase", "on_unsafe_queue", "consumer_timeout_ms", "streams")
+                                      "allow_delivery_count_increase", "on_unsafe_queue", "consumer_timeout_ms", "streams",
+                                      "segment_settings")
     operator_extra_links = (RabbitMQQueueLink(),)
 
     def __init__(self, *, queue_info: dict[str, Any] | list[dict[str, Any]], compression: str = "zstd",
                  allow_delivery_count_increase: bool = False, on_unsafe_queue: str = "skip",
                  consumer_timeout_ms: int = DEFAULT_CONSUMER_TIMEOUT_MS, streams: str = "incremental",
-                 progress_interval: float | None = None, **kwargs: Any) -> None:
+                 progress_interval: float | None = None, segment_settings: dict[str, Any] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.queue_info, self.compression, self.streams = queue_info, compression, streams
+        #: The DAG's segment settings: when given, a queue small enough is encoded and verified here, right after
+        #: its capture (:func:`airflow_rbak.segments.stages.encode_captured`); None leaves every queue to the step.
+        self.segment_settings = segment_settings
         self.allow_delivery_count_increase = allow_delivery_count_increase
         self.progress_interval = progress_interval if progress_interval is not None else progress_interval_s()
         self.on_unsafe_queue, self.consumer_timeout_ms = on_unsafe_queue, consumer_timeout_ms
@@ -173,14 +180,28 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
         run = self.backup_run(context, compression=self.compression, incremental_streams=str(self.streams) == "incremental",
                               allow_delivery_count_increase=bool(self.allow_delivery_count_increase),
                               on_unsafe_queue=str(self.on_unsafe_queue), consumer_timeout_ms=int(self.consumer_timeout_ms))
+        given = self.segment_settings
+        segments = run_step("segment settings", lambda: stages.settings_from(given)) if given is not None else None
         if isinstance(self.queue_info, Mapping):
-            return self.capture(run, QueueInfo(**self.queue_info))
-        return [self.capture(run, QueueInfo(**q)) for q in self.queue_info]
+            return self.capture(run, QueueInfo(**self.queue_info), segments)
+        return [self.capture(run, QueueInfo(**q), segments) for q in self.queue_info]
 
-    def capture(self, run: BackupRun, info: QueueInfo) -> dict[str, Any]:
-        """One queue's capture, with its progress logged; the task's link shows the first queue of a group."""
+    def capture(self, run: BackupRun, info: QueueInfo,
+                segments: tuple[stages.SegmentWork, stages.Placement] | None = None) -> dict[str, Any]:
+        """One queue's capture, with its progress logged, then its segments when they are made here; the task's
+        link shows the first queue of a group."""
         self.rbak_queue_url = self.rbak_queue_url or queue_url(run.connection.management_base_url, info.vhost, info.name)
         result = asdict(run_step(f"capture of queue {info.name!r} in vhost {info.vhost!r}",
                                  lambda: run.capture(info, progress_every=self.progress_interval)))
         metrics.captured(result)
+        if segments is not None and not result["left_out"]:
+            ref = QueueRef(info.vhost, info.name, info.queue_type)
+            done = run_step(f"encode of queue {info.name!r} in vhost {info.vhost!r}", lambda: stages.encode_captured(
+                str(self.storage_url), str(self.backup_id), ref, *segments))
+            if done is not None:
+                result["segments"] = done
+                log.info("encoded %s/%s here: %d segments, %.1f MB in %.1fs; verify %s %s in %.1fs", info.vhost,
+                         info.name, done["segments"], done["bytes"] / 1e6, done["seconds"], done["verify"]["mode"],
+                         "ok" if done["verify"]["ok"] else "found defects (the segment step encodes it again)",
+                         done["verify"]["seconds"])
         return result

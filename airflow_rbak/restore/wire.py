@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 
 from airflow_rbak.broker.amqp_types import TypedBasicProperties
-from airflow_rbak.broker.field_table import encode_json_table
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
+from airflow_rbak.codec.field_table import encode_json_table
 from airflow_rbak.codec.properties import PIKA_NAMES, PROPERTY_NAMES
 from airflow_rbak.codec.segment import decode_payload, iter_payload
 

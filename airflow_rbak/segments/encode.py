@@ -12,8 +12,8 @@ its own records. That makes two passes enough:
 2. write: a prefix sum over those counts gives each range its first sequence
    number; each range then writes ``segment-{first+i}`` for its segments.
 
-A queue of one range (most queues) skips pass 1 and is encoded exactly as
-:func:`airflow_rbak.backup.encode.encode_queue` would encode it. The result
+A queue of one range (most queues) skips pass 1; in one process,
+:func:`encode_queue_here` writes the ranges one after another, to the same keys and bytes. The result
 depends on the staging and the settings only, never on the cluster, so a
 re-run writes the same keys and bytes; a segment already stored with the
 same bytes is left untouched, and segments a previous run with other
@@ -41,10 +41,13 @@ from airflow_rbak.codec.layout import (
     check_backup_id,
     checkpoint_dir_key,
     decode_name,
+    encode_name,
     is_shortened,
     parse_segment_key,
     queue_prefix,
     segment_key,
+    staging_prefix,
+    vhost_dir,
     vhost_from_dir,
 )
 from airflow_rbak.codec.manifest import QUEUE_TYPES
@@ -140,6 +143,29 @@ def discover_staging(storage: Storage, backup_id: str) -> dict[tuple[str, str], 
     return found
 
 
+def queue_staging(storage: Storage, backup_id: str, vhost: str, queue: str) -> list[ObjectInfo]:
+    """One queue's staged chunks that its capture checkpoint accounts for, in capture order."""
+    chunks = [i for i in storage.list(staging_prefix(backup_id, vhost, queue)) if i.key.rsplit("/", 1)[-1].startswith("chunk-")]
+    accounted = set(accounted_chunk_keys(storage, backup_id, vhost_dir(vhost), encode_name(queue), [c.key for c in chunks]))
+    return sorted((c for c in chunks if c.key in accounted), key=lambda c: c.key)
+
+
+def encode_queue_here(
+    storage: Storage, backup_id: str, ref: QueueRef, settings: EncodeSettings
+) -> tuple[QueueBackup, list[RangeResult], list[str]]:
+    """Encode one queue in this process, range after range, into exactly the keys and bytes the Spark passes
+    write (each range starts where the one before it ended, so no counting pass is needed); returns its
+    manifest entry, its ranges' results and the stale segments it removed."""
+    ranges = plan_ranges(ref.vhost, ref.name, queue_staging(storage, backup_id, ref.vhost, ref.name), settings.range_bytes)
+    results: list[RangeResult] = []
+    following = 1
+    for rng in ranges:
+        results.append(write_range(storage, backup_id, rng, following, settings))
+        following += len(results[-1].segments)
+    entry = assemble_queue(ref, results)
+    return entry, results, remove_stale_segments(storage, backup_id, entry)
+
+
 def _staged_names(storage: Storage, backup_id: str, vhost_part: str, queue_part: str) -> tuple[str, str]:
     """A staging folder's vhost and queue: decoded, or, for a shortened long name, read from its capture checkpoint
     (which accounts for the chunks, so it is there)."""
@@ -210,8 +236,14 @@ def first_sequences(ranges: list[StagingRange], counts: dict[tuple[str, str, int
 def encode_range(
     storage_url: str, backup_id: str, rng: StagingRange, first_sequence: int, settings: EncodeSettings
 ) -> RangeResult:
-    """Pass 2: seal a range's records into segments numbered from ``first_sequence`` and store them."""
-    storage = open_storage(storage_url)
+    """Pass 2, as a Spark task: :func:`write_range` on storage opened from its URL."""
+    return write_range(open_storage(storage_url), backup_id, rng, first_sequence, settings)
+
+
+def write_range(
+    storage: Storage, backup_id: str, rng: StagingRange, first_sequence: int, settings: EncodeSettings
+) -> RangeResult:
+    """Seal a range's records into segments numbered from ``first_sequence`` and store them."""
     writer = settings.writer()
     result = RangeResult(rng.vhost, rng.queue, rng.index)
     for segment in _sealed(writer, iter_staged_json(storage, list(rng.chunk_keys), rng.vhost, rng.queue)):

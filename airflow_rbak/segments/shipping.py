@@ -1,17 +1,17 @@
-"""What a Spark application needs shipped: ``airflow_rbak`` as a zip for ``py_files``, and for cluster executors an
-environment archive with the codec's dependencies, each built once per version of its sources.
+"""What a Spark application on a cluster needs shipped: an environment archive of ``airflow_rbak`` (only what the
+jobs import, with its C accelerator) and the codec's dependencies, built once per version of its sources.
 
-Executors need the codec; shipping the package with each submit means a
-cluster does not have to have it installed (and runs the same code as the
-Airflow worker). The zip is cached under a name derived from the sources'
-hash, so it is rebuilt only when the code changes, and it is written to a
-temp file and renamed so concurrent tasks never read half a zip. Only the
-package's own Python files go in; for cluster masters the archive below
-ships the dependencies and the C accelerator as an environment archive.
+A local master runs the jobs with this interpreter, where the package is installed, so nothing is shipped. A
+cluster's executors get the archive through ``spark.archives`` (a package zip in ``py_files`` would come first
+on their path and hide the accelerator); it holds only :func:`executor_modules` (not the broker clients, the
+Airflow face, the command line, the UI or the restore). It is cached under a name derived from the sources'
+hash and the dependencies' versions, and written to a temp file and renamed, so concurrent tasks never read half
+of one.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import io
 import os
@@ -19,7 +19,6 @@ import re
 import sys
 import tarfile
 import tempfile
-import zipfile
 from collections.abc import Callable
 from importlib.metadata import Distribution, PackageNotFoundError, distribution
 from pathlib import Path
@@ -28,8 +27,6 @@ from typing import BinaryIO
 import airflow_rbak
 
 CACHE_ENV = "RBAK_SPARK_PACKAGE_DIR"
-# A fixed timestamp keeps the zip's bytes a function of the sources alone.
-_ZIP_TIME = (2020, 1, 1, 0, 0, 0)
 
 
 def package_root() -> Path:
@@ -47,6 +44,41 @@ def default_cache_dir() -> Path:
 
 def _sources(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def executor_modules(root: Path | None = None) -> list[Path]:
+    """The package's files executors import, sorted: every module the jobs (``segments/jobs/``) import of
+    ``airflow_rbak``, directly or through each other, imports inside functions included, with the ``__init__`` of
+    each package on the way and the C accelerator beside the codec. The "executor-closure" import-linter contract
+    holds pika and the broker modules out of it."""
+    root = root or package_root()
+    found: set[Path] = set()
+    pending = [f"airflow_rbak.segments.jobs.{p.stem}" for p in (root / "segments" / "jobs").glob("*.py")]
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")[1:]
+        pending.extend(".".join(["airflow_rbak", *parts[:n]]) for n in range(len(parts)))  # the packages above it
+        module = root.joinpath(*parts)
+        files = [f for f in (module / "__init__.py", module.with_suffix(".py")) if f.is_file()]
+        found.update(files, module.parent.glob(f"{module.name}.*.so"))  # an extension module (the accelerator)
+        for file in files:
+            pending.extend(_imported(ast.parse(file.read_bytes())))
+    return sorted(found)
+
+
+def _imported(tree: ast.AST) -> list[str]:
+    """Every ``airflow_rbak`` module an import in ``tree`` may name (``from a import b``: ``a`` and ``a.b``)."""
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+    return [n for n in names if n == "airflow_rbak" or n.startswith("airflow_rbak.")]
 
 
 def sources_digest(root: Path | None = None) -> str:
@@ -76,22 +108,8 @@ def cached_build(target: Path, write: Callable[[BinaryIO], None]) -> str:
     return str(target)
 
 
-def build_package_zip(cache_dir: str | os.PathLike[str] | None = None) -> str:
-    """Return the path of a zip of ``airflow_rbak`` for ``--py-files``, building it if needed."""
-    root = package_root()
-    directory = Path(cache_dir) if cache_dir else default_cache_dir()
-
-    def write(handle: BinaryIO) -> None:
-        with zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as archive:
-            for path in _sources(root):
-                name = f"airflow_rbak/{path.relative_to(root).as_posix()}"
-                archive.writestr(zipfile.ZipInfo(name, _ZIP_TIME), path.read_bytes(), zipfile.ZIP_DEFLATED)
-
-    return cached_build(directory / f"airflow_rbak-{airflow_rbak.__version__}-{sources_digest(root)}.zip", write)
-
-
 def job_script(job: str) -> str:
-    """Path of a job script inside the package (``encode_segments``, ``compact_segments``, ``verify_segments``)."""
+    """Path of a job script inside the package (``backup_segments``, ``compact_segments``, ``verify_segments``)."""
     path = package_root() / "segments" / "jobs" / f"{job}.py"
     if not path.is_file():
         raise FileNotFoundError(f"no Spark job {job!r} at {path}")
@@ -111,8 +129,7 @@ def job_script(job: str) -> str:
 # an archive.
 
 #: The distributions the Spark jobs import on executors; their own requirements (without extras) come along.
-#: pika: encode decodes each staged delivery's AMQP property list (``capture/staged_delivery.py``).
-EXECUTOR_REQUIREMENTS = ("zstandard", "lz4", "orjson", "numpy", "boto3", "pika")
+EXECUTOR_REQUIREMENTS = ("zstandard", "lz4", "orjson", "numpy", "boto3")
 #: The folder name executors unpack the archive under (``<archive>#<alias>``).
 ENV_ALIAS = "rbakenv"
 _NAME_RE = re.compile(r"^([A-Za-z0-9_.\-]+)")
@@ -172,9 +189,8 @@ def _write_env(archive: tarfile.TarFile, dists: list[Distribution]) -> None:
             if source.is_file():
                 archive.add(source, f"{site}/{file.as_posix()}", recursive=False)
     root = package_root()
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".so"):
-            archive.add(path, f"{site}/airflow_rbak/{path.relative_to(root).as_posix()}", recursive=False)
+    for path in executor_modules(root):
+        archive.add(path, f"{site}/airflow_rbak/{path.relative_to(root).as_posix()}", recursive=False)
 
 
 def _add_bytes(archive: tarfile.TarFile, name: str, data: bytes) -> None:

@@ -6,11 +6,12 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_rbak.backup.segment_check import check_segment
+from airflow_rbak.backup.segment_check import SegmentCheck, check_segment
 from airflow_rbak.codec import BackupManifest, SegmentMetadata
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage import open_storage
+from airflow_rbak.storage.base import ObjectNotFoundError
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,21 @@ def check_group(storage_url: str, items: list[VerifyItem], cap: int = DEFAULT_MA
     """Check each segment of a group (one task): one JSON result per segment."""
     storage = open_storage(storage_url)
     return [
-        check_segment(storage, item.vhost, item.queue, SegmentMetadata.from_json(item.segment), cap).to_json()
-        for item in items
+        check_segment(storage, item.vhost, item.queue, SegmentMetadata.from_json(item.segment), cap).to_json() for item in items
     ]
+
+
+def stat_group(storage_url: str, items: list[VerifyItem]) -> list[dict[str, Any]]:
+    """The quick check of each segment of a group: stored, at the size its entry lists."""
+    storage = open_storage(storage_url)
+    results = []
+    for item in items:
+        result = SegmentCheck(item.segment["key"], item.vhost, item.queue, int(item.segment["sequence"]))
+        try:
+            stored = storage.stat(result.key).size
+            if stored != item.size:
+                result.defects.append(f"size {stored}, manifest says {item.size}")
+        except ObjectNotFoundError:
+            result.defects.append("missing")
+        results.append(result.to_json())
+    return results

@@ -1,6 +1,6 @@
 """Reads the ``rbak_backup`` and ``rbak_verify`` runs from Airflow's metadata database (Airflow side).
 
-Three small queries (runs, their ``verify`` tasks, the XComs that name a resolved backup id) read
+Three small queries (runs, the tasks that verify, the XComs that name a resolved backup id) read
 every run of the two DAGs at once, newest first up to ``limit``; :class:`~airflow_rbak.ui.runs.RunIndex`
 then matches them to backups without Airflow.
 """
@@ -22,6 +22,12 @@ from airflow_rbak.ui.runs import BACKUP_DAG_ID, VERIFY_DAG_ID, BackupRun
 #: The XCom that names the backup a run chose itself: discover's summary, resolve_backup's return value.
 _RESOLVED = {BACKUP_DAG_ID: ("discover", "summary"), VERIFY_DAG_ID: ("resolve_backup", "return_value")}
 _KIND = {BACKUP_DAG_ID: "backup", VERIFY_DAG_ID: "verify"}
+#: The task whose end is a run's verify: the backup's encode task verifies what it wrote.
+_VERIFIES = {BACKUP_DAG_ID: "encode", VERIFY_DAG_ID: "verify"}
+
+
+def _verify_tasks(dag_id: Any, task_id: Any) -> Any:
+    return or_(*(and_(dag_id == dag, task_id == task) for dag, task in _VERIFIES.items()))
 
 
 def _ms(when: dt.datetime | None) -> int | None:
@@ -35,7 +41,7 @@ def _state(value: Any) -> str | None:
 def _xcoms(session: Session) -> dict[tuple[str, str, str], Any]:
     wanted = [and_(XComModel.dag_id == dag_id, XComModel.task_id == task, XComModel.key == key)
               for dag_id, (task, key) in _RESOLVED.items()]
-    wanted.append(and_(XComModel.dag_id.in_(_KIND), XComModel.task_id == "verify", XComModel.key == "return_value"))
+    wanted.append(and_(_verify_tasks(XComModel.dag_id, XComModel.task_id), XComModel.key == "return_value"))
     rows = session.scalars(select(XComModel).where(or_(*wanted), XComModel.map_index == -1))
     return {(x.dag_id, x.run_id, x.task_id): XComModel.deserialize_value(x) for x in rows}
 
@@ -45,7 +51,7 @@ def load_backup_runs(session: Session, limit: int = 5000) -> list[BackupRun]:
     runs = session.scalars(select(DagRun).where(DagRun.dag_id.in_(_KIND)).order_by(DagRun.id.desc()).limit(limit)).all()
     verify_tis = {(t.dag_id, t.run_id): t for t in session.execute(
         select(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.state, TaskInstance.end_date)
-        .where(TaskInstance.dag_id.in_(_KIND), TaskInstance.task_id == "verify", TaskInstance.map_index == -1))}
+        .where(_verify_tasks(TaskInstance.dag_id, TaskInstance.task_id), TaskInstance.map_index == -1))}
     xcoms = _xcoms(session)
     default_url = ui_storage_urls()[0]  # as configured: never raises, unlike default_storage_url()
     found = []
@@ -55,7 +61,9 @@ def load_backup_runs(session: Session, limit: int = 5000) -> list[BackupRun]:
         if not backup_id:
             continue  # still queued without an id of its own: nothing to show yet
         ti = verify_tis.get((run.dag_id, run.run_id))
-        verified = xcoms.get((run.dag_id, run.run_id, "verify"))
+        verified = xcoms.get((run.dag_id, run.run_id, _VERIFIES[run.dag_id]))
+        if isinstance(verified, dict) and isinstance(verified.get("verify"), dict):
+            verified = verified["verify"]  # the encode task's summary holds its verify's
         verify_state = _state(ti.state) if ti is not None else None
         if isinstance(verified, dict) and verified.get("mode") == "none":
             verify_state = None  # verify: none checks nothing

@@ -25,7 +25,8 @@ FINISHED = ("success", "failed", "upstream_failed", "skipped")
 class BackupRun:
     """One DAG run of ``rbak_backup`` (kind ``backup``) or ``rbak_verify`` (kind ``verify``) for one backup.
 
-    ``verify_state``/``verify_at`` are its ``verify`` task's state and end (ms since the epoch); a
+    ``verify_state``/``verify_at`` are the state and end (ms since the epoch) of the task that verified (the
+    backup's ``encode``, ``rbak_verify``'s ``verify``); a
     backup run with ``verify: none`` verifies nothing and carries ``verify_state`` None.
     """
 

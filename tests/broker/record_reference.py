@@ -1,10 +1,10 @@
 """Typed references for the fast paths: a delivery as a BackupRecord, and a record as pika properties, field by field.
 
-The capture writes each delivery's record JSON straight from pika's objects
-(``capture/delivery_json.py``) and the restore writes each record's content
+Encode reads each staged delivery straight into its record JSON
+(``codec/staged_records.py``) and the restore writes each record's content
 header straight from its JSON form (``restore/wire.py``). The tests hold both
-equal to what is built here (``tests/capture/test_delivery_json.py``,
-``tests/restore/test_wire.py``), a second way that shares none of their code.
+equal to what is built here (``tests/capture/test_staged_delivery.py``,
+``tests/restore/test_wire.py``), a second way that shares none of their JSON code.
 """
 
 from __future__ import annotations
@@ -13,12 +13,17 @@ import operator
 
 from pika import spec
 
-from airflow_rbak.broker.amqp_types import TypedBasicProperties, headers_of, property_text
+from airflow_rbak.broker.amqp_types import TypedBasicProperties, headers_of
 from airflow_rbak.codec.properties import PIKA_NAMES, PROPERTIES, PROPERTY_NAMES, SHORT_STRING
 from airflow_rbak.codec.records import BackupProperties, BackupRecord
 
 _PIKA_VALUES = operator.attrgetter(*PIKA_NAMES)
 _RECORD_VALUES = operator.attrgetter(*PROPERTY_NAMES)
+
+
+def property_text(value: str | bytes | None) -> str | None:
+    """A short-string property as text (pika gives ``bytes`` when it is not UTF-8; a record holds text)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def properties_to_backup(props: spec.BasicProperties) -> BackupProperties:

@@ -26,9 +26,10 @@ from airflow_rbak.broker.pika_connection import (
     blocking_connection,
     decode_frame,
 )
+from airflow_rbak.codec.field_table import decimal_value
 from airflow_rbak.codec.headers import HeaderValue as H
 
-HEADERS = (("n", H.short(5)), ("when", H.timestamp(2**63 + 5)), ("price", amqp_types.decimal_value(2, 1999)))
+HEADERS = (("n", H.short(5)), ("when", H.timestamp(2**63 + 5)), ("price", decimal_value(2, 1999)))
 
 
 def test_pika_still_decodes_its_buffer_through_read_frame():

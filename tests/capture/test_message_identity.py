@@ -12,14 +12,13 @@ import pytest
 
 from airflow_rbak.broker.amqp_types import TypedBasicProperties
 from airflow_rbak.capture.message_identity import (
-    QUORUM_BROKER_HEADERS,
-    STREAM_BROKER_HEADERS,
     fingerprint,
     identity,
     stream_delivery_fingerprint,
     stream_fingerprint,
 )
 from airflow_rbak.codec.headers import HeaderValue as H
+from airflow_rbak.codec.staged_records import QUORUM_BROKER_HEADERS, STREAM_BROKER_HEADERS
 
 REDELIVERED = pika.spec.Basic.Deliver(consumer_tag="c", delivery_tag=7, redelivered=True, exchange="orders",
                                       routing_key="order.created")

@@ -11,6 +11,7 @@ import pytest
 
 from airflow_rbak.broker import amqp_types
 from airflow_rbak.capture.errors import CaptureInterruptedError, DeliveryLimitRiskError, UnsafeQueueError
+from airflow_rbak.codec.field_table import encode_value
 from airflow_rbak.codec.records import decode_record
 from airflow_rbak.storage import open_storage
 from tests.broker.helpers import declare, depth, publish
@@ -139,8 +140,8 @@ def test_every_wire_type_survives(broker, vhost):
         ("V", "Void"), ("F", "Table"), ("A", "Array")]
     assert [got[k].value for k in ("b", "B", "s", "u", "I", "i", "l")] == [-5, 250, -300, 65000, -70000, 4_000_000_000, -(2**60)]
     assert struct.pack(">f", got["f"].value) == struct.pack(">f", 1.1) and got["d"].value == 2.5e-300
-    assert amqp_types.encode_value(got["D"]) == b"D" + struct.pack(">Bi", 3, -12345)
-    assert amqp_types.encode_value(got["Sbin"]) == b"S" + struct.pack(">I", 2) + b"\xff\x00"
+    assert encode_value(got["D"]) == b"D" + struct.pack(">Bi", 3, -12345)
+    assert encode_value(got["Sbin"]) == b"S" + struct.pack(">I", 2) + b"\xff\x00"
     assert got["S"].value == "\u20ac" and got["T"].value == 1_712_756_400
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import struct
 
 from hypothesis import strategies as st
 
@@ -68,3 +69,49 @@ def small_body_records(max_size: int = 20):
                   backed_up_at=st.integers(0, 2**53), source_queue=text, source_vhost=text),
         max_size=max_size,
     )
+
+
+# AMQP 0-9-1 field tables on the wire, one strategy per field type the broker or pika may send (every integer width
+# signed and unsigned, any float bit pattern, decimals, long strings that are not UTF-8, byte arrays, void), nested.
+def _sized(payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload)) + payload
+
+
+def _packed(tag: bytes, fmt: str, values: st.SearchStrategy) -> st.SearchStrategy:
+    return values.map(lambda v: tag + struct.pack(fmt, v))
+
+
+short_strings = st.one_of(text.map(str.encode), st.binary(max_size=40)).filter(lambda raw: len(raw) <= 255)
+wire_scalars = st.one_of(
+    _packed(b"t", ">B", u8),  # any byte: pika and RabbitMQ read all but 0 as true
+    _packed(b"b", ">b", st.integers(-(2**7), 2**7 - 1)),
+    _packed(b"B", ">B", u8),
+    *(_packed(tag, ">h", st.integers(-(2**15), 2**15 - 1)) for tag in (b"s", b"U")),
+    _packed(b"u", ">H", st.integers(0, 2**16 - 1)),
+    _packed(b"I", ">i", st.integers(-(2**31), 2**31 - 1)),
+    _packed(b"i", ">I", st.integers(0, 2**32 - 1)),
+    *(_packed(tag, ">q", i64) for tag in (b"l", b"L")),
+    st.binary(min_size=4, max_size=4).map(lambda bits: b"f" + bits),  # NaN payloads and infinities too
+    st.binary(min_size=8, max_size=8).map(lambda bits: b"d" + bits),
+    st.tuples(u8, st.integers(-(2**31), 2**31 - 1)).map(lambda d: b"D" + struct.pack(">Bi", *d)),
+    short_strings.map(lambda raw: b"S" + _sized(raw)),
+    st.binary(max_size=40).map(lambda raw: b"x" + _sized(raw)),
+    _packed(b"T", ">Q", st.integers(0, 2**64 - 1)),
+    st.just(b"V"),
+)
+
+
+def _field(key: bytes, value: bytes) -> bytes:
+    return bytes([len(key)]) + key + value
+
+
+wire_values = st.recursive(
+    wire_scalars,
+    lambda inner: st.one_of(
+        st.lists(st.tuples(short_strings, inner), max_size=4).map(lambda pairs: b"F" + _sized(b"".join(_field(*p) for p in pairs))),
+        st.lists(inner, max_size=4).map(lambda values: b"A" + _sized(b"".join(values))),
+    ),
+    max_leaves=16,
+)
+#: A header table as it comes over the wire, its u32 length first; keys may repeat, or not be UTF-8.
+wire_tables = st.lists(st.tuples(short_strings, wire_values), max_size=8).map(lambda pairs: _sized(b"".join(_field(*p) for p in pairs)))

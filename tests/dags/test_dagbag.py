@@ -24,7 +24,8 @@ seconds = time.monotonic() - started
 dag = bag.dags["rbak_backup"]
 errors = {}
 for name, value in [("compression", "brotli"), ("segment_max_bytes", -1), ("compression_level", 99),
-                    ("verify", "sometimes"), ("retention", {"keep_last": 0}), ("queue_types", ["lazy"])]:
+                    ("verify", "sometimes"), ("retention", {"keep_last": 0}), ("queue_types", ["lazy"]),
+                    ("segment_work", "gpu"), ("compact_below_bytes", 0)]:
     params = copy.deepcopy(dag.params)
     try:
         params[name] = value  # setting a value validates it
@@ -51,7 +52,7 @@ def test_the_dags_load_without_errors_or_network_calls_and_bad_params_are_reject
     assert facts["errors"] == {} and {"rbak_backup", "rbak_verify"} <= set(facts["dags"])
     assert facts["calls"] == []
     assert facts["seconds"] < 5
-    assert facts["tasks"] == ["discover", "export_definitions", "capture", "encode", "verify", "finalize"]
+    assert facts["tasks"] == ["discover", "export_definitions", "capture", "encode", "finalize"]
     assert facts["schedule"] == "@daily"
     rejected = facts["param_errors"]
     assert "'brotli' is not one of ['zstd', 'lz4', 'none']" in rejected["compression"]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 import time
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pika
@@ -57,11 +59,13 @@ def test_the_backup_dag_keeps_every_message_reports_its_work_and_leaves_the_queu
     env = airflow_env(airflow_home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(
         c.host, c.amqp_port, c.management_port, c.stream_port, login=secret_user.name, password=secret_user.password),
         **statsd.env())
-    # Deep verify (a spark-submit) on files; on S3 the quick check, which runs in the task (Spark verify on S3 is
-    # tests/spark_jobs/test_verify_segments.py's)
-    verify = "deep" if location.startswith("file:") else "quick"
+    # On files: every queue's segments on Spark, verified deeply there; on S3 the default placement, which keeps
+    # these small queues in their capture tasks, with the quick check. Spark writes an event log per application.
+    spark_apps = _spark_event_log(airflow_home)
+    placement, verify = ("spark", "deep") if location.startswith("file:") else ("auto", "quick")
+    env["SPARK_CONF_DIR"] = str(spark_apps.parent)
     conf = {"storage_url": location, "backup_id": "dag-1", "vhosts": [vhost], "segment_max_bytes": 65536,
-            "verify": verify, "retention": {"keep_last": 1}}
+            "verify": verify, "segment_work": placement, "retention": {"keep_last": 1}}
 
     # When the DAG runs
     done = dags_test(env, conf)
@@ -92,10 +96,22 @@ def test_the_backup_dag_keeps_every_message_reports_its_work_and_leaves_the_queu
     assert ManifestStore(storage).backup_ids() == ["dag-1", "old-incomplete"]
     facts = run_facts(env)
     _assert_reports(facts, storage.url, vhost, seeded_queues, manifest, verify)
+    # one Spark application for the whole backup when its work goes to Spark, none when it stays in process
+    assert len(list(spark_apps.iterdir())) == (1 if placement == "spark" else 0)
+    assert facts["xcom"]["encode[-1].return_value"]["ran"] == ["spark" if placement == "spark" else "process"]
     _assert_no_secrets(secret_user, done, facts, airflow_home, storage)
     _assert_metrics(statsd.received(), vhost, seeded_queues, manifest)
     if location.startswith("file:"):  # once is enough for the re-verify DAG (one more spark-submit)
         _assert_reverify(env, location)
+
+
+def _spark_event_log(airflow_home: Path) -> Path:
+    """A Spark configuration folder whose defaults log every application's events to a folder (returned)."""
+    conf = Path(tempfile.mkdtemp(prefix="spark-conf-", dir=airflow_home))
+    logs = conf / "events"
+    logs.mkdir()
+    (conf / "spark-defaults.conf").write_text(f"spark.eventLog.enabled true\nspark.eventLog.dir {logs.as_uri()}\n")
+    return logs
 
 
 def _assert_metrics(metrics: dict, vhost: str, counts: dict[str, int], manifest: BackupManifest) -> None:
@@ -144,10 +160,9 @@ def _assert_reports(facts: dict, safe_url: str, vhost: str, counts: dict[str, in
     captures = capture_results(x)
     assert {q: v["messages"] for q, v in captures.items()} == counts
     assert x["encode[-1].return_value"]["messages"] == sum(counts.values())
-    verified = x["verify[-1].return_value"]
-    assert verified["ok"] is True and verified["mode"] == verify
-    if verify == "deep":
-        assert verified["segments_failed"] == 0
+    verified = x["encode[-1].return_value"]["verify"]
+    assert verified["ok"] is True and verified["mode"] == verify and verified["segments_failed"] == 0
+    assert verified["segments_checked"] == manifest.total_segments > 0
     summary = x["finalize[-1].return_value"]
     assert summary["total_messages"] == manifest.total_messages == sum(counts.values())
     assert summary["retention_deleted"] == ["old-complete"]

@@ -104,7 +104,7 @@ def test_backup_and_restore_run_as_deployed_byte_exact(broker, vhost, spark_clus
 
         # When the backup DAG is triggered
         backup_run = stack.trigger("rbak_backup", {"storage_url": url, "backup_id": "stack-1", "vhosts": [vhost],
-                                                   "verify": "deep"})
+                                                   "verify": "deep", "segment_work": "spark"})
         state = stack.wait_for_run("rbak_backup", backup_run, RUN_DEADLINE_S)
 
         # Then it succeeds, its capture tasks overlapped in time, the segments on S3 hold every message byte-exact
@@ -161,7 +161,7 @@ def test_backup_and_restore_run_as_deployed_byte_exact(broker, vhost, spark_clus
         wheel_origin = {"package": str(rbak_wheel_site / "airflow_rbak" / "__init__.py"), "accelerator": str(accelerator),
                         "metadata": str(rbak_wheel_site)}
         assert {p.stem: json.loads(p.read_text()) for p in origins.glob("*.json")} == dict.fromkeys(ran, wheel_origin)
-        encode_job = str(rbak_wheel_site / "airflow_rbak" / "spark_jobs" / "encode_segments.py").encode()
+        encode_job = str(rbak_wheel_site / "airflow_rbak" / "segments" / "jobs" / "backup_segments.py").encode()
         assert any(b"SparkSubmit" in line and encode_job in line for line in watch.seen)
         assert _archived(stack.home / "spark-package", accelerator.name) == accelerator.read_bytes()
     finally:

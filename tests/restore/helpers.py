@@ -15,6 +15,7 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.broker.pika_connection import ConfirmChannel, blocking_connection
 from airflow_rbak.codec import BackupManifest
+from airflow_rbak.codec.field_table import decimal_value
 from airflow_rbak.codec.headers import HeaderValue as H
 from airflow_rbak.codec.properties import PIKA_NAMES
 
@@ -38,7 +39,7 @@ def props_of(i: int, decimal: bool = True, persistent: bool = False) -> amqp_typ
         ("ratio", H.double(i / 3)), ("f32", H.float32(i / 8)), ("blob", H.bytes_(bytes([i % 256, 0, 255]))),
         ("when", H.timestamp(1_700_000_000 + i)), ("none", H.void()),
         ("nested", H.table([("list", H.array([H.long(i), H.void(), H.long_string("x")]))])),
-        ("price", amqp_types.decimal_value(2, i)),
+        ("price", decimal_value(2, i)),
     )[: None if decimal else -1]
     return amqp_types.TypedBasicProperties(
         content_type="application/octet-stream", content_encoding="identity", delivery_mode=2 if i % 3 or persistent else 1,

@@ -7,8 +7,8 @@ import math
 import pytest
 from hypothesis import given, settings
 
-from airflow_rbak.broker import amqp_types
 from airflow_rbak.codec import BackupRecord, decode_record, encode_record
+from airflow_rbak.codec.field_table import BINARY_LONGSTR_TAG, TYPE_TAG
 from airflow_rbak.codec.headers import HeaderValue as H
 from airflow_rbak.restore.wire import wire_record
 from tests.broker.record_reference import properties_from_record
@@ -45,8 +45,8 @@ def test_generated_records_give_the_same_wire_bytes(batch):
 
 def test_every_wire_type_including_the_tagged_tables_and_non_finite_floats():
     headers = (*props_of(7).typed_headers, ("nan32", H.float32(math.nan)), ("inf64", H.double(math.inf)),
-               ("binary", H.table([(amqp_types.TYPE_TAG, H.short_string(amqp_types.BINARY_LONGSTR_TAG)),
+               ("binary", H.table([(TYPE_TAG, H.short_string(BINARY_LONGSTR_TAG)),
                                    ("value", H.bytes_(b"\xff\xfe"))])),
-               ("other-tag", H.table([(amqp_types.TYPE_TAG, H.short_string("future")), ("x", H.long(1))])))
+               ("other-tag", H.table([(TYPE_TAG, H.short_string("future")), ("x", H.long(1))])))
     _check(BackupRecord(body=b"\x00" * 1024, headers=headers, exchange="x", routing_key="rk", delivery_tag=9, backed_up_at=5))
     _check(BackupRecord(body=b""))

@@ -31,6 +31,7 @@ class LocalRDD:
 
 class LocalContext:
     defaultParallelism = 2
+    applicationId = "local-in-process"
 
     def __init__(self) -> None:
         self.partitions: list[int] = []

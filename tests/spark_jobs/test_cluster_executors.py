@@ -34,14 +34,14 @@ def test_bare_executors_encode_on_s3_with_the_shipped_codec_and_credentials_and_
     staged = stage_queue(open_storage(url), "b1", "/", "orders", 3000, chunk_records=700)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTER", json.dumps({"conn_type": "spark", "host": spark_cluster}))
     monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
-    from airflow_rbak.hooks.spark import RbakSparkSubmitHook
+    from airflow_rbak.hooks.spark import submit_hook
     from airflow_rbak.segments.shipping import build_executor_env
 
     # When the encode job is submitted to the cluster through the hook
-    hook = RbakSparkSubmitHook(conn_id="spark_cluster", executor_env=lambda: build_executor_env(tmp_path / "cache"),
-                               application_args=["--storage-url", url, "--backup-id", "b1", "--report-key", "b1/reports/e.json"])
-    with CommandLines() as lines:
-        hook.submit(job_script("encode_segments"))
+    options = {"application_args": ["--storage-url", url, "--backup-id", "b1", "--report-key", "b1/reports/e.json"]}
+    with CommandLines() as lines, submit_hook("spark_cluster", options,
+                                              executor_env=lambda: build_executor_env(tmp_path / "cache")) as hook:
+        hook.submit(job_script("backup_segments"))
 
     # Then the queue is encoded in capture order, and the report names the build the executors ran: the shipped one,
     # with the C accelerator

@@ -101,12 +101,12 @@ def test_spark_verify_exits_1_and_names_every_defect(url, spark_submit_available
 
 
 def test_before_finalize_the_segments_of_an_encode_report_are_verified(tmp_path):
-    from airflow_rbak.segments.jobs import encode_segments
+    from airflow_rbak.segments.jobs import backup_segments
     from tests.spark_jobs.staging import stage_queue
 
     url = (tmp_path / "staged").as_uri()
     stage_queue(open_storage(url), "b2", "/", "q", 500)
-    encoded = encode_segments.run(LocalSpark(), encode_segments.parse_args(["--storage-url", url, "--backup-id", "b2"]))
+    encoded = backup_segments.run(LocalSpark(), backup_segments.parse_args(["--storage-url", url, "--backup-id", "b2"]))
     key = encoded.save(open_storage(url))
 
     argv = ["--storage-url", url, "--backup-id", "b2", "--encode-report", key]

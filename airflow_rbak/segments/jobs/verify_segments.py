@@ -88,6 +88,7 @@ def run(spark: Any, args: argparse.Namespace) -> JobReport:
     bases = chain.missing_bases(manifest, missing)
     report.ok = report.ok and not bases
     report.summary = {
+        "mode": "deep",
         "depends_on": list(chain.dependencies(manifest)),
         "missing_bases": [chain.missing_base_reason(base, *counts) for base, counts in bases.items()],
         "segments_listed": len(items),

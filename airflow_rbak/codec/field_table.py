@@ -2,9 +2,9 @@
 
 pika's own table decoder loses information (it returns ``float``/``double``
 fields as ``int``, and every integer width as a plain ``int``), so header
-tables are decoded here from the wire bytes (``amqp_types.TypedBasicProperties``
-keeps the typed result beside pika's), and encoded here: the one AMQP table
-encoder, for typed values and for their JSON form alike.
+tables are decoded here from the wire bytes (for the property list's decoder,
+``property_list.py``), and encoded here: the one AMQP table encoder, for typed
+values and for their JSON form alike.
 
 Wire type -> spec variant (``airflow_rbak.codec.headers``):
 
@@ -46,7 +46,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
-from airflow_rbak.codec.headers import HeaderValue
+from airflow_rbak.codec.headers import MAX_DEPTH, HeaderValue
 from airflow_rbak.exceptions import RbakError
 
 TYPE_TAG = "rbak:type"
@@ -54,7 +54,6 @@ DECIMAL_TAG = "decimal"
 BINARY_LONGSTR_TAG = "longstr"
 _INT_FORMATS = {b"b": ">b", b"B": ">B", b"s": ">h", b"U": ">h", b"u": ">H", b"I": ">i", b"i": ">I", b"l": ">q", b"L": ">q"}
 _SHORT_TAGS = (b"b", b"B", b"s", b"U")
-_MAX_DEPTH = 64
 
 
 class FieldTableError(RbakError, ValueError):
@@ -62,9 +61,13 @@ class FieldTableError(RbakError, ValueError):
 
 
 def decode_table(data: bytes | memoryview, offset: int = 0, depth: int = 0) -> tuple[tuple[tuple[str, HeaderValue], ...], int]:
-    """Decode a length-prefixed field table at ``offset``; return its pairs and the offset after it."""
-    if depth > _MAX_DEPTH:
-        raise FieldTableError("header table nested too deep")
+    """Decode a length-prefixed field table at ``offset``; return its pairs and the offset after it.
+
+    Tables and arrays nest at most as deep as a record's reader takes them (``headers.MAX_DEPTH``): what this
+    accepts, a record can hold.
+    """
+    if depth >= MAX_DEPTH:
+        raise FieldTableError(f"header table nested too deep (more than {MAX_DEPTH - 1} levels)")
     try:
         (size,) = struct.unpack_from(">I", data, offset)
         offset += 4
@@ -148,8 +151,8 @@ def decode_value(data: bytes | memoryview, offset: int, depth: int = 0) -> tuple
 
 
 def _decode_array(data: bytes | memoryview, offset: int, end: int, depth: int) -> list[HeaderValue]:
-    if depth > _MAX_DEPTH:
-        raise FieldTableError("header array nested too deep")
+    if depth >= MAX_DEPTH:
+        raise FieldTableError(f"header array nested too deep (more than {MAX_DEPTH - 1} levels)")
     values = []
     while offset < end:
         value, offset = decode_value(data, offset, depth)

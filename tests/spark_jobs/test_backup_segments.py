@@ -6,11 +6,9 @@ import json
 
 import pytest
 
-from airflow_rbak.backup.encode import encode_queue
 from airflow_rbak.backup.validate import validate_backup
-from airflow_rbak.codec import QueueBackup
 from airflow_rbak.segments import encode as er
-from airflow_rbak.segments.jobs import common, encode_segments
+from airflow_rbak.segments.jobs import backup_segments, common
 from airflow_rbak.segments.reports import load_report
 from airflow_rbak.storage import open_storage
 from tests.spark_jobs.conftest import submit
@@ -20,7 +18,7 @@ from tests.spark_jobs.staging import read_queue_independently, stage_queue
 
 def encode(url: str, *args: str) -> dict:
     """Run the job in-process (LocalSpark) and return its report as stored."""
-    report = encode_segments.run(LocalSpark(), encode_segments.parse_args(["--storage-url", url, "--backup-id", "b1", *args]))
+    report = backup_segments.run(LocalSpark(), backup_segments.parse_args(["--storage-url", url, "--backup-id", "b1", *args]))
     return json.loads(json.dumps(report.to_json()))
 
 
@@ -39,11 +37,11 @@ def test_single_range_queue_is_encoded_exactly_as_in_process(url, tmp_path):
     storage = open_storage(url)
     stage_queue(storage, "b1", "/", "orders", 3000, chunk_records=400)
     reference = open_storage((tmp_path / "ref").as_uri())
-    for info in storage.list("b1/staging/"):
+    for info in storage.list("b1/"):  # staging and its checkpoint
         reference.put(info.key, storage.get(info.key))
 
     report = encode(url, "--segment-max-bytes", "60000")
-    expected = encode_queue(reference, "b1", QueueBackup("/", "orders", "classic"), er.EncodeSettings(segment_max_bytes=60000).writer())
+    expected, _, _ = er.encode_queue_here(reference, "b1", er.QueueRef("/", "orders"), er.EncodeSettings(segment_max_bytes=60000))
 
     got = report["details"]["queues"][0]
     assert [s["key"] for s in got["segments"]] == [s.key for s in expected.segments]
@@ -106,7 +104,7 @@ def test_count_pass_agrees_with_the_write_pass(url):
 def test_bad_settings_are_refused_before_any_work(url):
     for bad in (["--level", "0"], ["--segment-max-bytes", "0"], ["--queues-json", "{}"], ["--backup-id", "../x"]):
         with pytest.raises(SystemExit) as exit_info:
-            encode_segments.parse_args(["--storage-url", url, "--backup-id", "b1", *bad])
+            backup_segments.parse_args(["--storage-url", url, "--backup-id", "b1", *bad])
         assert exit_info.value.code == 2
 
 
@@ -117,7 +115,7 @@ def test_damaged_staging_fails_with_a_report_naming_the_chunk(url, monkeypatch, 
     storage.put(key, storage.get(key)[:-3])
     monkeypatch.setattr(common, "spark_session", lambda name: LocalSpark())
 
-    code = common.main("encode", encode_segments.parse_args, encode_segments.run, ["--storage-url", url, "--backup-id", "b1"])
+    code = common.main("encode", backup_segments.parse_args, backup_segments.run, ["--storage-url", url, "--backup-id", "b1"])
 
     report = load_report(storage, capsys.readouterr().out.strip().splitlines()[-1], "encode")
     assert code == common.EXIT_FAILED and not report["ok"]
@@ -138,7 +136,7 @@ def test_spark_encode_of_three_queues_writes_each_in_capture_order(tmp_path, spa
     }
     args = ["--segment-max-bytes", str(1024 * 1024), "--range-bytes", "200000", "--write-manifest"]
 
-    first = submit("encode_segments", url, "b1", *args)
+    first = submit("backup_segments", url, "b1", *args)
     assert first.returncode == 0, first.stderr
 
     summary = first.report["summary"]
