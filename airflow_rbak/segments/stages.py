@@ -32,7 +32,7 @@ VERIFY_MODES = ("none", "quick", "deep")
 PLACEMENTS = ("auto", "process", "spark")
 #: Staged bytes of one queue up to which ``auto`` keeps its work in the task's process (docs/performance.md
 #: has the measurement: below it, Spark's start-up costs more than the work it would spread).
-DEFAULT_IN_PROCESS_MAX_BYTES = 1024**3
+DEFAULT_IN_PROCESS_MAX_BYTES = 256 * 1024**2
 
 
 @dataclass(frozen=True)
