@@ -103,7 +103,7 @@ def _demo(connection: RabbitMQConnection) -> bool:
 
     manifest = ManifestStore(open_storage(storage_url)).load(backup_id)
     _print_manifest(manifest, storage_url)
-    verified = _print_verify(facts["rbak_backup"]["xcom"].get("verify[-1].return_value") or {})
+    verified = _print_verify(facts["rbak_backup"]["xcom"].get("encode[-1].return_value") or {})
     report = facts["rbak_restore"]["xcom"].get("report[-1].return_value") or {}
     matched = _print_comparison(target, before, after, manifest, report, restored)
     print(f"\ninspect: .venv/bin/rbak describe --path {storage_url} --backup-id {backup_id}")
@@ -231,10 +231,12 @@ def _print_manifest(manifest: BackupManifest, storage_url: str) -> None:
     print(f"  {'total':16} {'':8} {manifest.total_messages:9,} {manifest.total_segments:9} {manifest.total_bytes:10,}")
 
 
-def _print_verify(summary: dict[str, Any]) -> bool:
-    ok = summary.get("segments_failed") == 0 and summary.get("segments_checked") == summary.get("segments_listed")
-    print(f"verify ({summary.get('mode', '?')}, Spark): {'ok' if ok else 'FAILED'}: "
-          f"{summary.get('segments_checked')} of {summary.get('segments_listed')} segments, "
+def _print_verify(encoded: dict[str, Any]) -> bool:
+    """The encode task's verify of every segment it listed (in the capture tasks or on Spark: ``ran``)."""
+    summary = encoded.get("verify") or {}
+    ok = summary.get("ok") is True and summary.get("segments_checked") == encoded.get("segments")
+    print(f"verify ({summary.get('mode', '?')}, {' and '.join(encoded.get('ran') or ['?'])}): {'ok' if ok else 'FAILED'}: "
+          f"{summary.get('segments_checked')} of {encoded.get('segments')} segments, "
           f"{summary.get('records_checked')} records checked, {summary.get('segments_failed')} failed")
     for defect in summary.get("defects") or []:
         print(f"  {defect['key']}: {defect['reason']}")

@@ -99,6 +99,7 @@ def verify_summary(mode: str, results: list[dict[str, Any]], seconds: float) -> 
         "segments_checked": len(results),
         "segments_failed": len(failed),
         "defects": [{"key": r["key"], "reason": d} for r in failed for d in r["defects"]][:100],
+        "records_checked": sum(r.get("records_checked", 0) for r in results),
         "bytes_checked": sum(r.get("bytes_checked", 0) for r in results),
         "seconds": round(seconds, 3),
     }
