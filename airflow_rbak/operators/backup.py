@@ -58,6 +58,14 @@ def mapped_groups(items: list[T], max_tasks: int) -> list[list[T]]:
     return run_step("grouping", lambda: group_queues(items, min(max_tasks, conf.getint("core", "max_map_length"))))
 
 
+def flat_captures(captures: Any) -> list[dict[str, Any]]:
+    """The capture tasks' results, one per queue (a task of a group of queues returned a list)."""
+    captures = captures or []
+    # Index by length: iterating Airflow's lazy XCom sequence probes one past the end (a logged 404).
+    items = [captures[i] for i in range(len(captures))]
+    return [c for item in items for c in (item if isinstance(item, list) else [item])]
+
+
 def lock_owner(context: Any) -> str:
     """The backup lock's owner for every task of one DAG run: ``<dag_id>/<run_id>``."""
     return f"{context['ti'].dag_id}/{context['run_id']}"

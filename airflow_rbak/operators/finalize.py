@@ -11,7 +11,7 @@ from airflow_rbak.backup.retention import RetentionPolicy
 from airflow_rbak.display import package_logger
 from airflow_rbak.links import RbakManifestLink, manifest_url
 from airflow_rbak.operators import metrics
-from airflow_rbak.operators.backup import backup_run, run_step
+from airflow_rbak.operators.backup import backup_run, flat_captures, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
@@ -43,11 +43,7 @@ class RbakFinalizeManifestOperator(StorageConnectionMixin, BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         backup_id = str(self.backup_id)
         policy = run_step("retention settings", lambda: RetentionPolicy.from_json(self.retention))
-        captures = self.captures or []
-        # Index by length: iterating Airflow's lazy XCom sequence probes one past the end (a logged 404).
-        captures = [captures[i] for i in range(len(captures))]
-        # a capture task of a group of queues returned a list of their results
-        captures = [c for item in captures for c in (item if isinstance(item, list) else [item])]
+        captures = flat_captures(self.captures)
         run = backup_run(context, None, backup_id, str(self.storage_url))
         summary = run_step("finalize", lambda: run.finalize(str(self.encode_report_key), captures, policy))
         self.rbak_manifest_url = manifest_url(str(self.storage_url), backup_id)

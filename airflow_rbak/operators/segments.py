@@ -16,7 +16,7 @@ import orjson
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_rbak.display import package_logger, printable
-from airflow_rbak.operators.backup import run_step
+from airflow_rbak.operators.backup import flat_captures, run_step
 from airflow_rbak.operators.spark import RbakSparkJobOperator
 from airflow_rbak.segments import stages
 from airflow_rbak.segments.encode import QueueRef, parse_queue_refs
@@ -24,14 +24,6 @@ from airflow_rbak.segments.reports import load_report
 from airflow_rbak.storage import open_storage
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
-
-
-def flat_captures(captures: Any) -> list[dict[str, Any]]:
-    """The capture tasks' results, one per queue (a task of a group of queues returned a list)."""
-    captures = captures or []
-    # Index by length: iterating Airflow's lazy XCom sequence probes one past the end (a logged 404).
-    items = [captures[i] for i in range(len(captures))]
-    return [c for item in items for c in (item if isinstance(item, list) else [item])]
 
 
 class RbakBackupSegmentsOperator(RbakSparkJobOperator):
@@ -76,8 +68,7 @@ class RbakBackupSegmentsOperator(RbakSparkJobOperator):
         found = list(parts.values())
         if here:
             report = run_step("encode", lambda: stages.encode_here(url, backup_id, here, self._work))
-            key = report.save(storage)
-            found.append({**load_report(storage, key, stages.JOB), "key": key})
+            found.append({**report.to_json(), "key": report.save(storage)})
         if self._spark_refs:
             key = super().execute(context)["report_key"]
             found.append({**load_report(storage, key, stages.JOB), "key": key})

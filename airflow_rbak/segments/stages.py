@@ -25,7 +25,7 @@ from airflow_rbak.segments import encode as er
 from airflow_rbak.segments import verify as vf
 from airflow_rbak.segments.reports import JobReport, ReportError, load_report
 from airflow_rbak.storage import open_storage
-from airflow_rbak.storage.base import ObjectNotFoundError, Storage
+from airflow_rbak.storage.base import Storage
 
 JOB = "encode"
 VERIFY_MODES = ("none", "quick", "deep")
@@ -217,7 +217,7 @@ def load_part(storage: Storage, key: str, work: SegmentWork) -> dict[str, Any] |
     the queue is encoded again, which writes the same bytes)."""
     try:
         part = load_report(storage, key, JOB)
-    except (ReportError, ObjectNotFoundError):
+    except ReportError:
         return None
     made_with = {k: v for k, v in part.get("settings", {}).items() if k != "ran"}
     return {**part, "key": key} if made_with == work.to_json() and part.get("ok") else None

@@ -84,8 +84,10 @@ def test_compaction_merges_the_cuts_between_ranges_and_keeps_every_record(tmp_pa
     records = staged(url)
     work = stages.SegmentWork(er.EncodeSettings(segment_max_bytes=16_000_000, range_bytes=20_000), "deep",
                               compact_below_bytes=16_000_000)
-    uncompacted = stages.encode_here((tmp_path / "plain").as_uri(), "b1", [], work)  # nothing staged there
-    assert uncompacted.summary["segments"] == 0
+    plain = (tmp_path / "plain").as_uri()
+    staged(plain)  # the same records, encoded without compaction: the ranges' forced cuts stay
+    uncompacted = stages.encode_here(plain, "b1", refs(), stages.SegmentWork(work.encode, "none"))
+    assert len(read_queue_independently(open_storage(plain), "b1", "/", "big")[0]) > 1
 
     if where == "process":
         report = stages.encode_here(url, "b1", refs(), work)
@@ -102,6 +104,7 @@ def test_compaction_merges_the_cuts_between_ranges_and_keeps_every_record(tmp_pa
     assert sorted(segment_bytes(url)) == sorted(s["key"] for q in report.details["queues"] for s in q["segments"])
     assert report.ok and report.summary["verify"]["segments_checked"] == report.summary["segments"] == 2
     assert report.details["removed_stale"]  # the merged-away segments and the interim copies are gone
+    assert report.summary["messages"] == uncompacted.summary["messages"]
 
 
 def test_the_checks_find_a_damaged_or_missing_segment(tmp_path):

@@ -29,6 +29,7 @@ from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.layout import manifest_key
+from airflow_rbak.segments import stages
 from airflow_rbak.segments import verify as vf
 from airflow_rbak.segments.encode import manifest_from_encode_report
 from airflow_rbak.segments.jobs.common import base_parser, main, positive_int, slices, warm_up
@@ -88,17 +89,12 @@ def run(spark: Any, args: argparse.Namespace) -> JobReport:
     bases = chain.missing_bases(manifest, missing)
     report.ok = report.ok and not bases
     report.summary = {
-        "mode": "deep",
+        **stages.verify_summary("deep", results, seconds),
+        "ok": report.ok,  # missing chain bases count too
         "depends_on": list(chain.dependencies(manifest)),
         "missing_bases": [chain.missing_base_reason(base, *counts) for base, counts in bases.items()],
         "segments_listed": len(items),
-        "segments_checked": len(results),
-        "segments_failed": len(failed),
-        "defects": [{"key": r["key"], "reason": d} for r in failed for d in r["defects"]][:100],
-        "records_checked": sum(r["records_checked"] for r in results),
-        "bytes_checked": sum(r["bytes_checked"] for r in results),
         "warmup_seconds": warmup,
-        "seconds": round(seconds, 3),
         "mb_per_s": round(sum(r["bytes_checked"] for r in results) / 1e6 / seconds, 1) if seconds > 0 else None,
     }
     return report
