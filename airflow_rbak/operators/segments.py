@@ -56,7 +56,8 @@ class RbakBackupSegmentsOperator(RbakSparkJobOperator):
         parts = {}
         for capture in flat_captures(self.captures):
             done = capture.get("segments") or {}
-            part = stages.load_part(storage, done["report_key"], self._work) if done.get("report_key") else None
+            part = stages.load_part(storage, backup_id, capture["vhost"], capture["queue"], self._work) \
+                if done.get("report_key") else None
             if part is not None:
                 parts[(capture["vhost"], capture["queue"])] = part
         remaining = [r for r in refs if (r.vhost, r.name) not in parts]

@@ -212,15 +212,21 @@ def merge_reports(storage: Storage, backup_id: str, work: SegmentWork, parts: li
     return report
 
 
-def load_part(storage: Storage, key: str, work: SegmentWork) -> dict[str, Any] | None:
-    """A capture task's report of its queue, when it is there and was made with these settings (else None:
-    the queue is encoded again, which writes the same bytes)."""
+def load_part(storage: Storage, backup_id: str, vhost: str, queue: str, work: SegmentWork) -> dict[str, Any] | None:
+    """The report a capture task left of its queue, when it is this backup's, holds exactly that queue, was made
+    with these settings and found nothing wrong; else None, and the queue is encoded again (the same bytes). It
+    is read from the location, so nothing in it is taken on trust beyond what it may speak for."""
+    key = queue_report_key(backup_id, vhost, queue)
     try:
         part = load_report(storage, key, JOB)
     except ReportError:
         return None
-    made_with = {k: v for k, v in part.get("settings", {}).items() if k != "ran"}
-    return {**part, "key": key} if made_with == work.to_json() and part.get("ok") else None
+    queues = part.get("details", {}).get("queues") if isinstance(part.get("details"), dict) else None
+    settings = part.get("settings")
+    made_with = {k: v for k, v in settings.items() if k != "ran"} if isinstance(settings, dict) else None
+    ours = (part.get("backup_id") == backup_id and isinstance(queues, list) and len(queues) == 1
+            and isinstance(queues[0], dict) and (queues[0].get("vhost"), queues[0].get("name")) == (vhost, queue))
+    return {**part, "key": key} if ours and made_with == work.to_json() and part.get("ok") is True else None
 
 
 def settings_from(params: dict[str, Any]) -> tuple[SegmentWork, Placement]:

@@ -99,6 +99,8 @@ def test_the_backup_dag_keeps_every_message_reports_its_work_and_leaves_the_queu
     # one Spark application for the whole backup when its work goes to Spark, none when it stays in process
     assert len(list(spark_apps.iterdir())) == (1 if placement == "spark" else 0)
     assert facts["xcom"]["encode[-1].return_value"]["ran"] == ["spark" if placement == "spark" else "process"]
+    made_by_capture = {q: bool(c.get("segments")) for q, c in capture_results(facts["xcom"]).items()}
+    assert made_by_capture == dict.fromkeys(seeded_queues, placement == "auto")  # each right after its capture
     _assert_no_secrets(secret_user, done, facts, airflow_home, storage)
     _assert_metrics(statsd.received(), vhost, seeded_queues, manifest)
     if location.startswith("file:"):  # once is enough for the re-verify DAG (one more spark-submit)

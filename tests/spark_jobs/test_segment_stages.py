@@ -150,7 +150,29 @@ def test_a_capture_tasks_report_counts_only_if_made_with_the_same_settings_and_c
 
     assert done is not None and done["verify"]["ok"]
     assert done["report_key"] == stages.queue_report_key("b1", "prod", "orders/eu")
-    assert stages.load_part(storage, done["report_key"], work)["details"]["queues"][0]["name"] == "orders/eu"
-    assert stages.load_part(storage, done["report_key"], stages.SegmentWork(ENCODE, "quick")) is None
-    assert stages.load_part(storage, "b1/reports/queues/missing.json", work) is None
+    assert stages.load_part(storage, "b1", "prod", "orders/eu", work)["details"]["queues"][0]["name"] == "orders/eu"
+    assert stages.load_part(storage, "b1", "prod", "orders/eu", stages.SegmentWork(ENCODE, "quick")) is None
+    assert stages.load_part(storage, "b1", "prod", "missing", work) is None
     assert stages.encode_captured(url, "b1", er.QueueRef("/", "big"), work, stages.Placement("auto", 10)) is None
+
+
+def test_a_report_in_the_location_that_speaks_for_other_queues_or_backups_is_not_taken(tmp_path):
+    url = (tmp_path / "store").as_uri()
+    staged(url)
+    work = stages.SegmentWork(ENCODE, "deep")
+    done = stages.encode_captured(url, "b1", er.QueueRef("prod", "orders/eu"), work, stages.Placement("auto"))
+    storage = open_storage(url)
+    genuine = json.loads(storage.get(done["report_key"]))
+    other = {"vhost": "prod", "name": "planted", "queue_type": "classic", "segments": []}
+    plantings = {
+        "another queue too": {**genuine, "details": {**genuine["details"], "queues": [*genuine["details"]["queues"], other]}},
+        "another queue only": {**genuine, "details": {**genuine["details"], "queues": [other]}},
+        "another backup": {**genuine, "backup_id": "b2"},
+        "not ok": {**genuine, "ok": False},
+        "not a dict of queues": {**genuine, "details": {"queues": "everything"}},
+    }
+    for why, planted in plantings.items():
+        storage.put(done["report_key"], json.dumps(planted).encode())
+        assert stages.load_part(storage, "b1", "prod", "orders/eu", work) is None, why
+    storage.put(done["report_key"], b"\x00 not json")
+    assert stages.load_part(storage, "b1", "prod", "orders/eu", work) is None
