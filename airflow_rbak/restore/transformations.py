@@ -216,12 +216,11 @@ def _quorum_policy(policy: Any, quorum: list[tuple[str, str]], options: Transfor
             notes.append(f"{key} {value} -> {outcome.replacement} ({outcome.why})")
         elif outcome.action == LOSS:
             kept.append(f"kept {key}, which these quorum queues ignore ({outcome.why})")
-    reach = f"it applies to quorum queues {', '.join(reached[:5])}" + (f" and {len(reached) - 5} more" if len(reached) > 5 else "")
-    if notes:
-        changes.append(Change("convert_to_quorum", "policy", policy["vhost"], policy["name"], CHANGED,
+    more = f" and {len(reached) - 5} more" if len(reached) > 5 else ""
+    reach = f"it applies to quorum queues {', '.join(reached[:5])}{more}"
+    if notes or kept:
+        changes.append(Change("convert_to_quorum", "policy", policy["vhost"], policy["name"], CHANGED if notes else KEPT,
                               "; ".join(notes + kept) + f"; {reach}"))
-    elif kept:
-        changes.append(Change("convert_to_quorum", "policy", policy["vhost"], policy["name"], KEPT, "; ".join(kept) + f"; {reach}"))
     return {**policy, "definition": definition} if notes else policy
 
 
@@ -314,8 +313,8 @@ def object_lines(doc: Mapping[str, Any]) -> list[str]:
     lines = []
     for kind, singular in KINDS.items():
         items = [i for i in doc.get(kind) or [] if isinstance(i, dict)]
-        for item in sorted(items, key=lambda i, k=kind: (str(identity(k, i)), _json(i))):
-            lines.append(f"{singular} {_json(item)}")
+        keyed = sorted((str(identity(kind, i)), _json(i)) for i in items)
+        lines += [f"{singular} {text}" for _, text in keyed]
     return lines
 
 

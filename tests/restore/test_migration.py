@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from urllib.parse import quote
 
 import orjson
 import pytest
@@ -21,50 +20,18 @@ from airflow_rbak.restore.approval import approval_body
 from airflow_rbak.restore.errors import MigrationRefusedError
 from airflow_rbak.storage import open_storage
 from tests.broker.conftest import Broker
-from tests.restore.helpers import backup, expected_view, publish, read_queue, ready_count
+from tests.restore.helpers import backup, expected_view, read_queue, ready_count
+from tests.restore.migration_source import BINDINGS, MIGRATION, QUEUES, set_up, stored_order
+from tests.restore.migration_source import path as _path
 
 pytestmark = pytest.mark.broker
-
-MIGRATION = ["convert_to_quorum", "strip_mirroring", "drop_empty_policies"]
-#: Queue -> (declare arguments, messages); the bindings and policies are in ``_source``.
-QUEUES = {
-    "orders": ({"x-dead-letter-exchange": "dlx"}, 6),
-    "payments": ({"x-ha-mode": "all"}, 4),
-    "audit": ({}, 3),
-    "dead-letters": ({}, 2),
-    "prio": ({"x-max-priority": 5}, 4),
-}
-BINDINGS = [("orders.x", "orders", "new"), ("orders.x", "payments", "pay"), ("orders.x", "prio", "urgent"),
-            ("dlx", "dead-letters", "")]
-
-
-def _path(*parts: str) -> str:
-    return "/".join(quote(p, safe="") for p in parts)
-
-
-def _source(broker: Broker, vhost: str) -> None:
-    broker.api("PUT", _path("vhosts", vhost))
-    broker.api("PUT", _path("permissions", vhost, "guest"), json={"configure": ".*", "write": ".*", "read": ".*"})
-    for name, kind in (("orders.x", "direct"), ("dlx", "fanout")):
-        broker.api("PUT", _path("exchanges", vhost, name), json={"type": kind, "durable": True})
-    for name, (arguments, _) in QUEUES.items():
-        broker.api("PUT", _path("queues", vhost, name), json={"durable": True, "arguments": arguments})
-    for source, queue, key in BINDINGS:
-        broker.api("POST", _path("bindings", vhost, "e", source, "q", queue), json={"routing_key": key})
-    broker.api("PUT", _path("policies", vhost, "mirrored"), json={
-        "pattern": "^(orders|payments)$", "apply-to": "queues", "priority": 1,
-        "definition": {"ha-mode": "all", "ha-sync-mode": "automatic", "max-length": 1000}})
-    broker.api("PUT", _path("policies", vhost, "lazy"), json={
-        "pattern": "^audit$", "apply-to": "queues", "definition": {"queue-mode": "lazy"}})
-    for name, (_, count) in QUEUES.items():
-        publish(broker.connection, vhost, name, 0, count)
 
 
 @pytest.fixture(scope="module")
 def source(broker, tmp_path_factory):
     """The source vhost set up and backed up as ``mig-1``: (vhost, location)."""
     vhost = f"mig-{uuid.uuid4().hex[:8]}"
-    _source(broker, vhost)
+    set_up(broker, vhost)
     location = tmp_path_factory.mktemp("mig").as_uri()
     backup(broker.connection, location, "mig-1", vhost)
     yield vhost, location
@@ -111,16 +78,7 @@ def _sampled(node: Broker, vhost: str, name: str) -> dict:
 def _messages_are_exact(node: Broker, vhost: str, name: str, queue_type: str) -> None:
     count = QUEUES[name][1]
     found = read_queue(node.connection, vhost, name, queue_type, count)
-    assert found == [expected_view(i, "classic") for i in _stored_order(name)], name
-
-
-def _stored_order(name: str) -> list[int]:
-    """The order the backup stored a queue's messages in: a priority queue delivers by priority (capped at its
-    maximum, first in first out within one), every other queue as published (helpers.props_of: priority i % 10)."""
-    count = QUEUES[name][1]
-    if name != "prio":
-        return list(range(count))
-    return sorted(range(count), key=lambda i: -min(i % 10, QUEUES["prio"][0]["x-max-priority"]))
+    assert found == [expected_view(i, "classic") for i in stored_order(name)], name
 
 
 def test_mirrored_classic_queues_become_quorum_with_their_bindings_policies_and_every_message(
