@@ -14,6 +14,12 @@ actions"). Reject, or no answer within ``RBAK_APPROVAL_TIMEOUT_HOURS``
 or published. ``skip_approval: true`` goes on without asking (automation,
 ``airflow dags test``, which cannot wait for an answer); dry runs never ask.
 
+**Migration.** ``transformations`` change the backup's definitions before
+import (to move off mirrored classic queues: ``convert_to_quorum``,
+``strip_mirroring``, ``drop_empty_policies``); the plan and the approval
+show each change and the diff, and a queue that would lose what the target's
+version cannot keep is refused unless ``accept_losses`` names the loss.
+
 A definitions failure stops the run
 before any message is published; a re-run with the same ``checkpoint_state``
 continues each queue after its last confirmed record. ``rbak definitions

@@ -98,7 +98,7 @@ def apply_to_plan(plan: RestorePlan) -> RestorePlan:
 
 
 def summary_lines(migration: dict[str, Any] | None) -> list[str]:
-    """The migration as log lines: each change, then the refused queues."""
+    """The migration as log lines: each change, then the diff against the backup's definitions."""
     if not migration:
         return []
     lines = [f"  transformations {', '.join(migration['transformations'])} for RabbitMQ {migration['target_version']}: "
@@ -106,6 +106,9 @@ def summary_lines(migration: dict[str, Any] | None) -> list[str]:
              f"{len(migration['refused'])} refused; diff against the backup's definitions: {migration['diff_lines']} lines"]
     lines += [f"    [{c['transformation']}] {c['kind']} {c['vhost']}/{c['name']}: {c['action']}: {c['detail']}"
               for c in migration["changes"]]
+    lines += ["  diff (- the backup's, + what is imported instead):"] + [f"    {line}" for line in migration["diff"]]
+    if migration["diff_lines"] > len(migration["diff"]):
+        lines.append(f"    ... and {migration['diff_lines'] - len(migration['diff'])} more lines (in the transformed file)")
     return lines
 
 

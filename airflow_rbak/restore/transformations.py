@@ -147,7 +147,7 @@ def convert_to_quorum(doc: dict[str, Any], options: TransformOptions) -> Transfo
             converted, notes, losses = _to_quorum(q, options)
             if losses:
                 refused.add((q["vhost"], q["name"]))
-                changes.append(Change(name, "queue", q["vhost"], q["name"], REFUSED, _refusal(q["name"], losses, options)))
+                changes.append(Change(name, "queue", q["vhost"], q["name"], REFUSED, _refusal(q["name"], losses)))
             else:
                 queues.append(converted)
                 changes.append(Change(name, "queue", q["vhost"], q["name"], CHANGED, "; ".join(notes)))
@@ -162,10 +162,11 @@ def convert_to_quorum(doc: dict[str, Any], options: TransformOptions) -> Transfo
     return Transformed(_with(doc, queues=queues, bindings=bindings, policies=policies), tuple(changes))
 
 
-def _to_quorum(queue: dict[str, Any], options: TransformOptions) -> tuple[dict[str, Any], list[str], list[str]]:
+def _to_quorum(queue: dict[str, Any], options: TransformOptions) -> tuple[dict[str, Any], list[str], list[tuple[str, str]]]:
     """The queue as a quorum queue, what changed, and the losses nobody accepted."""
     args = dict(queue.get("arguments") or {})
-    notes, losses = ["classic -> quorum"], []
+    notes: list[str] = ["classic -> quorum"]
+    losses: list[tuple[str, str]] = []
     for arg, value in sorted(args.items()):
         outcome = argument_outcome(arg, value, options.target_version)
         if outcome.action == DROP:
@@ -178,7 +179,7 @@ def _to_quorum(queue: dict[str, Any], options: TransformOptions) -> tuple[dict[s
             del args[arg]
             notes.append(f"removed {arg}, a loss accepted by accept_losses ({outcome.why})")
         elif outcome.action == LOSS:
-            losses.append(f"{arg}: {outcome.why} on RabbitMQ {version_text(options.target_version)}")
+            losses.append((arg, f"{arg} on RabbitMQ {version_text(options.target_version)}: {outcome.why}"))
     args["x-queue-type"] = "quorum"
     converted = {**queue, "arguments": args}
     if "type" in queue:
@@ -192,11 +193,11 @@ def _to_quorum(queue: dict[str, Any], options: TransformOptions) -> tuple[dict[s
     return converted, notes, losses
 
 
-def _refusal(queue: str, losses: list[str], options: TransformOptions) -> str:
-    args = [loss.split(":", 1)[0] for loss in losses]
-    accept = ", ".join(f'"{queue}:{a}"' for a in args)
-    return (f"{'; '.join(losses)}. Left out with its bindings and messages: accept the loss with accept_losses "
-            f"[{accept}], or keep its type with queue_types {{\"{queue}\": \"classic\"}}")
+def _refusal(queue: str, losses: list[tuple[str, str]]) -> str:
+    accept = ", ".join(f'"{queue}:{arg}"' for arg, _ in losses)
+    reasons = "; ".join(text for _, text in losses)
+    return (f"{reasons}. Left out with its bindings and messages: accept the loss with accept_losses [{accept}]"
+            f", or keep its type with queue_types {{\"{queue}\": \"classic\"}}")
 
 
 def _quorum_policy(policy: Any, quorum: list[tuple[str, str]], options: TransformOptions, changes: list[Change]) -> Any:
