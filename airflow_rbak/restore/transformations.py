@@ -35,6 +35,8 @@ RULE_TYPES = ("quorum", "classic")
 MIRRORING_POLICY_PREFIX, MIRRORING_ARGUMENT_PREFIX = "ha-", "x-ha-"
 #: A policy's ``apply-to`` values that reach quorum queues.
 QUORUM_POLICY_TARGETS = ("queues", "all", "quorum_queues")
+#: RabbitMQ's longest name (bytes; so at most as many characters).
+MAX_NAME = 255
 #: The kinds a transformed document lists, in the order the diff shows them, each with its singular.
 KINDS = {"vhosts": "vhost", "queues": "queue", "exchanges": "exchange", "bindings": "binding", "policies": "policy"}
 
@@ -226,9 +228,14 @@ def _quorum_policy(policy: Any, quorum: list[tuple[str, str]], options: Transfor
 
 
 def _pattern_matches(pattern: Any, name: str) -> bool:
-    """A policy pattern as RabbitMQ reads it: a regular expression found anywhere in the name."""
+    """A policy pattern as RabbitMQ reads it: a regular expression found anywhere in the name.
+
+    Both come from the backup, untrusted: longer than RabbitMQ allows a name to be, neither is matched.
+    """
+    if not isinstance(pattern, str) or len(pattern) > MAX_NAME or len(name) > MAX_NAME:
+        return False
     try:
-        return isinstance(pattern, str) and re.search(pattern, name) is not None
+        return re.search(pattern, name) is not None
     except re.error:
         return False
 
