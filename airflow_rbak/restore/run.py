@@ -11,14 +11,14 @@ and returns plain JSON-able objects, so Airflow can pass them as XCom.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_rbak.backup.progress import Sample
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.display import package_logger
+from airflow_rbak.display import count, package_logger
 from airflow_rbak.restore import migration
 from airflow_rbak.restore.checkpoints import open_checkpoint_store
 from airflow_rbak.restore.definitions import DefinitionsResult, plan_definitions, restore_definitions
@@ -57,6 +57,19 @@ class RestoreReport:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def report_line(report: Mapping[str, Any]) -> str:
+    """A restore report (``RestoreReport`` as JSON) in one line, as the task log and the backups view word it.
+
+    A dry run's ``published`` counts what a real run would publish: it is said so, never as published.
+    """
+    skipped = count(len(report.get("skipped_segments") or []), "damaged segment")
+    if report.get("dry_run"):
+        return (f"dry run: {report['planned']:,} planned, {report['published']:,} would be published, nothing was "
+                f"published; {skipped} would be skipped")
+    return (f"{report['planned']:,} planned, {report['published']:,} published this run, {report['unroutable']:,} "
+            f"unroutable, {skipped} skipped")
 
 
 class RestoreRun:
@@ -150,8 +163,7 @@ class RestoreRun:
             refused=refusal(plan, self.settings),
             migration=plan.migration,
         )
-        log.info("restore of %s: %d planned, %d published this run, %d unroutable, %d damaged segments skipped",
-                 plan.backup_id, report.planned, report.published, report.unroutable, len(report.skipped_segments))
+        log.info("restore of %s: %s", plan.backup_id, report_line(report.to_json()))
         if report.unroutable and not self.settings.allow_unroutable:
             where = "; ".join(f"{r['source_vhost']}/{r['source_queue']}: {len(r['unroutable'])}" for r in rows if r["unroutable"])
             raise UnroutableMessagesError(
