@@ -16,6 +16,7 @@ from airflow_rbak.backup.lock import BackupLock
 from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.rebuild import rebuild_manifest
 from airflow_rbak.backup.validate import validate_backup
+from airflow_rbak.cli.configured import location
 from airflow_rbak.cli.output import json_line, json_safe, say
 from airflow_rbak.cli.runs import BROKER_URL_ENV, broker_connection
 from airflow_rbak.codec import read_header
@@ -27,20 +28,22 @@ from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 
-def _open_existing(url: str) -> Storage:
-    """The storage at ``url``, refusing a location that does not exist (a typo must not read as "no backups")."""
-    storage = open_storage(url)
+def _open_existing(args: argparse.Namespace) -> Storage:
+    """The command's location (``--path``, else the configured one), refused when it does not exist (a typo must not
+    read as "no backups")."""
+    storage = open_storage(location(args))
     storage.check_location()
     return storage
 
 
 def list_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    summaries = list_backups(_open_existing(args.path))
+    storage = _open_existing(args)
+    summaries = list_backups(storage)
     if args.format == "json":
         json_line(out, [s.to_json() for s in summaries])
         return 0
     if not summaries:
-        say(out, f"no backups under {args.path}")
+        say(out, f"no backups under {storage.url}")
         return 0
     say(out, f"{'BACKUP ID':30} {'STATUS':12} {'CREATED':23} {'COMPLETED':23} {'QUEUES':>6} {'MESSAGES':>10} {'BYTES':>12}")
     for s in summaries:
@@ -56,7 +59,7 @@ def list_cmd(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def describe_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    storage = _open_existing(args.path)
+    storage = _open_existing(args)
     manifest = ManifestStore(storage).load(args.backup_id)
     if args.format == "json":
         json_line(out, manifest.to_json())
@@ -92,7 +95,7 @@ def describe_cmd(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def validate_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    report = validate_backup(_open_existing(args.path), args.backup_id, deep=args.deep,
+    report = validate_backup(_open_existing(args), args.backup_id, deep=args.deep,
                              max_decompressed_bytes=args.max_decompressed_bytes)
     if args.format == "json":
         json_line(out, report.to_json())
@@ -129,7 +132,7 @@ def dump_cmd(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def rebuild_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    result = rebuild_manifest(_open_existing(args.path), args.backup_id, replace=args.replace,
+    result = rebuild_manifest(_open_existing(args), args.backup_id, replace=args.replace,
                               max_decompressed_bytes=args.max_decompressed_bytes)
     if args.format == "json":
         json_line(out, result.to_json())
@@ -155,7 +158,7 @@ def rollback_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     if args.broker is not None:
         raise ConfigurationError(f"--broker is not taken: a password on the command line stays in ps and the shell's "
                                  f"history; give the broker in ${BROKER_URL_ENV} or in a file named by --broker-file")
-    storage = _open_existing(args.path)
+    storage = _open_existing(args)
     with ManagementClient(broker_connection(args)) as client:
         result = rollback_definitions(client, storage, args.backup_id, args.snapshot, dry_run=args.dry_run)
     if args.format == "json":
@@ -177,7 +180,7 @@ def unlock_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     The lock is read as untrusted input (bounded, every field checked): an unreadable one is removed too,
     and said to be unreadable; nothing of its content is printed unescaped.
     """
-    lock = BackupLock(_open_existing(args.path), args.backup_id)
+    lock = BackupLock(_open_existing(args), args.backup_id)
     held = lock.read()
     if held is not None:
         lock.storage.delete(lock.key)

@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("list", "List the backups under a storage location.")
-    p.add_argument("--path", required=True, help="storage URL: file:///dir, s3://bucket/prefix?..., memory://")
+    _path_arg(p)
     p.set_defaults(run=commands.list_cmd)
 
     p = command("describe", "Show a backup's manifest, queue by queue.")
@@ -105,8 +105,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _path_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--path", help="storage URL: file:///dir, s3://bucket/prefix?..., memory:// "
+                                  "(default: [rbak] storage_url, else $AIRFLOW_HOME/rbak-backups)")
+
+
 def _backup_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--path", required=True, help="storage URL: file:///dir, s3://bucket/prefix?..., memory://")
+    _path_arg(p)
     p.add_argument("--backup-id", required=True, help="the backup's id (its folder under --path)")
 
 

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.cli.configured import location
 from airflow_rbak.cli.output import json_line, say
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.settings import default_checkpoint_state, default_storage_url
+from airflow_rbak.settings import default_checkpoint_state
 
 BROKER_URL_ENV = "RBAK_BROKER_URL"
 #: DAG params a run without Airflow ignores.
@@ -70,19 +71,31 @@ def read_conf(args: argparse.Namespace) -> dict[str, Any]:
 def add_conf_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conf", "-c", help="the DAG run's conf as JSON, e.g. '{\"vhost_map\": {\"prod\": \"prod-restored\"}}'")
     p.add_argument("--conf-file", type=Path, help="the same, from a JSON file")
-    p.add_argument("--path", help="storage URL (the storage_url setting; default $RBAK_STORAGE_URL or "
-                                  "$AIRFLOW_HOME/rbak-backups)")
+    p.add_argument("--path", help="storage URL (the storage_url setting; default: [rbak] storage_url)")
     p.add_argument("--backup-id", help="the backup_id setting")
+
+
+def run_conf(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's settings: ``--conf``, with ``--path`` and ``--backup-id`` (refused when they contradict it) and the
+    location rule of every command (:func:`~airflow_rbak.cli.configured.location`) for ``storage_url``."""
+    conf = read_conf(args)
+    for flag, name in (("path", "storage_url"), ("backup_id", "backup_id")):
+        given = getattr(args, flag)
+        if given and conf.get(name) not in (None, given):
+            raise ConfigurationError(f"--{flag.replace('_', '-')} {given!r} and the --conf {name} {conf[name]!r} differ: "
+                                     "give one of them")
+        conf[name] = given or conf.get(name)
+    conf["storage_url"] = conf["storage_url"] or location(args)
+    return conf
 
 
 def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     """Plan, import definitions (if asked), publish every queue and report: :meth:`RestoreRun.run`."""
     from airflow_rbak.restore import RestoreRun, RestoreSettings
 
-    conf = {"storage_url": default_storage_url(), "checkpoint_state": default_checkpoint_state(), **read_conf(args)}
-    for name, value in (("storage_url", args.path), ("backup_id", args.backup_id)):
-        if value:
-            conf[name] = value
+    conf = {"checkpoint_state": default_checkpoint_state(), **run_conf(args)}
+    if conf["backup_id"] is None:
+        del conf["backup_id"]
     if args.vhost_map:
         conf["vhost_map"] = {**conf.get("vhost_map", {}), **dict(_pair(p, "--vhost-map") for p in args.vhost_map)}
     if args.dry_run:
@@ -109,7 +122,7 @@ def backup_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     from airflow_rbak.backup.run import BackupRun, BackupSettings
     from airflow_rbak.broker.discovery import QueueSelector
 
-    conf = read_conf(args)
+    conf = run_conf(args)
     selector = QueueSelector.from_params(conf.pop("vhosts") if conf.get("vhosts") else None, conf.pop("include", None),
                                          conf.pop("exclude", None),
                                          conf.pop("queue_types") if conf.get("queue_types") else None)
@@ -118,10 +131,9 @@ def backup_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         conf["incremental_streams"] = conf.pop("streams") == "incremental"
     for ignored in ("verify", "retention"):  # the Spark verify step and retention are the DAG's
         conf.pop(ignored, None)
-    backup_id = args.backup_id or conf.pop("backup_id", None)
+    backup_id, storage_url = conf.pop("backup_id"), conf.pop("storage_url")
     if not backup_id:
         raise ConfigurationError("give the new backup's id as --backup-id")
-    storage_url = args.path or conf.pop("storage_url", None) or default_storage_url()
     try:
         settings = BackupSettings(backup_id, storage_url, selector=selector, **conf)
     except TypeError as exc:  # a name BackupSettings does not take

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.hooks.storage import use_storage_connection
-from airflow_rbak.settings import default_storage_conn_id
 
 
 class StorageConnectionMixin:
@@ -17,7 +17,7 @@ class StorageConnectionMixin:
 
     def __init__(self, *, storage_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.storage_conn_id = storage_conn_id if storage_conn_id is not None else default_storage_conn_id()
+        self.storage_conn_id = storage_conn_id if storage_conn_id is not None else rbak_settings().storage_conn_id()
 
     def pre_execute(self, context: Any) -> None:
         use_storage_connection(self.storage_conn_id)
