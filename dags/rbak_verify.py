@@ -38,17 +38,12 @@ with DAG(
     @task
     def resolve_backup(params: dict | None = None) -> str:
         """The backup to verify: the given id, or the newest complete one for ``latest``."""
-        from airflow_rbak.backup.catalog import latest_complete
-        from airflow_rbak.hooks.storage import use_storage_connection
+        from airflow_rbak.backup.catalog import resolve_backup_id
+        from airflow_rbak.hooks.storage import storage_connection
         from airflow_rbak.storage import open_storage
 
-        use_storage_connection(CONFIG.storage_conn_id())
-        if params["backup_id"] != "latest":
-            return params["backup_id"]
-        found = latest_complete(open_storage(params["storage_url"]))
-        if found is None:
-            raise ValueError(f"no complete backup under {open_storage(params['storage_url']).url}; run rbak_backup first")
-        return found.backup_id
+        with storage_connection(rbak_settings().storage_conn_id()):
+            return resolve_backup_id(open_storage(params["storage_url"]), params["backup_id"])
 
     backup_id = resolve_backup()
     RbakVerifyBackupOperator(
