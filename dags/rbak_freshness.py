@@ -3,7 +3,8 @@
 Scheduled hourly (``[rbak] freshness_schedule`` changes it; ``none``: manual).
 One ``check`` task per location in ``storage_urls``: a stale location fails
 its task (and so the run), which calls the failure notifier
-(``[rbak] failure_notifier``) like any other rbak task. It reads storage only,
+(``[rbak] failure_notifier``) like any other rbak task. Each check also sends the
+location's ``rbak.freshness.age`` gauge (docs/airflow.md#metrics). It reads storage only,
 so it also notices a backup DAG that is paused or a scheduler that is down.
 """
 
@@ -48,12 +49,16 @@ with DAG(
 
         from airflow.sdk.exceptions import AirflowFailException
 
-        from airflow_rbak.freshness import StaleBackupError, check_freshness
+        from airflow_rbak.freshness import StaleBackupError, measure_freshness
+        from airflow_rbak.operators import metrics
         from airflow_rbak.storage import open_storage
 
+        found = measure_freshness(open_storage(storage_url), float(params["max_age_hours"]), int(time.time() * 1000))
+        metrics.freshness_measured(found.to_json())  # stale or not: the age gauge is what a dashboard alerts on
         try:
-            return check_freshness(open_storage(storage_url), float(params["max_age_hours"]), int(time.time() * 1000)).to_json()
+            found.raise_if_stale()
         except StaleBackupError as exc:
             raise AirflowFailException(str(exc)) from exc
+        return found.to_json()
 
     check.expand(storage_url=locations())

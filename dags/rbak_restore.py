@@ -14,6 +14,12 @@ actions"). Reject, or no answer within ``[rbak] approval_timeout_hours``
 or published. ``skip_approval: true`` goes on without asking (automation,
 ``airflow dags test``, which cannot wait for an answer); dry runs never ask.
 
+**Migration.** ``transformations`` change the backup's definitions before
+import (to move off mirrored classic queues: ``convert_to_quorum``,
+``strip_mirroring``, ``drop_empty_policies``); the plan and the approval
+show each change and the diff, and a queue that would lose what the target's
+version cannot keep is refused unless ``accept_losses`` names the loss.
+
 A definitions failure stops the run
 before any message is published; a re-run with the same ``checkpoint_state``
 continues each queue after its last confirmed record. ``rbak definitions
@@ -36,6 +42,7 @@ from airflow_rbak.operators.restore import (
 )
 from airflow_rbak.operators.restore_approval import RbakRestoreApprovalOperator
 from airflow_rbak.restore.settings import CONF_NAMES
+from airflow_rbak.restore.transformations import RULE_TYPES, TRANSFORMATIONS
 from airflow_rbak.settings import default_checkpoint_state
 
 CONFIG = rbak_settings()
@@ -97,6 +104,19 @@ PARAMS = {
     "max_decompressed_bytes": Param(DEFAULT_MAX_DECOMPRESSED_BYTES, type="integer", minimum=1,
                                     description="refuse a segment whose records take more than this many bytes "
                                                 "uncompressed; the default holds any segment this provider writes"),
+    "transformations": Param(
+        [], type="array", uniqueItems=True, items={"type": "string", "enum": list(TRANSFORMATIONS)},
+        description="change the backup's definitions before import (needs restore_definitions); to move off mirrored "
+                    "classic queues: convert_to_quorum, strip_mirroring, drop_empty_policies. The plan and the approval "
+                    "show each change and the diff; a dry run stores the transformed file"),
+    "queue_types": Param(
+        {}, type="object", additionalProperties={"type": "string", "enum": list(RULE_TYPES)},
+        description='convert_to_quorum\'s rules, target queue name or glob -> "quorum" or "classic" (kept as it is); '
+                    'an exact name wins over globs. Empty: every classic queue, e.g. {"*": "quorum", "prio": "classic"}'),
+    "accept_losses": Param(
+        [], type="array", items={"type": "string", "minLength": 1},
+        description="what a converted queue may lose on the target's version, as ARGUMENT or QUEUE_GLOB:ARGUMENT "
+                    "(e.g. prio:x-max-priority); a queue with a loss not named here is refused and left out"),
     "skip_approval": Param(False, type="boolean",
                            description="go on without waiting for a person to approve the plan (automation, "
                                        "airflow dags test); otherwise the run waits at 'approve', and a rejection or no "
@@ -109,6 +129,7 @@ SECTIONS = {
     "Target and selection": ("rabbitmq_conn_id", "vhosts", "queues", "vhost_map", "queue_map"),
     "Point in time": ("time_window_start", "time_window_end"),
     "Definitions": ("restore_definitions", "definitions_selection", "definitions_mode"),
+    "Migration": ("transformations", "queue_types", "accept_losses"),
     "Publishing": ("dry_run", "publish_mode", "on_existing_messages", "max_publish_rate", "strip_user_id",
                    "allow_unroutable", "restore_consumer_offsets"),
     "Running": ("skip_approval", "checkpoint_state", "max_publish_tasks"),

@@ -24,7 +24,7 @@ DAGS = ("rbak_backup", "rbak_verify", "rbak_restore", "rbak_freshness")
 _LOAD = r'''
 import json, sys
 from airflow.dag_processing.dagbag import DagBag
-from airflow_rbak.hooks.rabbitmq import CONN_FIELDS
+from airflow_rbak.provider import CONN_FIELDS
 
 bag = DagBag(dag_folder=sys.argv[1])
 print(json.dumps({

@@ -131,6 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_broker_args(p)
     p.add_argument("--vhost-map", action="append", metavar="SOURCE=TARGET", help="restore a vhost under another name")
     p.add_argument("--dry-run", action="store_true", help="plan and report; publish and import nothing")
+    p.add_argument("--transform", action="append", metavar="NAME",
+                   help="a transformation of the definitions before import (convert_to_quorum, strip_mirroring, "
+                        "drop_empty_policies); implies restore_definitions")
+    p.add_argument("--queue-type", action="append", metavar="QUEUE=TYPE",
+                   help="convert_to_quorum's rule: a target queue name or glob and quorum or classic (kept)")
+    p.add_argument("--accept-loss", action="append", metavar="LOSS",
+                   help="a loss a converted queue may take, ARGUMENT or QUEUE_GLOB:ARGUMENT (e.g. prio:x-max-priority)")
     p.set_defaults(run=runs.restore_cmd)
 
     p = command("backup", "Back up without Airflow: the rbak_backup DAG's steps in this process (encode without Spark), "

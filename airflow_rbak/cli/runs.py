@@ -108,6 +108,7 @@ def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         conf["vhost_map"] = {**conf.get("vhost_map", {}), **dict(_pair(p, "--vhost-map") for p in args.vhost_map)}
     if args.dry_run:
         conf["dry_run"] = True
+    _migration_args(args, conf)
     settings = RestoreSettings.from_conf(conf)
     connection = broker_connection(args)
     report = RestoreRun(connection, settings).run()
@@ -122,7 +123,22 @@ def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
                  f"{q['published']} now, {q['published_total']} in total")
     if report.definitions:
         say(out, f"  definitions: {report.definitions}")
+    from airflow_rbak.restore.migration import summary_lines
+
+    for line in summary_lines(report.migration):
+        say(out, line)
     return 0
+
+
+def _migration_args(args: argparse.Namespace, conf: dict[str, Any]) -> None:
+    """``--transform``, ``--queue-type`` and ``--accept-loss`` into the conf (a transformation imports definitions)."""
+    if args.transform:
+        conf["transformations"] = [*conf.get("transformations", []), *args.transform]
+        conf["restore_definitions"] = True
+    if args.queue_type:
+        conf["queue_types"] = {**dict(conf.get("queue_types") or {}), **dict(_pair(p, "--queue-type") for p in args.queue_type)}
+    if args.accept_loss:
+        conf["accept_losses"] = [*conf.get("accept_losses", []), *args.accept_loss]
 
 
 def backup_cmd(args: argparse.Namespace, out: IO[str]) -> int:

@@ -206,7 +206,7 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
         self.rbak_queue_url = self.rbak_queue_url or queue_url(run.connection.management_base_url, info.vhost, info.name)
         result = asdict(run_step(f"capture of queue {info.name!r} in vhost {info.vhost!r}",
                                  lambda: run.capture(info, progress_every=self._progress_interval())))
-        metrics.captured(result)
+        metrics.captured(result, str(self.storage_url))
         if segments is not None and not result["left_out"]:
             ref = QueueRef(info.vhost, info.name, info.queue_type)
             done = run_step(f"encode of queue {info.name!r} in vhost {info.vhost!r}", lambda: stages.encode_captured(

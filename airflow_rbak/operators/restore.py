@@ -124,10 +124,13 @@ class RbakRestoreQueueOperator(RbakRestoreOperator):
         with ProgressReporter(name, run.published_sampler(plan, queue), queue.records_in_window,
                               interval=rbak_settings().progress_interval_s()):
             result = restore_step(f"publish of {name}", lambda: run.publish(plan, queue))
-        log.info("%s -> %s/%s: %d published now, %d in total, %d unroutable%s", name, result.target_vhost,
-                 result.target_queue, result.published, result.published_total, len(result.unroutable),
-                 " (dry run)" if result.dry_run else "")
-        metrics.published(result.to_json())
+        if result.dry_run:
+            log.info("%s -> %s/%s: dry run, %d would be published, nothing was published", name, result.target_vhost,
+                     result.target_queue, result.published)
+        else:
+            log.info("%s -> %s/%s: %d published now, %d in total, %d unroutable", name, result.target_vhost,
+                     result.target_queue, result.published, result.published_total, len(result.unroutable))
+        metrics.published(result.to_json(), run.settings.storage_url)
         return result.to_json()
 
 
@@ -149,5 +152,5 @@ class RbakRestoreReportOperator(RbakRestoreOperator):
         rows = [dict(r) for item in (results[i] for i in range(len(results)))
                 for r in (item if isinstance(item, list) else [item])]
         report = run_step("report", lambda: run.report(RestorePlan.from_json(dict(self.plan)), rows, definitions))
-        metrics.restore_reported(report.to_json())
+        metrics.restore_reported(report.to_json(), run.settings.storage_url)
         return report.to_json()
