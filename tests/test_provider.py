@@ -10,7 +10,7 @@ from tests.dags.airflow_env import VENV_BIN, airflow_env, run
 
 
 def test_the_provider_info_hands_airflow_the_hooks_form_tables():
-    from airflow_rbak.hooks.rabbitmq import CONN_FIELDS, UI_FIELD_BEHAVIOUR
+    from airflow_rbak.provider import CONN_FIELDS, UI_FIELD_BEHAVIOUR
 
     info = get_provider_info()
     rabbitmq = info["connection-types"][0]
