@@ -177,7 +177,7 @@ def deployed_run(conn: RabbitMQConnection, home: Path, vhost: str) -> tuple[list
             s3 = json.dumps({"conn_type": "aws", "login": "bench", "password": "bench",
                              "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"}})
             (home / "airflow").mkdir()
-            stack = airflow_stack(home / "airflow", AIRFLOW__CORE__PARALLELISM="8", AIRFLOW_CONN_RBAK_S3=s3, RBAK_STORAGE_CONN_ID="rbak_s3",
+            stack = airflow_stack(home / "airflow", AIRFLOW__CORE__PARALLELISM="8", AIRFLOW_CONN_RBAK_S3=s3, AIRFLOW__RBAK__STORAGE_CONN_ID="rbak_s3",
                                  AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": master}),
                                  AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(
                                      conn.host, conn.amqp_port, conn.management_port, conn.stream_port,

@@ -9,7 +9,7 @@ published) to add to target queues that already hold messages unless
 **Approval.** After the plan the run waits until a person approves it (the
 ``approve`` task shows the plan: queues, message counts, target cluster and
 vhosts, ``on_existing_messages``, definitions mode; Airflow's "Required
-actions"). Reject, or no answer within ``RBAK_APPROVAL_TIMEOUT_HOURS``
+actions"). Reject, or no answer within ``[rbak] approval_timeout_hours``
 (default 24): the run fails at ``approve`` saying so, and nothing is imported
 or published. ``skip_approval: true`` goes on without asking (automation,
 ``airflow dags test``, which cannot wait for an answer); dry runs never ask.
@@ -32,6 +32,7 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param
 
+from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.operators.restore import (
     RbakRestoreDefinitionsOperator,
@@ -42,14 +43,9 @@ from airflow_rbak.operators.restore import (
 from airflow_rbak.operators.restore_approval import RbakRestoreApprovalOperator
 from airflow_rbak.restore.settings import CONF_NAMES
 from airflow_rbak.restore.transformations import RULE_TYPES, TRANSFORMATIONS
-from airflow_rbak.settings import (
-    approval_timeout,
-    default_checkpoint_state,
-    default_storage_url,
-    queue_task_limits,
-    task_defaults,
-)
+from airflow_rbak.settings import default_checkpoint_state
 
+CONFIG = rbak_settings()
 PLAN = "{{ ti.xcom_pull(task_ids='plan', key='plan') }}"
 _TIME = {"type": ["null", "integer", "string"],
          "description": "epoch milliseconds or ISO 8601 (2026-11-22T02:00:00Z); either end may be left empty"}
@@ -64,7 +60,7 @@ def _names_map(description: str) -> Param:
 
 
 PARAMS = {
-    "storage_url": Param(default_storage_url(), type="string", minLength=1,
+    "storage_url": Param(CONFIG.storage_url(), type="string", minLength=1,
                          description="file:///path or s3://bucket/prefix?region=...&endpoint=..."),
     "backup_id": Param("latest", type="string", pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$",
                        description="a backup id, or 'latest' for the newest complete backup"),
@@ -154,18 +150,18 @@ with DAG(
     catchup=False,
     params=PARAMS,
     render_template_as_native_obj=True,
-    default_args=task_defaults(),
+    default_args=CONFIG.task_defaults(),
     tags=["rbak", "rabbitmq", "restore"],
     doc_md=__doc__,
 ):
     common = {"restore_settings": SETTINGS, "rabbitmq_conn_id": "{{ params.rabbitmq_conn_id }}"}
     plan = RbakRestorePlanOperator(task_id="plan", max_publish_tasks="{{ params.max_publish_tasks }}", **common)
     approve = RbakRestoreApprovalOperator(task_id="approve", plan=PLAN, skip_approval="{{ params.skip_approval }}",
-                                          response_timeout=approval_timeout(), **common)
+                                          response_timeout=CONFIG.approval_timeout(), **common)
     definitions = RbakRestoreDefinitionsOperator(task_id="definitions", plan=PLAN, **common)
     publish = RbakRestoreQueueOperator.partial(
         task_id="publish", plan=PLAN, map_index_template=GROUP_LABEL,
-        **queue_task_limits(), **common,
+        **CONFIG.queue_task_limits(), **common,
     ).expand(restore_queue=plan.output)
     report = RbakRestoreReportOperator(task_id="report", plan=PLAN, results=publish.output, definitions=definitions.output,
                                        **common)

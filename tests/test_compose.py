@@ -61,7 +61,7 @@ def test_the_file_is_valid_and_airflow_uses_this_repositorys_dags_and_provider(c
     assert re.fullmatch(r"rabbitmq:4\.\d+\.\d+-management", rabbitmq["image"])
     plugins = {v.split(":")[1]: Path(v.split(":")[0]) for v in rabbitmq["volumes"]}["/etc/rabbitmq/enabled_plugins"]
     assert {"rabbitmq_management", "rabbitmq_stream"} <= set(plugins.read_text().strip(" .\n[]").split(","))
-    bucket = urlsplit(env["RBAK_STORAGE_URL"]).netloc
+    bucket = urlsplit(env["AIRFLOW__RBAK__STORAGE_URL"]).netloc
     assert f"mc mb --ignore-existing stack/{bucket}" in services["minio-init"]["command"][0]
     assert airflow["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
     # Every published port is on loopback only
@@ -148,9 +148,9 @@ def test_the_airflow_services_environment_points_the_unchanged_dags_at_the_stack
     assert done.returncode == 0, done.stderr[-3000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     assert facts["errors"] == {} and facts["dags"] == ["rbak_backup", "rbak_freshness", "rbak_restore", "rbak_verify"]
-    assert set(facts["defaults"].values()) == {env["RBAK_STORAGE_URL"]}
+    assert set(facts["defaults"].values()) == {env["AIRFLOW__RBAK__STORAGE_URL"]}
     assert facts["schedule"] == "None"
     assert facts["broker"] == ["rabbitmq", 5672, "http://rabbitmq:15672", 5552, "rbak"]
     assert facts["spark"] == ["spark://spark-master", 7077, "client"]
     assert facts["storage"] == ["rbak-backups", "http://minio:9000", True, "us-east-1"]
-    assert parse_qs(urlsplit(env["RBAK_STORAGE_URL"]).query)["endpoint"] == ["http://minio:9000"]
+    assert parse_qs(urlsplit(env["AIRFLOW__RBAK__STORAGE_URL"]).query)["endpoint"] == ["http://minio:9000"]

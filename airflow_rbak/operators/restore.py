@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.backup.progress import ProgressReporter
 from airflow_rbak.display import package_logger
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
@@ -24,7 +25,6 @@ from airflow_rbak.operators.backup import mapped_groups, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRun, RestoreSettings
 from airflow_rbak.restore.errors import RestoreRefusedError
-from airflow_rbak.settings import progress_interval_s
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
 
@@ -122,7 +122,7 @@ class RbakRestoreQueueOperator(RbakRestoreOperator):
         name = f"{restore_queue['source_vhost']}/{restore_queue['source_queue']}"
         queue = plan.queue(restore_queue["source_vhost"], restore_queue["source_queue"])
         with ProgressReporter(name, run.published_sampler(plan, queue), queue.records_in_window,
-                              interval=progress_interval_s()):
+                              interval=rbak_settings().progress_interval_s()):
             result = restore_step(f"publish of {name}", lambda: run.publish(plan, queue))
         if result.dry_run:
             log.info("%s -> %s/%s: dry run, %d would be published, nothing was published", name, result.target_vhost,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_rbak.backup.catalog import latest_complete
+from airflow_rbak.backup.catalog import NoCompleteBackupError, resolve_backup_id
 from airflow_rbak.backup.chain import segment_owner
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.backup.ownership import foreign_objects
@@ -179,11 +179,10 @@ class RestorePlan:
 
 def resolve_manifest(storage: Storage, backup_id: str) -> BackupManifest:
     """Load the named backup's manifest (``latest``: the newest complete one); refuse incomplete backups."""
-    if backup_id == "latest":
-        latest = latest_complete(storage)
-        if latest is None:
-            raise BackupNotRestorableError(f"{storage.url} holds no complete backup; give backup_id explicitly")
-        backup_id = latest.backup_id
+    try:
+        backup_id = resolve_backup_id(storage, backup_id)
+    except NoCompleteBackupError:
+        raise BackupNotRestorableError(f"{storage.url} holds no complete backup; give backup_id explicitly") from None
     try:  # the store refuses a manifest naming another backup: its keys and checkpoints must stay under backup_id/
         manifest = ManifestStore(storage).load(backup_id)
     except (ManifestNotFoundError, ManifestError) as exc:

@@ -17,8 +17,8 @@ from airflow.models.xcom import XComModel
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
+from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.restore.run import report_line
-from airflow_rbak.settings import ui_storage_urls
 from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, BackupRun
 
 #: The XCom that names the backup a run chose itself: discover's summary, resolve_backup's return value, the
@@ -57,7 +57,7 @@ def load_backup_runs(session: Session, limit: int = 5000) -> list[BackupRun]:
         select(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.state, TaskInstance.end_date)
         .where(_verify_tasks(TaskInstance.dag_id, TaskInstance.task_id), TaskInstance.map_index == -1))}
     xcoms = _xcoms(session)
-    default_url = ui_storage_urls()[0]  # as configured: never raises, unlike default_storage_url()
+    default_url = rbak_settings().ui_storage_urls()[0]  # as configured: never raises, unlike default_storage_url()
     found = []
     for run in runs:
         conf = run.conf if isinstance(run.conf, dict) else {}

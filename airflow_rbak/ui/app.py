@@ -26,8 +26,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy import select
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.backup.manifest_store import ManifestNotFoundError
-from airflow_rbak.settings import ui_storage_urls
 from airflow_rbak.ui.airflow_runs import load_backup_runs
 from airflow_rbak.ui.backup_catalog import BackupCatalog, LocationNotFoundError, describe_error
 from airflow_rbak.ui.pages import Links, detail_page, list_page, message_page, restore_page
@@ -43,8 +43,8 @@ Limit = Annotated[int, Query(ge=1, le=500)]
 
 @functools.cache
 def catalog() -> BackupCatalog:
-    """The configured locations (read once per api-server process: ``RBAK_STORAGE_URL``, ``RBAK_UI_LOCATIONS``)."""
-    return BackupCatalog(ui_storage_urls())
+    """The configured locations (read once per api-server process: ``[rbak] storage_url`` and ``ui_locations``)."""
+    return BackupCatalog(rbak_settings().ui_storage_urls())
 
 
 def run_index() -> RunIndex:

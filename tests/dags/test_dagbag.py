@@ -45,7 +45,7 @@ def _parse(tmp_path, **env: str) -> dict:
 
 
 def test_the_dags_load_without_errors_or_network_calls_and_bad_params_are_rejected(tmp_path):
-    facts = _parse(tmp_path, RBAK_BACKUP_SCHEDULE="@daily")
+    facts = _parse(tmp_path, AIRFLOW__RBAK__BACKUP_SCHEDULE="@daily")
 
     assert facts["errors"] == {} and {"rbak_backup", "rbak_verify"} <= set(facts["dags"])
     assert facts["calls"] == []

@@ -199,7 +199,7 @@ def test_an_unreachable_broker_fails_the_first_task_clearly_writes_no_manifest_a
     calls = tmp_path / "notifier.jsonl"
     env = airflow_env(airflow_home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(amqp_port=1, management_port=1,
                                                                                 password=password),
-                      RBAK_FAILURE_NOTIFIER="tests.dags.recording_notifier:RecordingNotifier",
+                      AIRFLOW__RBAK__FAILURE_NOTIFIER="tests.dags.recording_notifier:RecordingNotifier",
                       RBAK_TEST_NOTIFIER_FILE=str(calls))
     location = (tmp_path / "b").as_uri()
 

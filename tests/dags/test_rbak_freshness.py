@@ -27,7 +27,7 @@ def test_the_freshness_dag_passes_a_recent_location_and_fails_a_stale_one_callin
     # Given one location backed up an hour ago and one 30 hours ago, and a failure notifier
     fresh, stale = location_finished(tmp_path, "fresh", 1), location_finished(tmp_path, "stale", 30)
     calls = tmp_path / "notifier.jsonl"
-    env = airflow_env(airflow_home, RBAK_FAILURE_NOTIFIER="tests.dags.recording_notifier:RecordingNotifier",
+    env = airflow_env(airflow_home, AIRFLOW__RBAK__FAILURE_NOTIFIER="tests.dags.recording_notifier:RecordingNotifier",
                       RBAK_TEST_NOTIFIER_FILE=str(calls), **statsd.env())
 
     # When the freshness DAG checks both with its default threshold (26 hours)
