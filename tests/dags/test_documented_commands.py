@@ -98,7 +98,7 @@ def test_the_quick_start_shows_the_demo_and_its_inspection_commands_work(demo):
 def test_the_readme_rbak_commands_work_on_a_backup(demo):
     root, _ = demo
     location = (root / ".run" / "demo" / "backups").as_uri()
-    env = airflow_env(root / "unused")
+    env = airflow_env(root / "unused", AIRFLOW__RBAK__STORAGE_URL=location)  # for a command shown without --path
     shown = [c for c in shell_commands(REPO / "README.md") if c.startswith("rbak ")]
 
     assert {c.split()[1] for c in shown} >= {"list", "describe", "validate"}
