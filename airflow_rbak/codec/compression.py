@@ -215,15 +215,21 @@ def _lz4_frame(source: memoryview, segment: str) -> Iterator[memoryview]:
     cost a copy of what remained per chunk of output.
     """
     decompressor = lz4.frame.LZ4FrameDecompressor()
-    fed = 0
+    fed, stalled = 0, False
     try:
         while not decompressor.eof:
-            feed = source[fed : fed + _LZ4_INPUT] if decompressor.needs_input else source[:0]
+            # A call capped at max_length leaves needs_input False even when what it was fed is all decoded, so a
+            # call that gave nothing is followed by more input, and only input run out means the frame is cut short.
+            if decompressor.needs_input or stalled:
+                feed = source[fed : fed + _LZ4_INPUT]
+                if not feed:
+                    raise DecompressionError("LZ4 frame is truncated", segment=segment, offset=32)
+            else:
+                feed = source[:0]
             fed += len(feed)
             chunk = decompressor.decompress(feed, max_length=_CHUNK)
+            stalled = not chunk
             if chunk:
                 yield memoryview(chunk)
-            elif not feed and not decompressor.eof:  # no input left and no output to come
-                raise DecompressionError("LZ4 frame is truncated", segment=segment, offset=32)
     except RuntimeError as exc:
         raise DecompressionError(f"corrupt LZ4 payload: {exc}", segment=segment, offset=32) from None

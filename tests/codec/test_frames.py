@@ -124,3 +124,19 @@ def test_an_uncompressed_payload_streams_as_itself_and_its_bounds_hold():
         list(stream(WHOLE, Compression.NONE, len(WHOLE) - 1, "s"))
     with pytest.raises(DecompressionError, match="manifest says"):
         list(stream(WHOLE, Compression.NONE, 1 << 20, "s", expected_size=1))
+
+
+def test_an_lz4_frame_read_a_block_per_chunk_reads_whole(monkeypatch):
+    # Given a frame of 64 KiB blocks, read one block's output at a time and fed a little input at a time: every call
+    # that completes a block returns exactly a chunk, after which the decompressor asks for no input (it may hold
+    # more output) although it has none to give without more input
+    whole = b"".join(b"%08d rbak " % i for i in range(60_000))
+    frame = lz4.frame.compress(whole, block_size=lz4.frame.BLOCKSIZE_MAX64KB)
+    monkeypatch.setattr(compression_module, "_CHUNK", 64 * 1024)
+    monkeypatch.setattr(compression_module, "_LZ4_INPUT", 1000)
+
+    # When it is read, Then every block comes out, and a cut frame is still refused
+    assert decompress(frame, Compression.LZ4, len(whole), "s") == whole
+    assert b"".join(stream(frame, Compression.LZ4, len(whole), "s")) == whole
+    with pytest.raises(DecompressionError, match="truncated"):
+        decompress(frame[:-5], Compression.LZ4, len(whole), "s")
