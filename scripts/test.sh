@@ -1,44 +1,57 @@
 #!/usr/bin/env bash
-# The test suite as `make test` (and so CI) runs it: two halves at once, each with private RabbitMQ nodes of its
-# own, so that neither half's broker faults (tests that stop, restart or reconfigure a node) reach the other.
-#   scripts/test.sh [pytest args...]   extra args go to both halves
-# Half "stack": the DAGs end to end (`airflow dags test`, the deployed stack, the UI), mostly waiting on
-# Airflow and JVM start-up, plus the codec and storage tests (no broker), which balance the halves' times.
-# Half "engine": everything else. Each half's output is kept in .run/tests/<half>.log;
-# the engine half streams, the stack half is printed when both are done. Exit status: 0 only if both passed.
+# The test suite as `make test` (and so CI) runs it: three parts at once, each with private RabbitMQ nodes of its
+# own, so that no part's broker faults (tests that stop, restart or reconfigure a node) reach another.
+#   scripts/test.sh [pytest args...]   extra args go to every part
+# Part "stack": the DAGs end to end (`airflow dags test`, the deployed stacks, the UI), mostly waiting on Airflow
+# and JVM start-up. Part "restore": the restore engine, the command line, the broker clients, hooks and operators,
+# and the broker-free codec and storage tests. Part "engine": everything else (capture, the backup runs and the
+# repository, Spark jobs, reliability), so a new test folder lands there. Each part's output is kept in
+# .run/tests/<part>.log; the engine part streams, the others are printed when all are done. Exit status: 0 only if
+# every part passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 PYTEST="${VENV:-.venv}/bin/pytest"
 LOGS=.run/tests
 mkdir -p "$LOGS"
-STACK_TESTS=(tests/dags tests/deployed tests/ui tests/codec tests/storage)
+STACK_TESTS=(tests/dags tests/deployed tests/ui)
+RESTORE_TESTS=(tests/restore tests/cli tests/broker tests/hooks tests/operators tests/codec tests/storage)
 IGNORE=()
-for path in "${STACK_TESTS[@]}"; do IGNORE+=(--ignore "$path"); done
+for path in "${STACK_TESTS[@]}" "${RESTORE_TESTS[@]}"; do IGNORE+=(--ignore "$path"); done
 
-# The stack half's nodes: their own ports, names and folders (the engine half keeps scripts/rabbitmq.sh's defaults).
-stack_env=(
-  RBAK_AMQP_PORT="${RBAK_STACK_AMQP_PORT:-5772}" RBAK_MGMT_PORT="${RBAK_STACK_MGMT_PORT:-15772}"
-  RBAK_STREAM_PORT="${RBAK_STACK_STREAM_PORT:-5652}" RBAK_RABBIT_NODE=rabbit-stack@localhost
-  RBAK_RABBIT_DIR="$PWD/.run/rabbitmq-stack"
-  RBAK_AMQP_PORT2="${RBAK_STACK_AMQP_PORT2:-5773}" RBAK_MGMT_PORT2="${RBAK_STACK_MGMT_PORT2:-15773}"
-  RBAK_STREAM_PORT2="${RBAK_STACK_STREAM_PORT2:-5653}" RBAK_RABBIT_NODE2=rabbit2-stack@localhost
-  RBAK_RABBIT_DIR2="$PWD/.run/rabbitmq2-stack"
-)
+# Each part's nodes: their own ports, names and folders (the engine part keeps scripts/rabbitmq.sh's defaults).
+# A node's TLS listeners take its plain ports + 1, so the nodes of a part are 10 apart.
+nodes_env() {  # part amqp mgmt stream
+  local part=$1 amqp=$2 mgmt=$3 stream=$4
+  echo "RBAK_AMQP_PORT=$amqp RBAK_MGMT_PORT=$mgmt RBAK_STREAM_PORT=$stream" \
+       "RBAK_RABBIT_NODE=rabbit-$part@localhost RBAK_RABBIT_DIR=$PWD/.run/rabbitmq-$part" \
+       "RBAK_AMQP_PORT2=$((amqp + 10)) RBAK_MGMT_PORT2=$((mgmt + 10)) RBAK_STREAM_PORT2=$((stream + 10))" \
+       "RBAK_RABBIT_NODE2=rabbit2-$part@localhost RBAK_RABBIT_DIR2=$PWD/.run/rabbitmq2-$part"
+}
+read -r -a stack_env <<<"$(nodes_env stack "${RBAK_STACK_AMQP_PORT:-5772}" "${RBAK_STACK_MGMT_PORT:-15772}" \
+  "${RBAK_STACK_STREAM_PORT:-5652}")"
+read -r -a restore_env <<<"$(nodes_env restore "${RBAK_RESTORE_AMQP_PORT:-5872}" "${RBAK_RESTORE_MGMT_PORT:-15872}" \
+  "${RBAK_RESTORE_STREAM_PORT:-5752}")"
 
 started=$(date +%s)
-# Azurite (npm) is installed once here, before the halves start, rather than by whichever half needs it first.
+# Azurite (npm) is installed once here, before the parts start, rather than by whichever part needs it first.
 "${VENV:-.venv}/bin/python" -c 'from tests.emulators import azurite_binary; azurite_binary()' >/dev/null 2>&1 || true
 env "${stack_env[@]}" "$PYTEST" -q -p no:cacheprovider "${STACK_TESTS[@]}" "$@" >"$LOGS/stack.log" 2>&1 &
 stack_pid=$!
+env "${restore_env[@]}" "$PYTEST" -q -p no:cacheprovider "${RESTORE_TESTS[@]}" "$@" >"$LOGS/restore.log" 2>&1 &
+restore_pid=$!
 "$PYTEST" -q -p no:cacheprovider "${IGNORE[@]}" "$@" 2>&1 | tee "$LOGS/engine.log"
 engine_rc=${PIPESTATUS[0]}
 wait "$stack_pid"
 stack_rc=$?
+wait "$restore_pid"
+restore_rc=$?
 
+for part in stack restore; do
+  echo
+  echo "=== part $part, log $LOGS/$part.log"
+  cat "$LOGS/$part.log"
+done
 echo
-echo "=== stack half (${STACK_TESTS[*]}), log $LOGS/stack.log"
-cat "$LOGS/stack.log"
-echo
-echo "engine half: exit $engine_rc; stack half: exit $stack_rc; $(( $(date +%s) - started )) s in all"
-[ "$engine_rc" -eq 0 ] && [ "$stack_rc" -eq 0 ]
+echo "engine: exit $engine_rc; stack: exit $stack_rc; restore: exit $restore_rc; $(( $(date +%s) - started )) s in all"
+[ "$engine_rc" -eq 0 ] && [ "$stack_rc" -eq 0 ] && [ "$restore_rc" -eq 0 ]
