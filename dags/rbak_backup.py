@@ -33,11 +33,17 @@ from airflow_rbak.codec.constants import (
     DEFAULT_SEGMENT_MAX_INTERVAL_MS,
     MAX_SEGMENT_MAX_BYTES,
 )
+from airflow_rbak.dag_defaults import (
+    BACKUP_SCHEDULE_ENV,
+    default_storage_url,
+    queue_task_limits,
+    schedule_from_env,
+    task_defaults,
+)
 from airflow_rbak.operators.backup import RbakCaptureQueueOperator, RbakDiscoverQueuesOperator, RbakExportDefinitionsOperator
 from airflow_rbak.operators.finalize import RbakFinalizeManifestOperator
 from airflow_rbak.operators.segments import RbakBackupSegmentsOperator
 from airflow_rbak.segments.stages import DEFAULT_IN_PROCESS_MAX_BYTES, PLACEMENTS
-from airflow_rbak.settings import BACKUP_SCHEDULE_ENV, default_storage_url, queue_task_limits, schedule_from_env, task_defaults
 
 QUEUE_TYPES = ["classic", "quorum", "stream"]
 BACKUP_ID = ("{{ params.backup_id or 'rbak-' ~ (logical_date or dag_run.run_after)"

@@ -13,7 +13,7 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param, task
 
-from airflow_rbak.settings import FRESHNESS_SCHEDULE_ENV, default_storage_url, schedule_from_env, task_defaults
+from airflow_rbak.dag_defaults import FRESHNESS_SCHEDULE_ENV, default_storage_url, schedule_from_env, task_defaults
 
 with DAG(
     dag_id="rbak_freshness",

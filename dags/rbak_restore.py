@@ -27,6 +27,13 @@ import datetime as dt
 from airflow.sdk import DAG, Param
 
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
+from airflow_rbak.dag_defaults import (
+    approval_timeout,
+    default_checkpoint_state,
+    default_storage_url,
+    queue_task_limits,
+    task_defaults,
+)
 from airflow_rbak.operators.restore import (
     RbakRestoreDefinitionsOperator,
     RbakRestorePlanOperator,
@@ -34,14 +41,7 @@ from airflow_rbak.operators.restore import (
     RbakRestoreReportOperator,
 )
 from airflow_rbak.operators.restore_approval import RbakRestoreApprovalOperator
-from airflow_rbak.restore.settings import CONF_NAMES
-from airflow_rbak.settings import (
-    approval_timeout,
-    default_checkpoint_state,
-    default_storage_url,
-    queue_task_limits,
-    task_defaults,
-)
+from airflow_rbak.restore.request import CONF_NAMES
 
 PLAN = "{{ ti.xcom_pull(task_ids='plan', key='plan') }}"
 _TIME = {"type": ["null", "integer", "string"],

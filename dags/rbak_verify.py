@@ -10,8 +10,8 @@ import datetime as dt
 from airflow.sdk import DAG, Param, task
 
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
+from airflow_rbak.dag_defaults import VERIFY_SCHEDULE_ENV, default_storage_url, schedule_from_env, task_defaults
 from airflow_rbak.operators.spark import RbakVerifyBackupOperator
-from airflow_rbak.settings import VERIFY_SCHEDULE_ENV, default_storage_url, schedule_from_env, task_defaults
 
 with DAG(
     dag_id="rbak_verify",
@@ -36,9 +36,9 @@ with DAG(
     @task
     def resolve_backup(params: dict | None = None) -> str:
         """The backup to verify: the given id, or the newest complete one for ``latest``."""
-        from airflow_rbak.backup.catalog import latest_complete
+        from airflow_rbak.dag_defaults import default_storage_conn_id
         from airflow_rbak.hooks.storage import use_storage_connection
-        from airflow_rbak.settings import default_storage_conn_id
+        from airflow_rbak.repository.catalog import latest_complete
         from airflow_rbak.storage import open_storage
 
         use_storage_connection(default_storage_conn_id())

@@ -24,8 +24,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_rbak import __version__
-from airflow_rbak.backup.chain import latest_with_stream
-from airflow_rbak.backup.chain_lock import ChainLock
 from airflow_rbak.backup.finalize import (
     finalize_backup,
     finish_backup,
@@ -33,12 +31,6 @@ from airflow_rbak.backup.finalize import (
     manifest_summary,
     record_stream_offsets,
 )
-from airflow_rbak.backup.lease import LeasedStorage
-from airflow_rbak.backup.lock import BackupLock
-from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
-from airflow_rbak.backup.progress import ProgressReporter, checkpoint_sampler
-from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
-from airflow_rbak.backup.writer import now_ms
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.definitions import export_definitions
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
@@ -53,6 +45,14 @@ from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGM
 from airflow_rbak.codec.layout import check_backup_id
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.progress import ProgressReporter, checkpoint_sampler
+from airflow_rbak.repository.chain import latest_with_stream
+from airflow_rbak.repository.chain_link import ChainLock
+from airflow_rbak.repository.lease import LeasedStorage
+from airflow_rbak.repository.lock import BackupLock
+from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
+from airflow_rbak.repository.writer import now_ms
 from airflow_rbak.segments.encode import EncodeSettings, QueueRef, encode_queue_here
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
@@ -88,7 +88,7 @@ class BackupSettings:
     include_users: bool = True
     #: Who holds the backup's lock: every task of one DAG run passes the same owner; None: this run alone.
     lock_owner: str | None = None
-    #: Take over the lock of a run that crashed (see :mod:`airflow_rbak.backup.lock`).
+    #: Take over the lock of a run that crashed (see :mod:`airflow_rbak.repository.lock`).
     break_lock: bool = False
     #: A queue that cannot be read without changing it: "skip" leaves it out, named with its reason; "fail" fails.
     on_unsafe_queue: str = "skip"

@@ -23,9 +23,9 @@ from airflow_rbak.capture.errors import CaptureIntegrityError, CaptureStalledErr
 from airflow_rbak.capture.message_identity import fingerprint, identity
 from airflow_rbak.capture.queue_features import CaptureMethod, QueueDecision, consumer_timeout_ms
 from airflow_rbak.capture.staged_delivery import stage_delivery
-from airflow_rbak.capture.staging import StagedChunk, StagingWriter
 from airflow_rbak.codec.staged_records import DROPPED_HEADERS, QUORUM_BROKER_HEADERS
 from airflow_rbak.display import package_logger
+from airflow_rbak.repository.staging import StagedChunk, StagingWriter
 
 if TYPE_CHECKING:
     from airflow_rbak.capture.queue_capture import QueueCapture

@@ -32,9 +32,9 @@ from airflow_rbak.capture.checkpoints import CheckpointStore, QueueProgress
 from airflow_rbak.capture.errors import CaptureInterruptedError
 from airflow_rbak.capture.message_identity import stream_delivery_fingerprint
 from airflow_rbak.capture.staged_delivery import stage_delivery
-from airflow_rbak.capture.staging import StagedChunk, StagingWriter
 from airflow_rbak.capture.stream_identity import StreamMark, fingerprint_at, offset_of, resume_offset
 from airflow_rbak.codec.staged_records import DROPPED_HEADERS, STREAM_BROKER_HEADERS
+from airflow_rbak.repository.staging import StagedChunk, StagingWriter
 from airflow_rbak.storage.base import Storage
 
 _PREFETCH = 2000

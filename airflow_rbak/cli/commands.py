@@ -10,12 +10,6 @@ import hashlib
 from typing import IO
 from urllib.parse import urlsplit, urlunsplit
 
-from airflow_rbak.backup.catalog import left_out_queues, list_backups
-from airflow_rbak.backup.chain import chain_owners, dependencies
-from airflow_rbak.backup.lock import BackupLock
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.rebuild import rebuild_manifest
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.cli.output import json_line, json_safe, say
 from airflow_rbak.cli.runs import BROKER_URL_ENV, broker_connection
 from airflow_rbak.codec import read_header
@@ -23,6 +17,12 @@ from airflow_rbak.codec.records import encode_record
 from airflow_rbak.codec.segment import decode_payload, iter_payload_records
 from airflow_rbak.display import when as _when
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.catalog import left_out_queues, list_backups
+from airflow_rbak.repository.chain import chain_owners, dependencies
+from airflow_rbak.repository.lock import BackupLock
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.rebuild import rebuild_manifest
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 

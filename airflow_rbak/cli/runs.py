@@ -23,8 +23,8 @@ from typing import IO, Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.cli.output import json_line, say
+from airflow_rbak.dag_defaults import default_checkpoint_state, default_storage_url
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.settings import default_checkpoint_state, default_storage_url
 
 BROKER_URL_ENV = "RBAK_BROKER_URL"
 #: DAG params a run without Airflow ignores.

@@ -146,7 +146,7 @@ def rollback_definitions_key(backup_id: str, timestamp: str, compression: Compre
 
 
 def lock_key(backup_id: str) -> str:
-    """Where the lock of a running backup lives (``backup.lock``)."""
+    """Where the lock of a running backup lives (``repository.lock``)."""
     return f"{check_backup_id(backup_id)}/{LOCK_NAME}"
 
 

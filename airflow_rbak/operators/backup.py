@@ -17,21 +17,21 @@ from typing import Any, TypeVar
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_rbak.backup.lock import BackupLockedError
 from airflow_rbak.backup.run import STREAM_MODES, BackupAlreadyCompleteError, BackupRun, BackupSettings
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, group_queues
 from airflow_rbak.capture.errors import ConsumerTimeoutError, UnsafeQueueError
 from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
+from airflow_rbak.dag_defaults import progress_interval_s
 from airflow_rbak.display import package_logger, printable
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.links import RabbitMQQueueLink, queue_url
 from airflow_rbak.operators import metrics
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
+from airflow_rbak.repository.lock import BackupLockedError
 from airflow_rbak.segments import stages
 from airflow_rbak.segments.encode import QueueRef
-from airflow_rbak.settings import progress_interval_s
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
 

@@ -7,12 +7,12 @@ from typing import Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
-from airflow_rbak.backup.retention import RetentionPolicy
 from airflow_rbak.display import package_logger
 from airflow_rbak.links import RbakManifestLink, manifest_url
 from airflow_rbak.operators import metrics
 from airflow_rbak.operators.backup import backup_run, flat_captures, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
+from airflow_rbak.repository.retention import RetentionPolicy
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
 

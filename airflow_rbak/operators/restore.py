@@ -16,15 +16,15 @@ from typing import Any, TypeVar
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_rbak.backup.progress import ProgressReporter
+from airflow_rbak.dag_defaults import progress_interval_s
 from airflow_rbak.display import package_logger
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.operators import metrics
 from airflow_rbak.operators.backup import mapped_groups, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
+from airflow_rbak.progress import ProgressReporter
 from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRun, RestoreSettings
 from airflow_rbak.restore.errors import RestoreRefusedError
-from airflow_rbak.settings import progress_interval_s
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
 

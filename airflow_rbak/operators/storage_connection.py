@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_rbak.dag_defaults import default_storage_conn_id
 from airflow_rbak.hooks.storage import use_storage_connection
-from airflow_rbak.settings import default_storage_conn_id
 
 
 class StorageConnectionMixin:

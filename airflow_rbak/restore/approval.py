@@ -22,7 +22,7 @@ import datetime as dt
 from airflow_rbak.display import md_code, printable
 from airflow_rbak.restore.errors import RestoreRejectedError
 from airflow_rbak.restore.plan import RestorePlan
-from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.restore.request import RestoreSettings
 
 #: Queues listed one per row in the request; the rest are summed in one line (a restore may hold thousands).
 QUEUES_SHOWN = 50

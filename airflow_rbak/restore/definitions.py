@@ -25,17 +25,17 @@ from typing import Any
 
 import orjson
 
+from airflow_rbak.broker import management_admin
 from airflow_rbak.broker.definitions import without_credentials
-from airflow_rbak.broker.errors import BrokerError
+from airflow_rbak.broker.errors import BrokerError, ManagementWriteError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.codec import CodecError
 from airflow_rbak.codec.compression import compress, decompress
 from airflow_rbak.codec.layout import compression_from_key, rollback_definitions_key
 from airflow_rbak.display import package_logger
-from airflow_rbak.restore import management_admin
 from airflow_rbak.restore.definitions_diff import ImportChanges, compare, per_vhost
 from airflow_rbak.restore.errors import DefinitionsImportError
-from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings, matches
+from airflow_rbak.restore.request import DefinitionsSelection, RestoreSettings, matches
 from airflow_rbak.storage.base import Storage, StorageError
 
 log = package_logger(__name__)
@@ -202,9 +202,14 @@ def restore_definitions(client: ManagementClient, storage: Storage, settings: Re
         try:
             if management_admin.ensure_vhost(client, vhost):
                 result.created_vhosts.append(vhost)
+        except ManagementWriteError as exc:
+            raise DefinitionsImportError(str(exc)) from None
         except BrokerError as exc:
             raise DefinitionsImportError(f"cannot create vhost {vhost!r}: {exc}") from None
-    for vhost, document in per_vhost(changes.to_apply()).items():
-        management_admin.import_vhost_definitions(client, vhost, document)
+    try:
+        for vhost, document in per_vhost(changes.to_apply()).items():
+            management_admin.import_vhost_definitions(client, vhost, document)
+    except ManagementWriteError as exc:
+        raise DefinitionsImportError(str(exc)) from None
     result.imported = True
     return result

@@ -5,7 +5,7 @@ backups its chain continues, so the plan reads them like its own and
 reports which backups it drew from), picks the selected queues, then
 fetches and fully verifies every segment of them (SHA-256 against the
 manifest, CRC-32, framing, record count: the checks of
-``backup.segment_check``) and counts the records inside the window; a
+``repository.segment_check``) and counts the records inside the window; a
 segment holding none is left out of the plan. The format does not require a
 segment's records in time order, so its timestamps cannot tell that no record
 lies in the window: only its records can. Damaged segments stop the restore, naming them,
@@ -18,17 +18,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_rbak.backup.catalog import latest_complete
-from airflow_rbak.backup.chain import segment_owner
-from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
-from airflow_rbak.backup.ownership import foreign_objects
-from airflow_rbak.backup.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata, iter_records
 from airflow_rbak.codec.errors import ManifestError
 from airflow_rbak.display import package_logger
+from airflow_rbak.repository.catalog import latest_complete
+from airflow_rbak.repository.chain import segment_owner
+from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.repository.ownership import foreign_objects
+from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.restore.checkpoints import QueueCheckpoint
 from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
-from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.restore.request import RestoreSettings
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 log = package_logger(__name__)
@@ -84,7 +84,7 @@ class QueuePlan:
     completed_before: bool = False
     #: exchange mode: the other non-empty queues of the target vhost, where bindings may route records.
     vhost_depths: dict[str, int] = field(default_factory=dict)
-    #: The backups whose segments hold this queue's records in the window, in chain order (:mod:`backup.chain`).
+    #: The backups whose segments hold this queue's records in the window, in chain order (:mod:`repository.chain`).
     drawn_from: tuple[str, ...] = ()
 
     @property

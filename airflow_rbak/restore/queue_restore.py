@@ -19,7 +19,7 @@ from airflow_rbak.restore.errors import PublishError
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
 from airflow_rbak.restore.publisher import ConfirmPipeline, reconcile
 from airflow_rbak.restore.records import Positioned, iter_window_records
-from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.restore.request import RestoreSettings
 from airflow_rbak.storage.base import Storage
 
 log = package_logger(__name__)

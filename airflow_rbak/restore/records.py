@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from airflow_rbak.restore.errors import DamagedSegmentsError
 from airflow_rbak.restore.plan import READ_ATTEMPTS, QueuePlan
-from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.restore.request import RestoreSettings
 from airflow_rbak.restore.wire import WireRecord, iter_wire_records
 from airflow_rbak.storage.base import Storage
 

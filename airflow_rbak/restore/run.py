@@ -15,17 +15,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from airflow_rbak.backup.progress import Sample
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.display import package_logger
+from airflow_rbak.progress import Sample
 from airflow_rbak.restore.checkpoints import open_checkpoint_store
 from airflow_rbak.restore.definitions import DefinitionsResult, plan_definitions, restore_definitions
 from airflow_rbak.restore.errors import RestoreRefusedError, UnroutableMessagesError
 from airflow_rbak.restore.offsets import restore_consumer_offsets
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, plan_restore, queue_checkpoint
 from airflow_rbak.restore.queue_restore import QueueResult, restore_queue
-from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.restore.request import RestoreSettings
 from airflow_rbak.restore.target_check import check_target, inspect_target, refusal
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage

@@ -31,7 +31,7 @@ from airflow_rbak.display import package_logger
 from airflow_rbak.restore.checkpoints import CheckpointStore
 from airflow_rbak.restore.errors import RestoreRefusedError
 from airflow_rbak.restore.plan import RestorePlan, queue_checkpoint
-from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.restore.request import RestoreSettings
 
 log = package_logger(__name__)
 

@@ -29,7 +29,6 @@ import hashlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_rbak.backup.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.constants import (
     DEFAULT_SEGMENT_MAX_BYTES,
@@ -41,6 +40,7 @@ from airflow_rbak.codec.layout import compression_from_key, interim_segment_key,
 from airflow_rbak.codec.segment import check_level, decode_payload, encode_payload
 from airflow_rbak.codec.writer import check_segment_max_bytes
 from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 

@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_rbak import __version__
-from airflow_rbak.backup.encode import iter_staged_json
 from airflow_rbak.capture.checkpoints import accounted_chunk_keys, read_progress
 from airflow_rbak.codec import BackupManifest, EncodedSegment, QueueBackup, SegmentMetadata, SegmentWriter
 from airflow_rbak.codec.constants import (
@@ -52,6 +51,7 @@ from airflow_rbak.codec.layout import (
 )
 from airflow_rbak.codec.manifest import QUEUE_TYPES
 from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.repository.encode import iter_staged_json
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectInfo, ObjectNotFoundError, Storage
 

@@ -16,7 +16,7 @@ from airflow.models.xcom import XComModel
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
-from airflow_rbak.settings import ui_storage_urls
+from airflow_rbak.dag_defaults import ui_storage_urls
 from airflow_rbak.ui.runs import BACKUP_DAG_ID, VERIFY_DAG_ID, BackupRun
 
 #: The XCom that names the backup a run chose itself: discover's summary, resolve_backup's return value.

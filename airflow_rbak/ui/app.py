@@ -21,8 +21,8 @@ from airflow.utils.session import create_session
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
-from airflow_rbak.backup.manifest_store import ManifestNotFoundError
-from airflow_rbak.settings import ui_storage_urls
+from airflow_rbak.dag_defaults import ui_storage_urls
+from airflow_rbak.repository.manifest_store import ManifestNotFoundError
 from airflow_rbak.ui.airflow_runs import load_backup_runs
 from airflow_rbak.ui.backup_catalog import BackupCatalog, LocationNotFoundError, describe_error
 from airflow_rbak.ui.pages import Links, detail_page, list_page, message_page, restore_page

@@ -18,7 +18,7 @@ from airflow_rbak.operators.spark import (  # noqa: E402
 from airflow_rbak.segments import stages  # noqa: E402
 from airflow_rbak.storage import open_storage  # noqa: E402
 from tests import fake_spark_submit  # noqa: E402
-from tests.backup.sample import build_sample_backup  # noqa: E402
+from tests.repository.sample import build_sample_backup  # noqa: E402
 
 
 def test_operators_pass_their_options_and_template_the_location():

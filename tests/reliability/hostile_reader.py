@@ -13,14 +13,14 @@ import sys
 
 import orjson
 
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.rebuild import rebuild_manifest
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.cli.main import main as rbak
 from airflow_rbak.exceptions import RbakError
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.rebuild import rebuild_manifest
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.restore.plan import QueuePlan, SegmentPlan, plan_restore
 from airflow_rbak.restore.records import iter_window_records
-from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.restore.request import RestoreSettings
 from airflow_rbak.segments.verify import VerifyItem, check_group
 from airflow_rbak.storage import open_storage
 from tests.reliability.capture_worker import memory_status

@@ -15,13 +15,13 @@ from urllib.parse import quote
 import pika
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.run import BackupRun, BackupSettings
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.capture.errors import CaptureIntegrityError, CaptureInterruptedError
 from airflow_rbak.capture.queue_capture import fingerprint
 from airflow_rbak.codec.headers import HeaderValue as H
 from airflow_rbak.codec.records import BackupProperties, BackupRecord
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.restore import DefinitionsImportError, RestoreRun, RestoreSettings
 from airflow_rbak.restore.errors import PublishError
 from airflow_rbak.storage import open_storage

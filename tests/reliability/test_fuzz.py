@@ -26,8 +26,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from airflow_rbak.backup.segment_check import SegmentCheck, check_segment_bytes
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.codec import (
     BackupManifest,
     BackupProperties,
@@ -44,11 +42,13 @@ from airflow_rbak.codec import (
 )
 from airflow_rbak.codec.compression import compress
 from airflow_rbak.exceptions import RbakError
+from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.restore import RestoreSettings
 from airflow_rbak.restore.plan import plan_restore
 from airflow_rbak.restore.wire import iter_wire_records
 from airflow_rbak.storage import MemoryStorage
-from tests.backup.backup_writer import BackupWriter
+from tests.repository.backup_writer import BackupWriter
 
 LONG_RUN = int(os.environ.get("RBAK_FUZZ_EXAMPLES", "0"))
 EXAMPLES = LONG_RUN or 400

@@ -19,18 +19,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_rbak.backup.rebuild import rebuild_manifest
 from airflow_rbak.backup.run import BackupRun, BackupSettings
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.broker.management_admin import ensure_vhost
 from airflow_rbak.broker.pika_connection import blocking_connection
 from airflow_rbak.codec import BackupRecord
 from airflow_rbak.codec.layout import MAX_NAME_SEGMENT_BYTES, decode_name, encode_name, is_shortened, queue_prefix
+from airflow_rbak.repository.rebuild import rebuild_manifest
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.restore import RestoreRun, RestoreSettings
-from airflow_rbak.restore.management_admin import ensure_vhost
 from airflow_rbak.storage import check_key, open_storage
-from tests.backup.backup_writer import BackupWriter
+from tests.repository.backup_writer import BackupWriter
 from tests.restore.helpers import body_of, declare, message_view, props_of, publish
 
 LONG_ASCII = "q" * 255

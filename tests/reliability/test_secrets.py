@@ -15,7 +15,6 @@ from urllib.parse import quote
 import orjson
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.run import BackupRun, BackupSettings
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueSelector
@@ -24,6 +23,7 @@ from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.constants import Compression
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.hooks.rabbitmq import connection_from_airflow
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.restore import RestoreRun, RestoreSettings
 from airflow_rbak.storage import open_storage
 from tests.reliability.secrets import create_user, distinctive_password, leaks, stored_objects

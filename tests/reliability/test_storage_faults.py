@@ -13,12 +13,12 @@ from collections import Counter
 import pika
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.backup.run import BackupAlreadyCompleteError, BackupRun, BackupSettings
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.exceptions import RbakError
+from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.restore import RestoreRun, RestoreSettings
 from airflow_rbak.restore.errors import DamagedSegmentsError
 from airflow_rbak.storage import RetryingStorage, Storage, open_storage

@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.restore import BackupNotRestorableError, RestoreRun, RestoreSettings
 from airflow_rbak.storage import open_storage
 from tests.restore.helpers import backup, declare, publish

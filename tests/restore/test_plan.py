@@ -6,7 +6,7 @@ import pytest
 
 from airflow_rbak.restore import BackupNotRestorableError, DamagedSegmentsError, RestorePlan, RestoreSettings, plan_restore
 from airflow_rbak.storage import MemoryStorage
-from tests.backup.sample import build_sample_backup
+from tests.repository.sample import build_sample_backup
 
 BASE = 1_712_756_400_000  # backed_up_at of record 0; record i is BASE + 10 i
 
@@ -72,7 +72,7 @@ def test_skipping_damaged_segments_reports_exactly_what_was_skipped(storage):
 
 
 def test_an_incomplete_or_missing_backup_is_refused(storage):
-    from airflow_rbak.backup.manifest_store import ManifestStore
+    from airflow_rbak.repository.manifest_store import ManifestStore
 
     manifest = ManifestStore(storage).load("b-1")
     manifest.completed_at = None

@@ -8,8 +8,8 @@ import time
 import pika
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.broker import stream_protocol
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.restore import DamagedSegmentsError, PublishError, RestoreRun, RestoreSettings, UnroutableMessagesError
 from airflow_rbak.storage import open_storage
 from tests.restore.helpers import backup, declare, publish, read_queue

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from airflow_rbak.backup.run import BackupSettings
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES, MAX_SEGMENT_MAX_BYTES
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.restore import RestoreRun, RestoreSettings
 from airflow_rbak.storage import open_storage
 from tests.restore.helpers import backup, body_of, declare, message_view, props_of, publish, read_queue

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from airflow_rbak.restore.definitions import counts, rollback_timestamp, select_definitions
-from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings
+from airflow_rbak.restore.request import DefinitionsSelection, RestoreSettings
 
 DOC = {
     "vhosts": [{"name": "prod"}, {"name": "dev"}],

@@ -15,7 +15,7 @@ import pytest
 
 from airflow_rbak.restore import RestoreRun, RestoreSettings
 from airflow_rbak.restore.errors import RestoreRefusedError
-from airflow_rbak.restore.settings import DEFAULT_CHECKPOINT_STATE
+from airflow_rbak.restore.request import DEFAULT_CHECKPOINT_STATE
 from tests.restore.helpers import backup, body_of, declare, expected_view, publish, read_queue, ready_count
 
 pytestmark = pytest.mark.broker

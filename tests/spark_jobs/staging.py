@@ -10,8 +10,8 @@ from pika import spec
 from airflow_rbak.broker.amqp_types import DeliveredProperties
 from airflow_rbak.capture.checkpoints import CheckpointStore, QueueProgress
 from airflow_rbak.capture.staged_delivery import stage_delivery
-from airflow_rbak.capture.staging import StagedChunk, StagingWriter
 from airflow_rbak.codec import BackupProperties, BackupRecord, HeaderValue, encode_record
+from airflow_rbak.repository.staging import StagedChunk, StagingWriter
 from airflow_rbak.storage.base import Storage
 from tests.broker.record_reference import properties_from_record
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_rbak.backup.validate import validate_backup
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.segments import encode as er
 from airflow_rbak.segments.jobs import backup_segments, common
 from airflow_rbak.segments.reports import load_report

@@ -7,13 +7,13 @@ import random
 
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.codec.layout import interim_segment_key
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.segments import compact as cp
 from airflow_rbak.segments.jobs import compact_segments
 from airflow_rbak.storage import open_storage
-from tests.backup.backup_writer import BackupWriter
+from tests.repository.backup_writer import BackupWriter
 from tests.spark_jobs.conftest import submit
 from tests.spark_jobs.local_spark import LocalSpark
 from tests.spark_jobs.staging import make_record, read_queue_independently

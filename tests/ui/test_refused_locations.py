@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from airflow_rbak.dag_defaults import default_storage_url, ui_storage_urls
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.settings import default_storage_url, ui_storage_urls
 from airflow_rbak.ui.backup_catalog import BackupCatalog
 from airflow_rbak.ui.runs import RunIndex
 

@@ -32,10 +32,10 @@ from typing import Any
 
 import orjson
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import QueueBackup
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.segments import encode as er
 from airflow_rbak.segments import stages
 from airflow_rbak.segments import verify as vf

@@ -23,11 +23,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_rbak.backup.chain import shared_queues
-from airflow_rbak.backup.lease import LeasedStorage
-from airflow_rbak.backup.lock import BackupLock
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest, SegmentMetadata
+from airflow_rbak.repository.chain import shared_queues
+from airflow_rbak.repository.lease import LeasedStorage
+from airflow_rbak.repository.lock import BackupLock
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.segments import compact as cp
 from airflow_rbak.segments.jobs.common import add_segment_arguments, base_parser, main, parse_with_settings, positive_int
 from airflow_rbak.segments.reports import JobReport

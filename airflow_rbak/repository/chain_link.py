@@ -6,7 +6,7 @@ segments in its completed manifest. Either interleaved with the other could
 delete what a chain lists. So both hold this one lock while they decide:
 retention for its whole pass, a run while it picks a stream's base and while
 it links its chains and writes its completed manifest. It is taken with the
-same primitive as a backup's lock (:class:`~airflow_rbak.backup.lock.BackupLock`
+same primitive as a backup's lock (:class:`~airflow_rbak.repository.lock.BackupLock`
 on :data:`~airflow_rbak.codec.layout.CHAIN_LOCK_KEY`) and renewed while held.
 
 Holders wait for each other (the critical sections are short beside a
@@ -20,10 +20,10 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 
-from airflow_rbak.backup.lock import DEFAULT_CONFIRM_AFTER, DEFAULT_RENEW_EVERY, BackupLock, BackupLockedError, LockInfo
 from airflow_rbak.codec.layout import CHAIN_LOCK_KEY
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import RbakError
+from airflow_rbak.repository.lock import DEFAULT_CONFIRM_AFTER, DEFAULT_RENEW_EVERY, BackupLock, BackupLockedError, LockInfo
 from airflow_rbak.storage.base import Storage
 
 log = package_logger(__name__)

@@ -19,11 +19,11 @@ from urllib.parse import quote
 
 import pytest
 
-from airflow_rbak.backup.catalog import list_backups
-from airflow_rbak.backup.chain import dependencies, referenced_keys, segment_owner
-from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.cli.commands import describe_cmd, list_cmd
+from airflow_rbak.repository.catalog import list_backups
+from airflow_rbak.repository.chain import dependencies, referenced_keys, segment_owner
+from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.restore import RestoreRun, RestoreSettings
 from airflow_rbak.restore.plan import plan_restore
 from airflow_rbak.storage import open_storage

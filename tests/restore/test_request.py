@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings, parse_time
+from airflow_rbak.restore.request import DefinitionsSelection, RestoreSettings, parse_time
 
 
 @pytest.mark.parametrize(

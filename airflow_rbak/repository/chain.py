@@ -30,12 +30,12 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest, QueueBackup
 from airflow_rbak.codec.errors import ManifestError
 from airflow_rbak.codec.layout import check_backup_id, compression_from_key, segment_key
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import RbakError
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage
 
 log = package_logger(__name__)
@@ -144,7 +144,7 @@ def find_base(storage: Storage, backup_id: str, entry: QueueBackup) -> tuple[Bac
 def _candidates_newest_first(storage: Storage, exclude: str) -> tuple[list[BackupManifest], list[tuple[BackupManifest, str]]]:
     """The backups that count (the catalog's ``complete``: only those may be a chain's base), newest first; and those
     whose manifest reads but that do not count (future, rebuilt, damaged), with why, to say so when no base is found."""
-    from airflow_rbak.backup.catalog import list_backups  # the catalog judges what counts, and reads chains here
+    from airflow_rbak.repository.catalog import list_backups  # the catalog judges what counts, and reads chains here
 
     store = ManifestStore(storage)
     counted: list[BackupManifest] = []

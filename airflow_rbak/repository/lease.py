@@ -1,6 +1,6 @@
 """Storage that writes only while its run holds the backup's lock.
 
-The lock (:mod:`airflow_rbak.backup.lock`) is a lease on the backup's keys: a
+The lock (:mod:`airflow_rbak.repository.lock`) is a lease on the backup's keys: a
 run whose lock was broken (``break_lock`` by a run that took it for a crashed
 one, or ``rbak unlock``) must stop writing at once, not only before its
 manifest, or it would keep staging beside the run that now owns the backup.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from airflow_rbak.backup.lock import BackupLock
+from airflow_rbak.repository.lock import BackupLock
 from airflow_rbak.storage.base import ObjectInfo, Storage
 
 

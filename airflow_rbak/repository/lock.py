@@ -11,7 +11,7 @@ every task of one Airflow DAG run shares ``rbak_backup/<run_id>``, so a task
 retried or cleared in that run carries on and any other run is refused.
 
 Every write a run makes is checked against the lock first
-(:class:`~airflow_rbak.backup.lease.LeasedStorage`), so a run whose lock was
+(:class:`~airflow_rbak.repository.lease.LeasedStorage`), so a run whose lock was
 taken over stops at its next write. A run that crashes leaves its lock behind. The error names the holder, its
 host, process and age; when that run is known to be gone, take the lock over
 with ``break_lock`` (a setting and a DAG param) or remove it with
@@ -256,7 +256,7 @@ class BackupLock:
         """Renew the lease every ``every`` seconds while the block runs, so others can see this run is alive.
 
         Losing the lock is not raised here (a thread cannot stop the run): the run's next write is refused
-        by its :class:`~airflow_rbak.backup.lease.LeasedStorage`.
+        by its :class:`~airflow_rbak.repository.lease.LeasedStorage`.
         """
         stop = threading.Event()
 

@@ -11,11 +11,11 @@ from dataclasses import asdict
 
 import pytest
 
-from airflow_rbak.backup.chain import dependencies
-from airflow_rbak.backup.retention import RetentionPolicy
 from airflow_rbak.backup.run import BackupRun, BackupSettings
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.broker.discovery import QueueSelector
+from airflow_rbak.repository.chain import dependencies
+from airflow_rbak.repository.retention import RetentionPolicy
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.restore import RestoreRun, RestoreSettings
 from airflow_rbak.segments.reports import JobReport
 from airflow_rbak.storage import open_storage

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from airflow_rbak.backup.progress import ProgressReporter, checkpoint_sampler, format_progress
 from airflow_rbak.capture.checkpoints import CheckpointStore, QueueProgress
+from airflow_rbak.progress import ProgressReporter, checkpoint_sampler, format_progress
 from airflow_rbak.storage import open_storage
 
 
