@@ -21,8 +21,7 @@ from typing import Any
 from airflow_rbak.capture.checkpoints import write_offsets_summary
 from airflow_rbak.codec import BackupManifest, QueueBackup
 from airflow_rbak.codec.layout import manifest_key
-from airflow_rbak.repository.chain import link_chains
-from airflow_rbak.repository.chain_link import ChainLock
+from airflow_rbak.repository.chain_link import ChainLock, link_chains
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.staging import delete_staging
 from airflow_rbak.repository.writer import now_ms

@@ -46,10 +46,8 @@ from airflow_rbak.codec.layout import check_backup_id
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.progress import ProgressReporter, checkpoint_sampler
-from airflow_rbak.repository.chain import latest_with_stream
-from airflow_rbak.repository.chain_link import ChainLock
-from airflow_rbak.repository.lease import LeasedStorage
-from airflow_rbak.repository.lock import BackupLock
+from airflow_rbak.repository.chain_link import ChainLock, latest_with_stream
+from airflow_rbak.repository.lock import BackupLock, LeasedStorage
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
 from airflow_rbak.repository.writer import now_ms

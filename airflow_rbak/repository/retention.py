@@ -42,7 +42,7 @@ from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.repository.catalog import BackupSummary, list_backups
 from airflow_rbak.repository.chain import referenced_keys
 from airflow_rbak.repository.chain_link import ChainLock
-from airflow_rbak.repository.lease import LeasedStorage
+from airflow_rbak.repository.lock import LeasedStorage
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage.base import Storage
 

@@ -26,7 +26,7 @@ from airflow_rbak.restore.offsets import restore_consumer_offsets
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, plan_restore, queue_checkpoint
 from airflow_rbak.restore.queue_restore import QueueResult, restore_queue
 from airflow_rbak.restore.request import RestoreSettings
-from airflow_rbak.restore.target_check import check_target, inspect_target, refusal
+from airflow_rbak.restore.target import check_target, inspect_target, refusal
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 

@@ -51,7 +51,7 @@ from airflow_rbak.codec.layout import (
 )
 from airflow_rbak.codec.manifest import QUEUE_TYPES
 from airflow_rbak.exceptions import ConfigurationError, RbakError
-from airflow_rbak.repository.encode import iter_staged_json
+from airflow_rbak.repository.staging import iter_staged_json
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectInfo, ObjectNotFoundError, Storage
 

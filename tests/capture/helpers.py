@@ -9,8 +9,7 @@ from airflow_rbak.broker.discovery import describe_queue
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.capture.checkpoints import CheckpointStore
 from airflow_rbak.capture.queue_capture import CaptureOptions, CaptureResult, QueueCapture
-from airflow_rbak.repository.encode import iter_staged_json
-from airflow_rbak.repository.staging import list_chunks
+from airflow_rbak.repository.staging import iter_staged_json, list_chunks
 from airflow_rbak.storage.base import Storage
 
 

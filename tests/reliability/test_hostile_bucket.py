@@ -28,7 +28,7 @@ from airflow_rbak.codec.manifest import MAX_MANIFEST_BYTES, MAX_MANIFEST_VALUES
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.freshness import check_freshness
 from airflow_rbak.repository.catalog import MAX_CLOCK_SKEW_MS, latest_complete, list_backups
-from airflow_rbak.repository.chain import latest_with_stream
+from airflow_rbak.repository.chain_link import latest_with_stream
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
 from airflow_rbak.repository.validate import validate_backup

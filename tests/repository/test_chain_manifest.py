@@ -13,7 +13,7 @@ import pytest
 
 from airflow_rbak.cli.main import main as rbak
 from airflow_rbak.codec import BackupManifest, ManifestError
-from airflow_rbak.repository import chain
+from airflow_rbak.repository import chain, chain_link
 from airflow_rbak.repository.catalog import list_backups
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
@@ -156,10 +156,10 @@ def test_a_stream_taken_from_the_middle_without_its_base_fails_instead_of_comple
 
     entry.extensions["stream_offsets"] = {"first": 40, "last": 45}  # no complete backup ends at offset 39
     with pytest.raises(chain.ChainBaseMissingError, match="no complete backup .* ends at offset 39"):
-        chain.link_stream_chain(storage, "sample-3", entry)
+        chain_link.link_stream_chain(storage, "sample-3", entry)
 
     entry.extensions["stream_offsets"] = {"first": 13, "last": 20}  # sample-2 ends at 12, but lost a segment
     lost = ManifestStore(storage).load("sample-2").queue(*STREAM).segments[0].key
     storage.delete(lost)
     with pytest.raises(chain.ChainBaseMissingError, match=f"backup 'sample-2' ends there but does not count: .*{lost}.* is not stored"):
-        chain.link_stream_chain(storage, "sample-3", entry)
+        chain_link.link_stream_chain(storage, "sample-3", entry)

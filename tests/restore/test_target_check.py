@@ -9,7 +9,7 @@ import pytest
 from airflow_rbak.restore import RestorePlan, RestoreSettings
 from airflow_rbak.restore.errors import RestoreRefusedError
 from airflow_rbak.restore.plan import QueuePlan
-from airflow_rbak.restore.target_check import check_target, refusal
+from airflow_rbak.restore.target import check_target, refusal
 
 QUEUE = QueuePlan("/", "orders", "dr", "orders", "classic", 10, 10, ())
 

@@ -25,8 +25,7 @@ from typing import Any
 
 from airflow_rbak.codec import BackupManifest, SegmentMetadata
 from airflow_rbak.repository.chain import shared_queues
-from airflow_rbak.repository.lease import LeasedStorage
-from airflow_rbak.repository.lock import BackupLock
+from airflow_rbak.repository.lock import BackupLock, LeasedStorage
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.segments import compact as cp
 from airflow_rbak.segments.jobs.common import add_segment_arguments, base_parser, main, parse_with_settings, positive_int
