@@ -35,7 +35,7 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.definitions import export_definitions
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.capture.checkpoints import CheckpointStore
+from airflow_rbak.capture.checkpoints import CaptureCheckpoints
 from airflow_rbak.capture.queue_capture import CaptureOptions, CaptureResult, QueueCapture
 from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS, Facts, decide
 from airflow_rbak.capture.stream_capture import StreamCapture
@@ -51,7 +51,7 @@ from airflow_rbak.repository.lock import BackupLock, LeasedStorage
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
 from airflow_rbak.repository.writer import now_ms
-from airflow_rbak.segments.encode import EncodeSettings, QueueRef, encode_queue_here
+from airflow_rbak.segments.encode import EncodeSpec, QueueRef, encode_queue_here
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 
@@ -296,7 +296,7 @@ class BackupRun:
         """Seal one queue's staging into final segments (the DAG's segment stages' encode, in this process);
         stream offsets go into its manifest entry."""
         ref = QueueRef(info.vhost, info.name, info.queue_type)
-        settings = EncodeSettings(self.settings.codec.name.lower(), self.settings.compression_level,
+        settings = EncodeSpec(self.settings.codec.name.lower(), self.settings.compression_level,
                                   self.settings.segment_max_bytes, self.settings.segment_max_interval_ms)
         with self.holding():
             entry, _, _ = encode_queue_here(self.storage, self.settings.backup_id, ref, settings)
@@ -332,10 +332,10 @@ class BackupRun:
         """The location's chain lock, for this run picking a stream's base or linking its chains."""
         return ChainLock(self.plain_storage, f"backup {self.settings.backup_id} ({self.lock.owner})")
 
-    def checkpoints(self) -> CheckpointStore:
+    def checkpoints(self) -> CaptureCheckpoints:
         """This backup's capture checkpoints, in its own storage: any worker resumes any queue, and the capture
         task's progress lines read them from there."""
-        return CheckpointStore(self.storage, self.settings.backup_id)
+        return CaptureCheckpoints(self.storage, self.settings.backup_id)
 
     def _stream_mark(self, info: QueueInfo) -> StreamMark | None:
         """Where the newest complete backup holding this stream ended (None: capture it from its start).

@@ -30,7 +30,7 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueInfo
 from airflow_rbak.broker.errors import BrokerError
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.capture.checkpoints import CheckpointStore, QueueProgress
+from airflow_rbak.capture.checkpoints import CaptureCheckpoints, QueueProgress
 from airflow_rbak.capture.message_identity import fingerprint  # noqa: F401 - re-exported
 from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
 from airflow_rbak.codec.constants import Compression
@@ -79,7 +79,7 @@ class CaptureOwner(Protocol):
 
     connection: RabbitMQConnection
     storage: Storage
-    checkpoints: CheckpointStore
+    checkpoints: CaptureCheckpoints
     options: CaptureOptions
 
 

@@ -77,7 +77,7 @@ def add_conf_args(p: argparse.ArgumentParser) -> None:
 
 def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     """Plan, import definitions (if asked), publish every queue and report: :meth:`RestoreRun.run`."""
-    from airflow_rbak.restore import RestoreRun, RestoreSettings
+    from airflow_rbak.restore import RestoreRequest, RestoreRun
 
     conf = {"storage_url": default_storage_url(), "checkpoint_state": default_checkpoint_state(), **read_conf(args)}
     for name, value in (("storage_url", args.path), ("backup_id", args.backup_id)):
@@ -87,7 +87,7 @@ def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         conf["vhost_map"] = {**conf.get("vhost_map", {}), **dict(_pair(p, "--vhost-map") for p in args.vhost_map)}
     if args.dry_run:
         conf["dry_run"] = True
-    settings = RestoreSettings.from_conf(conf)
+    settings = RestoreRequest.from_conf(conf)
     connection = broker_connection(args)
     report = RestoreRun(connection, settings).run()
     if args.format == "json":

@@ -164,19 +164,19 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
 
     template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "queue_info", "compression",
                                       "allow_delivery_count_increase", "on_unsafe_queue", "consumer_timeout_ms", "streams",
-                                      "segment_settings")
+                                      "segment_work")
     operator_extra_links = (RabbitMQQueueLink(),)
 
     def __init__(self, *, queue_info: dict[str, Any] | list[dict[str, Any]], compression: str = "zstd",
                  allow_delivery_count_increase: bool = False, on_unsafe_queue: str = "skip",
                  consumer_timeout_ms: int = DEFAULT_CONSUMER_TIMEOUT_MS, streams: str = "incremental",
-                 progress_interval: float | None = None, segment_settings: dict[str, Any] | None = None,
+                 progress_interval: float | None = None, segment_work: dict[str, Any] | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.queue_info, self.compression, self.streams = queue_info, compression, streams
         #: The DAG's segment settings: when given, a queue small enough is encoded and verified here, right after
         #: its capture (:func:`airflow_rbak.segments.stages.encode_captured`); None leaves every queue to the step.
-        self.segment_settings = segment_settings
+        self.segment_work = segment_work
         self.allow_delivery_count_increase = allow_delivery_count_increase
         self.progress_interval = progress_interval if progress_interval is not None else progress_interval_s()
         self.on_unsafe_queue, self.consumer_timeout_ms = on_unsafe_queue, consumer_timeout_ms
@@ -188,8 +188,8 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
         run = self.backup_run(context, compression=self.compression, incremental_streams=str(self.streams) == "incremental",
                               allow_delivery_count_increase=bool(self.allow_delivery_count_increase),
                               on_unsafe_queue=str(self.on_unsafe_queue), consumer_timeout_ms=int(self.consumer_timeout_ms))
-        given = self.segment_settings
-        segments = run_step("segment settings", lambda: stages.settings_from(given)) if given is not None else None
+        given = self.segment_work
+        segments = run_step("segment settings", lambda: stages.work_from(given)) if given is not None else None
         if isinstance(self.queue_info, Mapping):
             return self.capture(run, QueueInfo(**self.queue_info), segments)
         return [self.capture(run, QueueInfo(**q), segments) for q in self.queue_info]

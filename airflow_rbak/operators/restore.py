@@ -2,7 +2,7 @@
 
 plan → definitions → publish (one mapped task per queue) → report. Every
 operator takes the restore's settings as one templated ``restore_settings``
-mapping (the fields of :class:`RestoreSettings`), so the DAG's ``Param``s
+mapping (the fields of :class:`RestoreRequest`), so the DAG's ``Param``s
 flow through without each operator re-declaring them. Results are small
 JSON objects for XCom; RBAK errors become Airflow errors via ``run_step``
 (invalid settings fail without retries).
@@ -23,7 +23,7 @@ from airflow_rbak.operators import metrics
 from airflow_rbak.operators.backup import mapped_groups, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 from airflow_rbak.progress import ProgressReporter
-from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRun, RestoreSettings
+from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRequest, RestoreRun
 from airflow_rbak.restore.errors import RestoreRefusedError
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
@@ -52,7 +52,7 @@ class RbakRestoreOperator(StorageConnectionMixin, BaseOperator):
 
     def restore_run(self) -> RestoreRun:
         """The engine for this task (settings validated before any I/O)."""
-        settings = run_step("setup", lambda: RestoreSettings(**dict(self.restore_settings)))
+        settings = run_step("setup", lambda: RestoreRequest(**dict(self.restore_settings)))
         return run_step("setup", lambda: RestoreRun(RabbitMQHook(self.rabbitmq_conn_id).get_conn(), settings))
 
 

@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_rbak.display import package_logger
 from airflow_rbak.operators.backup import run_step
-from airflow_rbak.restore import RestorePlan, RestoreSettings
+from airflow_rbak.restore import RestorePlan, RestoreRequest
 from airflow_rbak.restore.approval import approval_body, approval_not_needed, approval_subject, rejection
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
@@ -46,7 +46,7 @@ class RbakRestoreApprovalOperator(ApprovalOperator):
         self.rabbitmq_conn_id, self.skip_approval = rabbitmq_conn_id, skip_approval
 
     def execute(self, context: Any) -> Any:
-        settings = run_step("approval", lambda: RestoreSettings(**dict(self.restore_settings)))
+        settings = run_step("approval", lambda: RestoreRequest(**dict(self.restore_settings)))
         skipped = approval_not_needed(settings, self.skip_approval in (True, "True", "true"))  # native or text
         if skipped:
             log.info("no approval asked: %s", skipped)

@@ -19,7 +19,7 @@ from airflow_rbak.restore.errors import (
 )
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, SegmentPlan, SkippedSegment, plan_restore
 from airflow_rbak.restore.queue_restore import QueueResult
-from airflow_rbak.restore.request import DefinitionsSelection, RestoreSettings, parse_time
+from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest, parse_time
 from airflow_rbak.restore.run import RestoreReport, RestoreRun
 
 __all__ = [
@@ -37,7 +37,7 @@ __all__ = [
     "RestorePlan",
     "RestoreReport",
     "RestoreRun",
-    "RestoreSettings",
+    "RestoreRequest",
     "SegmentPlan",
     "SkippedSegment",
     "TargetChangedError",

@@ -14,7 +14,7 @@ exactly that many records and so publishes neither a duplicate nor a gap
 (see ``publisher``). Unroutable records are kept here too, so the report
 lists them across re-runs.
 
-:class:`CheckpointStore` is the whole interface the restore uses; by default
+:class:`RestoreCheckpointStore` is the whole interface the restore uses; by default
 :class:`StoredRestoreCheckpoints` keeps it in the backup's storage, so a restore
 task resumes on any worker (``checkpoint_state``: see :func:`open_checkpoint_store`).
 
@@ -102,7 +102,7 @@ class Unroutable:
     reply: str
 
 
-class CheckpointStore(Protocol):
+class RestoreCheckpointStore(Protocol):
     """What the restore needs of a checkpoint store; every write is durable when the call returns."""
 
     def load(self, blank: QueueCheckpoint) -> QueueCheckpoint: ...

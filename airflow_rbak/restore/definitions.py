@@ -35,7 +35,7 @@ from airflow_rbak.codec.layout import compression_from_key, rollback_definitions
 from airflow_rbak.display import package_logger
 from airflow_rbak.restore.definitions_diff import ImportChanges, compare, per_vhost
 from airflow_rbak.restore.errors import DefinitionsImportError
-from airflow_rbak.restore.request import DefinitionsSelection, RestoreSettings, matches
+from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest, matches
 from airflow_rbak.storage.base import Storage, StorageError
 
 log = package_logger(__name__)
@@ -69,7 +69,7 @@ def load_definitions(storage: Storage, key: str) -> dict[str, Any]:
 
 
 def select_definitions(
-    doc: dict[str, Any], selection: DefinitionsSelection, settings: RestoreSettings
+    doc: dict[str, Any], selection: DefinitionsSelection, settings: RestoreRequest
 ) -> dict[str, dict[str, Any]]:
     """Per target vhost, the queues, exchanges, bindings and policies to import, renamed by the maps."""
     vhosts = [v.get("name") for v in doc.get("vhosts", []) if matches(str(v.get("name")), selection.vhosts)]
@@ -91,7 +91,7 @@ def _in(vhost: str, items: Any) -> list[dict[str, Any]]:
     return [i for i in (items or []) if isinstance(i, dict) and i.get("vhost") == vhost]
 
 
-def _select_vhost(doc: dict[str, Any], vhost: str, selection: DefinitionsSelection, settings: RestoreSettings) -> dict[str, list]:
+def _select_vhost(doc: dict[str, Any], vhost: str, selection: DefinitionsSelection, settings: RestoreRequest) -> dict[str, list]:
     queues = [q for q in _in(vhost, doc.get("queues")) if matches(q.get("name", ""), selection.queues)]
     queue_names = {q["name"] for q in queues}
     bindings = _in(vhost, doc.get("bindings"))
@@ -119,7 +119,7 @@ def _select_vhost(doc: dict[str, Any], vhost: str, selection: DefinitionsSelecti
     }
 
 
-def _rename_binding(binding: dict[str, Any], settings: RestoreSettings) -> dict[str, Any]:
+def _rename_binding(binding: dict[str, Any], settings: RestoreRequest) -> dict[str, Any]:
     if binding.get("destination_type") == "queue":
         return {**binding, "destination": settings.target_queue(binding["destination"])}
     return binding
@@ -173,7 +173,7 @@ def _saved_definitions(backup_id: str, definitions_key: str | None) -> str:
     return definitions_key
 
 
-def plan_definitions(client: ManagementClient, storage: Storage, settings: RestoreSettings, backup_id: str,
+def plan_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest, backup_id: str,
                      definitions_key: str | None) -> tuple[dict[str, dict[str, Any]], ImportChanges]:
     """The selected definitions per target vhost, and what importing them in the chosen mode would change."""
     saved = load_definitions(storage, _saved_definitions(backup_id, definitions_key))
@@ -181,7 +181,7 @@ def plan_definitions(client: ManagementClient, storage: Storage, settings: Resto
     return selected, compare(selected, current_definitions(client), settings.definitions_mode)
 
 
-def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreSettings, backup_id: str,
+def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest, backup_id: str,
                         definitions_key: str | None) -> DefinitionsResult:
     """Compare with the target; unless dry run, save the rollback snapshot and the import record, then import."""
     key = _saved_definitions(backup_id, definitions_key)

@@ -28,7 +28,7 @@ from airflow_rbak.repository.ownership import foreign_objects
 from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.restore.checkpoints import QueueCheckpoint
 from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
-from airflow_rbak.restore.request import RestoreSettings
+from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 log = package_logger(__name__)
@@ -190,7 +190,7 @@ def resolve_manifest(storage: Storage, backup_id: str) -> BackupManifest:
     return manifest
 
 
-def plan_restore(storage: Storage, settings: RestoreSettings) -> RestorePlan:
+def plan_restore(storage: Storage, settings: RestoreRequest) -> RestorePlan:
     """Read the manifest, verify the segments the window needs, count what will be published."""
     manifest = resolve_manifest(storage, settings.backup_id)
     foreign = foreign_objects(manifest)
@@ -224,7 +224,7 @@ def plan_restore(storage: Storage, settings: RestoreSettings) -> RestorePlan:
     )
 
 
-def queue_checkpoint(plan: RestorePlan, queue: QueuePlan, settings: RestoreSettings) -> QueueCheckpoint:
+def queue_checkpoint(plan: RestorePlan, queue: QueuePlan, settings: RestoreRequest) -> QueueCheckpoint:
     """The checkpoint key of one queue of this restore: target cluster, location, backup, queues, window."""
     if not plan.target_cluster_id:
         raise BackupNotRestorableError("the plan does not name its target cluster; plan the restore again")
@@ -232,7 +232,7 @@ def queue_checkpoint(plan: RestorePlan, queue: QueuePlan, settings: RestoreSetti
                            settings.window_label(), target_cluster=plan.target_cluster_id, location=plan.storage_url)
 
 
-def _check_targets_unique(selected: list[QueueBackup], settings: RestoreSettings) -> None:
+def _check_targets_unique(selected: list[QueueBackup], settings: RestoreRequest) -> None:
     seen: dict[tuple[str, str], str] = {}
     for q in selected:
         target = (settings.target_vhost(q.vhost), settings.target_queue(q.name))
@@ -243,7 +243,7 @@ def _check_targets_unique(selected: list[QueueBackup], settings: RestoreSettings
         seen[target] = f"{q.vhost}/{q.name}"
 
 
-def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreSettings) -> tuple:
+def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreRequest) -> tuple:
     segments, skipped, defects = [], [], {}
     exchanges: set[str] = set()
     ordinal = verified = outside = 0
@@ -274,7 +274,7 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreSettings)
 
 
 def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata,
-                   settings: RestoreSettings) -> tuple[SegmentCheck, bytes | None]:
+                   settings: RestoreRequest) -> tuple[SegmentCheck, bytes | None]:
     check = SegmentCheck(meta.key, entry.vhost, entry.name, meta.sequence)
     try:
         data = storage.get(meta.key)
@@ -289,7 +289,7 @@ def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata,
 
 
 def verify_and_count(
-    storage: Storage, entry: QueueBackup, meta: SegmentMetadata, settings: RestoreSettings, exchanges: set[str]
+    storage: Storage, entry: QueueBackup, meta: SegmentMetadata, settings: RestoreRequest, exchanges: set[str]
 ) -> tuple[SegmentCheck, int]:
     """Verify one segment completely; count its records inside the window and note their exchanges.
 

@@ -112,12 +112,12 @@ class DefinitionsSelection:
         return cls(**{"vhosts": vhosts, "queues": queues, **given})
 
 
-#: ``RestoreSettings.definitions_selection``'s default, told apart by identity: the restore's own vhosts and queues.
+#: ``RestoreRequest.definitions_selection``'s default, told apart by identity: the restore's own vhosts and queues.
 FOLLOWS_RESTORE = DefinitionsSelection()
 
 
 @dataclass(frozen=True)
-class RestoreSettings:
+class RestoreRequest:
     """One restore, validated at construction (before any I/O); see the module docstring for formats."""
 
     storage_url: str
@@ -184,7 +184,7 @@ class RestoreSettings:
                                      "or a local file path for a SQLite checkpoint database")
 
     @classmethod
-    def from_conf(cls, conf: Mapping[str, Any]) -> RestoreSettings:
+    def from_conf(cls, conf: Mapping[str, Any]) -> RestoreRequest:
         """Settings from a restore DAG run's conf (the same names as its params); unknown names are refused."""
         unknown = sorted(set(conf) - set(CONF_NAMES))
         if unknown:
@@ -217,4 +217,4 @@ class RestoreSettings:
 
 #: The settings a restore takes from its DAG params or ``rbak restore --conf``: every field but the internal
 #: ``max_in_flight``. The DAG and the command line both read this tuple.
-CONF_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RestoreSettings) if f.name != "max_in_flight")
+CONF_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RestoreRequest) if f.name != "max_in_flight")

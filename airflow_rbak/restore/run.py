@@ -25,7 +25,7 @@ from airflow_rbak.restore.errors import RestoreRefusedError, UnroutableMessagesE
 from airflow_rbak.restore.offsets import restore_consumer_offsets
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, plan_restore, queue_checkpoint
 from airflow_rbak.restore.queue_restore import QueueResult, restore_queue
-from airflow_rbak.restore.request import RestoreSettings
+from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.restore.target import check_target, inspect_target, refusal
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
@@ -59,7 +59,7 @@ class RestoreReport:
 class RestoreRun:
     """The steps of one restore from one storage location into one broker."""
 
-    def __init__(self, connection: RabbitMQConnection, settings: RestoreSettings, storage: Storage | None = None) -> None:
+    def __init__(self, connection: RabbitMQConnection, settings: RestoreRequest, storage: Storage | None = None) -> None:
         self.connection = connection
         self.settings = settings
         self.storage = storage or open_storage(settings.storage_url)

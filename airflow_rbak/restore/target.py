@@ -35,10 +35,10 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.errors import QueueNotFoundError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.display import package_logger
-from airflow_rbak.restore.checkpoints import CheckpointStore
+from airflow_rbak.restore.checkpoints import RestoreCheckpointStore
 from airflow_rbak.restore.errors import PublishError, RestoreRefusedError
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
-from airflow_rbak.restore.request import RestoreSettings
+from airflow_rbak.restore.request import RestoreRequest
 
 
 def queue_exists(conn: pika.BlockingConnection, name: str) -> bool:
@@ -107,8 +107,8 @@ def _read_depth(conn: pika.BlockingConnection, connection: RabbitMQConnection, q
 log = package_logger(__name__)
 
 
-def inspect_target(plan: RestorePlan, client: ManagementClient, connection: RabbitMQConnection, settings: RestoreSettings,
-                   checkpoints: CheckpointStore) -> RestorePlan:
+def inspect_target(plan: RestorePlan, client: ManagementClient, connection: RabbitMQConnection, settings: RestoreRequest,
+                   checkpoints: RestoreCheckpointStore) -> RestorePlan:
     """The plan with the target's identity and, per queue, its depth now and what this restore already put there."""
     plan = replace(plan, target_cluster=client.cluster_name(), target_cluster_id=client.cluster_identity())
     vhosts = set(client.vhosts())
@@ -125,7 +125,7 @@ def inspect_target(plan: RestorePlan, client: ManagementClient, connection: Rabb
     return replace(plan, queues=tuple(queues))
 
 
-def refusal(plan: RestorePlan, settings: RestoreSettings) -> str | None:
+def refusal(plan: RestorePlan, settings: RestoreRequest) -> str | None:
     """Why this restore must not run with ``on_existing_messages: refuse`` (None: nothing to refuse)."""
     if settings.on_existing_messages == "append":
         return None
@@ -146,7 +146,7 @@ def refusal(plan: RestorePlan, settings: RestoreSettings) -> str | None:
             "names (vhost_map, queue_map), empty those queues, or set on_existing_messages: append to add to them")
 
 
-def check_target(plan: RestorePlan, settings: RestoreSettings) -> None:
+def check_target(plan: RestorePlan, settings: RestoreRequest) -> None:
     """Raise :class:`RestoreRefusedError` when the plan's target must not be touched (a dry run only logs it)."""
     reason = refusal(plan, settings)
     if reason is None:

@@ -22,7 +22,7 @@ FINISHED = ("success", "failed", "upstream_failed", "skipped")
 
 
 @dataclass(frozen=True)
-class BackupRun:
+class BackupDagRun:
     """One DAG run of ``rbak_backup`` (kind ``backup``) or ``rbak_verify`` (kind ``verify``) for one backup.
 
     ``verify_state``/``verify_at`` are the state and end (ms since the epoch) of the task that verified (the
@@ -63,14 +63,14 @@ class LastVerify:
 class RunIndex:
     """DAG runs grouped by the (location, backup) they made or verified."""
 
-    def __init__(self, runs: Iterable[BackupRun] = ()) -> None:
-        self._by_backup: dict[tuple[str, str], list[BackupRun]] = {}
+    def __init__(self, runs: Iterable[BackupDagRun] = ()) -> None:
+        self._by_backup: dict[tuple[str, str], list[BackupDagRun]] = {}
         for run in runs:
             self._by_backup.setdefault((run.storage_url, run.backup_id), []).append(run)
         for found in self._by_backup.values():
             found.sort(key=lambda r: (r.started_at or 0, r.run_id))
 
-    def runs(self, storage_url: str, backup_id: str, kind: str | None = None) -> list[BackupRun]:
+    def runs(self, storage_url: str, backup_id: str, kind: str | None = None) -> list[BackupDagRun]:
         """The runs for one backup, oldest first; only those of ``kind`` when given."""
         found = self._by_backup.get((storage_url, backup_id), [])
         return [r for r in found if kind is None or r.kind == kind]

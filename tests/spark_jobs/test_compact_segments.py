@@ -86,11 +86,11 @@ def test_plan_keeps_large_segments_and_renumbers_what_follows_a_merge(url):
     manifest = ManifestStore(open_storage(url)).load("b1")
     chatty = manifest.queue("/", "chatty")
     chatty.segments[3].size_bytes = 10**6  # pretend the fourth segment is large: it breaks the run of small ones
-    plan = cp.plan_queue(chatty, cp.CompactSettings(threshold_bytes=5000, segment_max_bytes=MAX))
+    plan = cp.plan_queue(chatty, cp.CompactSpec(threshold_bytes=5000, segment_max_bytes=MAX))
     assert [(o.sequence, o.kind, len(o.sources)) for o in plan] == [(1, "merge", 3), (2, "copy", 1), (3, "merge", len(chatty.segments) - 4)]
     chatty.segments[0].size_bytes = 10**6
-    assert cp.plan_queue(chatty, cp.CompactSettings(threshold_bytes=5000, segment_max_bytes=MAX))[0].kind == "keep"
-    assert cp.plan_queue(manifest.queue("/", "bulk"), cp.CompactSettings(threshold_bytes=5000)) is None
+    assert cp.plan_queue(chatty, cp.CompactSpec(threshold_bytes=5000, segment_max_bytes=MAX))[0].kind == "keep"
+    assert cp.plan_queue(manifest.queue("/", "bulk"), cp.CompactSpec(threshold_bytes=5000)) is None
 
 
 @pytest.mark.parametrize("point", ["written", "switched"])

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, BackupRun, RunIndex
+from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, BackupDagRun, RunIndex
 
 URL = "file:///backups"
 
 
 def _run(run_id: str, kind: str = "verify", state: str = "success", verify_state: str | None = "success",
-         verify_at: int | None = 10, backup_id: str = "b1", url: str = URL) -> BackupRun:
+         verify_at: int | None = 10, backup_id: str = "b1", url: str = URL) -> BackupDagRun:
     dag_id = VERIFY_DAG_ID if kind == "verify" else BACKUP_DAG_ID
-    return BackupRun(dag_id, run_id, kind, url, backup_id, state, started_at=verify_at, verify_state=verify_state,
+    return BackupDagRun(dag_id, run_id, kind, url, backup_id, state, started_at=verify_at, verify_state=verify_state,
                      verify_at=verify_at)
 
 

@@ -47,7 +47,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     # Fault injection for the crash-safety tests: end the process abruptly at a named point.
     parser.add_argument("--crash-after", choices=CRASH_POINTS, help=argparse.SUPPRESS)
     parser.add_argument("--lock-owner", default=None, help="the backup lock's owner (an Airflow DAG run's); default: this run")
-    return parse_with_settings(parser, argv, lambda args: cp.CompactSettings(
+    return parse_with_settings(parser, argv, lambda args: cp.CompactSpec(
         args.threshold_bytes, args.segment_max_bytes, args.segment_max_interval_ms, args.compression, args.level))
 
 
