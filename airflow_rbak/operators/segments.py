@@ -16,7 +16,7 @@ import orjson
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_rbak.display import package_logger, printable
-from airflow_rbak.operators.backup import flat_captures, run_step
+from airflow_rbak.operators.backup import flat_results, run_step
 from airflow_rbak.operators.spark import RbakSparkJobOperator
 from airflow_rbak.segments import stages
 from airflow_rbak.segments.encode import QueueRef, parse_queue_refs
@@ -54,7 +54,7 @@ class RbakBackupSegmentsOperator(RbakSparkJobOperator):
         refs = run_step("segment settings", lambda: parse_queue_refs(self.queues or []))
         storage = open_storage(url)
         parts = {}
-        for capture in flat_captures(self.captures):
+        for capture in flat_results(self.captures):
             done = capture.get("segments") or {}
             part = stages.load_part(storage, backup_id, capture["vhost"], capture["queue"], self._work) \
                 if done.get("report_key") else None

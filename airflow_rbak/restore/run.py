@@ -92,10 +92,8 @@ class RestoreRun:
         with ManagementClient(self.connection) as client:
             return restore_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key)
 
-    def publish(self, plan: RestorePlan, queue: QueuePlan | dict[str, Any]) -> QueueResult:
-        """Restore one queue of the plan (a dict is accepted, as XCom hands it over)."""
-        if isinstance(queue, dict):
-            queue = plan.queue(queue["source_vhost"], queue["source_queue"])
+    def publish(self, plan: RestorePlan, queue: QueuePlan) -> QueueResult:
+        """Restore one queue of the plan."""
         self._check_same_target(plan)
         with open_checkpoint_store(self.settings.checkpoint_state, self.storage) as checkpoints:
             result = restore_queue(self.connection, self.storage, self.settings, plan, queue, checkpoints)

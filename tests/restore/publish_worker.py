@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
         _die_after(int(args["kill_after"]))
     run = RestoreRun(RabbitMQConnection.from_url(args["amqp_url"]), RestoreRequest(**args["settings"]))
     plan = run.plan()
-    run.publish(plan, {"source_vhost": args["source_vhost"], "source_queue": args["source_queue"]})
+    run.publish(plan, plan.queue(args["source_vhost"], args["source_queue"]))
     return 0
 
 
