@@ -1,7 +1,7 @@
 """Operators for the steps of a restore, thin over :class:`airflow_rbak.restore.RestoreRun`.
 
 plan → definitions → publish (one mapped task per queue) → report. Every
-operator takes the restore's settings as one templated ``restore_settings``
+operator takes the restore's request as one templated ``restore_request``
 mapping (the fields of :class:`RestoreRequest`), so the DAG's ``Param``s
 flow through without each operator re-declaring them. Results are small
 JSON objects for XCom; RBAK errors become Airflow errors via ``run_step``
@@ -44,15 +44,15 @@ def restore_step(step: str, action: Callable[[], T]) -> T:
 class RbakRestoreOperator(StorageConnectionMixin, BaseOperator):
     """Base of the restore operators: the target connection and the restore's settings."""
 
-    template_fields: Sequence[str] = ("rabbitmq_conn_id", "restore_settings")
+    template_fields: Sequence[str] = ("rabbitmq_conn_id", "restore_request")
 
-    def __init__(self, *, restore_settings: Mapping[str, Any], rabbitmq_conn_id: str = "rabbitmq_default", **kwargs: Any) -> None:
+    def __init__(self, *, restore_request: Mapping[str, Any], rabbitmq_conn_id: str = "rabbitmq_default", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.restore_settings, self.rabbitmq_conn_id = restore_settings, rabbitmq_conn_id
+        self.restore_request, self.rabbitmq_conn_id = restore_request, rabbitmq_conn_id
 
     def restore_run(self) -> RestoreRun:
         """The engine for this task (settings validated before any I/O)."""
-        settings = run_step("setup", lambda: RestoreRequest(**dict(self.restore_settings)))
+        settings = run_step("setup", lambda: RestoreRequest(**dict(self.restore_request)))
         return run_step("setup", lambda: RestoreRun(RabbitMQHook(self.rabbitmq_conn_id).get_conn(), settings))
 
 

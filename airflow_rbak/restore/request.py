@@ -1,4 +1,4 @@
-"""What to restore and how: one frozen, validated settings object (no I/O, no Airflow).
+"""What to restore and how: one frozen request, validated once (no I/O, no Airflow).
 
 Times in a window are epoch milliseconds or ISO 8601 strings (a string of
 digits is read as epoch ms; an ISO time without a zone is UTC). Either end
