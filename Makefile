@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml setup.py $(wildcard airflow_rbak/codec/_speedups*.[ch])
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -e '.[test]'
+	# older installs left their metadata beside the package, where a checkout on sys.path shows it twice (setup.py)
+	rm -rf airflow_rbak.egg-info
 	touch $(STAMP)
 
 demo:

@@ -4,11 +4,26 @@
 and the codec uses its pure-Python path, which gives identical results.
 """
 
+import os
+
 from setuptools import Extension, setup
+from setuptools.command.egg_info import egg_info
+
+
+class EggInfoUnderBuild(egg_info):
+    """Metadata under build/, not beside the package: a checkout on ``sys.path`` (the tests' ``PYTHONPATH``) would
+    otherwise show importlib.metadata a second airflow-rbak, and Airflow would load its plugin from both."""
+
+    def initialize_options(self) -> None:
+        super().initialize_options()
+        os.makedirs("build", exist_ok=True)
+        self.egg_base = "build"
+
 
 _SOURCES = [f"airflow_rbak/codec/_speedups{part}.c" for part in ("", "_body", "_frames", "_read", "_write")]
 
 setup(
+    cmdclass={"egg_info": EggInfoUnderBuild},
     ext_modules=[
         Extension("airflow_rbak.codec._speedups", _SOURCES, depends=["airflow_rbak/codec/_speedups.h"], optional=True)
     ]

@@ -125,3 +125,8 @@ def size(n: int) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 segment``, ``2 segments``, ``1,500 messages``: a count with its noun in the right number."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

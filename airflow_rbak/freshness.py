@@ -43,18 +43,28 @@ class Freshness:
         return (f"{self.storage_url}: newest complete backup {self.backup_id} finished {self.age_hours:.1f} h ago "
                 f"(allowed: {self.max_age_hours:g} h)")
 
+    def raise_if_stale(self) -> None:
+        if not self.fresh:
+            raise StaleBackupError(f"backup too old: {self.describe()}")
+
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "fresh": self.fresh}
 
 
-def check_freshness(storage: Storage, max_age_hours: float, now_ms: int) -> Freshness:
-    """The location's newest complete backup (by ``completed_at``); raises StaleBackupError when too old or absent."""
+def measure_freshness(storage: Storage, max_age_hours: float, now_ms: int) -> Freshness:
+    """The location's newest complete backup (by ``completed_at``) and its age, fresh or not."""
     if not max_age_hours > 0:
         raise ConfigurationError(f"max_age_hours must be > 0, got {max_age_hours!r}")
     complete = [s for s in list_backups(storage, now_ms=now_ms) if s.status == "complete" and s.completed_at is not None]
     newest = max(complete, key=lambda s: s.completed_at or 0, default=None)
-    found = Freshness(storage.url, max_age_hours) if newest is None else Freshness(
-        storage.url, max_age_hours, newest.backup_id, newest.completed_at, (now_ms - (newest.completed_at or 0)) / HOUR_MS)
-    if not found.fresh:
-        raise StaleBackupError(f"backup too old: {found.describe()}")
+    if newest is None:
+        return Freshness(storage.url, max_age_hours)
+    return Freshness(storage.url, max_age_hours, newest.backup_id, newest.completed_at,
+                     (now_ms - (newest.completed_at or 0)) / HOUR_MS)
+
+
+def check_freshness(storage: Storage, max_age_hours: float, now_ms: int) -> Freshness:
+    """:func:`measure_freshness`; raises StaleBackupError when the newest complete backup is too old or absent."""
+    found = measure_freshness(storage, max_age_hours, now_ms)
+    found.raise_if_stale()
     return found

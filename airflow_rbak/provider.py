@@ -2,7 +2,8 @@
 
 Airflow imports this on every start-up, before any DAG: it must stay free of
 heavy imports (plain data only: it holds the rabbitmq connection form's tables,
-which the hook imports from here), and it must exist, or ``import airflow`` fails for everyone
+which the hook imports from here, and the ``[rbak]`` configuration section, which
+``settings.py`` reads), and it must exist, or ``import airflow`` fails for everyone
 who has airflow-rbak installed.
 """
 
@@ -49,9 +50,63 @@ UI_FIELD_BEHAVIOUR: dict[str, Any] = {
     },
 }
 
+#: The section of Airflow's configuration this provider reads (``[rbak]`` in airflow.cfg, ``AIRFLOW__RBAK__<OPTION>``).
+CONFIG_SECTION = "rbak"
+
+
+def _option(kind: str, default: str | None, example: str | None, description: str) -> dict[str, Any]:
+    return {"description": description, "version_added": "0.1.0", "type": kind, "example": example, "default": default}
+
+
+#: The ``[rbak]`` options in provider-info ``config`` form: what ``airflow config list`` shows, and the one copy of each
+#: default (``settings.py`` reads the options through Airflow's configuration, or without Airflow from the environment).
+CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
+    "storage_url": _option(
+        "string", None, "s3://backups/rabbitmq?region=eu-west-1",
+        "The default storage_url of every DAG, and of the rbak command without --path. Unset: the folder "
+        "rbak-backups in the Airflow home, as a file:// URL. A URL holding credentials (any @, a signature) is "
+        "refused: credentials come from storage_conn_id's connection or the cloud's own chain."),
+    "storage_conn_id": _option(
+        "string", None, "aws_backups",
+        "The Airflow connection (type aws, wasb or google_cloud_platform) every task takes storage credentials from; "
+        "an operator's storage_conn_id overrides it. Unset: each cloud's own chain."),
+    "backup_schedule": _option(
+        "string", "@daily", "0 2 * * *", "rbak_backup's schedule: a cron expression or preset; none for manual runs only."),
+    "verify_schedule": _option(
+        "string", None, "@weekly", "rbak_verify's schedule: a cron expression or preset; unset or none: manual runs only."),
+    "freshness_schedule": _option(
+        "string", "@hourly", "*/15 * * * *", "rbak_freshness's schedule; none: manual runs only."),
+    "task_retries": _option(
+        "integer", "3", "5",
+        "Retries of every task of the DAGs, after 1, 2, 4 ... minutes (at most 30 apart). Invalid settings, refusals "
+        "and a held lock fail at once whatever this says."),
+    "task_timeout_minutes": _option(
+        "integer", "360", "720", "Every task's execution_timeout, in minutes: a task still running after this long fails."),
+    "pool": _option(
+        "string", "default_pool", "rbak",
+        "The Airflow pool of the capture and publish tasks, the load on the broker (create it first: "
+        "airflow pools set rbak 4 RabbitMQ)."),
+    "max_active_queue_tasks": _option(
+        "integer", "4", "8", "At most this many capture (backup) or publish (restore) tasks of one run at once."),
+    "approval_timeout_hours": _option(
+        "integer", "24", "4",
+        "How long rbak_restore waits for a person to approve its plan (whole hours, at least 1); no answer counts as "
+        "a rejection."),
+    "failure_notifier": _option(
+        "string", None, "my_alerts:slack_notifier",
+        "module:name of the notifier every rbak task calls when it fails for good: an Airflow Notifier (an instance, "
+        "or a BaseNotifier subclass taking no arguments) or a callback(context). Imported when the DAGs are parsed."),
+    "progress_interval": _option(
+        "float", "10", "30", "Seconds between progress lines in the capture and publish task logs."),
+    "ui_locations": _option(
+        "string", None, "s3://backups/eu s3://backups/us",
+        "Further storage URLs the RabbitMQ backups view lists after storage_url, separated by spaces or newlines; "
+        "read once per api-server process."),
+}
+
 
 def get_provider_info() -> dict[str, Any]:
-    """Describe the provider: package, connection type, hooks, operators and extra links."""
+    """Describe the provider: package, connection type, hooks, operators, extra links and configuration."""
     return {
         "package-name": "airflow-rbak",
         "name": "RBAK (RabbitMQ backup)",
@@ -71,4 +126,8 @@ def get_provider_info() -> dict[str, Any]:
             "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
         }],
         "extra-links": ["airflow_rbak.links.RbakManifestLink", "airflow_rbak.links.RabbitMQQueueLink"],
+        "config": {CONFIG_SECTION: {
+            "description": "RabbitMQ backups (airflow-rbak): the DAGs' default location, schedules and task limits.",
+            "options": CONFIG_OPTIONS,
+        }},
     }

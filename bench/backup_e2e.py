@@ -20,6 +20,14 @@ message bodies. The same run then fills identical queues and times a bare pika
 consumer draining them all at once (one connection, a consumer per queue,
 acks every 1,000): the physical floor of any backup of them on this machine.
 
+Both are also measured in CPU core-seconds: the broker's, plus the ``dags test``
+command's and every process it waited for (Spark included), or for ``--deployed``
+the whole machine's busy time from trigger to success; the floor's is the
+broker's plus the bare consumer's. Divided by the cores, the backup's gives the
+shortest wall time its work allows here however well it overlaps
+(``cpu_bound_over_floor``): where that is above a target, the machine is short
+of cores for it, whatever the code does.
+
     scripts/rabbitmq.sh start
     .venv/bin/python bench/backup_e2e.py [--deployed] [--queues 10] [--count 20000] [--size 1024] [--body random|pattern] [--amqp-url amqp://guest:guest@127.0.0.1:5672/]
 """
@@ -29,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -37,6 +46,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pika
+import psutil
 import requests
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,6 +111,27 @@ def bare_drain(conn: RabbitMQConnection, vhost: str, queues: list[str], count: i
         return time.perf_counter() - started
 
 
+def busy_cpu_seconds() -> float:
+    """Core-seconds the whole machine has spent busy (not idle, not waiting on I/O) since boot."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
+def children_cpu_seconds() -> float:
+    """Core-seconds of every process this one has waited for (and those they waited for)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def broker_cpu_seconds(amqp_port: int) -> float:
+    """Core-seconds the RabbitMQ node listening on ``amqp_port`` has used since it started."""
+    for conn in psutil.net_connections("tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == amqp_port and conn.pid:
+            t = psutil.Process(conn.pid).cpu_times()
+            return t.user + t.system
+    raise SystemExit(f"no process listens on port {amqp_port}")
+
+
 def phase_times(rows: list[list]) -> dict[str, float]:
     """Wall seconds per phase: first start to last end of its tasks."""
     spans: dict[str, list[float]] = {}
@@ -112,21 +143,25 @@ def phase_times(rows: list[list]) -> dict[str, float]:
     return times
 
 
-def dags_test_run(conn: RabbitMQConnection, home: Path, vhost: str) -> tuple[list[list], float]:
-    """``airflow dags test``: the task rows, and the seconds the command took."""
+def dags_test_run(conn: RabbitMQConnection, home: Path, vhost: str) -> tuple[list[list], float, float]:
+    """``airflow dags test``: the task rows, the seconds the command took and its core-seconds (the broker's
+    included)."""
     env = airflow_env(home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(
         conn.host, conn.amqp_port, conn.management_port, conn.stream_port, conn.username, conn.password))
     assert run([str(VENV_BIN / "airflow"), "db", "migrate"], env).returncode == 0
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), children_cpu_seconds() + broker_cpu_seconds(conn.amqp_port)
     done = dags_test(env, {"storage_url": (home / "backups").as_uri(), "backup_id": "bench-1", "vhosts": [vhost]})
     seconds = time.perf_counter() - started
+    cpu = children_cpu_seconds() + broker_cpu_seconds(conn.amqp_port) - cpu
     if done.returncode != 0:
         raise SystemExit(f"rbak_backup failed:\n{done.stdout[-5000:]}\n{done.stderr[-5000:]}")
-    return json.loads(run([str(VENV_BIN / "python"), "-c", _TIMES], env).stdout.strip().splitlines()[-1]), seconds
+    rows = json.loads(run([str(VENV_BIN / "python"), "-c", _TIMES], env).stdout.strip().splitlines()[-1])
+    return rows, seconds, cpu
 
 
-def deployed_run(conn: RabbitMQConnection, home: Path, vhost: str) -> tuple[list[list], float]:
-    """The stack of tests/deployed: the task rows, and the seconds from the CLI trigger to the run's success."""
+def deployed_run(conn: RabbitMQConnection, home: Path, vhost: str) -> tuple[list[list], float, float]:
+    """The stack of tests/deployed: the task rows, the seconds from the CLI trigger to the run's success, and the
+    machine's busy core-seconds meanwhile."""
     import boto3
     from moto.server import ThreadedMotoServer
 
@@ -142,7 +177,7 @@ def deployed_run(conn: RabbitMQConnection, home: Path, vhost: str) -> tuple[list
             s3 = json.dumps({"conn_type": "aws", "login": "bench", "password": "bench",
                              "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"}})
             (home / "airflow").mkdir()
-            stack = airflow_stack(home / "airflow", AIRFLOW__CORE__PARALLELISM="8", AIRFLOW_CONN_RBAK_S3=s3, RBAK_STORAGE_CONN_ID="rbak_s3",
+            stack = airflow_stack(home / "airflow", AIRFLOW__CORE__PARALLELISM="8", AIRFLOW_CONN_RBAK_S3=s3, AIRFLOW__RBAK__STORAGE_CONN_ID="rbak_s3",
                                  AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": master}),
                                  AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(
                                      conn.host, conn.amqp_port, conn.management_port, conn.stream_port,
@@ -150,16 +185,16 @@ def deployed_run(conn: RabbitMQConnection, home: Path, vhost: str) -> tuple[list
             stack.start()
             try:
                 stack.wait_for_dag("rbak_backup")
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), busy_cpu_seconds()
                 run_id = stack.trigger("rbak_backup", {
                     "storage_url": "s3://rbak-bench/backups?region=us-east-1&path_style=true",
                     "backup_id": "bench-1", "vhosts": [vhost]})
                 state = stack.wait_for_run("rbak_backup", run_id, 3600)
-                seconds = time.perf_counter() - started
+                seconds, cpu = time.perf_counter() - started, busy_cpu_seconds() - cpu
                 if state != "success":
                     raise SystemExit(f"rbak_backup ended {state}; logs under {stack.home}")
                 times = stack.task_times("rbak_backup", run_id)
-                return [[key.split("[")[0], start, end, "success"] for key, (start, end) in times.items()], seconds
+                return [[key.split("[")[0], start, end, "success"] for key, (start, end) in times.items()], seconds, cpu
             finally:
                 stack.stop()
     finally:
@@ -180,9 +215,11 @@ def main() -> int:
     home = Path(tempfile.mkdtemp(prefix="rbak-bench-"))
     try:
         seed(conn, vhost, args.queues, args.count, args.size, args.body)
-        rows, seconds = (deployed_run if args.deployed else dags_test_run)(conn, home, vhost)
-        floor = bare_drain(conn, floor_vhost, seed(conn, floor_vhost, args.queues, args.count, args.size, args.body),
-                           args.count)
+        rows, seconds, backup_cpu = (deployed_run if args.deployed else dags_test_run)(conn, home, vhost)
+        floor_queues = seed(conn, floor_vhost, args.queues, args.count, args.size, args.body)
+        cpu_before = time.process_time() + broker_cpu_seconds(conn.amqp_port)
+        floor = bare_drain(conn, floor_vhost, floor_queues, args.count)
+        floor_cpu = time.process_time() + broker_cpu_seconds(conn.amqp_port) - cpu_before
     finally:
         for name in (vhost, floor_vhost):
             requests.delete(f"{conn.management_base_url}/api/vhosts/{quote(name, safe='')}",
@@ -195,7 +232,10 @@ def main() -> int:
               "messages_per_queue": args.count, "size": args.size, "payload_mb": round(payload_mb, 1),
               "seconds": times, "end_to_end_mb_per_s": round(payload_mb / times["end_to_end"], 2),
               "end_to_end_over_floor": round(times["end_to_end"] / floor, 1),
-              "total_over_floor": round(seconds / floor, 1)}
+              "total_over_floor": round(seconds / floor, 1),
+              "cpu": {"cores": psutil.cpu_count(), "backup_core_s": round(backup_cpu, 1),
+                      "floor_core_s": round(floor_cpu, 1),
+                      "cpu_bound_over_floor": round(backup_cpu / psutil.cpu_count() / floor, 1)}}
     print(json.dumps(result, indent=2))
     return 0
 

@@ -7,16 +7,16 @@ as soon as its capture ends; the encode task then runs every remaining queue as 
 
 Capture tasks take the queues in groups when there are more than
 ``max_capture_tasks`` (any number of queues fits under Airflow's
-``max_map_length``); they run in ``$RBAK_POOL``, at most
-``$RBAK_MAX_ACTIVE_QUEUE_TASKS`` at once per run. Every task retries
-transient failures with exponential backoff (``$RBAK_TASK_RETRIES``) within
-a time limit (``$RBAK_TASK_TIMEOUT_MINUTES``); invalid settings fail at once.
+``max_map_length``); they run in the pool ``[rbak] pool``, at most
+``[rbak] max_active_queue_tasks`` at once per run. Every task retries
+transient failures with exponential backoff (``[rbak] task_retries``) within
+a time limit (``[rbak] task_timeout_minutes``); invalid settings fail at once.
 
 Parsing makes no broker, storage or database call; every setting is a
 validated ``Param`` (the trigger form and ``-c`` conf are checked against
-its JSON schema before a task runs). The schedule comes from the
-``RBAK_BACKUP_SCHEDULE`` environment variable (default ``@daily``; ``none``
-for manual runs only), the default location from ``RBAK_STORAGE_URL``.
+its JSON schema before a task runs). The schedule comes from
+``[rbak] backup_schedule`` in Airflow's configuration (default ``@daily``;
+``none`` for manual runs only), the default location from ``[rbak] storage_url``.
 Every param is described in docs/configuration.md.
 """
 
@@ -26,6 +26,7 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param
 
+from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.backup.run import STREAM_MODES
 from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
 from airflow_rbak.codec.constants import (
@@ -33,18 +34,12 @@ from airflow_rbak.codec.constants import (
     DEFAULT_SEGMENT_MAX_INTERVAL_MS,
     MAX_SEGMENT_MAX_BYTES,
 )
-from airflow_rbak.dag_defaults import (
-    BACKUP_SCHEDULE_ENV,
-    default_storage_url,
-    queue_task_limits,
-    schedule_from_env,
-    task_defaults,
-)
 from airflow_rbak.operators.backup import RbakCaptureQueueOperator, RbakDiscoverQueuesOperator, RbakExportDefinitionsOperator
 from airflow_rbak.operators.finalize import RbakFinalizeManifestOperator
 from airflow_rbak.operators.segments import RbakBackupSegmentsOperator
 from airflow_rbak.segments.stages import DEFAULT_IN_PROCESS_MAX_BYTES, PLACEMENTS
 
+CONFIG = rbak_settings()
 QUEUE_TYPES = ["classic", "quorum", "stream"]
 BACKUP_ID = ("{{ params.backup_id or 'rbak-' ~ (logical_date or dag_run.run_after)"
              ".strftime('%Y%m%dT%H%M%SZ') }}")
@@ -69,7 +64,7 @@ def _strings(default: list[str] | None, description: str, **schema: object) -> P
 PARAMS = {
     "rabbitmq_conn_id": Param("rabbitmq_default", type="string", minLength=1, description="Airflow connection of type rabbitmq"),
     "spark_conn_id": Param("spark_default", type="string", minLength=1, description="Spark connection (local[*] if missing)"),
-    "storage_url": Param(default_storage_url(), type="string", minLength=1,
+    "storage_url": Param(CONFIG.storage_url(), type="string", minLength=1,
                          description="file:///path or s3://bucket/prefix?region=...&endpoint=..."),
     "backup_id": Param(None, type=["null", "string"], pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$",
                        description="default: rbak-<logical date, UTC>"),
@@ -141,13 +136,13 @@ for _section, _names in SECTIONS.items():
 
 with DAG(
     dag_id="rbak_backup",
-    schedule=schedule_from_env(BACKUP_SCHEDULE_ENV, "@daily"),
+    schedule=CONFIG.schedule("backup_schedule"),
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,
     params=PARAMS,
     render_template_as_native_obj=True,
-    default_args=task_defaults(),
+    default_args=CONFIG.task_defaults(),
     tags=["rbak", "rabbitmq", "backup"],
     doc_md=__doc__,
 ):
@@ -168,7 +163,7 @@ with DAG(
         allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}",
         on_unsafe_queue="{{ params.on_unsafe_queue }}", consumer_timeout_ms="{{ params.consumer_timeout_ms }}",
         streams="{{ params.streams }}", segment_work=SEGMENT_WORK,
-        map_index_template=GROUP_LABEL, **queue_task_limits(), **broker,
+        map_index_template=GROUP_LABEL, **CONFIG.queue_task_limits(), **broker,
     ).expand(queue_info=discover.output)
     encode = RbakBackupSegmentsOperator(
         task_id="encode", queues=QUEUE_REFS, captures=capture.output, segment_work=SEGMENT_WORK, **spark)

@@ -1,9 +1,10 @@
 """Alert when a backup location's newest complete backup is older than ``max_age_hours`` (or missing).
 
-Scheduled hourly (``RBAK_FRESHNESS_SCHEDULE`` changes it; ``none``: manual).
+Scheduled hourly (``[rbak] freshness_schedule`` changes it; ``none``: manual).
 One ``check`` task per location in ``storage_urls``: a stale location fails
 its task (and so the run), which calls the failure notifier
-(``RBAK_FAILURE_NOTIFIER``) like any other rbak task. It reads storage only,
+(``[rbak] failure_notifier``) like any other rbak task. Each check also sends the
+location's ``rbak.freshness.age`` gauge (docs/airflow.md#metrics). It reads storage only,
 so it also notices a backup DAG that is paused or a scheduler that is down.
 """
 
@@ -13,18 +14,20 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param, task
 
-from airflow_rbak.dag_defaults import FRESHNESS_SCHEDULE_ENV, default_storage_url, schedule_from_env, task_defaults
+from airflow_rbak.airflow_settings import rbak_settings
+
+CONFIG = rbak_settings()
 
 with DAG(
     dag_id="rbak_freshness",
-    schedule=schedule_from_env(FRESHNESS_SCHEDULE_ENV, "@hourly"),
+    schedule=CONFIG.schedule("freshness_schedule"),
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,
     # a stale backup stays stale for the next minutes: no retries, the next scheduled run checks again
-    default_args={**task_defaults(), "retries": 0},
+    default_args={**CONFIG.task_defaults(), "retries": 0},
     params={
-        "storage_urls": Param([default_storage_url()], type="array", minItems=1, items={"type": "string", "minLength": 1},
+        "storage_urls": Param([CONFIG.storage_url()], type="array", minItems=1, items={"type": "string", "minLength": 1},
                               description="the backup locations to check, each on its own"),
         "max_age_hours": Param(26, type="number", exclusiveMinimum=0,
                                description="the newest complete backup of each location must have finished at most this "
@@ -46,12 +49,16 @@ with DAG(
 
         from airflow.sdk.exceptions import AirflowFailException
 
-        from airflow_rbak.freshness import StaleBackupError, check_freshness
+        from airflow_rbak.freshness import StaleBackupError, measure_freshness
+        from airflow_rbak.operators import metrics
         from airflow_rbak.storage import open_storage
 
+        found = measure_freshness(open_storage(storage_url), float(params["max_age_hours"]), int(time.time() * 1000))
+        metrics.freshness_measured(found.to_json())  # stale or not: the age gauge is what a dashboard alerts on
         try:
-            return check_freshness(open_storage(storage_url), float(params["max_age_hours"]), int(time.time() * 1000)).to_json()
+            found.raise_if_stale()
         except StaleBackupError as exc:
             raise AirflowFailException(str(exc)) from exc
+        return found.to_json()
 
     check.expand(storage_url=locations())

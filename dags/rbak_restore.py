@@ -9,10 +9,16 @@ published) to add to target queues that already hold messages unless
 **Approval.** After the plan the run waits until a person approves it (the
 ``approve`` task shows the plan: queues, message counts, target cluster and
 vhosts, ``on_existing_messages``, definitions mode; Airflow's "Required
-actions"). Reject, or no answer within ``RBAK_APPROVAL_TIMEOUT_HOURS``
+actions"). Reject, or no answer within ``[rbak] approval_timeout_hours``
 (default 24): the run fails at ``approve`` saying so, and nothing is imported
 or published. ``skip_approval: true`` goes on without asking (automation,
 ``airflow dags test``, which cannot wait for an answer); dry runs never ask.
+
+**Migration.** ``transformations`` change the backup's definitions before
+import (to move off mirrored classic queues: ``convert_to_quorum``,
+``strip_mirroring``, ``drop_empty_policies``); the plan and the approval
+show each change and the diff, and a queue that would lose what the target's
+version cannot keep is refused unless ``accept_losses`` names the loss.
 
 A definitions failure stops the run
 before any message is published; a re-run with the same ``checkpoint_state``
@@ -26,14 +32,8 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param
 
+from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
-from airflow_rbak.dag_defaults import (
-    approval_timeout,
-    default_checkpoint_state,
-    default_storage_url,
-    queue_task_limits,
-    task_defaults,
-)
 from airflow_rbak.operators.restore import (
     RbakRestoreDefinitionsOperator,
     RbakRestorePlanOperator,
@@ -42,7 +42,12 @@ from airflow_rbak.operators.restore import (
 )
 from airflow_rbak.operators.restore_approval import RbakRestoreApprovalOperator
 from airflow_rbak.restore.request import CONF_NAMES
+from airflow_rbak.restore.transformations import RULE_TYPES, TRANSFORMATIONS
+from airflow_rbak.settings import (
+    default_checkpoint_state,
+)
 
+CONFIG = rbak_settings()
 PLAN = "{{ ti.xcom_pull(task_ids='plan', key='plan') }}"
 _TIME = {"type": ["null", "integer", "string"],
          "description": "epoch milliseconds or ISO 8601 (2026-11-22T02:00:00Z); either end may be left empty"}
@@ -57,7 +62,7 @@ def _names_map(description: str) -> Param:
 
 
 PARAMS = {
-    "storage_url": Param(default_storage_url(), type="string", minLength=1,
+    "storage_url": Param(CONFIG.storage_url(), type="string", minLength=1,
                          description="file:///path or s3://bucket/prefix?region=...&endpoint=..."),
     "backup_id": Param("latest", type="string", pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$",
                        description="a backup id, or 'latest' for the newest complete backup"),
@@ -101,6 +106,19 @@ PARAMS = {
     "max_decompressed_bytes": Param(DEFAULT_MAX_DECOMPRESSED_BYTES, type="integer", minimum=1,
                                     description="refuse a segment whose records take more than this many bytes "
                                                 "uncompressed; the default holds any segment this provider writes"),
+    "transformations": Param(
+        [], type="array", uniqueItems=True, items={"type": "string", "enum": list(TRANSFORMATIONS)},
+        description="change the backup's definitions before import (needs restore_definitions); to move off mirrored "
+                    "classic queues: convert_to_quorum, strip_mirroring, drop_empty_policies. The plan and the approval "
+                    "show each change and the diff; a dry run stores the transformed file"),
+    "queue_types": Param(
+        {}, type="object", additionalProperties={"type": "string", "enum": list(RULE_TYPES)},
+        description='convert_to_quorum\'s rules, target queue name or glob -> "quorum" or "classic" (kept as it is); '
+                    'an exact name wins over globs. Empty: every classic queue, e.g. {"*": "quorum", "prio": "classic"}'),
+    "accept_losses": Param(
+        [], type="array", items={"type": "string", "minLength": 1},
+        description="what a converted queue may lose on the target's version, as ARGUMENT or QUEUE_GLOB:ARGUMENT "
+                    "(e.g. prio:x-max-priority); a queue with a loss not named here is refused and left out"),
     "skip_approval": Param(False, type="boolean",
                            description="go on without waiting for a person to approve the plan (automation, "
                                        "airflow dags test); otherwise the run waits at 'approve', and a rejection or no "
@@ -113,6 +131,7 @@ SECTIONS = {
     "Target and selection": ("rabbitmq_conn_id", "vhosts", "queues", "vhost_map", "queue_map"),
     "Point in time": ("time_window_start", "time_window_end"),
     "Definitions": ("restore_definitions", "definitions_selection", "definitions_mode"),
+    "Migration": ("transformations", "queue_types", "accept_losses"),
     "Publishing": ("dry_run", "publish_mode", "on_existing_messages", "max_publish_rate", "strip_user_id",
                    "allow_unroutable", "restore_consumer_offsets"),
     "Running": ("skip_approval", "checkpoint_state", "max_publish_tasks"),
@@ -133,18 +152,18 @@ with DAG(
     catchup=False,
     params=PARAMS,
     render_template_as_native_obj=True,
-    default_args=task_defaults(),
+    default_args=CONFIG.task_defaults(),
     tags=["rbak", "rabbitmq", "restore"],
     doc_md=__doc__,
 ):
     common = {"restore_request": REQUEST, "rabbitmq_conn_id": "{{ params.rabbitmq_conn_id }}"}
     plan = RbakRestorePlanOperator(task_id="plan", max_publish_tasks="{{ params.max_publish_tasks }}", **common)
     approve = RbakRestoreApprovalOperator(task_id="approve", plan=PLAN, skip_approval="{{ params.skip_approval }}",
-                                          response_timeout=approval_timeout(), **common)
+                                          response_timeout=CONFIG.approval_timeout(), **common)
     definitions = RbakRestoreDefinitionsOperator(task_id="definitions", plan=PLAN, **common)
     publish = RbakRestoreQueueOperator.partial(
         task_id="publish", plan=PLAN, map_index_template=GROUP_LABEL,
-        **queue_task_limits(), **common,
+        **CONFIG.queue_task_limits(), **common,
     ).expand(restore_queue=plan.output)
     report = RbakRestoreReportOperator(task_id="report", plan=PLAN, results=publish.output, definitions=definitions.output,
                                        **common)

@@ -12,7 +12,7 @@ Idempotent: each run deletes the ``rbak-demo*`` vhosts earlier runs left and
 uses a fresh backup id. It stops the broker only if it started it, and
 deletes its vhosts at the end unless ``--keep``. ``STORAGE_URL`` stores the
 backup elsewhere (default ``.run/demo/backups``, where the three newest demo
-backups are kept).
+backups are kept); ``RBAK_DEMO_DIR`` moves ``.run/demo`` itself.
 """
 
 from __future__ import annotations
@@ -48,8 +48,13 @@ from tests.dags.airflow_env import VENV_BIN, airflow_env, dags_test, run, runs_f
 # Each run seeds a vhost of its own: a stream re-created under a name an earlier backup in the same location
 # holds would be backed up from that backup's last offset on (incremental streams), i.e. not at all.
 PREFIX = "rbak-demo"
-WORK = REPO / ".run" / "demo"
+WORK = Path(os.environ.get("RBAK_DEMO_DIR") or REPO / ".run" / "demo")
 SCRIPT = REPO / "scripts" / "rabbitmq.sh"
+
+
+def _shown(path: Path) -> Path:
+    """A path as the user finds it: relative to the checkout when it lies inside it."""
+    return path.relative_to(REPO) if path.is_relative_to(REPO) else path
 
 
 class DemoError(Exception):
@@ -171,7 +176,7 @@ def _dags_test(env: dict[str, str], dag_id: str, conf: dict[str, Any]) -> None:
     began = time.monotonic()
     done = dags_test(env, conf, dag_id=dag_id)
     log.write_text(done.stdout + done.stderr)
-    print(f"{'ok' if done.returncode == 0 else 'FAILED'} in {time.monotonic() - began:.0f} s (log: {log.relative_to(REPO)})")
+    print(f"{'ok' if done.returncode == 0 else 'FAILED'} in {time.monotonic() - began:.0f} s (log: {_shown(log)})")
     if done.returncode != 0:
         raise DemoError(f"{dag_id} failed; the end of its log:\n{(done.stdout + done.stderr)[-3000:]}")
 

@@ -4,7 +4,8 @@
 # demo: python3-venv, Java 17 (Spark), curl, and rabbitmq-server unless RABBITMQ_URL names a broker.
 # test: the same with rabbitmq-server always, docker-compose (validates docker-compose.yml, no engine needed),
 #       chromium with chromium-driver (the browser test of the backups view, tests/ui/test_browser.py), and nodejs
-#       with npm (the tests install the Azurite emulator with npm into .run/azurite, tests/emulators.py).
+#       with npm (the tests install the Azurite emulator with npm into .run/azurite, tests/emulators.py), and
+#       postgresql (the CeleryExecutor test's metadata database: a private cluster, tests/postgres.py).
 # Needs root only when something is missing. The packaged RabbitMQ service is not started by the install:
 # the demo and the tests run a private node of their own (scripts/rabbitmq.sh).
 set -euo pipefail
@@ -21,6 +22,10 @@ if [[ "$purpose" == test || -z "${RABBITMQ_URL:-}" ]]; then have rabbitmq-server
 if [[ "$purpose" == test ]]; then have docker-compose || need+=(docker-compose); fi
 if [[ "$purpose" == test ]]; then have chromium || need+=(chromium); have chromedriver || need+=(chromium-driver); fi
 if [[ "$purpose" == test ]]; then have node || need+=(nodejs); have npm || need+=(npm); fi
+# Debian keeps initdb and pg_ctl under /usr/lib/postgresql/<version>/bin, off PATH
+if [[ "$purpose" == test ]] && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null && ! have initdb; then
+  need+=(postgresql)
+fi
 [[ ${#need[@]} -eq 0 ]] && exit 0
 
 if [[ "$(id -u)" -ne 0 ]] || ! have apt-get; then
@@ -28,7 +33,7 @@ if [[ "$(id -u)" -ne 0 ]] || ! have apt-get; then
   exit 1
 fi
 echo "installing ${need[*]} (apt-get)"
-# Keep the packaged rabbitmq-server service from starting on 5672 (policy-rc.d 101: "action forbidden").
+# Keep the packaged rabbitmq-server and postgresql services from starting (policy-rc.d 101: "action forbidden").
 policy=/usr/sbin/policy-rc.d
 if [[ ! -e "$policy" ]]; then
   printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"

@@ -1,5 +1,6 @@
-"""docs/configuration.md documents every DAG param with its default, every rabbitmq connection field and every
-``RBAK_*`` variable the code reads: adding one without a row fails here, and so does a stale row.
+"""docs/configuration.md documents every DAG param with its default, every rabbitmq connection field, every
+``[rbak]`` option and every ``RBAK_*`` variable the code reads: adding one without a row fails here, and so does a
+stale row.
 
 The params come from the DAGs as Airflow loads them (a DagBag in a child
 process with an isolated AIRFLOW_HOME), not from a list kept beside them.
@@ -23,7 +24,7 @@ DAGS = ("rbak_backup", "rbak_verify", "rbak_restore", "rbak_freshness")
 _LOAD = r'''
 import json, sys
 from airflow.dag_processing.dagbag import DagBag
-from airflow_rbak.hooks.rabbitmq import CONN_FIELDS
+from airflow_rbak.provider import CONN_FIELDS
 
 bag = DagBag(dag_folder=sys.argv[1])
 print(json.dumps({
@@ -60,7 +61,7 @@ def documented_as(default: Any, home: Path) -> str:
 def loaded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
     home = tmp_path_factory.mktemp("airflow-home")
     done = run([sys.executable, "-c", _LOAD, str(REPO / "dags"), *DAGS],
-               airflow_env(home, RBAK_STORAGE_URL=""), timeout=180)
+               airflow_env(home, AIRFLOW__RBAK__STORAGE_URL=""), timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     assert facts["errors"] == {}
@@ -96,5 +97,18 @@ def test_every_rbak_environment_variable_the_code_reads_is_documented():
     names = {m for path in sources for m in re.findall(r"[\"'](RBAK_[A-Z_]+)[\"']", path.read_text())}
     page = DOC.read_text()
 
-    assert {"RBAK_STORAGE_URL", "RBAK_BACKUP_SCHEDULE", "RBAK_SPARK_PACKAGE_DIR"} <= names
+    assert {"RBAK_STORAGE_URL", "RBAK_GCS_KEYFILE_JSON", "RBAK_SPARK_PACKAGE_DIR"} <= names
     assert [n for n in sorted(names) if f"`{n}`" not in page] == []
+
+
+def test_every_rbak_option_has_a_row_with_its_type_and_the_default_the_provider_declares():
+    from airflow_rbak.provider import CONFIG_OPTIONS
+
+    rows = table_rows(DOC.read_text(), "The `[rbak]` options")
+
+    assert list(rows) == list(CONFIG_OPTIONS)
+    for name, option in CONFIG_OPTIONS.items():
+        type_, doc_default, meaning = rows[name]
+        assert type_ == option["type"], name
+        assert (first_code(doc_default) if option["default"] is not None else doc_default) == (option["default"] or "unset")
+        assert len(meaning) > 10, name

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "airflow_rbak"
 #: The Airflow face of the package: the only modules that may import Airflow (the "airflow-face" contract checks the rest).
 AIRFLOW_FACE = ("airflow_rbak.hooks", "airflow_rbak.operators", "airflow_rbak.provider", "airflow_rbak.links",
+                "airflow_rbak.airflow_settings",
                 "airflow_rbak.ui.plugin", "airflow_rbak.ui.app", "airflow_rbak.ui.airflow_runs")
 #: The only package that may import pyspark.
 SPARK_JOBS = "airflow_rbak.segments.jobs"

@@ -10,7 +10,7 @@ from tests.dags.airflow_env import VENV_BIN, airflow_env, run
 
 
 def test_the_provider_info_hands_airflow_the_hooks_form_tables():
-    from airflow_rbak.hooks.rabbitmq import CONN_FIELDS, UI_FIELD_BEHAVIOUR
+    from airflow_rbak.provider import CONN_FIELDS, UI_FIELD_BEHAVIOUR
 
     info = get_provider_info()
     rabbitmq = info["connection-types"][0]
@@ -51,3 +51,26 @@ def test_airflow_lists_the_provider_its_connection_type_and_extra_links(tmp_path
 
     listed = run([airflow, "providers", "list", "-o", "json"], env, timeout=120)
     assert any(p["package_name"] == "airflow-rbak" for p in json.loads(listed.stdout)), listed.stderr[-2000:]
+
+
+def test_airflow_config_list_shows_the_rbak_section_with_every_default_description_and_a_value_set_in_the_environment(
+        tmp_path):
+    from airflow_rbak.provider import CONFIG_OPTIONS
+
+    # Given Airflow with [rbak] options set the way Airflow takes any option (the tests' environment sets two more)
+    env = airflow_env(tmp_path, AIRFLOW__RBAK__POOL="rbak-broker")
+    given = {name: env[f"AIRFLOW__RBAK__{name.upper()}"] for name in CONFIG_OPTIONS if f"AIRFLOW__RBAK__{name.upper()}" in env}
+    assert given == {"pool": "rbak-broker", "backup_schedule": "none", "task_retries": "0"}
+
+    # When its own CLI lists the section
+    done = run([str(VENV_BIN / "airflow"), "config", "list", "--section", "rbak", "--include-descriptions",
+                "--show-values", "--color", "off"], env, timeout=180)
+
+    # Then every option is there with its description, the defaults as the provider declares them, and the value set
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "[rbak]"
+    for name, option in CONFIG_OPTIONS.items():
+        assert f"# {option['description']}" in lines, name
+        value = given.get(name, option["default"])
+        assert (f"{name} = {value}" if value else f"# {name} = ") in lines, name

@@ -5,7 +5,7 @@ The capture engines built on them live in ``capture/``; nothing here imports tha
 
 import logging as _logging
 
-# pika logs every connection opened and closed at INFO: in task logs those lines buried the progress lines
-# (issue 16). Quiet unless someone chose pika's level themselves.
+# pika logs every connection opened and closed at INFO: in task logs those lines buried the progress lines.
+# Quiet unless someone chose pika's level themselves.
 if _logging.getLogger("pika").level == _logging.NOTSET:
     _logging.getLogger("pika").setLevel(_logging.WARNING)

@@ -25,6 +25,15 @@ def addressable(name: str) -> bool:
     return name not in UNADDRESSABLE
 
 
+def reason_of(response: requests.Response, limit: int = 300) -> str:
+    """The ``reason`` of an error answer (a user may see it: bounded), or its text."""
+    try:
+        reason = str(response.json().get("reason", ""))
+    except (ValueError, AttributeError):
+        reason = response.text
+    return reason[:limit] or "no reason given"
+
+
 def _q(name: str) -> str:
     if not addressable(name):
         raise BrokerApiError(f"the management API cannot address the name {name!r} in a URL")
@@ -71,10 +80,7 @@ class ManagementClient:
                 "rabbitmq_management plugin is enabled"
             ) from None
         if response.status_code == 401:
-            raise BrokerAuthError(
-                f"management API refused user {self.connection.username!r} (HTTP 401); "
-                "check the password and that the user has the 'monitoring' or 'administrator' tag"
-            )
+            raise self._refused(path, response)
         if response.status_code == 404:
             raise BrokerApiError(f"management API: /api/{path} not found (HTTP 404)", 404)
         if response.status_code >= 400:
@@ -83,6 +89,12 @@ class ManagementClient:
             return response.json()
         except ValueError:
             raise BrokerApiError(f"management API: /api/{path} did not return JSON") from None
+
+    def _refused(self, path: str, response: requests.Response) -> BrokerAuthError:
+        return BrokerAuthError(
+            f"management API refused user {self.connection.username!r} on /api/{path} (HTTP 401: "
+            f"{reason_of(response, 120)}); check the password, that the user has a tag that opens the management "
+            "API ('management', 'monitoring', 'policymaker' or 'administrator') and its permissions")
 
     def get_text(self, path: str) -> bytes:
         """GET ``/api/{path}`` and return the raw body (definitions are saved byte for byte)."""
@@ -94,7 +106,7 @@ class ManagementClient:
                 f"management API unreachable while reading /api/{path} ({type(exc).__name__})"
             ) from None
         if response.status_code == 401:
-            raise BrokerAuthError(f"management API refused user {self.connection.username!r} (HTTP 401)")
+            raise self._refused(path, response)
         if response.status_code >= 400:
             raise BrokerApiError(f"management API: GET /api/{path} failed with HTTP {response.status_code}", response.status_code)
         return response.content

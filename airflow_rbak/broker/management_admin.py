@@ -13,9 +13,7 @@ from urllib.parse import quote
 import requests
 
 from airflow_rbak.broker.errors import ManagementWriteError
-from airflow_rbak.broker.management import ManagementClient, addressable
-
-_REASON_CHARS = 300
+from airflow_rbak.broker.management import ManagementClient, addressable, reason_of
 
 
 def send(client: ManagementClient, method: str, path: str, body: Any = None) -> requests.Response:
@@ -26,16 +24,8 @@ def send(client: ManagementClient, method: str, path: str, body: Any = None) -> 
         raise ManagementWriteError(f"management API unreachable during {method} /api/{path} ({type(exc).__name__})") from None
     if response.status_code >= 400:
         raise ManagementWriteError(
-            f"management API: {method} /api/{path} failed with HTTP {response.status_code}: {_reason(response)}")
+            f"management API: {method} /api/{path} failed with HTTP {response.status_code}: {reason_of(response)}")
     return response
-
-
-def _reason(response: requests.Response) -> str:
-    try:
-        reason = str(response.json().get("reason", ""))
-    except ValueError:
-        reason = response.text
-    return reason[:_REASON_CHARS] or "no reason given"
 
 
 def ensure_vhost(client: ManagementClient, vhost: str) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.errors import BrokerError, BrokerUnreachableError, tls_failure
+from airflow_rbak.broker.errors import BrokerAuthError, BrokerError, BrokerUnreachableError, tls_failure
 from airflow_rbak.exceptions import ConfigurationError
 
 
@@ -40,9 +40,21 @@ async def _with_client(connection: RabbitMQConnection, vhost: str, work: Any) ->
             pass
 
 
+#: The stream protocol's answers that mean "not this user": its login, its vhost, or its permission on the stream.
+_REFUSALS = {"AuthenticationFailure": "login refused", "SASLAuthenticationFailureLoopback": "login refused",
+             "VirtualHostAccessFailure": "may not access the vhost", "AccessRefused": "lacks the permission"}
+
+
 def _run(connection: RabbitMQConnection, vhost: str, work: Any) -> Any:
+    rstream = _require_rstream()
     try:
         return asyncio.run(_with_client(connection, vhost, work))
+    except rstream.ServerError as exc:
+        name = type(exc).__name__
+        where = f"stream port {connection.host}:{connection.stream_port}, vhost {vhost!r}"
+        if name in _REFUSALS:
+            raise BrokerAuthError(f"{where}: user {connection.username!r} {_REFUSALS[name]} ({name})") from None
+        raise BrokerError(f"{where}: the broker answered {name}") from None
     except (OSError, asyncio.TimeoutError) as exc:
         raise tls_failure(exc, f"{connection.host}:{connection.stream_port}") or BrokerUnreachableError(
             f"stream port {connection.host}:{connection.stream_port} unreachable ({type(exc).__name__}); "

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import time
 from typing import IO
 from urllib.parse import urlsplit, urlunsplit
 
+from airflow_rbak.cli.configured import location
 from airflow_rbak.cli.output import json_line, json_safe, say
 from airflow_rbak.cli.runs import BROKER_URL_ENV, broker_connection
 from airflow_rbak.codec import read_header
@@ -17,30 +19,40 @@ from airflow_rbak.codec.records import encode_record
 from airflow_rbak.codec.segment import decode_payload, iter_payload_records
 from airflow_rbak.display import when as _when
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.repository.catalog import left_out_queues, list_backups
+from airflow_rbak.repository.catalog import left_out_queues, list_backups, resolve_backup_id
 from airflow_rbak.repository.chain import chain_owners, dependencies
+from airflow_rbak.repository.chain_link import ChainLock
 from airflow_rbak.repository.lock import BackupLock
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.rebuild import rebuild_manifest
+from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
 from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 
-def _open_existing(url: str) -> Storage:
-    """The storage at ``url``, refusing a location that does not exist (a typo must not read as "no backups")."""
-    storage = open_storage(url)
+def _open_existing(args: argparse.Namespace) -> Storage:
+    """The command's location (``--path``, else the configured one), refused when it does not exist (a typo must not
+    read as "no backups")."""
+    storage = open_storage(location(args))
     storage.check_location()
     return storage
 
 
+def _chosen(args: argparse.Namespace) -> tuple[Storage, str]:
+    """The command's location and backup: ``--backup-id``, or for ``latest`` the newest complete backup there."""
+    storage = _open_existing(args)
+    return storage, resolve_backup_id(storage, args.backup_id)
+
+
 def list_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    summaries = list_backups(_open_existing(args.path))
+    storage = _open_existing(args)
+    summaries = list_backups(storage)
     if args.format == "json":
         json_line(out, [s.to_json() for s in summaries])
         return 0
     if not summaries:
-        say(out, f"no backups under {args.path}")
+        say(out, f"no backups under {storage.url}")
         return 0
     say(out, f"{'BACKUP ID':30} {'STATUS':12} {'CREATED':23} {'COMPLETED':23} {'QUEUES':>6} {'MESSAGES':>10} {'BYTES':>12}")
     for s in summaries:
@@ -56,8 +68,8 @@ def list_cmd(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def describe_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    storage = _open_existing(args.path)
-    manifest = ManifestStore(storage).load(args.backup_id)
+    storage, backup_id = _chosen(args)
+    manifest = ManifestStore(storage).load(backup_id)
     if args.format == "json":
         json_line(out, manifest.to_json())
         return 0
@@ -92,7 +104,7 @@ def describe_cmd(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def validate_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    report = validate_backup(_open_existing(args.path), args.backup_id, deep=args.deep,
+    report = validate_backup(*_chosen(args), deep=args.deep,
                              max_decompressed_bytes=args.max_decompressed_bytes)
     if args.format == "json":
         json_line(out, report.to_json())
@@ -129,7 +141,7 @@ def dump_cmd(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def rebuild_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    result = rebuild_manifest(_open_existing(args.path), args.backup_id, replace=args.replace,
+    result = rebuild_manifest(*_chosen(args), replace=args.replace,
                               max_decompressed_bytes=args.max_decompressed_bytes)
     if args.format == "json":
         json_line(out, result.to_json())
@@ -155,9 +167,9 @@ def rollback_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     if args.broker is not None:
         raise ConfigurationError(f"--broker is not taken: a password on the command line stays in ps and the shell's "
                                  f"history; give the broker in ${BROKER_URL_ENV} or in a file named by --broker-file")
-    storage = _open_existing(args.path)
+    storage, backup_id = _chosen(args)
     with ManagementClient(broker_connection(args)) as client:
-        result = rollback_definitions(client, storage, args.backup_id, args.snapshot, dry_run=args.dry_run)
+        result = rollback_definitions(client, storage, backup_id, args.snapshot, dry_run=args.dry_run)
     if args.format == "json":
         json_line(out, result.to_json())
         return 0
@@ -177,20 +189,42 @@ def unlock_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     The lock is read as untrusted input (bounded, every field checked): an unreadable one is removed too,
     and said to be unreadable; nothing of its content is printed unescaped.
     """
-    lock = BackupLock(_open_existing(args.path), args.backup_id)
+    lock = BackupLock(*_chosen(args))
+    backup_id = lock.backup_id
     held = lock.read()
     if held is not None:
         lock.storage.delete(lock.key)
     if args.format == "json":
-        json_line(out, {"backup_id": args.backup_id, "removed": held is not None,
+        json_line(out, {"backup_id": backup_id, "removed": held is not None,
                          "held_by": None if held is None or held.unreadable else held.owner,
                          "unreadable": None if held is None else held.problem or None})
     elif held is None:
-        say(out, f"backup {args.backup_id} is not locked")
+        say(out, f"backup {backup_id} is not locked")
     elif held.unreadable:
-        say(out, f"removed the lock of backup {args.backup_id}: it was unreadable ({held.problem})")
+        say(out, f"removed the lock of backup {backup_id}: it was unreadable ({held.problem})")
     else:
-        say(out, f"removed the lock of backup {args.backup_id}, held by {held.describe()}")
+        say(out, f"removed the lock of backup {backup_id}, held by {held.describe()}")
+    return 0
+
+
+def forget_cmd(args: argparse.Namespace, out: IO[str]) -> int:
+    """Retention on demand: the rbak_backup DAG's ``retention`` (:mod:`airflow_rbak.repository.retention`), chain-aware."""
+    policy = RetentionPolicy(args.keep_last, args.max_age_days)
+    if not policy.active:
+        raise ConfigurationError("say what to keep: --keep-last N and/or --max-age-days D")
+    storage = _open_existing(args)
+    result = apply_retention(storage, policy, now_ms=int(time.time() * 1000), protect=None,
+                             chain_lock=ChainLock(storage, "rbak forget", wait=max(0.0, args.wait)), dry_run=args.dry_run)
+    if args.format == "json":
+        json_line(out, result.to_json())
+        return 0
+    verb = "would remove" if result.dry_run else "removed"
+    say(out, f"{verb} {len(result.deleted)} backup(s), {result.objects_deleted} objects")
+    for backup_id in result.deleted:
+        kept = result.segments_kept_for_chains.get(backup_id)
+        say(out, f"  {verb} {backup_id}" + (f" (keeping {kept} stream segments other backups list)" if kept else ""))
+    for backup_id, reason in result.kept.items():
+        say(out, f"  keep {backup_id}: {reason}")
     return 0
 
 

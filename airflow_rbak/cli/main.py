@@ -1,8 +1,10 @@
-"""``rbak``: list, describe, validate and repair RBAK backups; dump segments; remove a stale lock; roll back a
+"""``rbak``: list, describe, validate, forget and repair RBAK backups; dump segments; remove a stale lock; roll back a
 definitions import; restore or back up without Airflow.
 
-Exit codes: 0 success (a valid backup), 1 a defect or error (one line on
-stderr, no traceback), 2 a usage error. ``RBAK_DEBUG=1`` shows tracebacks.
+Exit codes (docs/operations.md#the-rbak-command-line): 0 success (a valid backup), 1 a defect (the backup is damaged),
+2 a usage error (bad arguments or settings, a backup id that names nothing), 3 the location cannot be reached or read,
+4 a lock is held, 5 any other failure (the broker, a refused restore, an internal error); one line on stderr, no
+traceback (``RBAK_DEBUG=1`` shows them). ``--format text|json`` goes before or after the command.
 """
 
 from __future__ import annotations
@@ -15,23 +17,62 @@ from collections.abc import Sequence
 from airflow_rbak import __version__
 from airflow_rbak.cli import commands, runs
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
+from airflow_rbak.codec.errors import CodecError
 from airflow_rbak.display import printable
-from airflow_rbak.exceptions import RbakError
+from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.repository.catalog import NoCompleteBackupError
+from airflow_rbak.repository.lock import BackupLockedError
+from airflow_rbak.repository.manifest_store import ManifestNotFoundError
+from airflow_rbak.repository.rebuild import NothingToRebuildError
+from airflow_rbak.restore.errors import DamagedSegmentsError
+from airflow_rbak.storage.base import ObjectNotFoundError, StorageError
+
+EXIT_OK, EXIT_DEFECT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_LOCKED, EXIT_FAILED = 0, 1, 2, 3, 4, 5
+#: Which exit code an error means, the first match winning.
+EXIT_CODES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
+    ((CodecError, DamagedSegmentsError), EXIT_DEFECT),
+    ((ConfigurationError, ManifestNotFoundError, NoCompleteBackupError, NothingToRebuildError, ObjectNotFoundError),
+     EXIT_USAGE),
+    ((StorageError,), EXIT_UNREACHABLE),
+    ((BackupLockedError,), EXIT_LOCKED),
+)
+#: Each command's examples, shown by its ``--help``.
+EXAMPLES = {
+    "list": "rbak list --path s3://backups/rabbit?region=eu-west-1\nrbak --format json list   # the [rbak] storage_url",
+    "describe": "rbak describe --backup-id latest\nrbak describe --path file:///var/backups/rabbit --backup-id prod-2026-11-22",
+    "validate": "rbak validate --backup-id latest --deep\nrbak validate --path file:///var/backups/rabbit --backup-id b1 "
+                "--format json",
+    "forget": "rbak forget --keep-last 7 --dry-run\nrbak forget --path s3://backups/rabbit --keep-last 7 --max-age-days 30",
+    "unlock": "rbak unlock --backup-id prod-2026-11-22",
+    "dump": "rbak segment dump /var/backups/rabbit/b1/queues/_default/orders/segment-0001.zst | head",
+    "rebuild": "rbak manifest rebuild --backup-id prod-2026-11-22 --replace",
+    "rollback": "RBAK_BROKER_URL=amqp://... rbak definitions rollback --backup-id latest --dry-run",
+    "restore": "RBAK_BROKER_URL=amqp://... rbak restore --backup-id latest --dry-run\n"
+               "rbak restore --broker-file ~/.rbak-broker --backup-id b1 --vhost-map prod=prod-restored",
+    "backup": "RBAK_BROKER_URL=amqp://... rbak backup --backup-id manual-1\n"
+              "rbak backup --broker-file ~/.rbak-broker --backup-id b2 -c '{\"vhosts\": [\"prod\"], \"verify\": \"deep\", "
+              "\"retention\": {\"keep_last\": 7}}'",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser, every subcommand with ``--format text|json``."""
-    parser = argparse.ArgumentParser(prog="rbak", description="RabbitMQ backups in the RBAK format.")
+    """The argument parser: ``--format text|json`` before or after every command, each with its own examples."""
+    parser = argparse.ArgumentParser(prog="rbak", description="RabbitMQ backups in the RBAK format.",
+                                     epilog="Exit codes: 0 done, 1 the backup is damaged, 2 usage error, 3 location "
+                                            "unreachable, 4 lock held, 5 other failure.")
     parser.add_argument("--version", action="version", version=f"rbak {__version__}")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_text: str, parent=sub) -> argparse.ArgumentParser:
-        p = parent.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+        p = parent.add_parser(name, help=help_text, description=help_text, formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog="examples:\n  " + EXAMPLES[name].replace("\n", "\n  "))
+        # SUPPRESS: given here it wins, absent it leaves the value given before the command
+        p.add_argument("--format", choices=("text", "json"), default=argparse.SUPPRESS, help="output format (default text)")
         return p
 
     p = command("list", "List the backups under a storage location.")
-    p.add_argument("--path", required=True, help="storage URL: file:///dir, s3://bucket/prefix?..., memory://")
+    _path_arg(p)
     p.set_defaults(run=commands.list_cmd)
 
     p = command("describe", "Show a backup's manifest, queue by queue.")
@@ -43,6 +84,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deep", action="store_true", help="read every segment: CRC, SHA-256, records, timestamps")
     _cap_arg(p)
     p.set_defaults(run=commands.validate_cmd)
+
+    p = command("forget", "Remove the complete backups a retention rule no longer keeps, never a segment a kept "
+                          "backup's stream chain lists, nor an incomplete or damaged backup.")
+    _path_arg(p)
+    p.add_argument("--keep-last", type=_positive_int, metavar="N", help="keep the newest N complete backups")
+    p.add_argument("--max-age-days", type=_positive_float, metavar="D", help="keep backups younger than D days")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed and why each other stays; remove nothing")
+    p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+                   help="how long to wait for the location's chain lock while a backup links its chains (default 60)")
+    p.set_defaults(run=commands.forget_cmd)
 
     p = command("unlock", "Remove the lock a crashed backup run left behind (says who held it).")
     _backup_args(p)
@@ -76,14 +127,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("restore", "Restore a backup without Airflow: the rbak_restore DAG's engine and settings, in this "
                            "process (the disaster path in docs/operations.md).")
-    runs.add_conf_args(p)
+    runs.add_conf_args(p, '{"vhost_map": {"prod": "prod-restored"}, "on_existing_messages": "append"}')
     runs.add_broker_args(p)
     p.add_argument("--vhost-map", action="append", metavar="SOURCE=TARGET", help="restore a vhost under another name")
     p.add_argument("--dry-run", action="store_true", help="plan and report; publish and import nothing")
+    p.add_argument("--transform", action="append", metavar="NAME",
+                   help="a transformation of the definitions before import (convert_to_quorum, strip_mirroring, "
+                        "drop_empty_policies); implies restore_definitions")
+    p.add_argument("--queue-type", action="append", metavar="QUEUE=TYPE",
+                   help="convert_to_quorum's rule: a target queue name or glob and quorum or classic (kept)")
+    p.add_argument("--accept-loss", action="append", metavar="LOSS",
+                   help="a loss a converted queue may take, ARGUMENT or QUEUE_GLOB:ARGUMENT (e.g. prio:x-max-priority)")
     p.set_defaults(run=runs.restore_cmd)
 
-    p = command("backup", "Back up without Airflow: the rbak_backup DAG's steps in this process (encode without Spark).")
-    runs.add_conf_args(p)
+    p = command("backup", "Back up without Airflow: the rbak_backup DAG's steps in this process (encode without Spark), "
+                          "then its verify and retention settings.")
+    runs.add_conf_args(p, '{"vhosts": ["prod"], "verify": "deep", "retention": {"keep_last": 7}}')
     runs.add_broker_args(p)
     p.set_defaults(run=runs.backup_cmd)
     return parser
@@ -105,9 +164,29 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _path_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--path", help="storage URL: file:///dir, s3://bucket/prefix?..., memory:// "
+                                  "(default: [rbak] storage_url, else $AIRFLOW_HOME/rbak-backups)")
+
+
 def _backup_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--path", required=True, help="storage URL: file:///dir, s3://bucket/prefix?..., memory://")
-    p.add_argument("--backup-id", required=True, help="the backup's id (its folder under --path)")
+    _path_arg(p)
+    p.add_argument("--backup-id", required=True, help="the backup's id (its folder), or latest: the newest complete backup")
+
+
+def exit_code(error: BaseException) -> int:
+    """The exit code an error means (:data:`EXIT_CODES`); any other failure is :data:`EXIT_FAILED`."""
+    return next((code for kinds, code in EXIT_CODES if isinstance(error, kinds)), EXIT_FAILED)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,22 +196,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = args.run(args, sys.stdout)
     except BrokenPipeError:  # `rbak segment dump ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return EXIT_OK
     except RbakError as exc:
-        return _fail(str(exc))
+        return _fail(str(exc), exit_code(exc))
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug, not bad input: still one line, with a way to see more
         if os.environ.get("RBAK_DEBUG"):
             raise
-        return _fail(f"internal error: {type(exc).__name__}: {exc} (set RBAK_DEBUG=1 for a traceback)")
+        return _fail(f"internal error: {type(exc).__name__}: {exc} (set RBAK_DEBUG=1 for a traceback)", EXIT_FAILED)
     return code
 
 
-def _fail(message: str) -> int:
+def _fail(message: str, code: int) -> int:
     """One line on stderr; the message may quote a name from a backup, so its control characters show escaped."""
     print(f"rbak: error: {printable(message)}", file=sys.stderr)
-    return 1
+    return code
 
 
 if __name__ == "__main__":

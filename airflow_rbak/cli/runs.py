@@ -17,14 +17,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.cli.configured import location
 from airflow_rbak.cli.output import json_line, say
-from airflow_rbak.dag_defaults import default_checkpoint_state, default_storage_url
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
+from airflow_rbak.repository.validate import validate_backup
+from airflow_rbak.settings import default_checkpoint_state
 
 BROKER_URL_ENV = "RBAK_BROKER_URL"
 #: DAG params a run without Airflow ignores.
@@ -63,30 +68,47 @@ def read_conf(args: argparse.Namespace) -> dict[str, Any]:
     if not isinstance(conf, Mapping):
         raise ConfigurationError("--conf must be a JSON object of settings, as the DAG's params")
     # What only Airflow uses means nothing here: the broker comes from the environment or a file, one process
-    # needs no task mapping, and whoever runs the command has approved it.
+    # needs no task mapping, and whoever runs the command has approved it. Said, never dropped in silence.
+    ignored = sorted(k for k in conf if k in AIRFLOW_ONLY)
+    if ignored:
+        print(f"rbak: note: not used without Airflow: {', '.join(ignored)}", file=sys.stderr)
     return {k: v for k, v in conf.items() if k not in AIRFLOW_ONLY}
 
 
-def add_conf_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--conf", "-c", help="the DAG run's conf as JSON, e.g. '{\"vhost_map\": {\"prod\": \"prod-restored\"}}'")
+def add_conf_args(p: argparse.ArgumentParser, example: str) -> None:
+    """``--conf`` (the DAG run's conf, shown with an ``example`` of the command's own), ``--path``, ``--backup-id``."""
+    p.add_argument("--conf", "-c", help=f"the DAG run's conf as JSON, e.g. '{example}'")
     p.add_argument("--conf-file", type=Path, help="the same, from a JSON file")
-    p.add_argument("--path", help="storage URL (the storage_url setting; default $RBAK_STORAGE_URL or "
-                                  "$AIRFLOW_HOME/rbak-backups)")
+    p.add_argument("--path", help="storage URL (the storage_url setting; default: [rbak] storage_url)")
     p.add_argument("--backup-id", help="the backup_id setting")
+
+
+def run_conf(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's settings: ``--conf``, with ``--path`` and ``--backup-id`` (refused when they contradict it) and the
+    location rule of every command (:func:`~airflow_rbak.cli.configured.location`) for ``storage_url``."""
+    conf = read_conf(args)
+    for flag, name in (("path", "storage_url"), ("backup_id", "backup_id")):
+        given = getattr(args, flag)
+        if given and conf.get(name) not in (None, given):
+            raise ConfigurationError(f"--{flag.replace('_', '-')} {given!r} and the --conf {name} {conf[name]!r} differ: "
+                                     "give one of them")
+        conf[name] = given or conf.get(name)
+    conf["storage_url"] = conf["storage_url"] or location(args)
+    return conf
 
 
 def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     """Plan, import definitions (if asked), publish every queue and report: :meth:`RestoreRun.run`."""
     from airflow_rbak.restore import RestoreRequest, RestoreRun
 
-    conf = {"storage_url": default_storage_url(), "checkpoint_state": default_checkpoint_state(), **read_conf(args)}
-    for name, value in (("storage_url", args.path), ("backup_id", args.backup_id)):
-        if value:
-            conf[name] = value
+    conf = {"checkpoint_state": default_checkpoint_state(), **run_conf(args)}
+    if conf["backup_id"] is None:
+        del conf["backup_id"]
     if args.vhost_map:
         conf["vhost_map"] = {**conf.get("vhost_map", {}), **dict(_pair(p, "--vhost-map") for p in args.vhost_map)}
     if args.dry_run:
         conf["dry_run"] = True
+    _migration_args(args, conf)
     settings = RestoreRequest.from_conf(conf)
     connection = broker_connection(args)
     report = RestoreRun(connection, settings).run()
@@ -101,7 +123,22 @@ def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
                  f"{q['published']} now, {q['published_total']} in total")
     if report.definitions:
         say(out, f"  definitions: {report.definitions}")
+    from airflow_rbak.restore.migration import summary_lines
+
+    for line in summary_lines(report.migration):
+        say(out, line)
     return 0
+
+
+def _migration_args(args: argparse.Namespace, conf: dict[str, Any]) -> None:
+    """``--transform``, ``--queue-type`` and ``--accept-loss`` into the conf (a transformation imports definitions)."""
+    if args.transform:
+        conf["transformations"] = [*conf.get("transformations", []), *args.transform]
+        conf["restore_definitions"] = True
+    if args.queue_type:
+        conf["queue_types"] = {**dict(conf.get("queue_types") or {}), **dict(_pair(p, "--queue-type") for p in args.queue_type)}
+    if args.accept_loss:
+        conf["accept_losses"] = [*conf.get("accept_losses", []), *args.accept_loss]
 
 
 def backup_cmd(args: argparse.Namespace, out: IO[str]) -> int:
@@ -109,32 +146,49 @@ def backup_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     from airflow_rbak.backup.run import BackupRun, BackupSettings
     from airflow_rbak.broker.discovery import QueueSelector
 
-    conf = read_conf(args)
+    conf = run_conf(args)
     selector = QueueSelector.from_params(conf.pop("vhosts") if conf.get("vhosts") else None, conf.pop("include", None),
                                          conf.pop("exclude", None),
                                          conf.pop("queue_types") if conf.get("queue_types") else None)
     conf.pop("vhosts", None)
     if "streams" in conf:
         conf["incremental_streams"] = conf.pop("streams") == "incremental"
-    for ignored in ("verify", "retention"):  # the Spark verify step and retention are the DAG's
-        conf.pop(ignored, None)
-    backup_id = args.backup_id or conf.pop("backup_id", None)
+    verify, policy = _verify_mode(conf.pop("verify", "deep")), RetentionPolicy.from_json(conf.pop("retention", None))
+    backup_id, storage_url = conf.pop("backup_id"), conf.pop("storage_url")
     if not backup_id:
         raise ConfigurationError("give the new backup's id as --backup-id")
-    storage_url = args.path or conf.pop("storage_url", None) or default_storage_url()
     try:
         settings = BackupSettings(backup_id, storage_url, selector=selector, **conf)
     except TypeError as exc:  # a name BackupSettings does not take
         raise ConfigurationError(f"unknown backup setting: {exc}") from None
-    manifest = BackupRun(broker_connection(args), settings).run()
-    summary = {"backup_id": manifest.backup_id, "queues": len(manifest.queues), "total_messages": manifest.total_messages,
-               "total_bytes": manifest.total_bytes, "total_segments": manifest.total_segments}
+    run = BackupRun(broker_connection(args), settings)
+    manifest = run.run()
+    summary: dict[str, Any] = {
+        "backup_id": manifest.backup_id, "queues": len(manifest.queues), "total_messages": manifest.total_messages,
+        "total_bytes": manifest.total_bytes, "total_segments": manifest.total_segments}
+    report = validate_backup(run.plain_storage, manifest.backup_id, deep=verify == "deep") if verify != "none" else None
+    summary["verify"] = None if report is None else {"mode": verify, "valid": report.valid, "defects": len(report.defects)}
+    if report is None or report.valid:  # retention only after a backup that checks out
+        summary["retention"] = apply_retention(run.plain_storage, policy, now_ms=int(time.time() * 1000),
+                                               protect=manifest.backup_id).to_json() if policy.active else None
     if args.format == "json":
         json_line(out, summary)
     else:
         say(out, f"backup {manifest.backup_id} complete: {summary['queues']} queues, {summary['total_messages']} "
                  f"messages, {summary['total_bytes']} bytes in {summary['total_segments']} segments")
-    return 0
+        if report is not None:
+            say(out, f"  verify {verify}: {'valid' if report.valid else f'INVALID, {len(report.defects)} defect(s)'}")
+            for defect in report.defects:
+                say(out, f"    {defect}")
+        if summary.get("retention"):
+            say(out, f"  retention removed {', '.join(summary['retention']['deleted']) or 'nothing'}")
+    return 0 if report is None or report.valid else 1
+
+
+def _verify_mode(value: Any) -> str:
+    if value not in ("none", "quick", "deep"):
+        raise ConfigurationError(f"verify must be none, quick or deep, got {value!r}")
+    return str(value)
 
 
 def _pair(text: str, flag: str) -> tuple[str, str]:

@@ -145,6 +145,11 @@ def rollback_definitions_key(backup_id: str, timestamp: str, compression: Compre
     return f"{check_backup_id(backup_id)}/definitions/rollback-before-import-{timestamp}{compression.extension}"
 
 
+def transformed_definitions_key(backup_id: str, timestamp: str) -> str:
+    """Where a restore that transforms definitions stores what it would import (plain JSON, importable by hand)."""
+    return f"{check_backup_id(backup_id)}/definitions/transformed-{timestamp}.json"
+
+
 def lock_key(backup_id: str) -> str:
     """Where the lock of a running backup lives (``repository.lock``)."""
     return f"{check_backup_id(backup_id)}/{LOCK_NAME}"

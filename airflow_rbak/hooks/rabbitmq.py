@@ -8,10 +8,8 @@ prefix older Airflow UIs write: ``management_port``, ``stream_port``,
 ``management_url``, ``tls``, ``tls_verify``, ``ca_file``, ``cert_file``,
 ``key_file``, ``heartbeat``, ``timeout``.
 
-Airflow 3.2+ reads connection forms from the provider info
-(:data:`airflow_rbak.provider.CONN_FIELDS`, ``UI_FIELD_BEHAVIOUR``); Airflow 2 calls
-:meth:`RabbitMQHook.get_connection_form_widgets` and
-:meth:`RabbitMQHook.get_ui_field_behaviour`, built from the same tables.
+The connection form's fields are declared once, in the provider info (:data:`airflow_rbak.provider.CONN_FIELDS`,
+``UI_FIELD_BEHAVIOUR``), which Airflow reads from 3.2 on; on 3.0 and 3.1 the extras are typed as JSON.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ from airflow.sdk import BaseHook
 
 from airflow_rbak.broker.connection import DEFAULT_AMQPS_PORT, TRUE_TEXTS, RabbitMQConnection
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.provider import CONN_FIELDS, UI_FIELD_BEHAVIOUR  # the form's tables: Airflow reads them there
 
 _PREFIX = "extra__rabbitmq__"
 _INT_EXTRAS = ("management_port", "stream_port", "heartbeat")
@@ -95,36 +92,11 @@ class RabbitMQHook(BaseHook):
         self.log.info("Using RabbitMQ connection %r: %s (default vhost %r)", self.rabbitmq_conn_id, settings, self.vhost)
         return settings
 
-    @classmethod
-    def get_connection_form_widgets(cls) -> dict[str, Any]:
-        """Widgets of the extra fields for Airflow 2's connection form (Airflow 3.2+ reads :data:`CONN_FIELDS`)."""
-        from wtforms import BooleanField, IntegerField, StringField
-        from wtforms.validators import NumberRange, Optional
-
-        widget_kinds = {"integer": IntegerField, "boolean": BooleanField}
-        widgets: dict[str, Any] = {}
-        for name, spec in CONN_FIELDS.items():
-            kind = spec["schema"]["type"][0]
-            field_class = widget_kinds.get(kind, StringField)
-            validators = [Optional(), NumberRange(min=1, max=65535)] if kind == "integer" else [Optional()]
-            widgets[name] = field_class(spec["label"], description=spec.get("description"), validators=validators,
-                                        default=spec["schema"].get("default"))
-        return widgets
-
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        """Relabels and placeholders of the standard fields (Airflow's snake_case keys)."""
-        return {
-            "hidden_fields": list(UI_FIELD_BEHAVIOUR["hidden-fields"]),
-            "relabeling": dict(UI_FIELD_BEHAVIOUR["relabeling"]),
-            "placeholders": dict(UI_FIELD_BEHAVIOUR["placeholders"]),
-        }
-
     def test_connection(self) -> tuple[bool, str]:
-        """Airflow's "Test" button: every endpoint a backup uses and the user's rights; the answer names each failure.
+        """Airflow's "Test" button: every endpoint a run uses, and what the user may do on the connection's vhost.
 
-        See :func:`airflow_rbak.broker.preflight.check_broker`: management API, tags, permissions on the
-        connection's vhost, AMQP, stream port.
+        See :func:`airflow_rbak.broker.preflight.check_broker`. It fails when an endpoint does not answer or
+        nothing useful is possible (neither backing up nor restoring messages); a missing right is named either way.
         """
         from airflow_rbak.broker.preflight import check_broker
 
@@ -132,9 +104,5 @@ class RabbitMQHook(BaseHook):
             connection = self.get_conn()
         except ConfigurationError as exc:
             return False, str(exc)
-        checks = check_broker(connection, self.vhost)
-        failed = [c for c in checks if not c.ok]
-        if failed:
-            return False, "; ".join(c.line() for c in failed) + ". Passed: " + (
-                ", ".join(c.name for c in checks if c.ok) or "nothing")
-        return True, "; ".join(c.line() for c in checks)
+        access = check_broker(connection, self.vhost)
+        return access.usable, access.message()

@@ -5,8 +5,9 @@ box, so :class:`RbakSparkSubmitHook` falls back to a local master. :func:`submit
 options for the master before it builds the hook. With a local master, ``spark-submit`` and its Python workers run
 the interpreter Airflow runs on (its ``bin/`` first on ``PATH``), where ``airflow_rbak``'s dependencies are
 installed. With any other master, executors run a shipped environment archive
-(:mod:`airflow_rbak.segments.shipping`), so they need nothing but Python and Spark, and they get the task's storage
-credentials from a private properties file, never from a command line.
+(:mod:`airflow_rbak.segments.shipping`), so they need nothing but Python and Spark. The storage credentials the task
+was handed (a storage connection's) reach the job's driver and executors, on any master, in a private properties
+file, never on a command line or in the task's environment.
 
 Only the hook's constructor, ``submit``, ``on_kill`` and the ``get_connection`` it inherits from ``BaseHook`` are
 used (``tests/hooks/test_provider_surface.py`` holds that), so any provider release in the range of pyproject.toml
@@ -28,7 +29,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_rbak.display import package_logger
 from airflow_rbak.segments.shipping import ENV_ALIAS
-from airflow_rbak.storage.credentials import STORAGE_ENV
+from airflow_rbak.storage.credentials import current_credentials, handed_on
 
 DEFAULT_MASTER = "local[*]"
 
@@ -74,18 +75,20 @@ def submit_hook(conn_id: str, options: Mapping[str, Any], *, default_master: str
                 executor_env: Callable[[], str] | None = None) -> Iterator[RbakSparkSubmitHook]:
     """A hook for one submit to ``conn_id``'s master, with ``options`` (the hook's arguments) completed for it.
 
-    Local master: ``env_vars`` run spark-submit and its workers on this interpreter. Any other master: the archive
-    ``executor_env()`` builds (if given) becomes the executors' Python, and this task's storage credentials go to
-    them in a private properties file that is removed when the block ends.
+    Local master: ``env_vars`` run spark-submit and its workers on this interpreter, which otherwise inherit the
+    task's environment. Any other master: the archive ``executor_env()`` builds (if given) becomes the executors'
+    Python. The credentials the task was handed (any master), and on a cluster those of the task's environment
+    otherwise, go to the job in a private properties file that is removed when the block ends.
     """
     connection = stored_connection(conn_id)
     if connection is None:
         log.info("No connection %r: Spark master %s", conn_id, default_master)
+    handed = current_credentials()
     if ((connection.host if connection else default_master) or "").startswith("local"):
-        settings, credentials = local_options(options), {}
+        settings, credentials = local_options(options), handed.environment() if handed is not None else {}
     else:
         settings = cluster_options(options, executor_env() if executor_env is not None else None)
-        credentials = storage_environment()
+        credentials = handed_on()
     with credentials_properties_file(settings.get("properties_file"), settings.get("conf") or {}, credentials) as path:
         yield RbakSparkSubmitHook(conn_id=conn_id, default_master=default_master, **{**settings, "properties_file": path})
 
@@ -113,10 +116,11 @@ def credentials_properties_file(given: str | None, conf: Mapping[str, Any],
                                 credentials: Mapping[str, str]) -> Iterator[str | None]:
     """The properties file to submit with: ``given``, or with ``credentials`` a private copy that adds them.
 
-    Remote executors do not inherit the task's environment, and ``--conf`` would put the secret on a command line,
-    so ``spark.executorEnv.AWS_*`` (``AZURE_STORAGE_*``, ``RBAK_GCS_KEYFILE_JSON``) go in a file only this user can
-    read, removed when the block ends. ``--properties-file`` replaces ``spark-defaults.conf``, so the copy starts
-    with the given file, else that one.
+    Remote executors do not inherit the task's environment, credentials handed to the task are not in it, and
+    ``--conf`` would put the secret on a command line, so ``spark.executorEnv.AWS_*`` (``AZURE_STORAGE_*``,
+    ``RBAK_GCS_KEYFILE_JSON``) go in a file only this user can read, removed when the block ends; the job's driver
+    takes them from there too (``segments/jobs/common.py``). ``--properties-file`` replaces ``spark-defaults.conf``,
+    so the copy starts with the given file, else that one.
     """
     if not credentials:
         yield given
@@ -147,12 +151,6 @@ def _property_value(value: str) -> str:
     """``value`` escaped for a Java properties file, which Spark reads it from (a backslash or newline is special)."""
     escaped = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
     return "\\" + escaped if escaped.startswith(" ") else escaped
-
-
-def storage_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The storage settings of this process's environment (a storage connection exports them there) to hand on."""
-    environ = os.environ if environ is None else environ
-    return {name: environ[name] for name in STORAGE_ENV if environ.get(name)}
 
 
 def _base_properties(given: str | None) -> str:

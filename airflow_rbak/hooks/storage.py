@@ -1,14 +1,21 @@
 """The backup storage's credentials from an Airflow connection: type ``aws``, ``wasb`` or ``google_cloud_platform``.
 
-Read through the hook layer's public ``get_connection``, with the fields the Amazon, Microsoft Azure and Google
-providers define (those providers need not be installed). Airflow masks a connection's password in task logs once
-it is read this way; the extras that hold secrets here are registered with the masker too. Without a
-``storage_conn_id``, each cloud's own chain (environment, profile, role, managed identity) is used.
+An ``aws`` connection goes through the Amazon provider's ``AwsBaseHook`` (the ``amazon`` extra), so it means here
+what it means to every Airflow user: keys, ``role_arn`` (assumed on top of the worker's own identity), a profile,
+web identity (IRSA), ``region_name`` and ``endpoint_url``; its boto3 session (which renews an assumed role's
+credentials) goes to the S3 backend. ``wasb`` and ``google_cloud_platform`` connections are read through the hook
+layer's public ``get_connection``, with the fields their providers define (those providers need not be installed).
+Airflow masks a connection's password in task logs once it is read this way; the extras that hold secrets here are
+registered with the masker too. The credentials are handed to the storage layer for the task's duration
+(:func:`storage_connection`), never exported to the process's environment. Without a ``storage_conn_id``, each
+cloud's own chain (environment, profile, role, managed identity) is used.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from airflow.sdk import BaseHook
@@ -17,9 +24,9 @@ from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.credentials import (
     AzureCredentials,
     GcsCredentials,
-    S3Credentials,
+    S3Session,
     StorageCredentials,
-    export_credentials,
+    storage_credentials,
 )
 
 _CONN_TYPES = ("aws", "wasb", "google_cloud_platform")
@@ -51,9 +58,20 @@ class RbakStorageHook(BaseHook):
         if conn.conn_type != "aws":
             raise ConfigurationError(f"storage connection {self.storage_conn_id!r} is of type {conn.conn_type!r}; "
                                      f"use one of: {', '.join(_CONN_TYPES)}")
-        return S3Credentials(access_key_id=conn.login or "", secret_access_key=conn.password or "",
-                             session_token=extra.get("aws_session_token"), endpoint_url=extra.get("endpoint_url"),
-                             region=extra.get("region_name"))
+        return aws_session(self.storage_conn_id)
+
+
+def aws_session(conn_id: str) -> S3Session:
+    """The ``aws`` connection's boto3 session from the Amazon provider's hook, with its S3 endpoint and region."""
+    try:
+        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+    except ImportError:
+        raise ConfigurationError(f"storage connection {conn_id!r} is of type aws, which needs the Amazon provider: "
+                                 "pip install 'airflow-rbak[amazon]'") from None
+    hook = AwsBaseHook(aws_conn_id=conn_id, client_type="s3")
+    session = hook.get_session()
+    return S3Session(session, endpoint_url=hook.conn_config.get_service_endpoint_url("s3"),
+                     region=hook.conn_region_name or session.region_name)
 
 
 def _extra(extra: dict[str, Any], conn_type: str, name: str) -> Any:
@@ -118,8 +136,14 @@ def _mask_value(value: str) -> None:
         mask_secret(parsed)
 
 
-def use_storage_connection(storage_conn_id: str | None) -> None:
-    """Export the connection's credentials for this task's storage clients and its spark-submit (None: keep the
-    environment's)."""
-    if storage_conn_id:
-        export_credentials(RbakStorageHook(str(storage_conn_id)).get_conn())
+def connection_credentials(storage_conn_id: str | None) -> StorageCredentials | None:
+    """The connection's credentials; None for no connection (each cloud's own chain)."""
+    return RbakStorageHook(str(storage_conn_id)).get_conn() if storage_conn_id else None
+
+
+@contextmanager
+def storage_connection(storage_conn_id: str | None) -> Iterator[None]:
+    """Inside the block, every storage this process opens (and each Spark job it submits) uses the connection's
+    credentials; None: each cloud's own chain. The process's environment is left as it is."""
+    with storage_credentials(connection_credentials(storage_conn_id)):
+        yield

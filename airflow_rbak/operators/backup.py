@@ -17,12 +17,12 @@ from typing import Any, TypeVar
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.backup.run import STREAM_MODES, BackupAlreadyCompleteError, BackupRun, BackupSettings
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, group_queues
 from airflow_rbak.capture.errors import ConsumerTimeoutError, UnsafeQueueError
 from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
-from airflow_rbak.dag_defaults import progress_interval_s
 from airflow_rbak.display import package_logger, printable
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
@@ -180,7 +180,7 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
         #: its capture (:func:`airflow_rbak.segments.stages.encode_captured`); None leaves every queue to the step.
         self.segment_work = segment_work
         self.allow_delivery_count_increase = allow_delivery_count_increase
-        self.progress_interval = progress_interval if progress_interval is not None else progress_interval_s()
+        self.progress_interval = progress_interval  # None: [rbak] progress_interval, read when the task runs
         self.on_unsafe_queue, self.consumer_timeout_ms = on_unsafe_queue, consumer_timeout_ms
         self.rbak_queue_url: str | None = None
 
@@ -194,14 +194,19 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
         segments = run_step("segment settings", lambda: stages.work_from(given)) if given is not None else None
         return [self.capture(run, QueueInfo(**q), segments) for q in self.queue_info]
 
+    def _progress_interval(self) -> float:
+        if self.progress_interval is not None:
+            return float(self.progress_interval)
+        return run_step("[rbak] progress_interval", lambda: rbak_settings().progress_interval_s())
+
     def capture(self, run: BackupRun, info: QueueInfo,
                 segments: tuple[stages.SegmentWork, stages.Placement] | None = None) -> dict[str, Any]:
         """One queue's capture, with its progress logged, then its segments when they are made here; the task's
         link shows the first queue of a group."""
         self.rbak_queue_url = self.rbak_queue_url or queue_url(run.connection.management_base_url, info.vhost, info.name)
         result = asdict(run_step(f"capture of queue {info.name!r} in vhost {info.vhost!r}",
-                                 lambda: run.capture(info, progress_every=self.progress_interval)))
-        metrics.captured(result)
+                                 lambda: run.capture(info, progress_every=self._progress_interval())))
+        metrics.captured(result, str(self.storage_url))
         if segments is not None and not result["left_out"]:
             ref = QueueRef(info.vhost, info.name, info.queue_type)
             done = run_step(f"encode of queue {info.name!r} in vhost {info.vhost!r}", lambda: stages.encode_captured(

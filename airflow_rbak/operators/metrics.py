@@ -1,34 +1,47 @@
-"""What backups and restores report to Airflow's ``Stats`` (StatsD or OpenTelemetry, as ``[metrics]`` configures).
+"""What backups, restores and freshness checks report to Airflow's ``Stats`` (StatsD or OpenTelemetry, ``[metrics]``).
 
-One table of names here, so dashboards and docs/airflow.md#metrics follow it.
-Per queue the names carry ``<vhost>.<queue>`` with every character StatsD
-names may not hold replaced by ``_`` (vhost ``/`` becomes ``_``); the same
-pair also goes as tags for backends that take them. Airflow prefixes every
-name (``[metrics] statsd_prefix``, default ``airflow``).
+Fixed names, with what varies (the location, a queue's vhost and name) in tags, so that a new queue or location never
+makes a new metric and a dashboard selects by tag. :data:`METRICS` is the one table of them; docs/airflow.md#metrics
+shows it. Where the tags go is Airflow's ``[metrics]`` choice: OpenTelemetry sends them as attributes; StatsD sends
+them only with ``statsd_influxdb_enabled`` (``name,tag=value:1|c``, which statsd_exporter reads) or
+``statsd_datadog_enabled`` (DogStatsD's ``|#tag:value``), and drops them otherwise (the names stay fixed).
+
+Airflow drops a whole tagged StatsD metric whose name holds any character but letters, digits and ``_.-/``
+(``,`` and ``=`` between tags) or runs past 250 characters, so tag values keep to those characters and to
+:data:`MAX_TAG` each. The location is named without its query (an endpoint, a key id) or any user info.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
-#: name: what it counts (the kind: counter, timer in ms, or gauge)
-METRICS = {
-    "rbak.backup.complete": "complete backups (counter)",
-    "rbak.backup.messages": "messages in each complete backup (counter)",
-    "rbak.backup.bytes": "bytes of segments in each complete backup (counter)",
-    "rbak.backup.duration": "from discover to finalize (timer)",
-    "rbak.backup.last_complete": "completed_at of the newest complete backup, epoch seconds (gauge)",
-    "rbak.backup.queue.messages.<vhost>.<queue>": "messages captured (counter)",
-    "rbak.backup.queue.bytes.<vhost>.<queue>": "bytes captured (counter)",
-    "rbak.backup.queue.duration.<vhost>.<queue>": "the queue's capture (timer)",
-    "rbak.backup.queue.left_out": "queues left out of a backup (counter)",
-    "rbak.restore.complete": "restores reported (counter)",
-    "rbak.restore.messages": "messages published by each restore (counter)",
-    "rbak.restore.unroutable": "messages returned unroutable (counter)",
-    "rbak.restore.queue.messages.<vhost>.<queue>": "messages published into the target queue (counter)",
+#: name: (kind, tags, meaning); Airflow prefixes each name (``[metrics] statsd_prefix``, default ``airflow``).
+METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "rbak.backup.complete": ("counter", ("location",), "one per complete backup (finalize)"),
+    "rbak.backup.messages": ("counter", ("location",), "messages in the complete backup"),
+    "rbak.backup.bytes": ("counter", ("location",), "bytes of segments in the complete backup"),
+    "rbak.backup.duration": ("timer (ms)", ("location",), "from discover to finalize"),
+    "rbak.backup.last_complete": ("gauge", ("location",), "completed_at of the backup just finished, epoch seconds"),
+    "rbak.backup.queue.messages": ("counter", ("location", "vhost", "queue"), "messages captured from the queue"),
+    "rbak.backup.queue.bytes": ("counter", ("location", "vhost", "queue"), "bytes captured from the queue"),
+    "rbak.backup.queue.duration": ("timer (ms)", ("location", "vhost", "queue"), "the queue's capture"),
+    "rbak.backup.queue.left_out": ("counter", ("location", "vhost", "queue"), "the queue was left out of the backup"),
+    "rbak.restore.complete": ("counter", ("location",), "one per restore that was not a dry run (report)"),
+    "rbak.restore.messages": ("counter", ("location",), "messages the restore published"),
+    "rbak.restore.unroutable": ("counter", ("location",), "messages returned unroutable"),
+    "rbak.restore.queue.messages": ("counter", ("location", "vhost", "queue"),
+                                    "messages published into the target queue (vhost, queue: the target's)"),
+    "rbak.freshness.age": ("gauge", ("location",),
+                           "seconds since the location's newest complete backup finished (rbak_freshness)"),
+    "rbak.freshness.fresh": ("gauge", ("location",), "1 when that backup is within max_age_hours, else 0"),
 }
+#: The longest tag value sent; longer ones keep their start and a hash of the whole, so they stay distinct.
+MAX_TAG = 60
+_TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_./-]")
 
 
 def _stats() -> Any:
@@ -39,50 +52,73 @@ def _stats() -> Any:
     return Stats
 
 
-def queue_key(vhost: str, queue: str) -> str:
-    """``<vhost>.<queue>`` in the characters a StatsD name may hold."""
-    return ".".join(re.sub(r"[^A-Za-z0-9_-]", "_", part) or "_" for part in (vhost, queue))
+def tag_value(text: str) -> str:
+    """``text`` in the characters a tagged StatsD name may hold (others become ``_``), at most :data:`MAX_TAG` long."""
+    safe = _TAG_UNSAFE.sub("_", text) or "_"
+    if len(safe) <= MAX_TAG:
+        return safe
+    return f"{safe[:MAX_TAG - 9]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
-def captured(result: Mapping[str, Any]) -> None:
+def location_tag(storage_url: str) -> str:
+    """A location as a tag: scheme, bucket or host, and path (``s3/bucket/backups``); never a query or user info."""
+    parts = urlsplit(storage_url)
+    where = (parts.netloc.rpartition("@")[2] + parts.path).strip("/")
+    return tag_value(f"{parts.scheme}/{where}" if where else parts.scheme)
+
+
+def _tags(storage_url: str, vhost: str | None = None, queue: str | None = None) -> dict[str, str]:
+    tags = {"location": location_tag(storage_url)}
+    if vhost is not None and queue is not None:
+        tags.update(vhost=tag_value(vhost), queue=tag_value(queue))
+    return tags
+
+
+def captured(result: Mapping[str, Any], storage_url: str) -> None:
     """One queue's capture result (``CaptureResult`` as JSON); a queue a retry found done was counted already."""
     if result.get("skipped_completed"):
         return
-    stats, key = _stats(), queue_key(result["vhost"], result["queue"])
-    tags = {"vhost": result["vhost"], "queue": result["queue"]}
+    stats, tags = _stats(), _tags(storage_url, result["vhost"], result["queue"])
     if result.get("left_out"):
         stats.incr("rbak.backup.queue.left_out", tags=tags)
         return
-    stats.incr(f"rbak.backup.queue.messages.{key}", result["messages"], tags=tags)
-    stats.incr(f"rbak.backup.queue.bytes.{key}", result["bytes"], tags=tags)
-    stats.timing(f"rbak.backup.queue.duration.{key}", result["duration_s"] * 1000, tags=tags)
+    stats.incr("rbak.backup.queue.messages", result["messages"], tags=tags)
+    stats.incr("rbak.backup.queue.bytes", result["bytes"], tags=tags)
+    stats.timing("rbak.backup.queue.duration", result["duration_s"] * 1000, tags=tags)
 
 
 def backup_completed(summary: Mapping[str, Any]) -> None:
-    """The finalize summary of a complete backup."""
-    stats = _stats()
-    stats.incr("rbak.backup.complete")
-    stats.incr("rbak.backup.messages", summary["total_messages"])
-    stats.incr("rbak.backup.bytes", summary["total_bytes"])
+    """The finalize summary of a complete backup (its ``storage_url`` is the location's, without credentials)."""
+    stats, tags = _stats(), _tags(summary["storage_url"])
+    stats.incr("rbak.backup.complete", tags=tags)
+    stats.incr("rbak.backup.messages", summary["total_messages"], tags=tags)
+    stats.incr("rbak.backup.bytes", summary["total_bytes"], tags=tags)
     if summary.get("duration_s") is not None:
-        stats.timing("rbak.backup.duration", summary["duration_s"] * 1000)
-    stats.gauge("rbak.backup.last_complete", summary["completed_at"] / 1000)
+        stats.timing("rbak.backup.duration", summary["duration_s"] * 1000, tags=tags)
+    stats.gauge("rbak.backup.last_complete", summary["completed_at"] / 1000, tags=tags)
 
 
-def published(result: Mapping[str, Any]) -> None:
+def published(result: Mapping[str, Any], storage_url: str) -> None:
     """One queue's restore result (``QueueResult`` as JSON); a dry run publishes nothing and counts nothing."""
     if result.get("dry_run"):
         return
-    tags = {"vhost": result["target_vhost"], "queue": result["target_queue"]}
-    _stats().incr(f"rbak.restore.queue.messages.{queue_key(result['target_vhost'], result['target_queue'])}",
-                  result["published"], tags=tags)
+    _stats().incr("rbak.restore.queue.messages", result["published"],
+                  tags=_tags(storage_url, result["target_vhost"], result["target_queue"]))
 
 
-def restore_reported(report: Mapping[str, Any]) -> None:
+def restore_reported(report: Mapping[str, Any], storage_url: str) -> None:
     """The report of a restore that was not a dry run."""
     if report.get("dry_run"):
         return
-    stats = _stats()
-    stats.incr("rbak.restore.complete")
-    stats.incr("rbak.restore.messages", report["published"])
-    stats.incr("rbak.restore.unroutable", report["unroutable"])
+    stats, tags = _stats(), _tags(storage_url)
+    stats.incr("rbak.restore.complete", tags=tags)
+    stats.incr("rbak.restore.messages", report["published"], tags=tags)
+    stats.incr("rbak.restore.unroutable", report["unroutable"], tags=tags)
+
+
+def freshness_measured(found: Mapping[str, Any]) -> None:
+    """A location's freshness (``Freshness`` as JSON): its newest complete backup's age, and whether that is fresh."""
+    stats, tags = _stats(), _tags(found["storage_url"])
+    if found.get("age_hours") is not None:
+        stats.gauge("rbak.freshness.age", round(found["age_hours"] * 3600, 3), tags=tags)
+    stats.gauge("rbak.freshness.fresh", 1 if found.get("fresh") else 0, tags=tags)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_rbak.dag_defaults import progress_interval_s
+from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.display import package_logger
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.operators import metrics
@@ -120,12 +120,15 @@ class RbakRestoreQueueOperator(RbakRestoreOperator):
         name = f"{restore_queue['source_vhost']}/{restore_queue['source_queue']}"
         queue = plan.queue(restore_queue["source_vhost"], restore_queue["source_queue"])
         with ProgressReporter(name, run.published_sampler(plan, queue), queue.records_in_window,
-                              interval=progress_interval_s()):
+                              interval=rbak_settings().progress_interval_s()):
             result = restore_step(f"publish of {name}", lambda: run.publish(plan, queue))
-        log.info("%s -> %s/%s: %d published now, %d in total, %d unroutable%s", name, result.target_vhost,
-                 result.target_queue, result.published, result.published_total, len(result.unroutable),
-                 " (dry run)" if result.dry_run else "")
-        metrics.published(result.to_json())
+        if result.dry_run:
+            log.info("%s -> %s/%s: dry run, %d would be published, nothing was published", name, result.target_vhost,
+                     result.target_queue, result.published)
+        else:
+            log.info("%s -> %s/%s: %d published now, %d in total, %d unroutable", name, result.target_vhost,
+                     result.target_queue, result.published, result.published_total, len(result.unroutable))
+        metrics.published(result.to_json(), run.settings.storage_url)
         return result.to_json()
 
 
@@ -144,5 +147,5 @@ class RbakRestoreReportOperator(RbakRestoreOperator):
         definitions = dict(self.definitions) if self.definitions and self.definitions.get("requested", True) else None
         rows = flat_results(self.results)
         report = run_step("report", lambda: run.report(RestorePlan.from_json(dict(self.plan)), rows, definitions))
-        metrics.restore_reported(report.to_json())
+        metrics.restore_reported(report.to_json(), run.settings.storage_url)
         return report.to_json()

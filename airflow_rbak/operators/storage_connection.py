@@ -4,21 +4,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_rbak.dag_defaults import default_storage_conn_id
-from airflow_rbak.hooks.storage import use_storage_connection
+from airflow_rbak.airflow_settings import rbak_settings
+from airflow_rbak.hooks.storage import connection_credentials
+from airflow_rbak.storage.credentials import use_credentials
 
 
 class StorageConnectionMixin:
-    """Before ``execute``, export the ``storage_conn_id`` connection's S3 credentials to the task's process.
+    """While the task runs (``pre_execute`` to ``post_execute``), its storage uses the ``storage_conn_id`` connection.
 
-    The task's storage clients and the ``spark-submit`` it starts (an inherited environment, never a command-line
-    argument) then use them. ``None`` (``$RBAK_STORAGE_CONN_ID`` unset): the environment's own credentials.
+    The task's storage clients and the Spark jobs it submits (in a private properties file, never a command line)
+    take the connection's credentials; the task process's environment is left as it is. ``None`` (``[rbak]
+    storage_conn_id`` unset): each cloud's own chain. Each task hands in its own, so a task that failed before
+    ``post_execute`` leaves nothing another task would use.
     """
 
     def __init__(self, *, storage_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.storage_conn_id = storage_conn_id if storage_conn_id is not None else default_storage_conn_id()
+        self.storage_conn_id = storage_conn_id
 
     def pre_execute(self, context: Any) -> None:
-        use_storage_connection(self.storage_conn_id)
+        conn_id = self.storage_conn_id if self.storage_conn_id is not None else rbak_settings().storage_conn_id()
+        use_credentials(connection_credentials(conn_id))
         super().pre_execute(context)  # type: ignore[misc]
+
+    def post_execute(self, context: Any, result: Any = None) -> None:
+        use_credentials(None)
+        super().post_execute(context, result)  # type: ignore[misc]

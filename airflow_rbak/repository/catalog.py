@@ -101,6 +101,25 @@ def latest_complete(storage: Storage, *, now_ms: int | None = None) -> BackupSum
     return complete[-1] if complete else None
 
 
+#: The backup id that names the newest complete backup of a location, wherever an id is taken.
+LATEST = "latest"
+
+
+class NoCompleteBackupError(RbakError):
+    """``latest`` was asked for, and the location holds no complete backup."""
+
+
+def resolve_backup_id(storage: Storage, backup_id: str) -> str:
+    """``backup_id`` itself, or for ``latest`` the id of the newest complete backup (the one place ``latest`` means
+    something)."""
+    if backup_id != LATEST:
+        return backup_id
+    found = latest_complete(storage)
+    if found is None:
+        raise NoCompleteBackupError(f"{storage.url} holds no complete backup for 'latest'; give a backup id")
+    return found.backup_id
+
+
 def _summary(store: ManifestStore, backup_id: str, stored: dict[str, int], now_ms: int) -> BackupSummary:
     try:
         manifest = store.load(backup_id, listed_size=stored.get(manifest_key(backup_id)))

@@ -142,6 +142,8 @@ class RetentionResult:
     segments_kept_for_chains: dict[str, int] = field(default_factory=dict)
     objects_deleted: int = 0
     kept: dict[str, str] = field(default_factory=dict)
+    #: Nothing was deleted: ``deleted`` and ``objects_deleted`` say what the pass would remove.
+    dry_run: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,27 +193,28 @@ def _holds_stream(storage: Storage, backup_id: str) -> bool:
         return True
 
 
-def apply_retention(storage: Storage, policy: RetentionPolicy, *, now_ms: int, protect: str,
-                    chain_lock: ChainLock | None = None) -> RetentionResult:
+def apply_retention(storage: Storage, policy: RetentionPolicy, *, now_ms: int, protect: str | None,
+                    chain_lock: ChainLock | None = None, dry_run: bool = False) -> RetentionResult:
     """Remove what the policy expires, keeping every segment a remaining or running backup needs; log each decision.
 
     With a rule set, the pass runs under the location's chain lock (``chain_lock``, or one owned by this
-    pass) and every delete checks that it still holds it.
+    pass) and every delete checks that it still holds it. ``protect``: a backup never removed (the one just
+    written; None for none). ``dry_run`` decides the same and deletes nothing (nor takes the lock, which is a write).
     """
-    if not policy.active:  # without a rule nothing is ever deleted: no lock needed to say why each stays
-        return _apply(storage, policy, now_ms=now_ms, protect=protect)
-    chain_lock = chain_lock or ChainLock(storage, f"retention after backup {protect}")
+    if not policy.active or dry_run:  # nothing is deleted: no lock needed to say what would go and why each stays
+        return _apply(storage, policy, now_ms=now_ms, protect=protect or "", dry_run=dry_run)
+    chain_lock = chain_lock or ChainLock(storage, f"retention after backup {protect}" if protect else "retention")
     with chain_lock.held() as held:
-        return _apply(LeasedStorage(storage, held), policy, now_ms=now_ms, protect=protect)
+        return _apply(LeasedStorage(storage, held), policy, now_ms=now_ms, protect=protect or "")
 
 
-def _apply(storage: Storage, policy: RetentionPolicy, *, now_ms: int, protect: str) -> RetentionResult:
+def _apply(storage: Storage, policy: RetentionPolicy, *, now_ms: int, protect: str, dry_run: bool = False) -> RetentionResult:
     backups = list_backups(storage, now_ms=now_ms)
     running = running_backups(storage, backups) if policy.active else ()
     candidates = select_expired(backups, policy, now_ms=now_ms, protect=protect)
     continued = {b: running for b in candidates if running and _holds_stream(storage, b)}
     reasons = retention_decisions(backups, policy, now_ms=now_ms, protect=protect, continued=continued)
-    result = RetentionResult(kept={k: v for k, v in reasons.items() if v is not None})
+    result = RetentionResult(kept={k: v for k, v in reasons.items() if v is not None}, dry_run=dry_run)
     expired = [b for b in candidates if b not in continued]
     retired = [b.backup_id for b in backups if b.status == "retired"]
     for backup_id, reason in result.kept.items():
@@ -230,15 +233,17 @@ def _delete(storage: Storage, backups: list[BackupSummary], expired: list[str], 
         log.warning("retention keeps every stream segment of expired and retired backups: a damaged manifest may list them")
         keep |= {key for backup_id in expired for key in _stream_segment_keys(storage, backup_id)}
         keep |= {info.key for backup_id in retired for info in storage.list(f"{backup_id}/")}
+    verb = "would remove" if result.dry_run else "removes"
     for backup_id in retired + expired:  # retired folders first: a crash then leaves expired manifests, not orphans
-        held = {info.key for info in storage.list(f"{backup_id}/")} & keep
-        result.objects_deleted += delete_backup(storage, backup_id, keep=held)
+        stored = {info.key for info in storage.list(f"{backup_id}/")}
+        held = stored & keep
+        result.objects_deleted += len(stored - held) if result.dry_run else delete_backup(storage, backup_id, keep=held)
         if held:
             users = sorted({user for key in held for user in needed.get(key, ())})
             result.segments_kept_for_chains[backup_id] = len(held)
-            log.info("retention removes backup %s but keeps %d of its stream segments: %s list them in their chains",
-                     backup_id, len(held), ", ".join(users) or "an unreadable manifest may")
+            log.info("retention %s backup %s but keeps %d of its stream segments: %s list them in their chains",
+                     verb, backup_id, len(held), ", ".join(users) or "an unreadable manifest may")
         else:
-            log.info("retention removes backup %s entirely: no remaining backup lists any of its objects", backup_id)
+            log.info("retention %s backup %s entirely: no remaining backup lists any of its objects", verb, backup_id)
         if backup_id in expired:
             result.deleted.append(backup_id)

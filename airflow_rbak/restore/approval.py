@@ -26,6 +26,8 @@ from airflow_rbak.restore.request import RestoreRequest
 
 #: Queues listed one per row in the request; the rest are summed in one line (a restore may hold thousands).
 QUEUES_SHOWN = 50
+#: Transformation changes and diff lines shown in the request; the plan task's log has them all.
+CHANGES_SHOWN, DIFF_SHOWN = 40, 60
 
 
 def approval_not_needed(settings: RestoreRequest, skip_approval: bool) -> str | None:
@@ -61,13 +63,15 @@ def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id:
         f"{md_code(f'on_existing_messages: {settings.on_existing_messages}')}.",
         "",
         _definitions_line(plan, settings),
+        *_migration_lines(plan),
         "",
         "| source queue | type | target vhost | target queue | records | target holds now | publishes |",
         "|---|---|---|---|---|---|---|",
     ]
     for q in plan.queues[:QUEUES_SHOWN]:
         holds = "no such queue" if q.target_depth is None else str(q.target_depth)
-        cells = [md_code(f"{q.source_vhost}/{q.source_queue}", in_table=True), md_code(q.queue_type, in_table=True),
+        kind = q.queue_type + (f" -> {q.target_queue_type}" if q.target_queue_type else "")
+        cells = [md_code(f"{q.source_vhost}/{q.source_queue}", in_table=True), md_code(kind, in_table=True),
                  md_code(q.target_vhost, in_table=True), md_code(q.target_queue, in_table=True),
                  str(q.records_in_window), holds, str(q.to_add)]
         lines.append(f"| {' | '.join(cells)} |")
@@ -102,6 +106,32 @@ def _definitions_line(plan: RestorePlan, settings: RestoreRequest) -> str:
             f"snapshot of the target is saved first). Creates {_labels(changes.get('create'))}; existing and different, "
             f"{replaced}: {_labels(changes.get('replace'))}; different but kept in either mode: "
             f"{_labels(changes.get('cannot_replace'))}.")
+
+
+def _migration_lines(plan: RestorePlan) -> list[str]:
+    """The transformations: what each changed, the queues they refused, and the diff against the backup's definitions."""
+    m = plan.migration
+    if not m:
+        return []
+    lines = ["", f"**Transformations** {', '.join(md_code(t) for t in m['transformations'])} for the target's RabbitMQ "
+                 f"{md_code(m['target_version'])}: {len(m['changes'])} changes, {len(m['converted'])} queues become quorum."]
+    lines += [f"- {md_code(c['transformation'])} {md_code(_object(c))} **{printable(c['action'])}**: {md_code(c['detail'])}"
+              for c in m["changes"][:CHANGES_SHOWN]]
+    if len(m["changes"]) > CHANGES_SHOWN:
+        lines.append(f"- ... and {len(m['changes']) - CHANGES_SHOWN} more (the plan task's log lists every change)")
+    if m["refused"]:
+        lines += ["", f"**{len(m['refused'])} queues are refused** and left out with their bindings and messages; the "
+                      "report fails naming them: " + "; ".join(md_code(f"{r['vhost']}/{r['queue']}") for r in m["refused"])]
+    lines += ["", f"**Diff against the backup's definitions** ({m['diff_lines']} lines; `-` the backup's, `+` what is "
+                  "imported instead):", ""]
+    lines += [f"    {printable(line)}" for line in m["diff"][:DIFF_SHOWN]]
+    if m["diff_lines"] > DIFF_SHOWN:
+        lines.append(f"    ... and {m['diff_lines'] - DIFF_SHOWN} more lines")
+    return lines
+
+
+def _object(change: dict[str, str]) -> str:
+    return f"{change['kind']} {change['vhost']}/{change['name']}"
 
 
 def _labels(labels: list[str] | None, shown: int = 10) -> str:

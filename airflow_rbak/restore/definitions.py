@@ -33,6 +33,7 @@ from airflow_rbak.codec import CodecError
 from airflow_rbak.codec.compression import compress, decompress
 from airflow_rbak.codec.layout import compression_from_key, rollback_definitions_key
 from airflow_rbak.display import package_logger
+from airflow_rbak.restore import migration
 from airflow_rbak.restore.definitions_diff import ImportChanges, compare, per_vhost
 from airflow_rbak.restore.errors import DefinitionsImportError
 from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest, matches
@@ -51,6 +52,8 @@ class DefinitionsResult:
     vhosts: dict[str, dict[str, int]] = field(default_factory=dict)
     created_vhosts: list[str] = field(default_factory=list)
     changes: dict[str, Any] = field(default_factory=dict)
+    #: The transformed definitions as stored for import by hand (``restore.migration``), when transformations ran.
+    transformed_key: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -173,20 +176,43 @@ def _saved_definitions(backup_id: str, definitions_key: str | None) -> str:
     return definitions_key
 
 
+@dataclass
+class DefinitionsProposal:
+    """What a definitions import would bring: the selection (transformed, if asked), the changes to the target,
+    and, with transformations, what they did and the transformed document."""
+
+    selected: dict[str, dict[str, Any]]
+    changes: ImportChanges
+    migration: dict[str, Any] | None = None
+    transformed: dict[str, Any] | None = None
+
+
 def plan_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest, backup_id: str,
-                     definitions_key: str | None) -> tuple[dict[str, dict[str, Any]], ImportChanges]:
-    """The selected definitions per target vhost, and what importing them in the chosen mode would change."""
+                     definitions_key: str | None) -> DefinitionsProposal:
+    """The selected definitions per target vhost, transformed for the target, and what importing them would change."""
     saved = load_definitions(storage, _saved_definitions(backup_id, definitions_key))
     selected = select_definitions(saved, settings.definitions_selection, settings)
-    return selected, compare(selected, current_definitions(client), settings.definitions_mode)
+    summary = transformed = None
+    if settings.transformations:
+        try:
+            version = client.version()
+        except BrokerError as exc:
+            raise DefinitionsImportError(f"cannot read the target's RabbitMQ version ({exc}); nothing was imported") from None
+        selected, summary, transformed = migration.transform_selection(selected, settings, version)
+    return DefinitionsProposal(selected, compare(selected, current_definitions(client), settings.definitions_mode),
+                               summary, transformed)
 
 
 def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest, backup_id: str,
                         definitions_key: str | None) -> DefinitionsResult:
     """Compare with the target; unless dry run, save the rollback snapshot and the import record, then import."""
     key = _saved_definitions(backup_id, definitions_key)
-    selected, changes = plan_definitions(client, storage, settings, backup_id, key)
+    proposal = plan_definitions(client, storage, settings, backup_id, key)
+    selected, changes = proposal.selected, proposal.changes
     result = DefinitionsResult(dry_run=settings.dry_run, vhosts=counts(selected), changes=changes.to_json())
+    if proposal.transformed is not None:
+        result.transformed_key = migration.save_transformed(storage, backup_id, proposal.transformed, rollback_timestamp())
+        log.info("transformed definitions stored at %s (importable by hand)", result.transformed_key)
     if settings.dry_run:
         return result
     result.rollback_key = save_rollback(client, storage, backup_id, key)

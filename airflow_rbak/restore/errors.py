@@ -45,5 +45,9 @@ class UnroutableMessagesError(RestoreError):
     """Some records were returned unroutable by the broker; the report lists their positions."""
 
 
+class MigrationRefusedError(RestoreRefusedError):
+    """A transformation refused queues (a loss nobody accepted): they were left out, everything else restored."""
+
+
 class RestoreRejectedError(RestoreRefusedError):
     """Nobody approved the restore's plan (rejected, or no answer in time): nothing was imported or published."""

@@ -21,7 +21,7 @@ from typing import Any
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata, iter_records
 from airflow_rbak.codec.errors import ManifestError
 from airflow_rbak.display import package_logger
-from airflow_rbak.repository.catalog import latest_complete
+from airflow_rbak.repository.catalog import NoCompleteBackupError, resolve_backup_id
 from airflow_rbak.repository.chain import segment_owner
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.repository.ownership import foreign_objects
@@ -86,6 +86,8 @@ class QueuePlan:
     vhost_depths: dict[str, int] = field(default_factory=dict)
     #: The backups whose segments hold this queue's records in the window, in chain order (:mod:`repository.chain`).
     drawn_from: tuple[str, ...] = ()
+    #: The type the target queue gets when a transformation converts it (None: the backup's ``queue_type``).
+    target_queue_type: str | None = None
 
     @property
     def to_add(self) -> int:
@@ -116,6 +118,8 @@ class RestorePlan:
     target_cluster_id: str | None = None
     definitions_changes: dict[str, Any] | None = None
     drawn_from: tuple[str, ...] = ()
+    #: What the transformations did to the definitions (``restore.migration``); None when none are named.
+    migration: dict[str, Any] | None = None
 
     @property
     def records_in_window(self) -> int:
@@ -157,7 +161,8 @@ class RestorePlan:
         ]
         for q in self.queues:
             now = "no such queue" if q.target_depth is None else f"holds {q.target_depth}"
-            lines.append(f"  {q.source_vhost}/{q.source_queue} ({q.queue_type}) -> {q.target_vhost}/{q.target_queue}: "
+            kind = q.queue_type + (f" -> {q.target_queue_type}" if q.target_queue_type else "")
+            lines.append(f"  {q.source_vhost}/{q.source_queue} ({kind}) -> {q.target_vhost}/{q.target_queue}: "
                          f"{q.records_in_window} of {q.records_total} records in {len(q.segments)} segments "
                          f"from {', '.join(q.drawn_from) or '-'}; target {now}, "
                          f"adds {q.to_add}" + (f" (resuming: {q.published_before} confirmed before)" if q.resumes else ""))
@@ -174,11 +179,10 @@ class RestorePlan:
 
 def resolve_manifest(storage: Storage, backup_id: str) -> BackupManifest:
     """Load the named backup's manifest (``latest``: the newest complete one); refuse incomplete backups."""
-    if backup_id == "latest":
-        latest = latest_complete(storage)
-        if latest is None:
-            raise BackupNotRestorableError(f"{storage.url} holds no complete backup; give backup_id explicitly")
-        backup_id = latest.backup_id
+    try:
+        backup_id = resolve_backup_id(storage, backup_id)
+    except NoCompleteBackupError:
+        raise BackupNotRestorableError(f"{storage.url} holds no complete backup; give backup_id explicitly") from None
     try:  # the store refuses a manifest naming another backup: its keys and checkpoints must stay under backup_id/
         manifest = ManifestStore(storage).load(backup_id)
     except (ManifestNotFoundError, ManifestError) as exc:

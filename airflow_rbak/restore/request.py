@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.restore.transformations import check_names, queue_type_rules
 
 PUBLISH_MODES = ("queue", "exchange")
 #: What a restore does when a target queue already holds messages: stop before touching anything, or add to them.
@@ -78,6 +79,14 @@ def _mapping(value: Any, name: str) -> Mapping[str, str]:
     if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and k and v for k, v in value.items()):
         raise ConfigurationError(f"{name} must map non-empty source names to non-empty target names")
     return MappingProxyType(dict(value))
+
+
+def _names(value: Any, name: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [v for v in (p.strip() for p in value.split(",")) if v]
+    if not isinstance(value, Iterable) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigurationError(f"{name} must be a list of names (or one comma-separated string)")
+    return tuple(value)
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:
@@ -146,6 +155,12 @@ class RestoreRequest:
     #: The most a segment's records may take uncompressed; more is refused as a decompression bomb.
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
     max_in_flight: int = 1000
+    #: Applied to the selected definitions before import (``restore.transformations``); needs restore_definitions.
+    transformations: tuple[str, ...] = ()
+    #: ``convert_to_quorum``'s rules: target queue name or glob -> ``quorum`` or ``classic``; default every queue.
+    queue_types: tuple[tuple[str, str], ...] = ()
+    #: Losses the user accepts, ``ARGUMENT`` or ``QUEUE_GLOB:ARGUMENT``; any other is refused.
+    accept_losses: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.storage_url, str) or not self.storage_url:
@@ -179,9 +194,20 @@ class RestoreRequest:
             raise ConfigurationError(f"max_decompressed_bytes must be a positive integer, got {self.max_decompressed_bytes!r}")
         if not isinstance(self.max_in_flight, int) or not 1 <= self.max_in_flight <= 65535:
             raise ConfigurationError("max_in_flight must be 1-65535 unconfirmed messages")
+        self._check_transformations()
         if not self.checkpoint_state:
             raise ConfigurationError("checkpoint_state must be 'backup' (in the backup's storage), a storage URL, "
                                      "or a local file path for a SQLite checkpoint database")
+
+    def _check_transformations(self) -> None:
+        object.__setattr__(self, "transformations", check_names(_names(self.transformations, "transformations")))
+        object.__setattr__(self, "queue_types", queue_type_rules(self.queue_types))
+        object.__setattr__(self, "accept_losses", _names(self.accept_losses, "accept_losses"))
+        if self.transformations and not self.restore_definitions:
+            raise ConfigurationError("transformations change the definitions a restore imports: set restore_definitions")
+        if (self.queue_types or self.accept_losses) and "convert_to_quorum" not in self.transformations:
+            raise ConfigurationError("queue_types and accept_losses are rules of the convert_to_quorum transformation; "
+                                     "name it in transformations")
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> RestoreRequest:

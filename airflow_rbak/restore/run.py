@@ -11,14 +11,15 @@ and returns plain JSON-able objects, so Airflow can pass them as XCom.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.display import package_logger
+from airflow_rbak.display import count, package_logger
 from airflow_rbak.progress import Sample
+from airflow_rbak.restore import migration
 from airflow_rbak.restore.checkpoints import open_checkpoint_store
 from airflow_rbak.restore.definitions import DefinitionsResult, plan_definitions, restore_definitions
 from airflow_rbak.restore.errors import RestoreRefusedError, UnroutableMessagesError
@@ -51,9 +52,24 @@ class RestoreReport:
     source_cluster: str | None = None
     target_cluster: str | None = None
     refused: str | None = None
+    #: What the transformations did (the plan's ``migration``), when any were named.
+    migration: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def report_line(report: Mapping[str, Any]) -> str:
+    """A restore report (``RestoreReport`` as JSON) in one line, as the task log and the backups view word it.
+
+    A dry run's ``published`` counts what a real run would publish: it is said so, never as published.
+    """
+    skipped = count(len(report.get("skipped_segments") or []), "damaged segment")
+    if report.get("dry_run"):
+        return (f"dry run: {report['planned']:,} planned, {report['published']:,} would be published, nothing was "
+                f"published; {skipped} would be skipped")
+    return (f"{report['planned']:,} planned, {report['published']:,} published this run, {report['unroutable']:,} "
+            f"unroutable, {skipped} skipped")
 
 
 class RestoreRun:
@@ -78,11 +94,12 @@ class RestoreRun:
             ManagementClient(self.connection) as client,
             open_checkpoint_store(self.settings.checkpoint_state, self.storage) as checkpoints,
         ):
+            if self.settings.restore_definitions:  # first: a refused queue is neither inspected nor published
+                proposal = plan_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key)
+                plan = migration.apply_to_plan(replace(plan, definitions_changes=proposal.changes.to_json(),
+                                                       migration=proposal.migration))
             plan = inspect_target(plan, client, self.connection, self.settings, checkpoints)
-            if self.settings.restore_definitions:
-                _, changes = plan_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key)
-                plan = replace(plan, definitions_changes=changes.to_json())
-        for line in plan.summary_lines():
+        for line in plan.summary_lines() + migration.summary_lines(plan.migration):
             log.info("%s", line)
         check_target(plan, self.settings)
         return plan
@@ -142,12 +159,15 @@ class RestoreRun:
             source_cluster=plan.source_cluster,
             target_cluster=plan.target_cluster,
             refused=refusal(plan, self.settings),
+            migration=plan.migration,
         )
-        log.info("restore of %s: %d planned, %d published this run, %d unroutable, %d damaged segments skipped",
-                 plan.backup_id, report.planned, report.published, report.unroutable, len(report.skipped_segments))
+        log.info("restore of %s: %s", plan.backup_id, report_line(report.to_json()))
         if report.unroutable and not self.settings.allow_unroutable:
             where = "; ".join(f"{r['source_vhost']}/{r['source_queue']}: {len(r['unroutable'])}" for r in rows if r["unroutable"])
             raise UnroutableMessagesError(
                 f"{report.unroutable} records were returned unroutable ({where}); the report lists their segment and "
                 "index. Create the missing bindings and restore those, or set allow_unroutable")
+        left_out = migration.refused_error(plan)
+        if left_out is not None and not self.settings.dry_run:
+            raise left_out
         return report

@@ -55,11 +55,13 @@ def queue_exists(conn: pika.BlockingConnection, name: str) -> bool:
 
 
 def ensure_queue(conn: pika.BlockingConnection, queue: QueuePlan) -> bool:
-    """Declare the target queue with the source's type when it is missing; True when it was created."""
+    """Declare the target queue when it is missing, of the type it has in the target (a transformation may have
+    converted it) rather than the backup's; True when it was created."""
     if queue_exists(conn, queue.target_queue):
         return False
     channel = conn.channel()
-    channel.queue_declare(queue.target_queue, durable=True, arguments={"x-queue-type": queue.queue_type})
+    channel.queue_declare(queue.target_queue, durable=True,
+                          arguments={"x-queue-type": queue.target_queue_type or queue.queue_type})
     channel.close()
     return True
 

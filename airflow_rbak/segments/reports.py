@@ -20,6 +20,9 @@ from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage
 
 REPORT_FORMAT = 1
+#: A report is read from the location, so its size is bounded before it is parsed: each segment takes a few
+#: hundred bytes of details, so this holds a backup of some 200,000 segments.
+MAX_REPORT_BYTES = 64 * 1024**2
 
 
 class ReportError(RbakError):
@@ -71,9 +74,13 @@ class JobReport:
 
 
 def load_report(storage: Storage, key: str, job: str | None = None) -> dict[str, Any]:
-    """Read a stored report, checking it is one (and, when given, of ``job``)."""
+    """Read a stored report, checking it is one (and, when given, of ``job``); an object larger than
+    :data:`MAX_REPORT_BYTES` is refused unread."""
     try:
-        body = orjson.loads(storage.get(key))
+        data = storage.get_range(key, 0, MAX_REPORT_BYTES + 1)
+        if len(data) > MAX_REPORT_BYTES:
+            raise ReportError(f"{key}: larger than {MAX_REPORT_BYTES} bytes, not a report this project writes")
+        body = orjson.loads(data)
     except ObjectNotFoundError:
         raise ReportError(f"{storage.url}: no report at {key!r}") from None
     except orjson.JSONDecodeError as exc:

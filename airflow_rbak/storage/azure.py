@@ -1,7 +1,7 @@
 """A storage backend on Azure Blob Storage (or Azurite), through azure-storage-blob.
 
 Credentials come from the environment (:class:`~airflow_rbak.storage.credentials.AzureCredentials`: a connection
-string, an account key or a SAS token, which an Airflow ``wasb`` connection exports), else from azure-identity's
+string, an account key or a SAS token; an Airflow ``wasb`` connection's, handed in, come first), else from azure-identity's
 default chain when it is installed; never from the storage URL. Conditional writes use ETags (``If-None-Match: *``,
 ``If-Match``), so the backup lock holds as it does on S3. Error messages never quote the SDK's own text, which can
 hold a request URL and with it a SAS signature.
@@ -40,7 +40,7 @@ from airflow_rbak.storage.base import (
     check_prefix,
     check_range,
 )
-from airflow_rbak.storage.credentials import AzureCredentials, parse_connection_string
+from airflow_rbak.storage.credentials import AzureCredentials, credential_environment, parse_connection_string
 from airflow_rbak.storage.url import AzureStorageConfig
 
 _CHANGED_CODES = frozenset({"ConditionNotMet", "BlobAlreadyExists", "BlobNotFound", "LeaseIdMissing"})
@@ -58,7 +58,7 @@ class AzureBlobStorage(Storage):
         self.url = config.url
         self._base = config.prefix + "/" if config.prefix else ""
         self._page_size = list_page_size
-        service = client or _make_client(config, os.environ if environ is None else environ,
+        service = client or _make_client(config, credential_environment() if environ is None else environ,
                                          connect_timeout, read_timeout)
         self._container = service.get_container_client(config.container)
 

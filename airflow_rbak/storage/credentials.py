@@ -1,19 +1,23 @@
-"""Storage credentials handed to this process's storage clients (and its children) through the environment.
+"""Storage credentials a caller hands this process's storage clients, instead of each cloud's own chain.
 
-Each backend reads its cloud's variables when it makes its client (one per storage): boto3 reads ``AWS_*``, the
-Azure backend ``AZURE_STORAGE_*`` and the GCS backend ``RBAK_GCS_KEYFILE_JSON``. So credentials that come from
-elsewhere (an Airflow connection) are exported into the environment: every client of the task then uses them, and a
-``spark-submit`` the task starts inherits them without a secret on its command line. Nothing here logs a value, and
-the secret parts are left out of ``repr``.
+The Airflow face resolves an Airflow connection (an ``aws`` connection through the Amazon provider's session, with its
+role, profile or web identity; a ``wasb`` or ``google_cloud_platform`` connection's secrets) and hands the result in
+with :func:`storage_credentials`, for as long as a task runs: every storage the process opens meanwhile uses them, and
+the process's environment is left as it was. Spark executors cannot share a session, so they get the credentials as
+the variables each cloud's chain reads (:meth:`environment`: an assumed role's as frozen temporary keys), which
+``hooks/spark.py`` hands on in a private properties file, never a command line. Nothing here logs a value, and the
+secret parts are left out of ``repr``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from airflow_rbak.exceptions import ConfigurationError
 
@@ -21,32 +25,51 @@ AZURE_CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
 GCS_KEYFILE_ENV = "RBAK_GCS_KEYFILE_JSON"
 
 
+#: The variables S3 credentials are handed on in (all replaced together: a stale session token must not pair with a
+#: new key). boto3's chain reads them; ``AWS_ENDPOINT_URL`` since boto3 1.28.
+S3_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")
+
+
 @dataclass(frozen=True)
-class S3Credentials:
-    """An access key pair, optionally a session token, an endpoint and a region."""
+class S3Session:
+    """A boto3 session S3 clients are made from, with the endpoint and region its connection names.
 
-    #: The variables these credentials are handed on in (all replaced together: a stale session token must not pair
-    #: with a new key).
-    VARIABLES: ClassVar[tuple[str, ...]] = (
-        "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")
+    The session resolves and refreshes its own credentials (an assumed role's are renewed before they expire).
+    """
 
-    access_key_id: str
-    secret_access_key: str = field(repr=False)
-    session_token: str | None = field(default=None, repr=False)
+    VARIABLES: ClassVar[tuple[str, ...]] = S3_VARIABLES
+
+    session: Any = field(repr=False)
     endpoint_url: str | None = None
     region: str | None = None
 
-    def __post_init__(self) -> None:
-        if not self.access_key_id or not self.secret_access_key:
-            raise ConfigurationError("S3 credentials need both an access key id and a secret access key")
-
     def environment(self) -> dict[str, str]:
-        """The boto3 environment variables these credentials set (secret values included: never log it)."""
-        env = {"AWS_ACCESS_KEY_ID": self.access_key_id, "AWS_SECRET_ACCESS_KEY": self.secret_access_key}
-        optional = {"AWS_SESSION_TOKEN": self.session_token, "AWS_ENDPOINT_URL": self.endpoint_url,
-                    "AWS_DEFAULT_REGION": self.region}
-        env.update({k: v for k, v in optional.items() if v})
-        return env
+        """The session's credentials as they are now, as boto3 variables (secret values included: never log it).
+
+        Frozen: temporary credentials (an assumed role's) stay valid until they expire (an hour by default, the
+        role's session duration), and whoever reads these variables cannot renew them.
+        """
+        found = self.session.get_credentials()
+        if found is None:
+            raise ConfigurationError("the S3 session has no credentials: the connection's chain found none")
+        frozen = found.get_frozen_credentials()
+        env = {"AWS_ACCESS_KEY_ID": frozen.access_key, "AWS_SECRET_ACCESS_KEY": frozen.secret_key,
+               "AWS_SESSION_TOKEN": frozen.token, "AWS_ENDPOINT_URL": self.endpoint_url,
+               "AWS_DEFAULT_REGION": self.region or self.session.region_name}
+        return {k: v for k, v in env.items() if v}
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> S3Session | None:
+        """A session on the key pair the variables hold (as :meth:`environment` wrote them); None without one."""
+        import boto3
+
+        if not environ.get("AWS_ACCESS_KEY_ID") or not environ.get("AWS_SECRET_ACCESS_KEY"):
+            return None
+        region = environ.get("AWS_DEFAULT_REGION") or None
+        session = boto3.session.Session(aws_access_key_id=environ["AWS_ACCESS_KEY_ID"],
+                                        aws_secret_access_key=environ["AWS_SECRET_ACCESS_KEY"],
+                                        aws_session_token=environ.get("AWS_SESSION_TOKEN") or None, region_name=region)
+        return cls(session, environ.get("AWS_ENDPOINT_URL") or None, region)
 
 
 @dataclass(frozen=True)
@@ -134,19 +157,63 @@ class GcsCredentials:
         return {GCS_KEYFILE_ENV: self.keyfile_json}
 
 
-StorageCredentials = S3Credentials | AzureCredentials | GcsCredentials
+StorageCredentials = S3Session | AzureCredentials | GcsCredentials
 
-#: Every variable credentials are handed on in, to this process's children and to Spark executors.
-STORAGE_ENV = S3Credentials.VARIABLES + AzureCredentials.VARIABLES + GcsCredentials.VARIABLES
+#: Every variable credentials are handed on in, to Spark executors.
+STORAGE_ENV = S3Session.VARIABLES + AzureCredentials.VARIABLES + GcsCredentials.VARIABLES
+
+_current: StorageCredentials | None = None
+_current_lock = threading.Lock()
 
 
-def export_credentials(credentials: StorageCredentials | None) -> None:
-    """Make ``credentials`` the ones this process and its children use; None leaves the environment's own.
+@contextlib.contextmanager
+def storage_credentials(credentials: StorageCredentials | None) -> Iterator[None]:
+    """Every storage this process opens inside the block uses ``credentials`` (None: each cloud's own chain).
 
-    Only the variables of the credentials' own cloud are replaced.
+    Process-wide rather than per thread, as a task's helper threads open storage too; the previous credentials are
+    back when the block ends. The process's environment is never changed.
     """
-    if credentials is None:
-        return
-    for name in credentials.VARIABLES:
-        os.environ.pop(name, None)
-    os.environ.update(credentials.environment())
+    previous = use_credentials(credentials)
+    try:
+        yield
+    finally:
+        use_credentials(previous)
+
+
+def use_credentials(credentials: StorageCredentials | None) -> StorageCredentials | None:
+    """Hand ``credentials`` in until the next call (None: each cloud's own chain); return the ones they replace."""
+    global _current
+    with _current_lock:
+        previous, _current = _current, credentials
+    return previous
+
+
+def current_credentials() -> StorageCredentials | None:
+    """The credentials :func:`storage_credentials` handed in, if any."""
+    return _current
+
+
+def credential_environment() -> Mapping[str, str]:
+    """What a backend reads its cloud's variables from: this process's environment, with the current credentials'
+    variables in place of their cloud's."""
+    if _current is None or isinstance(_current, S3Session):
+        return os.environ
+    env = {k: v for k, v in os.environ.items() if k not in _current.VARIABLES}
+    env.update(_current.environment())
+    return env
+
+
+def credentials_from_environment(environ: Mapping[str, str]) -> StorageCredentials | None:
+    """The credentials handed on in ``environ`` (as :func:`handed_on` wrote them): S3, Azure or Google; None if none."""
+    if environ.get(GCS_KEYFILE_ENV):
+        return GcsCredentials(environ[GCS_KEYFILE_ENV])
+    return AzureCredentials.from_environment(environ) or S3Session.from_environment(environ)
+
+
+def handed_on(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The storage variables to hand a child that cannot share this process's clients (Spark executors): the
+    current credentials', else those of this process's environment (secret values: never log them)."""
+    if _current is not None:
+        return _current.environment()
+    environ = os.environ if environ is None else environ
+    return {name: environ[name] for name in STORAGE_ENV if environ.get(name)}

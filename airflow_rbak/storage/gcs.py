@@ -1,7 +1,7 @@
 """A storage backend on Google Cloud Storage (or an emulator), through google-cloud-storage.
 
-Credentials come from ``RBAK_GCS_KEYFILE_JSON`` (a key file's content, which an Airflow ``google_cloud_platform``
-connection exports), else Google's application default credentials (``GOOGLE_APPLICATION_CREDENTIALS``, the
+Credentials come from ``RBAK_GCS_KEYFILE_JSON`` (a key file's content; an Airflow ``google_cloud_platform``
+connection's, handed in, comes first), else Google's application default credentials (``GOOGLE_APPLICATION_CREDENTIALS``, the
 metadata server); never from the storage URL. A plain ``http://`` endpoint is an emulator, reached anonymously so
 that no token travels unencrypted. Conditional writes use generation preconditions (``ifGenerationMatch=0`` to
 create, ``=<generation>`` to replace or delete), so the backup lock holds as it does on S3.
@@ -37,7 +37,7 @@ from airflow_rbak.storage.base import (
     check_prefix,
     check_range,
 )
-from airflow_rbak.storage.credentials import GCS_KEYFILE_ENV
+from airflow_rbak.storage.credentials import GCS_KEYFILE_ENV, credential_environment
 from airflow_rbak.storage.url import GcsStorageConfig
 
 _SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
@@ -63,7 +63,7 @@ class GcsStorage(Storage):
         self._page_size = list_page_size
         self._timeout = (connect_timeout, read_timeout)
         self._retry = DEFAULT_RETRY.with_timeout(CLIENT_RETRY_SECONDS)
-        self._client = client or _make_client(config, os.environ if environ is None else environ)
+        self._client = client or _make_client(config, credential_environment() if environ is None else environ)
         self._bucket = self._client.bucket(config.bucket)
         self._bucket_known = False
 

@@ -1,7 +1,9 @@
 """A storage backend on S3 or an S3-compatible server, through boto3.
 
-Credentials come from boto3's usual chain (environment, profile, instance
-role), never from the storage URL. botocore retries a little on its own;
+Credentials come from the session a caller handed in
+(:func:`~airflow_rbak.storage.credentials.storage_credentials`: an Airflow ``aws``
+connection's, with its role), else from boto3's usual chain (environment, profile,
+instance role), never from the storage URL. botocore retries a little on its own;
 :class:`~airflow_rbak.storage.retry.RetryingStorage` retries the rest, so
 this module's job is to tell transient failures from final ones.
 """
@@ -47,6 +49,7 @@ from airflow_rbak.storage.base import (
     check_prefix,
     check_range,
 )
+from airflow_rbak.storage.credentials import S3Session, current_credentials
 from airflow_rbak.storage.url import S3StorageConfig
 
 MIB = 1024 * 1024
@@ -334,12 +337,17 @@ def _make_client(
     """Create a client with bounded timeouts and few retries of its own.
 
     Each storage gets its own session, so credentials are resolved afresh
-    (boto3's default session would pin the first ones it found).
+    (boto3's default session would pin the first ones it found), unless a caller handed one in: then its
+    client, with the URL's endpoint and region first and the session's connection's next.
     """
+    handed = current_credentials()
+    session = handed if isinstance(handed, S3Session) else None
+    endpoint = config.endpoint or (session.endpoint_url if session else None)
+    region = config.region or (session.region if session else None)
     # S3-compatible servers vary in support for the CRC trailers botocore sends by
     # default since 1.36; send checksums only where required there (RBAK
     # segments carry their own CRC and SHA-256).
-    checksums = "when_required" if config.endpoint else "when_supported"
+    checksums = "when_required" if endpoint else "when_supported"
     botocore_config = Config(
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
@@ -350,10 +358,12 @@ def _make_client(
     )
     try:
         with _CLIENT_LOCK:
+            if session is not None:
+                return session.session.client("s3", region_name=region, endpoint_url=endpoint, config=botocore_config)
             core = botocore.session.get_session()
             core.register_component("data_loader", _SHARED_LOADER)
             return boto3.session.Session(botocore_session=core).client(
-                "s3", region_name=config.region, endpoint_url=config.endpoint, config=botocore_config
+                "s3", region_name=region, endpoint_url=endpoint, config=botocore_config
             )
     except BotoCoreError as error:
         raise ConfigurationError(f"cannot set up S3 client for {config.url}: {error}") from error

@@ -36,7 +36,7 @@ _GCS_PARAMS = ("endpoint",)
 #: Query parameters that carry a secret (an Azure SAS token's signature, a signed URL's): refused without echoing.
 _SECRET_PARAMS = frozenset({"sig", "x-goog-signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token"})
 #: Where storage credentials go instead of the URL (said by every refusal of a URL that holds some).
-CREDENTIALS_HINT = ("credentials come from an Airflow connection (storage_conn_id, $RBAK_STORAGE_CONN_ID: type aws, "
+CREDENTIALS_HINT = ("credentials come from an Airflow connection (storage_conn_id, [rbak] storage_conn_id: type aws, "
                     "wasb or google_cloud_platform) or the cloud's own chain (the AWS credential chain; "
                     "AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_KEY; "
                     "GOOGLE_APPLICATION_CREDENTIALS); write an '@' in a path as %40")

@@ -4,6 +4,8 @@ Authentication and authorisation are Airflow's: every route needs a user whom th
 read the runs of ``rbak_backup`` (the JWT of Airflow's UI cookie, or a bearer token); Restore… and
 Verify appear only for users it lets trigger ``rbak_restore`` and ``rbak_verify``. Verify posts to
 Airflow's own REST API, so triggering is checked (and audited) by Airflow itself. Storage is only read.
+A page opened without a login goes to Airflow's login page (the API answers 401); a page the user may
+not see says so inside the view's frame.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from airflow.models.dag import DagModel
 from airflow.models.serialized_dag import SerializedDagModel
 from airflow.utils.session import create_session
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy import select
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from airflow_rbak.dag_defaults import ui_storage_urls
+from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError
 from airflow_rbak.ui import URL_PREFIX
 from airflow_rbak.ui.airflow_runs import load_backup_runs
@@ -39,8 +44,8 @@ Limit = Annotated[int, Query(ge=1, le=500)]
 
 @functools.cache
 def catalog() -> BackupCatalog:
-    """The configured locations (read once per api-server process: ``RBAK_STORAGE_URL``, ``RBAK_UI_LOCATIONS``)."""
-    return BackupCatalog(ui_storage_urls())
+    """The configured locations (read once per api-server process: ``[rbak] storage_url`` and ``ui_locations``)."""
+    return BackupCatalog(rbak_settings().ui_storage_urls())
 
 
 def run_index() -> RunIndex:
@@ -55,6 +60,28 @@ def permissions(user: Any) -> dict[str, bool]:
         return get_auth_manager().is_authorized_dag(method="POST", access_entity=DagAccessEntity.RUN,
                                                     details=details, user=user)
     return {"restore": may_trigger(RESTORE_DAG_ID), "verify": may_trigger(VERIFY_DAG_ID)}
+
+
+def paused() -> dict[str, bool]:
+    """Which of the DAGs the view triggers are paused (a run triggered then stays queued until it is unpaused)."""
+    with create_session() as session:
+        rows = session.execute(select(DagModel.dag_id, DagModel.is_paused).where(
+            DagModel.dag_id.in_((RESTORE_DAG_ID, VERIFY_DAG_ID))))
+        return {dag_id: bool(is_paused) for dag_id, is_paused in rows}
+
+
+@app.exception_handler(StarletteHTTPException)
+async def _refusal(request: Request, exc: StarletteHTTPException) -> Response:
+    """A browser (it asks for HTML) without a login goes to Airflow's login page, and one whose user may not see the
+    page is told so in the view's frame; API clients keep Airflow's JSON answers."""
+    if "text/html" not in request.headers.get("accept", "") or exc.status_code not in (401, 403):
+        return await http_exception_handler(request, exc)
+    if exc.status_code == 401:
+        login = get_auth_manager().get_url_login(next_url=str(request.url))
+        return RedirectResponse(f"{links(request).airflow_root}{login}" if login.startswith("/") else login, 303)
+    page = message_page("Not allowed", f"Airflow does not let you see this page ({exc.detail}). Ask an administrator "
+                        "for read access to the rbak_backup DAG and its runs.", links(request))
+    return HTMLResponse(page, status_code=403)
 
 
 def links(request: Request) -> Links:
@@ -110,8 +137,9 @@ def api_backups(location_id: str, offset: Offset = 0, limit: Limit = 50, refresh
 
 @app.get("/api/locations/{location_id}/backups/{backup_id}", dependencies=_can_read)
 def api_backup(location_id: str, backup_id: str, user: GetUserDep) -> dict[str, Any]:
-    """One backup: the list's fields, its queues and segments, definitions counts, its DAG runs, and ``can``."""
-    return {**_detail(location_id, backup_id), "can": permissions(user)}
+    """One backup: the list's fields, its queues and segments, definitions counts, its DAG runs, ``can`` (which DAGs
+    the user may trigger) and ``paused`` (which of them are paused)."""
+    return {**_detail(location_id, backup_id), "can": permissions(user), "paused": paused()}
 
 
 @app.get("/", response_class=HTMLResponse, dependencies=_can_read)
@@ -125,8 +153,9 @@ def backup_view(request: Request, location_id: str, backup_id: str, user: GetUse
     try:
         detail = _detail(location_id, backup_id)
     except HTTPException as exc:
-        return HTMLResponse(message_page(f"Backup {backup_id}", str(exc.detail)), status_code=exc.status_code)
-    return HTMLResponse(detail_page(detail, links(request), permissions(user)))
+        return HTMLResponse(message_page(f"Backup {backup_id}", str(exc.detail), links(request)),
+                            status_code=exc.status_code)
+    return HTMLResponse(detail_page(detail, links(request), permissions(user), paused()))
 
 
 def dag_params(dag_id: str) -> dict[str, dict[str, Any]]:
@@ -147,12 +176,14 @@ def dag_params(dag_id: str) -> dict[str, dict[str, Any]]:
 @app.get("/restore/{location_id}/{backup_id}", response_class=HTMLResponse, dependencies=_can_read)
 def restore_view(request: Request, location_id: str, backup_id: str, user: GetUserDep) -> HTMLResponse:
     """rbak_restore's trigger form with the backup's location and id filled in (only for users who may trigger it)."""
-    title = f"Restore {backup_id}"
+    title, to = f"Restore {backup_id}", links(request)
+    back = (to.backup(location_id, backup_id), f"backup {backup_id}")
     if not permissions(user)["restore"]:
-        return HTMLResponse(message_page(title, f"You may not trigger {RESTORE_DAG_ID}."), status_code=403)
+        return HTMLResponse(message_page(title, f"You may not trigger {RESTORE_DAG_ID}: Airflow's permissions let you "
+                                         "read backups, not restore them.", to, back), status_code=403)
     try:
         location = _location(location_id)
         params = dag_params(RESTORE_DAG_ID)
     except HTTPException as exc:
-        return HTMLResponse(message_page(title, str(exc.detail)), status_code=exc.status_code)
-    return HTMLResponse(restore_page(location.to_json(), backup_id, params, links(request)))
+        return HTMLResponse(message_page(title, str(exc.detail), to, back), status_code=exc.status_code)
+    return HTMLResponse(restore_page(location.to_json(), backup_id, params, to, paused().get(RESTORE_DAG_ID, False)))

@@ -220,7 +220,8 @@ class BackupCatalog:
         return {**body, "total": len(summaries), "backups": rows, "error": None}
 
     def detail(self, location: Location, backup_id: str, runs: RunIndex) -> dict[str, Any]:
-        """A backup's page: its row, its manifest's queues, segments and definitions, and its DAG runs.
+        """A backup's page: its row, its manifest's queues, segments and definitions, its DAG runs, and the verify run
+        still to finish (or the run id the next one gets).
 
         Raises :class:`~airflow_rbak.repository.manifest_store.ManifestNotFoundError` (or another storage
         error) when the manifest cannot be read; the row still comes from the listing.
@@ -230,9 +231,12 @@ class BackupCatalog:
             summary = next((s for s in self.summaries(location, refresh=True) if s.backup_id == backup_id), None)
         if summary is None:
             raise LocationNotFoundError(f"{location.url}: no backup {backup_id!r}")
+        pending = runs.pending_verify(location.url, backup_id)
         body = {"location": location.to_json(), "backup": backup_row(summary, location, runs),
-                "runs": {"made": [r.to_json() for r in runs.runs(location.url, backup_id, "backup")],
-                         "verified": [r.to_json() for r in runs.runs(location.url, backup_id, "verify")]}}
+                "runs": {kind: [r.to_json() for r in runs.runs(location.url, backup_id, name)]
+                         for kind, name in (("made", "backup"), ("verified", "verify"), ("restored", "restore"))},
+                "verify": {"pending": pending.to_json() if pending else None,
+                           "next_run_id": runs.next_verify_run_id(location.id, location.url, backup_id)}}
         if summary.status in ("complete", "incomplete", "future", "rebuilt"):  # a manifest that could be read
             body.update(manifest_detail(ManifestStore(self._opener(location.url)).load(backup_id)))
         return body

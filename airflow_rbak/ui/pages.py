@@ -13,7 +13,7 @@ from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from airflow_rbak.display import printable, size, when
+from airflow_rbak.display import count, printable, size, when
 from airflow_rbak.ui.runs import RESTORE_DAG_ID, VERIFY_DAG_ID
 from airflow_rbak.ui.trigger_form import SCRIPT as TRIGGER_SCRIPT
 from airflow_rbak.ui.trigger_form import trigger_form
@@ -24,16 +24,21 @@ def _text(value: object) -> str:
     return escape(printable(value))
 
 _STYLE = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:20px;color:#1a202c;font-size:14px}
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px;color:#1a202c;font-size:14px}
+nav.top{display:flex;gap:16px;align-items:baseline;border-bottom:1px solid #e2e8f0;padding-bottom:8px;margin-bottom:14px}
+nav.top .home{font-weight:600}#outside{display:none}
 h1{font-size:22px;margin:0 0 12px}h2{font-size:17px;margin:22px 0 8px}
 table{border-collapse:collapse;width:100%;margin:6px 0 14px}
 th,td{border-bottom:1px solid #e2e8f0;padding:5px 8px;text-align:left;vertical-align:top}
-th{background:#f7fafc;font-weight:600;white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f7fafc;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td{overflow-wrap:anywhere}table.backups{font-size:13px}table.backups td,table.backups th{padding:4px 5px}
 a{color:#2b6cb0;text-decoration:none}a:hover{text-decoration:underline}
 .badge{border-radius:10px;padding:1px 8px;font-size:12px;white-space:nowrap}
 .ok{background:#c6f6d5;color:#22543d}.bad{background:#fed7d7;color:#822727}.mid{background:#fefcbf;color:#744210}
 .muted{color:#718096}.err{background:#fff5f5;border:1px solid #feb2b2;padding:8px 12px;border-radius:6px;color:#822727}
-.loc{color:#4a5568;font-family:ui-monospace,monospace;font-size:13px}.actions{margin:10px 0 16px}
+.loc{color:#4a5568;font-family:ui-monospace,monospace;font-size:13px;overflow-wrap:anywhere}.actions{margin:10px 0 16px}
+.answer{white-space:pre-wrap;display:block;margin-top:6px}.paused{background:#fffaf0;border:1px solid #fbd38d;padding:6px 10px;border-radius:6px;margin:6px 0;color:#744210}
+.btn:disabled{background:#a0aec0;cursor:default}
 .btn{display:inline-block;background:#3182ce;color:#fff;border:0;border-radius:6px;padding:7px 16px;font-size:14px;cursor:pointer;margin-right:8px}
 .btn.secondary{background:#4a5568}.filled{color:#2f855a;font-size:11px;display:block}.pager a{margin-right:12px}details{margin:4px 0}code{font-size:12px}
 """
@@ -48,18 +53,33 @@ function rbakOpen(href){
 }
 document.addEventListener('click',e=>{const a=e.target.closest('a.airflow');
   if(a&&!e.ctrlKey&&!e.metaKey&&!e.shiftKey){e.preventDefault();rbakOpen(a.href);}});
+document.addEventListener('DOMContentLoaded',()=>{const o=document.getElementById('outside');
+  if(o&&window.top===window)o.style.display='inline';});
+function rbakProblem(status,body){
+  let d=body&&typeof body==='object'&&'detail' in body?body.detail:body;
+  if(Array.isArray(d))d=d.map(e=>(Array.isArray(e.loc)?e.loc.join('.')+': ':'')+(e.msg||JSON.stringify(e))).join('\\n');
+  else if(d&&typeof d==='object')d=d.reason||d.message||JSON.stringify(d,null,1);
+  return 'HTTP '+status+(d?': '+d:'');
+}
 """
 
 _VERIFY_SCRIPT = """
+function rbakRunLink(out,text,href,runId,after){
+  const a=document.createElement('a');a.href=href+encodeURIComponent(runId);a.className='airflow';a.textContent=runId;
+  out.textContent=text;out.appendChild(a);out.appendChild(document.createTextNode(after||''));
+}
 async function rbakVerify(button){
-  const out=document.getElementById('verify-result');button.disabled=true;out.textContent='Triggering rbak_verify…';
+  const out=document.getElementById('verify-result');
+  if(button.disabled)return;
+  button.disabled=true;out.textContent='Triggering rbak_verify…';
   try{
     const r=await fetch(button.dataset.api,{method:'POST',credentials:'same-origin',
       headers:{'Content-Type':'application/json'},body:button.dataset.body});
     const body=await r.json().catch(()=>({}));
-    if(!r.ok){out.textContent='rbak_verify was not triggered: '+r.status+' '+(body.detail?JSON.stringify(body.detail):'');button.disabled=false;return;}
-    const a=document.createElement('a');a.href=button.dataset.runs+encodeURIComponent(body.dag_run_id);a.className='airflow';
-    a.textContent=body.dag_run_id;out.textContent='Triggered rbak_verify: ';out.appendChild(a);
+    if(r.status===409){rbakRunLink(out,'rbak_verify already has this run: ',button.dataset.runs,button.dataset.runId,
+      ' (not queued again)');return;}
+    if(!r.ok){out.textContent='rbak_verify was not triggered: '+rbakProblem(r.status,body);button.disabled=false;return;}
+    rbakRunLink(out,'Triggered rbak_verify: ',button.dataset.runs,body.dag_run_id,' (queued)');
   }catch(e){out.textContent='rbak_verify was not triggered: '+e;button.disabled=false;}
 }
 """
@@ -94,6 +114,10 @@ class Links:
     def trigger_api(self, dag_id: str) -> str:
         return f"{self.airflow_root}/api/v2/dags/{dag_id}/dagRuns"
 
+    def airflow_view(self) -> str:
+        """The view inside Airflow's UI (its navigation entry, ``url_route`` in plugin.py)."""
+        return f"{self.airflow_root}/plugin/rabbitmq-backups"
+
 
 def _badge(state: str | None) -> str:
     if not state:
@@ -102,9 +126,13 @@ def _badge(state: str | None) -> str:
     return f'<span class="badge {kind}">{_text(state)}</span>'
 
 
-def _page(title: str, body: str, script: str = "") -> str:
-    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_text(title)}</title>"
-            f"<style>{_STYLE}</style><script>{_OPEN_SCRIPT}{script}</script></head><body>{body}</body></html>")
+def _page(title: str, body: str, links: Links, script: str = "") -> str:
+    """Every page in one frame: the view's name (back to the list) and, outside Airflow's UI, a way into it."""
+    nav = (f'<nav class="top"><a class="home" href="{_text(links.view_root)}/">RabbitMQ backups</a>'
+           f'<a id="outside" class="airflow" href="{_text(links.airflow_view())}">open in Airflow</a></nav>')
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\">"
+            f"<title>{_text(title)}</title><style>{_STYLE}</style><script>{_OPEN_SCRIPT}{script}</script></head>"
+            f"<body>{nav}{body}</body></html>")
 
 
 def _ids(ids: list[str] | tuple[str, ...], links: Links, location_id: str) -> str:
@@ -152,35 +180,55 @@ def _location_section(page: dict[str, Any], links: Links) -> str:
 def list_page(pages: list[dict[str, Any]], links: Links) -> str:
     """Every configured location with one page of its backups (or why it cannot be read)."""
     body = "<h1>RabbitMQ backups</h1>" + "".join(_location_section(p, links) for p in pages)
-    return _page("RabbitMQ backups", body)
+    return _page("RabbitMQ backups", body, links)
 
 
-def _runs_table(runs: list[dict[str, Any]], links: Links) -> str:
+def _runs_table(runs: list[dict[str, Any]], links: Links, last: str = "verify") -> str:
+    """A backup's runs of one DAG; the last column is the verify task's state, or a restore's ``outcome``."""
     if not runs:
         return '<p class="muted">None recorded in Airflow.</p>'
+    cell = (lambda r: _badge(r["verify_state"])) if last == "verify" else (lambda r: _text(r.get("outcome") or "-"))
     rows = "".join(
         f'<tr><td><a class="airflow" href="{_text(links.run(r["dag_id"], r["run_id"]))}">{_text(r["run_id"])}</a></td>'
         f"<td>{_text(r['dag_id'])}</td><td>{_badge(r['state'])}</td><td>{_text(when(r['started_at']))}</td>"
-        f"<td>{_text(when(r['ended_at']))}</td><td>{_badge(r['verify_state'])}</td></tr>" for r in runs)
-    return ("<table><tr><th>DAG run</th><th>DAG</th><th>State</th><th>Started</th><th>Ended</th><th>Verify task</th></tr>"
+        f"<td>{_text(when(r['ended_at']))}</td><td>{cell(r)}</td></tr>" for r in runs)
+    head = "Verify task" if last == "verify" else "Report"
+    return (f"<table><tr><th>DAG run</th><th>DAG</th><th>State</th><th>Started</th><th>Ended</th><th>{head}</th></tr>"
             f"{rows}</table>")
 
 
-def _actions(detail: dict[str, Any], links: Links, can: dict[str, bool]) -> str:
+def paused_notice(dag_id: str, links: Links) -> str:
+    """Why a run triggered here would sit in "queued": the DAG is paused (Airflow pauses new DAGs by default)."""
+    return (f'<div class="paused" id="paused-{dag_id}"><b>{dag_id} is paused</b> in Airflow: a run triggered here stays '
+            f'queued until it is unpaused (<a class="airflow" href="{_text(links.dag(dag_id))}">{dag_id} in Airflow</a>, '
+            "the toggle beside its name).</div>")
+
+
+def _actions(detail: dict[str, Any], links: Links, can: dict[str, bool], paused: dict[str, bool]) -> str:
+    """Restore… and Verify for users who may trigger them, each DAG's paused state beside them, and Verify held while
+    a verify run of this backup is still to finish (its run id is fixed until then: a second trigger is refused)."""
     url, backup_id = detail["location"]["url"], detail["backup"]["backup_id"]
-    buttons = []
+    buttons, notices, answer = [], [], ""
     if can.get("restore"):
         href = links.restore_form(detail["location"]["id"], backup_id)
         buttons.append(f'<a class="btn" id="restore" href="{_text(href)}">Restore…</a>')
+        notices += [paused_notice(RESTORE_DAG_ID, links)] if paused.get(RESTORE_DAG_ID) else []
     if can.get("verify"):
-        body = json.dumps({"logical_date": None, "conf": {"storage_url": url, "backup_id": backup_id}})
+        run_id, pending = detail["verify"]["next_run_id"], detail["verify"]["pending"]
+        body = json.dumps({"dag_run_id": run_id, "logical_date": None, "conf": {"storage_url": url, "backup_id": backup_id}})
         buttons.append(
-            f'<button class="btn secondary" id="verify" onclick="rbakVerify(this)" data-api="{_text(links.trigger_api(VERIFY_DAG_ID))}" '
-            f'data-runs="{_text(links.run(VERIFY_DAG_ID, ""))}" data-body="{_text(body)}">Verify</button>'
-        )
+            f'<button class="btn secondary" id="verify" onclick="rbakVerify(this)"{" disabled" if pending else ""} '
+            f'data-api="{_text(links.trigger_api(VERIFY_DAG_ID))}" data-runs="{_text(links.run(VERIFY_DAG_ID, ""))}" '
+            f'data-run-id="{_text(run_id)}" data-body="{_text(body)}">Verify</button>')
+        if pending:
+            href = links.run(VERIFY_DAG_ID, pending["run_id"])
+            answer = (f'rbak_verify is {_text(pending["state"])} for this backup: <a class="airflow" href="{_text(href)}">'
+                      f'{_text(pending["run_id"])}</a>')
+        notices += [paused_notice(VERIFY_DAG_ID, links)] if paused.get(VERIFY_DAG_ID) else []
     if not buttons:
         return ""
-    return f'<div class="actions">{"".join(buttons)}<span id="verify-result" class="muted"></span></div>'
+    return (f'<div class="actions">{"".join(buttons)}<span id="verify-result" class="muted answer">{answer}</span>'
+            f'{"".join(notices)}</div>')
 
 
 def _queues(detail: dict[str, Any]) -> str:
@@ -192,13 +240,19 @@ def _queues(detail: dict[str, Any]) -> str:
             f"<td>{_text(when(s['first_timestamp']))} .. {_text(when(s['last_timestamp']))}</td></tr>" for s in q["segments"])
         chain = f" · chain: {_text(' → '.join(q['chain']))}" if len(q["chain"]) > 1 else ""
         blocks.append(
-            f"<details><summary><b>{_text(q['vhost'])}</b> / <b>{_text(q['name'])}</b> · {_text(q['queue_type'])} · "
-            f"{q['messages']:,} messages · {len(q['segments'])} segments{chain}</summary><table><tr><th>#</th><th>Segment</th>"
+            f"<details><summary>{queue_heading(q['vhost'], q['name'])} · {_text(q['queue_type'])} · "
+            f"{count(q['messages'], 'message')} · {count(len(q['segments']), 'segment')}{chain}</summary>"
+            "<table><tr><th>#</th><th>Segment</th>"
             f"<th>Records</th><th>Size</th><th>Uncompressed</th><th>Messages from .. to</th></tr>{segs}</table></details>")
     for q in detail.get("left_out", []):
-        blocks.append(f"<div class=muted>{_text(str(q.get('vhost', '?')))} / {_text(str(q.get('queue', '?')))}: "
+        blocks.append(f"<div class=muted>{queue_heading(str(q.get('vhost', '?')), str(q.get('queue', '?')))}: "
                       f"left out ({_text(str(q.get('reason', '?')))})</div>")
     return "".join(blocks) or '<p class="muted">No queues.</p>'
+
+
+def queue_heading(vhost: str, name: str) -> str:
+    """``orders in vhost /``: a vhost named ``/`` beside a ``/`` separator read as "/ / orders"."""
+    return f'<b class="queue">{_text(name)}</b> <span class="muted">in vhost</span> <b class="vhost">{_text(vhost)}</b>'
 
 
 def _definitions(d: dict[str, Any] | None) -> str:
@@ -209,37 +263,43 @@ def _definitions(d: dict[str, Any] | None) -> str:
             f"<td class=n>{d['users']}</td><td class=n>{_text(size(d['size_bytes']))}</td></tr></table>")
 
 
-def detail_page(detail: dict[str, Any], links: Links, can: dict[str, bool]) -> str:
-    """One backup: its summary, Restore… and Verify (for users who may trigger them), queues, definitions, runs."""
+def detail_page(detail: dict[str, Any], links: Links, can: dict[str, bool], paused: dict[str, bool]) -> str:
+    """One backup: its summary, Restore… and Verify (for users who may trigger them, with their DAGs' paused state),
+    queues, definitions, and the runs that made, verified and restored it."""
     b, loc = detail["backup"], detail["location"]
     facts = [("Location", f'<span class="loc">{_text(loc["url"])}</span>'), ("Status", _badge(b["status"])),
              ("Started", _text(when(b["created_at"]))), ("Completed", _text(when(b["completed_at"]))),
              ("Source", _text(f"{detail.get('source_cluster') or '-'} (RabbitMQ {detail.get('rabbitmq_version') or '?'})")),
-             ("Totals", f"{b['queues']:,} queues, {b['total_messages']:,} messages, {b['total_segments']:,} segments, "
-                        f"{_text(size(b['total_bytes']))}"),
+             ("Totals", f"{count(b['queues'], 'queue')}, {count(b['total_messages'], 'message')}, "
+                        f"{count(b['total_segments'], 'segment')}, {_text(size(b['total_bytes']))}"),
              ("Compression", _text(", ".join(b["compression"]) or "-")), ("Last verify", _verify_cell(b["last_verify"])),
              ("Depends on", _ids(b["depends_on"], links, loc["id"])), ("Needed by", _ids(b["needed_by"], links, loc["id"]))]
     if b.get("problem"):
         facts.append(("Problem", _text(b["problem"])))
     table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
     body = (f'<p><a href="{_text(links.listing(loc["id"], 0))}">← all backups</a></p><h1>Backup {_text(b["backup_id"])}</h1>'
-            f'{_actions(detail, links, can)}<table class="facts" style="width:auto">{table}</table>'
+            f'{_actions(detail, links, can, paused)}<table class="facts" style="width:auto">{table}</table>'
             f"<h2>Queues</h2>{_queues(detail)}<h2>Definitions</h2>{_definitions(detail.get('definitions'))}"
             f"<h2>Made by</h2>{_runs_table(detail['runs']['made'], links)}"
-            f"<h2>Verified by</h2>{_runs_table(detail['runs']['verified'], links)}")
-    return _page(f"Backup {b['backup_id']}", body, _VERIFY_SCRIPT)
+            f"<h2>Verified by</h2>{_runs_table(detail['runs']['verified'], links)}"
+            f"<h2>Restored by</h2>{_runs_table(detail['runs']['restored'], links, last='report')}")
+    return _page(f"Backup {b['backup_id']}", body, links, _VERIFY_SCRIPT)
 
 
-def restore_page(location: dict[str, str], backup_id: str, params: dict[str, Any], links: Links) -> str:
-    """``rbak_restore``'s trigger form for one backup: its location and id filled in, every other param at its default."""
+def restore_page(location: dict[str, str], backup_id: str, params: dict[str, Any], links: Links, paused: bool) -> str:
+    """``rbak_restore``'s trigger form for one backup: its location and id filled in, every other param at its default,
+    and the DAG's paused state above it."""
     form = trigger_form(RESTORE_DAG_ID, params, {"storage_url": location["url"], "backup_id": backup_id},
                         api_url=links.trigger_api(RESTORE_DAG_ID), runs_url=links.run(RESTORE_DAG_ID, ""),
                         dag_url=links.dag(RESTORE_DAG_ID))
     body = (f'<p><a href="{_text(links.backup(location["id"], backup_id))}">← backup {_text(backup_id)}</a></p>'
-            f"<h1>Restore backup {_text(backup_id)}: trigger {RESTORE_DAG_ID}</h1>{form}")
-    return _page(f"Restore {backup_id}", body, TRIGGER_SCRIPT)
+            f"<h1>Restore backup {_text(backup_id)}: trigger {RESTORE_DAG_ID}</h1>"
+            f"{paused_notice(RESTORE_DAG_ID, links) if paused else ''}{form}")
+    return _page(f"Restore {backup_id}", body, links, TRIGGER_SCRIPT)
 
 
-def message_page(title: str, message: str) -> str:
-    """A page that says why there is nothing to show (no access, unknown backup)."""
-    return _page(title, f"<h1>{_text(title)}</h1><p>{_text(message)}</p>")
+def message_page(title: str, message: str, links: Links, back: tuple[str, str] | None = None) -> str:
+    """A page that says why there is nothing to show (no access, unknown backup), with a way back."""
+    href, label = back or (f"{links.view_root}/", "all backups")
+    return _page(title, f'<p><a id="back" href="{_text(href)}">← {_text(label)}</a></p><h1>{_text(title)}</h1>'
+                        f'<p class="answer">{_text(message)}</p>', links)

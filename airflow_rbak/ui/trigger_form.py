@@ -31,7 +31,7 @@ async function rbakTrigger(form){
   const r=await fetch(form.dataset.api,{method:'POST',credentials:'same-origin',headers:{'Content-Type':'application/json'},
     body:JSON.stringify({logical_date:null,conf:conf})});
   const body=await r.json().catch(()=>({}));
-  if(!r.ok){out.textContent='Not triggered: '+r.status+' '+JSON.stringify(body.detail??body);return false;}
+  if(!r.ok){out.textContent='Not triggered: '+rbakProblem(r.status,body);return false;}
   const a=document.createElement('a');a.href=form.dataset.runs+encodeURIComponent(body.dag_run_id);a.className='airflow';
   a.textContent=body.dag_run_id;out.textContent='Triggered: ';out.appendChild(a);rbakOpen(a.href);
   return false;
@@ -81,5 +81,5 @@ def trigger_form(dag_id: str, params: Mapping[str, Mapping[str, Any]], filled: M
             f'onsubmit="rbakTrigger(this); return false;">{blocks}'
             f'<div class="actions"><button class="btn" id="trigger" type="submit">Trigger {escape(dag_id)}</button>'
             f'<a class="airflow" href="{escape(dag_url)}">the DAG in Airflow</a> '
-            f'<span id="trigger-result" class="muted"></span></div></form>')
+            f'<span id="trigger-result" class="muted answer"></span></div></form>')
 

@@ -108,18 +108,18 @@ def test_a_hostile_segment_gives_exit_1_one_line_and_bounded_memory(tmp_path, ca
     assert peak_kib < 200 * 1024, f"peak RSS {peak_kib} KiB"
 
 
-def test_usage_errors_exit_2_and_bad_urls_exit_1_in_one_line():
+def test_usage_errors_and_bad_urls_exit_2_in_one_line():
     usage = rbak("validate", "--path", "file:///tmp")
     bad_url = rbak("list", "--path", "ftp://example/backups")
 
     assert usage.returncode == 2 and "--backup-id" in usage.stderr
-    assert bad_url.returncode == 1 and bad_url.stderr.count("\n") == 1 and "Traceback" not in bad_url.stderr
+    assert bad_url.returncode == 2 and bad_url.stderr.count("\n") == 1 and "Traceback" not in bad_url.stderr
 
 
 def test_a_missing_manifest_is_a_clear_error(tmp_path):
     done = rbak("describe", "--path", tmp_path.as_uri(), "--backup-id", "nope")
 
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "no manifest.json" in done.stderr and "rbak manifest rebuild" in done.stderr
 
 
@@ -136,10 +136,10 @@ def test_definitions_rollback_takes_the_broker_as_restore_does_and_refuses_it_on
     monkeypatch.setenv("RBAK_BROKER_URL", broker_file.read_text())
     from_the_environment = rbak(*rollback)
 
-    assert no_broker.returncode == 1 and "$RBAK_BROKER_URL" in no_broker.stderr and "--broker-file" in no_broker.stderr
-    assert on_the_command_line.returncode == 1 and "--broker is not taken" in on_the_command_line.stderr
+    assert no_broker.returncode == 2 and "$RBAK_BROKER_URL" in no_broker.stderr and "--broker-file" in no_broker.stderr
+    assert on_the_command_line.returncode == 2 and "--broker is not taken" in on_the_command_line.stderr
     for done in (no_snapshot, from_the_environment):
-        assert done.returncode == 1 and "holds no rollback snapshot" in done.stderr
+        assert done.returncode == 5 and "holds no rollback snapshot" in done.stderr
     for done in (no_broker, on_the_command_line, no_snapshot, from_the_environment):
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr and "s3cret" not in done.stderr
 
@@ -149,7 +149,7 @@ def test_list_of_a_location_that_does_not_exist_fails_in_one_line_and_an_empty_o
     (tmp_path / "empty").mkdir()
     empty = rbak("list", "--path", (tmp_path / "empty").as_uri())
 
-    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.returncode == 3 and missing.stdout == ""
     assert missing.stderr == f"rbak: error: folder {tmp_path / 'typo'} does not exist ({(tmp_path / 'typo').as_uri()}): check the path\n"
     assert (empty.returncode, empty.stdout) == (0, f"no backups under {(tmp_path / 'empty').as_uri()}\n")
 
@@ -159,7 +159,7 @@ def test_list_of_a_bucket_that_does_not_exist_fails_in_one_line(s3_server):
 
     done = rbak("list", "--path", url)
 
-    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert done.returncode == 3 and done.stderr.count("\n") == 1
     assert "S3 bucket 'rbak-no-such-bucket' does not exist" in done.stderr
 
 

@@ -98,7 +98,7 @@ def test_rbak_backs_up_and_restores_into_another_vhost_byte_exact_without_airflo
 def test_rbak_restore_without_a_broker_says_where_to_put_one_and_repeats_no_secret(tmp_path):
     done, _ = rbak_without_airflow(["restore", "--path", (tmp_path / "b").as_uri(), "--backup-id", "latest"], tmp_path)
 
-    assert done.returncode == 1
+    assert done.returncode == 2  # a usage error
     assert "RBAK_BROKER_URL" in done.stderr and "--broker-file" in done.stderr
     assert "Traceback" not in done.stderr
 
@@ -107,6 +107,6 @@ def test_rbak_restore_refuses_a_setting_the_dag_does_not_have(tmp_path):
     done, _ = rbak_without_airflow(["restore", "--conf", '{"publish_mod": "queue"}'], tmp_path,
                                    RBAK_BROKER_URL="amqp://u:Hidden-Pw-1@127.0.0.1:1/")
 
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "unknown restore settings ['publish_mod']" in done.stderr
     assert "Hidden-Pw-1" not in done.stdout + done.stderr

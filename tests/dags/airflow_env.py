@@ -39,9 +39,9 @@ def airflow_env(home: Path, **extra: str) -> dict[str, str]:
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "AIRFLOW_CONN_RABBITMQ_DEFAULT": rabbitmq_conn(),
-        "RBAK_BACKUP_SCHEDULE": "none",
+        "AIRFLOW__RBAK__BACKUP_SCHEDULE": "none",
         # a failing task fails the test at once (retries wait minutes; tests/dags/test_task_defaults.py covers them)
-        "RBAK_TASK_RETRIES": "0",
+        "AIRFLOW__RBAK__TASK_RETRIES": "0",
         "RBAK_SPARK_PACKAGE_DIR": str(home / "spark-package"),
         "PATH": os.pathsep.join([str(VENV_BIN), env.get("PATH", "")]),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),

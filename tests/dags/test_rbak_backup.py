@@ -13,11 +13,13 @@ import pika
 import pytest
 
 from airflow_rbak.codec import BackupManifest
+from airflow_rbak.operators.metrics import location_tag
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from tests.backup.test_run import QUEUES, expected_json, publish, settled_depths
 from tests.codec.independent_reader import read_segment
 from tests.dags.airflow_env import VENV_BIN, airflow_env, capture_results, dags_test, rabbitmq_conn, run, run_facts
+from tests.dags.conftest import documented
 from tests.reliability.secrets import distinctive_password, leaks, log_files, stored_objects
 
 # Queues beyond tests/backup/test_run.py's: a classic queue with arguments (priority, TTL, length limit).
@@ -102,7 +104,7 @@ def test_the_backup_dag_keeps_every_message_reports_its_work_and_leaves_the_queu
     made_by_capture = {q: bool(c.get("segments")) for q, c in capture_results(facts["xcom"]).items()}
     assert made_by_capture == dict.fromkeys(seeded_queues, placement == "auto")  # each right after its capture
     _assert_no_secrets(secret_user, done, facts, airflow_home, storage)
-    _assert_metrics(statsd.received(), vhost, seeded_queues, manifest)
+    _assert_metrics(statsd.received(), location, vhost, seeded_queues, manifest)
     if location.startswith("file:"):  # once is enough for the re-verify DAG (one more spark-submit)
         _assert_reverify(env, location)
 
@@ -116,19 +118,20 @@ def _spark_event_log(airflow_home: Path) -> Path:
     return logs
 
 
-def _assert_metrics(metrics: dict, vhost: str, counts: dict[str, int], manifest: BackupManifest) -> None:
-    """What StatsD received from the run: the backup's totals, duration and completion time, and each queue's."""
-    assert metrics["airflow.rbak.backup.complete"] == [(1, "c")]
-    assert metrics["airflow.rbak.backup.messages"] == [(sum(counts.values()), "c")]
-    assert metrics["airflow.rbak.backup.bytes"] == [(manifest.total_bytes, "c")]
-    assert metrics["airflow.rbak.backup.last_complete"] == [(manifest.completed_at / 1000, "g")]
-    ((duration_ms, kind),) = metrics["airflow.rbak.backup.duration"]
-    assert kind == "ms" and duration_ms > 0
+def _assert_metrics(received: dict, location: str, vhost: str, counts: dict[str, int], manifest: BackupManifest) -> None:
+    """What StatsD received from the run, by the documented names and tags: the backup's totals, duration and completion
+    time for its location, and each queue's capture."""
+    metrics, where = documented(received), location_tag(location)
+    assert metrics.pop(("rbak.backup.complete", where)) == (1, "c")
+    assert metrics.pop(("rbak.backup.messages", where)) == (sum(counts.values()), "c")
+    assert metrics.pop(("rbak.backup.bytes", where)) == (manifest.total_bytes, "c")
+    assert metrics.pop(("rbak.backup.last_complete", where)) == (manifest.completed_at / 1000, "g")
+    assert metrics.pop(("rbak.backup.duration", where))[0] > 0
     for queue, count in counts.items():
-        key = f"{vhost}.{queue.replace('/', '_')}"
-        assert metrics[f"airflow.rbak.backup.queue.messages.{key}"] == [(count, "c")], queue
-        assert (metrics[f"airflow.rbak.backup.queue.bytes.{key}"][0][0] > 0) == (count > 0), queue
-        assert metrics[f"airflow.rbak.backup.queue.duration.{key}"][0][1] == "ms", queue
+        assert metrics.pop(("rbak.backup.queue.messages", where, vhost, queue)) == (count, "c"), queue
+        assert (metrics.pop(("rbak.backup.queue.bytes", where, vhost, queue))[0] > 0) == (count > 0), queue
+        assert metrics.pop(("rbak.backup.queue.duration", where, vhost, queue))[1] == "ms", queue
+    assert metrics == {}
 
 
 def _assert_no_secrets(user, done, facts: dict, airflow_home, storage) -> None:
@@ -196,7 +199,7 @@ def test_an_unreachable_broker_fails_the_first_task_clearly_writes_no_manifest_a
     calls = tmp_path / "notifier.jsonl"
     env = airflow_env(airflow_home, AIRFLOW_CONN_RABBITMQ_DEFAULT=rabbitmq_conn(amqp_port=1, management_port=1,
                                                                                 password=password),
-                      RBAK_FAILURE_NOTIFIER="tests.dags.recording_notifier:RecordingNotifier",
+                      AIRFLOW__RBAK__FAILURE_NOTIFIER="tests.dags.recording_notifier:RecordingNotifier",
                       RBAK_TEST_NOTIFIER_FILE=str(calls))
     location = (tmp_path / "b").as_uri()
 

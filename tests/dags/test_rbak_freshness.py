@@ -7,9 +7,11 @@ import time
 
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.freshness import HOUR_MS
+from airflow_rbak.operators.metrics import location_tag
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from tests.dags.airflow_env import airflow_env, dags_test, run_facts
+from tests.dags.conftest import documented
 
 
 def location_finished(tmp_path, name: str, hours_ago: float) -> str:
@@ -20,12 +22,13 @@ def location_finished(tmp_path, name: str, hours_ago: float) -> str:
     return url
 
 
-def test_the_freshness_dag_passes_a_recent_location_and_fails_a_stale_one_calling_the_notifier(airflow_home, tmp_path):
+def test_the_freshness_dag_passes_a_recent_location_and_fails_a_stale_one_calling_the_notifier(airflow_home, tmp_path,
+                                                                                              statsd):
     # Given one location backed up an hour ago and one 30 hours ago, and a failure notifier
     fresh, stale = location_finished(tmp_path, "fresh", 1), location_finished(tmp_path, "stale", 30)
     calls = tmp_path / "notifier.jsonl"
-    env = airflow_env(airflow_home, RBAK_FAILURE_NOTIFIER="tests.dags.recording_notifier:RecordingNotifier",
-                      RBAK_TEST_NOTIFIER_FILE=str(calls))
+    env = airflow_env(airflow_home, AIRFLOW__RBAK__FAILURE_NOTIFIER="tests.dags.recording_notifier:RecordingNotifier",
+                      RBAK_TEST_NOTIFIER_FILE=str(calls), **statsd.env())
 
     # When the freshness DAG checks both with its default threshold (26 hours)
     done = dags_test(env, {"storage_urls": [fresh, stale]}, dag_id="rbak_freshness")
@@ -40,3 +43,10 @@ def test_the_freshness_dag_passes_a_recent_location_and_fails_a_stale_one_callin
     # and the notifier was called for the stale location's check
     (call,) = [json.loads(line) for line in calls.read_text().splitlines()]
     assert (call["dag_id"], call["task_id"]) == ("rbak_freshness", "check") and "stale-1" in call["exception"]
+    # and each location's age went to StatsD, tagged with the location, the stale one's too
+    metrics = documented(statsd.received())
+    ages = {where: value / 3600 for (name, where), (value, _) in metrics.items() if name == "rbak.freshness.age"}
+    assert sorted(ages) == sorted([location_tag(fresh), location_tag(stale)])
+    assert 1 <= ages[location_tag(fresh)] < 2 and 30 <= ages[location_tag(stale)] < 31
+    assert metrics[("rbak.freshness.fresh", location_tag(fresh))] == (1, "g")
+    assert metrics[("rbak.freshness.fresh", location_tag(stale))] == (0, "g")

@@ -9,9 +9,11 @@ import pytest
 import requests
 
 from airflow_rbak.cli.runs import AIRFLOW_ONLY
+from airflow_rbak.operators.metrics import location_tag
 from airflow_rbak.restore.request import CONF_NAMES
 from airflow_rbak.storage import open_storage
 from tests.dags.airflow_env import REPO, airflow_env, dags_test, rabbitmq_conn, run, run_facts
+from tests.dags.conftest import documented
 from tests.reliability.secrets import leaks, log_files, stored_objects
 from tests.restore.helpers import backup, body_of, declare, publish, read_queue, ready_count
 
@@ -53,12 +55,12 @@ def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, v
         assert report["planned"] == report["published"] == 180 and report["unroutable"] == 0
         assert report["definitions"]["rollback_key"].startswith("dag-r1/definitions/rollback-before-import-")
         # and the run's metrics reached StatsD: the restore's counts, and each queue's
-        metrics = statsd.received()
-        assert metrics["airflow.rbak.restore.complete"] == [(1, "c")]
-        assert metrics["airflow.rbak.restore.messages"] == [(180, "c")]
-        assert metrics["airflow.rbak.restore.unroutable"] == [(0, "c")]
-        for name, (_, count) in QUEUES.items():
-            assert metrics[f"airflow.rbak.restore.queue.messages.{target}.{name}"] == [(count, "c")]
+        metrics, where = documented(statsd.received()), location_tag(location)
+        assert {k: v for k, v in metrics.items() if len(k) == 2} == {
+            ("rbak.restore.complete", where): (1, "c"), ("rbak.restore.messages", where): (180, "c"),
+            ("rbak.restore.unroutable", where): (0, "c")}
+        assert {k: v for k, v in metrics.items() if len(k) == 4} == {
+            ("rbak.restore.queue.messages", where, target, name): (count, "c") for name, (_, count) in QUEUES.items()}
         broker.api("PUT", f"permissions/{target}/guest", json={"configure": ".*", "write": ".*", "read": ".*"})
         for name, (queue_type, count) in QUEUES.items():  # (the restoring user made the vhost: let guest read it)
             restored = read_queue(broker.connection, target, name, queue_type, count)

@@ -35,8 +35,8 @@ def task_facts(tmp_path, **env: str) -> dict:
 
 
 def test_every_task_retries_with_exponential_backoff_and_queue_tasks_share_a_pool_and_a_per_run_cap(tmp_path):
-    # Given no settings (the tests' own RBAK_TASK_RETRIES=0 removed)
-    facts = task_facts(tmp_path, RBAK_TASK_RETRIES="")
+    # Given no settings (the tests' own AIRFLOW__RBAK__TASK_RETRIES=0 removed)
+    facts = task_facts(tmp_path, AIRFLOW__RBAK__TASK_RETRIES="")
 
     # Then every task retries 3 times after 1, 2, 4 minutes (at most 30) and stops after 6 hours
     for task, f in facts.items():
@@ -49,8 +49,8 @@ def test_every_task_retries_with_exponential_backoff_and_queue_tasks_share_a_poo
 
 
 def test_the_environment_sets_retries_time_limit_pool_and_cap(tmp_path):
-    facts = task_facts(tmp_path, RBAK_TASK_RETRIES="5", RBAK_TASK_TIMEOUT_MINUTES="30", RBAK_POOL="rbak",
-                       RBAK_MAX_ACTIVE_QUEUE_TASKS="2", RBAK_APPROVAL_TIMEOUT_HOURS="2")
+    facts = task_facts(tmp_path, AIRFLOW__RBAK__TASK_RETRIES="5", AIRFLOW__RBAK__TASK_TIMEOUT_MINUTES="30", AIRFLOW__RBAK__POOL="rbak",
+                       AIRFLOW__RBAK__MAX_ACTIVE_QUEUE_TASKS="2", AIRFLOW__RBAK__APPROVAL_TIMEOUT_HOURS="2")
 
     assert {(f["retries"], f["timeout_s"]) for f in facts.values()} == {(5, 1800)}
     assert (facts["rbak_backup.capture"]["pool"], facts["rbak_backup.capture"]["per_run"]) == ("rbak", 2)

@@ -85,12 +85,12 @@ def test_backup_and_restore_run_as_deployed_byte_exact(broker, vhost, spark_clus
         folder.mkdir()
     (plugins / "test_listeners.py").write_text(LISTENERS)
     (tmp_path / "airflow").mkdir()
-    stack = airflow_stack(tmp_path / "airflow", AIRFLOW__CORE__PARALLELISM="8", AIRFLOW_CONN_RBAK_S3=s3, RBAK_STORAGE_CONN_ID="rbak_s3",
+    stack = airflow_stack(tmp_path / "airflow", AIRFLOW__CORE__PARALLELISM="8", AIRFLOW_CONN_RBAK_S3=s3, AIRFLOW__RBAK__STORAGE_CONN_ID="rbak_s3",
                          AIRFLOW__CORE__PLUGINS_FOLDER=str(plugins), RBAK_TEST_BARRIER=str(barrier),
                          RBAK_TEST_BARRIER_COUNT=str(len(QUEUES)), RBAK_TEST_ORIGINS=str(origins),
                          PYTHONPATH=str(rbak_wheel_site),
                          AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": spark_cluster}),
-                         RBAK_PROGRESS_INTERVAL="1")
+                         AIRFLOW__RBAK__PROGRESS_INTERVAL="1")
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
         stack.env.pop(name, None)
     url = f"s3://{s3_bucket}/backups?region=us-east-1&path_style=true"  # the endpoint comes from the connection

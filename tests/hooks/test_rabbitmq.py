@@ -9,8 +9,8 @@ import pytest
 
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.hooks.rabbitmq import CONN_FIELDS, RabbitMQHook, connection_from_airflow
-from airflow_rbak.provider import get_provider_info
+from airflow_rbak.hooks.rabbitmq import RabbitMQHook, connection_from_airflow
+from airflow_rbak.provider import CONN_FIELDS, get_provider_info
 
 SECRET = "n0t-for-logs/9"
 
@@ -90,18 +90,13 @@ def test_form_offers_management_and_stream_ports_and_tls_options():
     assert {"management_port", "stream_port", "management_url", "tls", "tls_verify", "ca_file", "cert_file", "key_file"} <= set(CONN_FIELDS)
     assert CONN_FIELDS["management_port"]["schema"]["default"] == 15672
     assert CONN_FIELDS["stream_port"]["schema"]["default"] == 5552
-    try:
-        widgets = RabbitMQHook.get_connection_form_widgets()
-    except ImportError as exc:  # Airflow 3 without the FAB UI: the provider manager skips the form on this error
-        assert exc.name == "wtforms"
-    else:
-        assert set(widgets) == set(CONN_FIELDS)
 
 
 def test_ui_behaviour_relabels_the_standard_fields_and_gives_placeholders():
-    behaviour = RabbitMQHook.get_ui_field_behaviour()
+    (info,) = get_provider_info()["connection-types"]
+    behaviour = info["ui-field-behaviour"]
 
     assert behaviour["relabeling"] == {"port": "AMQP port", "login": "Username", "schema": "Default vhost"}
     assert behaviour["placeholders"]["schema"] == "/"
     assert behaviour["placeholders"]["management_port"] == "15672"
-    assert "password" not in behaviour["hidden_fields"]
+    assert "password" not in behaviour["hidden-fields"]

@@ -20,9 +20,9 @@ from airflow_rbak.hooks.spark import (
     _property_value,
     executor_properties,
     local_python_env,
-    storage_environment,
     submit_hook,
 )
+from airflow_rbak.storage.credentials import handed_on
 from tests import fake_spark_submit
 
 # java.util.Properties.load: a backslash escapes the next character (\n, \r, \t, \f name controls), and leading
@@ -47,7 +47,7 @@ def test_the_azure_and_google_variables_are_handed_on_with_the_aws_ones():
     environ = {"AWS_ACCESS_KEY_ID": "a", "AZURE_STORAGE_CONNECTION_STRING": "AccountName=x;AccountKey=k",
                "RBAK_GCS_KEYFILE_JSON": '{"type":"service_account"}', "HOME": "/root", "AZURE_STORAGE_KEY": ""}
 
-    assert storage_environment(environ) == {k: environ[k] for k in
+    assert handed_on(environ) == {k: environ[k] for k in
                                             ("AWS_ACCESS_KEY_ID", "AZURE_STORAGE_CONNECTION_STRING", "RBAK_GCS_KEYFILE_JSON")}
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.hooks.storage import RbakStorageHook
-from airflow_rbak.storage.credentials import AzureCredentials, GcsCredentials, S3Credentials
+from airflow_rbak.storage.credentials import AzureCredentials, GcsCredentials, S3Session
 
 
 def connection(monkeypatch, conn_type: str, **fields) -> RbakStorageHook:
@@ -16,10 +16,15 @@ def connection(monkeypatch, conn_type: str, **fields) -> RbakStorageHook:
     return RbakStorageHook("rbak_store")
 
 
-def test_an_aws_connection_gives_its_key_pair(monkeypatch):
-    hook = connection(monkeypatch, "aws", login="AKID", password="s3cr3t", extra={"region_name": "eu-west-1"})
+def test_an_aws_connection_gives_the_amazon_providers_session_with_its_endpoint_and_region(monkeypatch):
+    hook = connection(monkeypatch, "aws", login="AKID", password="s3cr3t",
+                      extra={"region_name": "eu-west-1", "endpoint_url": "http://127.0.0.1:9"})
 
-    assert hook.get_conn() == S3Credentials("AKID", "s3cr3t", region="eu-west-1")
+    found = hook.get_conn()
+
+    assert isinstance(found, S3Session) and (found.endpoint_url, found.region) == ("http://127.0.0.1:9", "eu-west-1")
+    assert found.environment() == {"AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+                                   "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_DEFAULT_REGION": "eu-west-1"}
 
 
 @pytest.mark.parametrize(

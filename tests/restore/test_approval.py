@@ -140,3 +140,24 @@ def test_any_names_keep_one_row_per_queue_each_cell_the_name_as_shown(names):
     assert len(rows) == len(names)
     assert [(row[2], row[3]) for row in rows] == [(printable(n), printable(n)) for n in names]
     assert "link_open" not in kinds and "image" not in kinds and "html_inline" not in kinds
+
+
+def test_a_migration_shows_each_change_the_refusals_and_the_diff_and_hostile_names_stay_literal():
+    changes = [{"transformation": "convert_to_quorum", "kind": "queue", "vhost": "prod", "name": name, "action": "changed",
+                "detail": "classic -> quorum"} for name in HOSTILE]
+    diff = [f"-queue {name}" for name in HOSTILE] + [f"+queue {name}" for name in HOSTILE]
+    migration = {"transformations": ["convert_to_quorum", "strip_mirroring"], "target_version": "3.10.8",
+                 "changes": changes, "converted": [["prod", n] for n in HOSTILE], "diff": diff, "diff_lines": len(diff),
+                 "refused": [{"vhost": "prod", "queue": "prio` | x", "reason": "x-max-priority"}]}
+    plan = replace(_plan(migration=migration), queues=(replace(_queue(0), queue_type="classic", target_queue_type="quorum"),))
+
+    body = approval_body(plan, RestoreRequest("memory://", restore_definitions=True,
+                                               transformations=["convert_to_quorum"]), "rabbitmq_default")
+
+    assert "**Transformations** `convert_to_quorum`, `strip_mirroring` for the target's RabbitMQ `3.10.8`" in body
+    assert "| `prod/q0` | `classic -> quorum` |" in body
+    assert "**1 queues are refused**" in body and "``prod/prio` | x``" in body
+    rows, kinds = _rendered(body)
+    assert len(rows) == 1 and set(kinds) <= {"text", "code_inline", "strong_open", "strong_close", "softbreak"}
+    blocks = [t.content for t in GFM.parse(body) if t.type == "code_block"]
+    assert blocks == ["".join(f"{printable(line)}\n" for line in diff)]

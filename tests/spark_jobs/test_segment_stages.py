@@ -12,6 +12,7 @@ from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.segments import encode as er
 from airflow_rbak.segments import stages
 from airflow_rbak.segments.jobs import backup_segments
+from airflow_rbak.segments.reports import MAX_REPORT_BYTES, ReportError, load_report
 from airflow_rbak.storage import open_storage
 from tests.spark_jobs.conftest import submit
 from tests.spark_jobs.local_spark import LocalSpark
@@ -176,3 +177,17 @@ def test_a_report_in_the_location_that_speaks_for_other_queues_or_backups_is_not
         assert stages.load_part(storage, "b1", "prod", "orders/eu", work) is None, why
     storage.put(done["report_key"], b"\x00 not json")
     assert stages.load_part(storage, "b1", "prod", "orders/eu", work) is None
+
+
+def test_a_report_larger_than_any_report_is_refused_unread(tmp_path):
+    url = (tmp_path / "store").as_uri()
+    staged(url)
+    work = stages.SegmentWork(ENCODE, "deep")
+    done = stages.encode_captured(url, "b1", er.QueueRef("prod", "orders/eu"), work, stages.Placement("auto"))
+    planted = tmp_path / "store" / done["report_key"]
+    with planted.open("r+b") as report:  # sparse: a genuine report followed by a hole past the bound
+        report.truncate(MAX_REPORT_BYTES + 1)
+
+    with pytest.raises(ReportError, match=f"larger than {MAX_REPORT_BYTES} bytes"):
+        load_report(open_storage(url), done["report_key"])
+    assert stages.load_part(open_storage(url), "b1", "prod", "orders/eu", work) is None

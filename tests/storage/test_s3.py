@@ -85,7 +85,7 @@ def test_given_an_endpoint_on_a_closed_port_when_read_then_transient_error_after
     with pytest.raises(TransientStorageError) as raised:
         storage.get("manifest.json")
 
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 60  # a hang guard: the bound is the timeouts and attempts above
     assert len(sleeps) == 2  # three attempts in all, then it gives up
     assert "s3://bkt/manifest.json" in str(raised.value)
     assert raised.value.key == "manifest.json"
@@ -108,7 +108,7 @@ def test_given_an_endpoint_that_never_answers_when_read_then_read_timeout_is_tra
     with pytest.raises(TransientStorageError):
         storage.stat("k")
 
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 60  # a hang guard: the bound is the timeouts and attempts above
 
 
 def test_given_no_credentials_anywhere_when_used_then_storage_error_says_how_to_provide_them(

@@ -3,7 +3,7 @@
 The api-server (``tests/airflow_stack.py``, started alone) runs on a free loopback port with its own
 AIRFLOW_HOME and SQLite database, the SimpleAuthManager and two users besides the stack's own: ``admin`` (may
 trigger DAGs) and ``viewer`` (read only). It lists five locations: a folder (the default,
-``RBAK_STORAGE_URL``), a bucket on the moto server, an S3 endpoint nothing listens on, a URL with credentials in
+``AIRFLOW__RBAK__STORAGE_URL``), a bucket on the moto server, an S3 endpoint nothing listens on, a URL with credentials in
 it (refused), and a folder with manifests planted beside a real backup. Start-up is waited for by polling with a
 generous deadline.
 """
@@ -19,6 +19,7 @@ import requests
 
 from airflow_rbak.storage import open_storage
 from tests.airflow_stack import AirflowStack, airflow_stack
+from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures, imported to register them here
 from tests.repository.sample import build_sample_backup, build_sample_chain
 
 UNREACHABLE = "s3://rbak-nowhere/backups?region=us-east-1&endpoint=http://127.0.0.1:9&path_style=true"
@@ -86,8 +87,8 @@ def api_server(tmp_path_factory: pytest.TempPathFactory, s3_server: str, s3_clie
     _backups(file_url, s3_url)
     hostile_url = (home / "hostile").as_uri()
     _hostile(hostile_url)
-    stack = airflow_stack(home, {"admin": "admin", "viewer": "viewer"}, RBAK_STORAGE_URL=file_url,
-                          RBAK_UI_LOCATIONS=f"{s3_url}\n{UNREACHABLE}\n{WITH_SECRET}\n{hostile_url}")
+    stack = airflow_stack(home, {"admin": "admin", "viewer": "viewer"}, AIRFLOW__RBAK__STORAGE_URL=file_url,
+                          AIRFLOW__RBAK__UI_LOCATIONS=f"{s3_url}\n{UNREACHABLE}\n{WITH_SECRET}\n{hostile_url}")
     stack.start(only_api_server=True)
     try:
         yield ApiServer(stack, file_url, s3_url, hostile_url)

@@ -122,3 +122,12 @@ def test_airflow_lists_the_plugin_with_its_app_and_navigation_entry(api_server):
     assert [(a["url_prefix"], a["name"]) for a in rbak["fastapi_apps"]] == [("/rbak", "RabbitMQ backups")]
     assert [(v["name"], v["href"], v["url_route"]) for v in rbak["external_views"]] == [
         ("RabbitMQ backups", "/rbak/", "rabbitmq-backups")]
+
+
+def test_the_plugin_is_registered_once_with_the_checkout_on_pythonpath(api_server):
+    # The stack puts the checkout on PYTHONPATH; importlib.metadata must still find one airflow-rbak there (setup.py)
+    from tests.dags.airflow_env import REPO
+
+    assert api_server.env["PYTHONPATH"].split(":")[0] == str(REPO)
+    errors = api_server.get("/api/v2/plugins/importErrors").json()
+    assert errors["import_errors"] == [], errors

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from airflow_rbak.dag_defaults import default_storage_url, ui_storage_urls
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.settings import RbakSettings, environment_lookup
 from airflow_rbak.ui.backup_catalog import BackupCatalog
 from airflow_rbak.ui.runs import RunIndex
 
@@ -30,15 +30,15 @@ def test_a_location_with_credentials_is_listed_as_refused_with_where_credentials
     assert "wJalr" not in shown and "AKIAEXAMPLE" not in shown and "K7MDENG" not in shown
 
 
-def test_the_ui_lists_a_default_location_with_credentials_as_refused_while_the_dags_refuse_it_outright(monkeypatch):
-    monkeypatch.setenv("RBAK_STORAGE_URL", SECRET_URLS[0])
-    monkeypatch.setenv("RBAK_UI_LOCATIONS", "memory://elsewhere")
+def test_the_ui_lists_a_default_location_with_credentials_as_refused_while_the_dags_refuse_it_outright():
+    settings = RbakSettings(environment_lookup({"AIRFLOW__RBAK__STORAGE_URL": SECRET_URLS[0],
+                                                "AIRFLOW__RBAK__UI_LOCATIONS": "memory://elsewhere"}))
 
     with pytest.raises(ConfigurationError) as raised:
-        default_storage_url()
-    catalog = BackupCatalog(ui_storage_urls())
+        settings.storage_url()
+    catalog = BackupCatalog(settings.ui_storage_urls())
 
-    assert str(raised.value).startswith("$RBAK_STORAGE_URL: a s3:// storage URL must not hold credentials")
+    assert str(raised.value).startswith("[rbak] storage_url: a s3:// storage URL must not hold credentials")
     assert "wJalr" not in str(raised.value)
     assert [(loc.url, bool(loc.refused)) for loc in catalog.locations] == [
         ("(location 1: refused)", True), ("memory://elsewhere", False)]

@@ -21,6 +21,7 @@ from airflow_rbak.codec.layout import check_backup_id
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.segments.reports import JobReport
 from airflow_rbak.storage import open_storage
+from airflow_rbak.storage.credentials import STORAGE_ENV, StorageCredentials, credentials_from_environment, storage_credentials
 
 EXIT_OK, EXIT_DEFECTS, EXIT_FAILED = 0, 1, 2
 
@@ -134,6 +135,20 @@ def main(
     """Parse, run in a fresh session, store the report, print its key; return the exit code."""
     args = parse_args(argv)
     spark = spark_session(f"rbak-{job}-{args.backup_id}")
+    with storage_credentials(driver_credentials(spark)):
+        return _run_and_report(job, args, run, spark)
+
+
+def driver_credentials(spark: Any) -> StorageCredentials | None:
+    """The storage credentials the submit handed the executors (``spark.executorEnv.*``, from the private properties
+    file ``hooks/spark.py`` writes): the driver's storage uses them too, its environment left as it is."""
+    conf = spark.sparkContext.getConf()
+    handed = {name: conf.get(f"spark.executorEnv.{name}") for name in STORAGE_ENV}
+    return credentials_from_environment({k: v for k, v in handed.items() if v})
+
+
+def _run_and_report(job: str, args: argparse.Namespace, run: Callable[[Any, argparse.Namespace], JobReport],
+                    spark: Any) -> int:
     try:
         report = run(spark, args)
         report.summary["executor_codec"] = executor_codec_builds(spark)

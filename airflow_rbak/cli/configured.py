@@ -1,0 +1,28 @@
+"""What ``rbak`` takes from the ``[rbak]`` options: the location a command works on when ``--path`` is not given.
+
+The rule, for every command: ``--path``, else ``[rbak] storage_url`` as Airflow would read it. Where Airflow is
+installed that is Airflow's configuration (airflow.cfg under ``$AIRFLOW_HOME`` or ``$AIRFLOW_CONFIG``,
+``AIRFLOW__RBAK__STORAGE_URL``, its ``_CMD`` and ``_SECRET`` forms), loaded only when a command needs it, so a
+command given ``--path`` never loads Airflow; without Airflow, the ``AIRFLOW__RBAK__STORAGE_URL`` variable alone.
+Unset either way: ``$AIRFLOW_HOME/rbak-backups``, the DAGs' default.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from airflow_rbak.settings import RbakSettings, airflow_lookup, environment_lookup
+
+
+def cli_settings() -> RbakSettings:
+    """The ``[rbak]`` options from Airflow's configuration where Airflow is installed, else from the environment."""
+    try:
+        from airflow.configuration import conf  # the one import of Airflow here: pyproject's airflow-face contract
+    except ImportError:
+        return RbakSettings(environment_lookup())
+    return RbakSettings(airflow_lookup(conf))
+
+
+def location(args: argparse.Namespace) -> str:
+    """The storage URL a command works on: ``--path``, else the configured ``storage_url``."""
+    return str(args.path) if args.path else cli_settings().storage_url()

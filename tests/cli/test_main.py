@@ -1,0 +1,88 @@
+"""``rbak``'s habits: one exit code per kind of failure, ``latest`` wherever a backup id goes, ``--format`` before or
+after the command, and each command's help showing examples of that command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_rbak.cli.main import EXAMPLES, build_parser
+from airflow_rbak.codec.layout import manifest_key
+from airflow_rbak.repository.chain_link import ChainLock
+from airflow_rbak.storage import open_storage
+from tests.cli.test_cli import rbak
+from tests.repository.sample import build_sample_backup
+
+
+@pytest.fixture
+def two_backups(tmp_path) -> str:
+    location = (tmp_path / "backups").as_uri()
+    storage = open_storage(location)
+    build_sample_backup(storage, "older")
+    build_sample_backup(storage, "newer")
+    return location
+
+
+@pytest.mark.parametrize("command", [("describe",), ("validate", "--deep"), ("unlock",), ("manifest", "rebuild")])
+def test_latest_names_the_newest_complete_backup_in_every_command_that_takes_an_id(two_backups, command):
+    done = rbak("--format", "json", *command, "--path", two_backups, "--backup-id", "latest")
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["backup_id"] == "newer"
+
+
+def test_format_goes_before_or_after_the_command_and_after_wins(two_backups):
+    before = rbak("--format", "json", "list", "--path", two_backups)
+    after = rbak("list", "--path", two_backups, "--format", "json")
+    both = rbak("--format", "json", "list", "--path", two_backups, "--format", "text")
+
+    assert json.loads(before.stdout) == json.loads(after.stdout)
+    assert [b["backup_id"] for b in json.loads(before.stdout)] == ["older", "newer"]
+    assert both.stdout.startswith("BACKUP ID")
+
+
+def test_each_command_has_its_own_examples_in_its_help():
+    parser = build_parser()
+    helps = {name: sub.format_help() for name, sub in _commands(parser)}
+
+    assert set(helps) == set(EXAMPLES)
+    for name, text in helps.items():
+        examples = text.split("examples:", 1)[1]
+        assert examples.strip().startswith(("rbak", "RBAK_BROKER_URL")), name
+        spelled = "segment dump" if name == "dump" else "manifest rebuild" if name == "rebuild" else \
+            "definitions rollback" if name == "rollback" else name
+        assert all(f"rbak {spelled}" in line or f"rbak --format json {spelled}" in line
+                   for line in examples.strip().splitlines()), (name, examples)
+
+
+def _commands(parser):
+    for action in parser._subparsers._group_actions:  # argparse keeps its subcommands here (no public accessor)
+        for name, sub in action.choices.items():
+            if sub._subparsers is None:
+                yield name, sub
+            else:
+                yield from _commands(sub)
+
+
+def test_exit_codes_tell_a_damaged_backup_a_usage_error_an_unreachable_location_and_a_held_lock(tmp_path, two_backups):
+    storage = open_storage(two_backups)
+    storage.put(manifest_key("older"), b"{not json")
+    empty = (tmp_path / "empty").as_uri()
+    (tmp_path / "empty").mkdir()
+
+    damaged = rbak("describe", "--path", two_backups, "--backup-id", "older")
+    usage = [rbak("describe", "--path", two_backups), rbak("list", "--path", "ftp://example/backups"),
+             rbak("describe", "--path", two_backups, "--backup-id", "no-such"),
+             rbak("validate", "--path", empty, "--backup-id", "latest"), rbak("forget", "--path", two_backups)]
+    unreachable = rbak("list", "--path", (tmp_path / "typo").as_uri())
+    with ChainLock(storage, "another forget").held():
+        locked = rbak("forget", "--path", two_backups, "--keep-last", "1", "--wait", "0")
+
+    assert damaged.returncode == 1 and "manifest" in damaged.stderr
+    assert [u.returncode for u in usage] == [2] * 5, [u.stderr for u in usage]
+    assert "say what to keep" in usage[4].stderr and "no complete backup for 'latest'" in usage[3].stderr
+    assert unreachable.returncode == 3 and "does not exist" in unreachable.stderr
+    assert locked.returncode == 4 and "another forget" in locked.stderr
+    for done in (damaged, *usage[1:], unreachable, locked):
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
