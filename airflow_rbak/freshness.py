@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_rbak.backup.catalog import list_backups
 from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.repository.catalog import list_backups
 from airflow_rbak.storage.base import Storage
 
 HOUR_MS = 3_600_000

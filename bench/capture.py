@@ -41,7 +41,7 @@ import requests
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import describe_queue
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.capture.checkpoints import CheckpointStore
+from airflow_rbak.capture.checkpoints import CaptureCheckpoints
 from airflow_rbak.capture.queue_capture import CaptureOptions, QueueCapture
 from airflow_rbak.capture.stream_capture import _ACK_EVERY, _PREFETCH, StreamCapture
 from airflow_rbak.storage import open_storage
@@ -89,7 +89,7 @@ def run_capture(conn: RabbitMQConnection, vhost: str, queue: str, stream: bool) 
         info, version = describe_queue(mg, vhost, queue), mg.version()
         backup_id = f"bench-{uuid.uuid4().hex[:8]}"
         storage = open_storage(f"file://{folder}/store")
-        checkpoints = CheckpointStore(storage, backup_id)
+        checkpoints = CaptureCheckpoints(storage, backup_id)
         options = CaptureOptions(backup_id, chunk_max_records=10_000, chunk_max_bytes=8 * 1024 * 1024)
         started, cpu = time.perf_counter(), time.process_time()
         if stream:

@@ -16,10 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.constants import Compression
 from airflow_rbak.codec.layout import segment_key
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from airflow_rbak.ui.backup_catalog import BackupCatalog
 from airflow_rbak.ui.runs import RunIndex

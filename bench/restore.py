@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from airflow_rbak.backup.run import BackupRun, BackupSettings  # noqa: E402
 from airflow_rbak.broker.connection import RabbitMQConnection  # noqa: E402
 from airflow_rbak.broker.discovery import QueueSelector  # noqa: E402
-from airflow_rbak.restore import RestoreRun, RestoreSettings  # noqa: E402
+from airflow_rbak.restore import RestoreRequest, RestoreRun  # noqa: E402
 
 BODY_SIZE = 1024
 
@@ -89,7 +89,7 @@ def per_message_publish(connection: RabbitMQConnection, vhost: str, queue: str, 
 
 
 def restore_once(connection: RabbitMQConnection, location: str, vhost: str, target: str, state: Path, in_flight: int) -> float:
-    settings = RestoreSettings(location, backup_id="bench-1", queue_map={"source": target}, max_in_flight=in_flight,
+    settings = RestoreRequest(location, backup_id="bench-1", queue_map={"source": target}, max_in_flight=in_flight,
                                checkpoint_state=str(state / f"{target}.db"))
     run = RestoreRun(connection, settings)
     plan = run.plan()

@@ -33,10 +33,10 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from airflow_rbak.backup.manifest_store import ManifestStore  # noqa: E402
 from airflow_rbak.codec import BackupManifest, BackupRecord, QueueBackup, encode_segment  # noqa: E402
 from airflow_rbak.codec.constants import Compression  # noqa: E402
 from airflow_rbak.codec.layout import segment_key  # noqa: E402
+from airflow_rbak.repository.manifest_store import ManifestStore  # noqa: E402
 from airflow_rbak.segments import verify as vf  # noqa: E402
 from airflow_rbak.storage import open_storage  # noqa: E402
 

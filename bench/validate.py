@@ -36,11 +36,11 @@ import zstandard
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.validate import validate_backup
-from airflow_rbak.backup.writer import QueueSegmentSink
 from airflow_rbak.codec import BackupManifest, BackupProperties, BackupRecord, HeaderValue, QueueBackup, SegmentWriter
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES, FOOTER_SIZE, HEADER_SIZE, Compression
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.validate import validate_backup
+from airflow_rbak.repository.writer import QueueSegmentSink
 from airflow_rbak.storage import open_storage
 
 BODY = 1024

@@ -45,7 +45,7 @@ BACKUP_ID = ("{{ params.backup_id or 'rbak-' ~ (logical_date or dag_run.run_afte
              ".strftime('%Y%m%dT%H%M%SZ') }}")
 ENCODE_REPORT = "{{ ti.xcom_pull(task_ids='encode')['report_key'] }}"
 #: What the capture tasks and the encode task both read to make a queue's segments (so they agree).
-SEGMENT_SETTINGS = ("{{ {'compression': params.compression, 'compression_level': params.compression_level, "
+SEGMENT_WORK = ("{{ {'compression': params.compression, 'compression_level': params.compression_level, "
                     "'segment_max_bytes': params.segment_max_bytes, 'segment_max_interval_ms': params.segment_max_interval_ms, "
                     "'verify': params.verify, 'segment_work': params.segment_work, "
                     "'in_process_max_bytes': params.in_process_max_bytes, "
@@ -162,11 +162,11 @@ with DAG(
         task_id="capture", compression="{{ params.compression }}",
         allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}",
         on_unsafe_queue="{{ params.on_unsafe_queue }}", consumer_timeout_ms="{{ params.consumer_timeout_ms }}",
-        streams="{{ params.streams }}", segment_settings=SEGMENT_SETTINGS,
+        streams="{{ params.streams }}", segment_work=SEGMENT_WORK,
         map_index_template=GROUP_LABEL, **CONFIG.queue_task_limits(), **broker,
     ).expand(queue_info=discover.output)
     encode = RbakBackupSegmentsOperator(
-        task_id="encode", queues=QUEUE_REFS, captures=capture.output, segment_settings=SEGMENT_SETTINGS, **spark)
+        task_id="encode", queues=QUEUE_REFS, captures=capture.output, segment_work=SEGMENT_WORK, **spark)
     finalize = RbakFinalizeManifestOperator(
         task_id="finalize", encode_report_key=ENCODE_REPORT, captures=capture.output, retention="{{ params.retention }}",
         **common)

@@ -41,9 +41,11 @@ from airflow_rbak.operators.restore import (
     RbakRestoreReportOperator,
 )
 from airflow_rbak.operators.restore_approval import RbakRestoreApprovalOperator
-from airflow_rbak.restore.settings import CONF_NAMES
+from airflow_rbak.restore.request import CONF_NAMES
 from airflow_rbak.restore.transformations import RULE_TYPES, TRANSFORMATIONS
-from airflow_rbak.settings import default_checkpoint_state
+from airflow_rbak.settings import (
+    default_checkpoint_state,
+)
 
 CONFIG = rbak_settings()
 PLAN = "{{ ti.xcom_pull(task_ids='plan', key='plan') }}"
@@ -138,7 +140,7 @@ for _section, _names in SECTIONS.items():
     for _name in _names:
         PARAMS[_name].schema["section"] = _section
 
-SETTINGS = {name: "{{ params.%s }}" % name for name in CONF_NAMES}
+REQUEST = {name: "{{ params.%s }}" % name for name in CONF_NAMES}
 # A publish task takes a group of queues (one queue each up to max_publish_tasks): named by its first queue.
 GROUP_LABEL = ("{{ task.restore_queue[0]['source_vhost'] }}/{{ task.restore_queue[0]['source_queue'] }}"
                "{{ ' +%d' % (task.restore_queue | length - 1) if task.restore_queue | length > 1 else '' }}")
@@ -154,7 +156,7 @@ with DAG(
     tags=["rbak", "rabbitmq", "restore"],
     doc_md=__doc__,
 ):
-    common = {"restore_settings": SETTINGS, "rabbitmq_conn_id": "{{ params.rabbitmq_conn_id }}"}
+    common = {"restore_request": REQUEST, "rabbitmq_conn_id": "{{ params.rabbitmq_conn_id }}"}
     plan = RbakRestorePlanOperator(task_id="plan", max_publish_tasks="{{ params.max_publish_tasks }}", **common)
     approve = RbakRestoreApprovalOperator(task_id="approve", plan=PLAN, skip_approval="{{ params.skip_approval }}",
                                           response_timeout=CONFIG.approval_timeout(), **common)

@@ -38,8 +38,8 @@ with DAG(
     @task
     def resolve_backup(params: dict | None = None) -> str:
         """The backup to verify: the given id, or the newest complete one for ``latest``."""
-        from airflow_rbak.backup.catalog import resolve_backup_id
         from airflow_rbak.hooks.storage import storage_connection
+        from airflow_rbak.repository.catalog import resolve_backup_id
         from airflow_rbak.storage import open_storage
 
         with storage_connection(rbak_settings().storage_conn_id()):

@@ -37,11 +37,11 @@ import pika.exceptions  # noqa: E402
 import requests  # noqa: E402
 from demo_messages import QUEUES, seed_messages  # noqa: E402  (beside this script)
 
-from airflow_rbak.backup.manifest_store import ManifestStore  # noqa: E402
 from airflow_rbak.broker.connection import RabbitMQConnection  # noqa: E402
 from airflow_rbak.broker.stream_protocol import stream_tail  # noqa: E402
 from airflow_rbak.codec import BackupManifest  # noqa: E402
 from airflow_rbak.exceptions import RbakError  # noqa: E402
+from airflow_rbak.repository.manifest_store import ManifestStore  # noqa: E402
 from airflow_rbak.storage import open_storage  # noqa: E402
 from tests.dags.airflow_env import VENV_BIN, airflow_env, dags_test, run, runs_facts  # noqa: E402
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.freshness import HOUR_MS, StaleBackupError, check_freshness
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 
 NOW = 1_800_000_000_000

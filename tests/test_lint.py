@@ -3,7 +3,8 @@
 The layers of docs/architecture.md are import-linter contracts (``[tool.importlinter]`` in pyproject.toml), which
 ``lint-imports`` checks on the import graph, imports inside functions and indirect imports included: the layers,
 nothing outside the Airflow face imports Airflow, only the Spark jobs (``segments/jobs/``) import pyspark, the codec is pure, the
-broker clients never import the engines, and what Spark executors import needs no broker client.
+broker clients never import the engines, and what Spark executors import needs no broker client. Within a layer, no
+module imports itself back through others (no cycle in the module graph).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grimp
 import pytest
 
 if sys.version_info >= (3, 11):
@@ -61,6 +63,52 @@ def test_the_import_graph_keeps_every_layer_contract():
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"Contracts: {len(_contracts())} kept, 0 broken." in done.stdout, done.stdout
+
+
+def _compiled_extension(package: str, line: str) -> bool:
+    """``from <package> import <name>`` of a compiled extension (the codec's ``_speedups``): grimp sees no module
+    there and records an import of the package itself, which is not one."""
+    statement = ast.parse(line.strip()).body[0]
+    folder = ROOT.joinpath(*package.split("."))
+    return isinstance(statement, ast.ImportFrom) and all((folder / f"{a.name}.c").exists() for a in statement.names)
+
+
+def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """Every import cycle of the graph, each as the chain of modules from one back to itself (shortest first found)."""
+    found: dict[frozenset[str], list[str]] = {}
+    for importer in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
+            chain = graph.find_shortest_chain(importer=imported, imported=importer)
+            if chain is not None and frozenset(chain) not in found:
+                found[frozenset(chain)] = [importer, *chain]
+    return list(found.values())
+
+
+def _package_graph() -> grimp.ImportGraph:
+    """The package's import graph (imports inside functions and under ``TYPE_CHECKING`` included)."""
+    graph = grimp.build_graph("airflow_rbak", cache_dir=None)
+    for importer in list(graph.modules):
+        for imported in list(graph.find_modules_directly_imported_by(importer)):
+            details = graph.get_import_details(importer=importer, imported=imported)
+            if importer.startswith(f"{imported}.") and details and all(
+                    _compiled_extension(imported, d["line_contents"]) for d in details):
+                graph.remove_import(importer=importer, imported=imported)
+    return graph
+
+
+def test_no_module_imports_itself_back_through_others():
+    graph = _package_graph()
+
+    assert len(graph.modules) > 100  # the graph sees the package
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_check_finds_two_modules_that_import_each_other_and_a_longer_loop():
+    graph = grimp.ImportGraph()
+    for importer, imported in [("p.a", "p.b"), ("p.b", "p.a"), ("p.c", "p.d"), ("p.d", "p.e"), ("p.e", "p.c"), ("p.f", "p.a")]:
+        graph.add_import(importer=importer, imported=imported)
+
+    assert sorted(sorted(cycle) for cycle in _cycles(graph)) == [["p.a", "p.a", "p.b"], ["p.c", "p.c", "p.d", "p.e"]]
 
 
 def _contracts() -> dict[str, dict]:

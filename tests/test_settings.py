@@ -15,9 +15,9 @@ from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.provider import CONFIG_OPTIONS
 from airflow_rbak.settings import RETIRED_VARIABLES, RbakSettings, environment_lookup
 from airflow_rbak.storage import open_storage
-from tests.backup.sample import build_sample_backup
 from tests.cli.test_cli import RBAK
 from tests.dags.airflow_env import REPO, airflow_env, run
+from tests.repository.sample import build_sample_backup
 
 _DEFAULTS = r'''
 import json, sys

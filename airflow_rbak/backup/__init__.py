@@ -1,1 +1,1 @@
-"""Whole-backup operations over a storage location: manifests, listing, validation, rebuild."""
+"""The backup run: one method per task of the backup DAG, over the repository (``repository/``) it writes."""

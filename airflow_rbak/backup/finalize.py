@@ -7,7 +7,7 @@ stream offsets the capture tasks returned (:func:`finalize_backup`). Both join
 what ``begin`` and ``export_definitions`` recorded in the incomplete manifest,
 write ``manifest.json`` last (totals, ``completed_at``), and only then remove
 the staging. A backup with streams links their chains and writes its manifest
-under the location's chain lock (:mod:`airflow_rbak.backup.chain_lock`), so no
+under the location's chain lock (:mod:`airflow_rbak.repository.chain_link`), so no
 retention pass deletes a base between the check that its segments are there
 and the manifest that lists them.
 """
@@ -18,14 +18,13 @@ import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_rbak.backup.chain import link_chains
-from airflow_rbak.backup.chain_lock import ChainLock
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.writer import now_ms
 from airflow_rbak.capture.checkpoints import write_offsets_summary
-from airflow_rbak.capture.staging import delete_staging
 from airflow_rbak.codec import BackupManifest, QueueBackup
 from airflow_rbak.codec.layout import manifest_key
+from airflow_rbak.repository.chain_link import ChainLock, link_chains
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.staging import delete_staging
+from airflow_rbak.repository.writer import now_ms
 from airflow_rbak.segments.encode import manifest_from_encode_report
 from airflow_rbak.segments.reports import load_report
 from airflow_rbak.storage.base import Storage
@@ -56,7 +55,7 @@ def finish_backup(
     The manifest is the last thing written; staging goes only once it is safely stored. Queues left out are
     named with their reasons in the ``left_out`` extension (a foreign reader ignores it), never listed as queues;
     what an earlier attempt staged for them goes with the rest of the staging. A stream that continued an
-    earlier backup lists that backup's segments before its own (:mod:`backup.chain`), so the completed backup
+    earlier backup lists that backup's segments before its own (:mod:`repository.chain`), so the completed backup
     restores whole on its own; ``chain_lock`` (default: one on ``storage``) is held while it is linked and saved.
     """
     store = ManifestStore(storage)

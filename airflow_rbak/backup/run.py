@@ -24,8 +24,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_rbak import __version__
-from airflow_rbak.backup.chain import latest_with_stream
-from airflow_rbak.backup.chain_lock import ChainLock
 from airflow_rbak.backup.finalize import (
     finalize_backup,
     finish_backup,
@@ -33,17 +31,11 @@ from airflow_rbak.backup.finalize import (
     manifest_summary,
     record_stream_offsets,
 )
-from airflow_rbak.backup.lease import LeasedStorage
-from airflow_rbak.backup.lock import BackupLock
-from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
-from airflow_rbak.backup.progress import ProgressReporter, checkpoint_sampler
-from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
-from airflow_rbak.backup.writer import now_ms
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.definitions import export_definitions
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.capture.checkpoints import CheckpointStore
+from airflow_rbak.capture.checkpoints import CaptureCheckpoints
 from airflow_rbak.capture.queue_capture import CaptureOptions, CaptureResult, QueueCapture
 from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS, Facts, decide
 from airflow_rbak.capture.stream_capture import StreamCapture
@@ -53,7 +45,13 @@ from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGM
 from airflow_rbak.codec.layout import check_backup_id
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import ConfigurationError, RbakError
-from airflow_rbak.segments.encode import EncodeSettings, QueueRef, encode_queue_here
+from airflow_rbak.progress import ProgressReporter, checkpoint_sampler
+from airflow_rbak.repository.chain_link import ChainLock, latest_with_stream
+from airflow_rbak.repository.lock import BackupLock, LeasedStorage
+from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
+from airflow_rbak.repository.writer import now_ms
+from airflow_rbak.segments.encode import EncodeSpec, QueueRef, encode_queue_here
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 
@@ -88,7 +86,7 @@ class BackupSettings:
     include_users: bool = True
     #: Who holds the backup's lock: every task of one DAG run passes the same owner; None: this run alone.
     lock_owner: str | None = None
-    #: Take over the lock of a run that crashed (see :mod:`airflow_rbak.backup.lock`).
+    #: Take over the lock of a run that crashed (see :mod:`airflow_rbak.repository.lock`).
     break_lock: bool = False
     #: A queue that cannot be read without changing it: "skip" leaves it out, named with its reason; "fail" fails.
     on_unsafe_queue: str = "skip"
@@ -298,7 +296,7 @@ class BackupRun:
         """Seal one queue's staging into final segments (the DAG's segment stages' encode, in this process);
         stream offsets go into its manifest entry."""
         ref = QueueRef(info.vhost, info.name, info.queue_type)
-        settings = EncodeSettings(self.settings.codec.name.lower(), self.settings.compression_level,
+        settings = EncodeSpec(self.settings.codec.name.lower(), self.settings.compression_level,
                                   self.settings.segment_max_bytes, self.settings.segment_max_interval_ms)
         with self.holding():
             entry, _, _ = encode_queue_here(self.storage, self.settings.backup_id, ref, settings)
@@ -334,10 +332,10 @@ class BackupRun:
         """The location's chain lock, for this run picking a stream's base or linking its chains."""
         return ChainLock(self.plain_storage, f"backup {self.settings.backup_id} ({self.lock.owner})")
 
-    def checkpoints(self) -> CheckpointStore:
+    def checkpoints(self) -> CaptureCheckpoints:
         """This backup's capture checkpoints, in its own storage: any worker resumes any queue, and the capture
         task's progress lines read them from there."""
-        return CheckpointStore(self.storage, self.settings.backup_id)
+        return CaptureCheckpoints(self.storage, self.settings.backup_id)
 
     def _stream_mark(self, info: QueueInfo) -> StreamMark | None:
         """Where the newest complete backup holding this stream ended (None: capture it from its start).

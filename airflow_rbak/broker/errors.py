@@ -59,5 +59,9 @@ class BrokerApiError(BrokerError):
         self.status = status
 
 
+class ManagementWriteError(BrokerApiError):
+    """A Management API write (a vhost, definitions, a delete) failed or the API was unreachable during it."""
+
+
 class QueueNotFoundError(BrokerError):
     """The queue named for capture does not exist in its vhost."""

@@ -71,7 +71,7 @@ class QueueProgress:
 _COLUMNS = [f.name for f in fields(QueueProgress)]
 
 
-class CheckpointStore:
+class CaptureCheckpoints:
     """The capture checkpoints of a backup, in its storage (one object per queue).
 
     ``save(..., sync=False)`` keeps a checkpoint in this process only: a queue's first checkpoint (its
@@ -200,7 +200,7 @@ def write_offsets_summary(storage: Storage, backup_id: str) -> str:
     Only ``finish`` writes it, once, after every capture: a foreign reader sees each queue's last chunk,
     counts and stream offsets. Resuming never reads it.
     """
-    store = CheckpointStore(storage, backup_id)
+    store = CaptureCheckpoints(storage, backup_id)
     now = int(time.time() * 1000)
     with tempfile.TemporaryDirectory(prefix="rbak-offsets-") as folder:
         path = Path(folder) / "offsets.db"

@@ -48,7 +48,7 @@ from airflow_rbak.capture.capture_options import (  # noqa: F401 - the capture's
     fingerprint,
     result_from,
 )
-from airflow_rbak.capture.checkpoints import CheckpointStore
+from airflow_rbak.capture.checkpoints import CaptureCheckpoints
 from airflow_rbak.capture.errors import CaptureInterruptedError, UnsafeQueueError
 from airflow_rbak.capture.queue_features import CaptureMethod, Facts, QueueDecision, decide
 from airflow_rbak.capture.queue_run import QueueRun
@@ -65,7 +65,7 @@ class QueueCapture:
         self,
         connection: RabbitMQConnection,
         storage: Storage,
-        checkpoints: CheckpointStore,
+        checkpoints: CaptureCheckpoints,
         options: CaptureOptions,
     ) -> None:
         self.connection = connection

@@ -6,7 +6,6 @@ See :mod:`airflow_rbak.capture.queue_capture` for the design and the measurement
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import pika
 import pika.exceptions
@@ -16,19 +15,15 @@ from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueInfo
-from airflow_rbak.capture.capture_limits import Deadline, drained_by_others, management_counts
-from airflow_rbak.capture.capture_options import CaptureResult
+from airflow_rbak.capture.capture_options import CaptureOwner, CaptureResult, Deadline, drained_by_others, management_counts
 from airflow_rbak.capture.checkpoints import QueueProgress
 from airflow_rbak.capture.errors import CaptureIntegrityError, CaptureStalledError, ConsumerTimeoutError, DeliveryLimitRiskError
 from airflow_rbak.capture.message_identity import fingerprint, identity
 from airflow_rbak.capture.queue_features import CaptureMethod, QueueDecision, consumer_timeout_ms
 from airflow_rbak.capture.staged_delivery import stage_delivery
-from airflow_rbak.capture.staging import StagedChunk, StagingWriter
 from airflow_rbak.codec.staged_records import DROPPED_HEADERS, QUORUM_BROKER_HEADERS
 from airflow_rbak.display import package_logger
-
-if TYPE_CHECKING:
-    from airflow_rbak.capture.queue_capture import QueueCapture
+from airflow_rbak.repository.staging import StagedChunk, StagingWriter
 
 log = package_logger(__name__)
 
@@ -49,7 +44,7 @@ def _delivery_count(props: pika.spec.BasicProperties) -> int:
 class QueueRun:
     """One pass over a queue: consume the staircase, stage, give everything back."""
 
-    def __init__(self, owner: QueueCapture, conn: pika.BlockingConnection, info: QueueInfo, decision: QueueDecision,
+    def __init__(self, owner: CaptureOwner, conn: pika.BlockingConnection, info: QueueInfo, decision: QueueDecision,
                  progress: QueueProgress | None) -> None:
         assert decision.return_plan is not None
         self.opts, self.checkpoints, self.conn, self.info = owner.options, owner.checkpoints, conn, info

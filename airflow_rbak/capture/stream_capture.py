@@ -28,13 +28,13 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueInfo
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.capture.capture_options import CaptureOptions, CaptureResult, result_from
-from airflow_rbak.capture.checkpoints import CheckpointStore, QueueProgress
+from airflow_rbak.capture.checkpoints import CaptureCheckpoints, QueueProgress
 from airflow_rbak.capture.errors import CaptureInterruptedError
 from airflow_rbak.capture.message_identity import stream_delivery_fingerprint
 from airflow_rbak.capture.staged_delivery import stage_delivery
-from airflow_rbak.capture.staging import StagedChunk, StagingWriter
 from airflow_rbak.capture.stream_identity import StreamMark, fingerprint_at, offset_of, resume_offset
 from airflow_rbak.codec.staged_records import DROPPED_HEADERS, STREAM_BROKER_HEADERS
+from airflow_rbak.repository.staging import StagedChunk, StagingWriter
 from airflow_rbak.storage.base import Storage
 
 _PREFETCH = 2000
@@ -57,7 +57,7 @@ class StreamCapture:
     """Captures one stream's new messages into staging, resumably."""
 
     def __init__(
-        self, connection: RabbitMQConnection, storage: Storage, checkpoints: CheckpointStore, options: CaptureOptions
+        self, connection: RabbitMQConnection, storage: Storage, checkpoints: CaptureCheckpoints, options: CaptureOptions
     ) -> None:
         self.connection, self.storage, self.checkpoints, self.options = connection, storage, checkpoints, options
 

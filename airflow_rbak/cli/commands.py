@@ -11,14 +11,6 @@ import time
 from typing import IO
 from urllib.parse import urlsplit, urlunsplit
 
-from airflow_rbak.backup.catalog import left_out_queues, list_backups, resolve_backup_id
-from airflow_rbak.backup.chain import chain_owners, dependencies
-from airflow_rbak.backup.chain_lock import ChainLock
-from airflow_rbak.backup.lock import BackupLock
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.rebuild import rebuild_manifest
-from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.cli.configured import location
 from airflow_rbak.cli.output import json_line, json_safe, say
 from airflow_rbak.cli.runs import BROKER_URL_ENV, broker_connection
@@ -27,6 +19,14 @@ from airflow_rbak.codec.records import encode_record
 from airflow_rbak.codec.segment import decode_payload, iter_payload_records
 from airflow_rbak.display import when as _when
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.catalog import left_out_queues, list_backups, resolve_backup_id
+from airflow_rbak.repository.chain import chain_owners, dependencies
+from airflow_rbak.repository.chain_link import ChainLock
+from airflow_rbak.repository.lock import BackupLock
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.rebuild import rebuild_manifest
+from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
@@ -208,7 +208,7 @@ def unlock_cmd(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def forget_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    """Retention on demand: the rbak_backup DAG's ``retention`` (:mod:`airflow_rbak.backup.retention`), chain-aware."""
+    """Retention on demand: the rbak_backup DAG's ``retention`` (:mod:`airflow_rbak.repository.retention`), chain-aware."""
     policy = RetentionPolicy(args.keep_last, args.max_age_days)
     if not policy.active:
         raise ConfigurationError("say what to keep: --keep-last N and/or --max-age-days D")

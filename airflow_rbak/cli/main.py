@@ -15,15 +15,15 @@ import sys
 from collections.abc import Sequence
 
 from airflow_rbak import __version__
-from airflow_rbak.backup.catalog import NoCompleteBackupError
-from airflow_rbak.backup.lock import BackupLockedError
-from airflow_rbak.backup.manifest_store import ManifestNotFoundError
-from airflow_rbak.backup.rebuild import NothingToRebuildError
 from airflow_rbak.cli import commands, runs
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.errors import CodecError
 from airflow_rbak.display import printable
 from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.repository.catalog import NoCompleteBackupError
+from airflow_rbak.repository.lock import BackupLockedError
+from airflow_rbak.repository.manifest_store import ManifestNotFoundError
+from airflow_rbak.repository.rebuild import NothingToRebuildError
 from airflow_rbak.restore.errors import DamagedSegmentsError
 from airflow_rbak.storage.base import ObjectNotFoundError, StorageError
 

@@ -23,12 +23,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.cli.configured import location
 from airflow_rbak.cli.output import json_line, say
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.settings import default_checkpoint_state
 
 BROKER_URL_ENV = "RBAK_BROKER_URL"
@@ -99,7 +99,7 @@ def run_conf(args: argparse.Namespace) -> dict[str, Any]:
 
 def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     """Plan, import definitions (if asked), publish every queue and report: :meth:`RestoreRun.run`."""
-    from airflow_rbak.restore import RestoreRun, RestoreSettings
+    from airflow_rbak.restore import RestoreRequest, RestoreRun
 
     conf = {"checkpoint_state": default_checkpoint_state(), **run_conf(args)}
     if conf["backup_id"] is None:
@@ -109,7 +109,7 @@ def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     if args.dry_run:
         conf["dry_run"] = True
     _migration_args(args, conf)
-    settings = RestoreSettings.from_conf(conf)
+    settings = RestoreRequest.from_conf(conf)
     connection = broker_connection(args)
     report = RestoreRun(connection, settings).run()
     if args.format == "json":

@@ -151,7 +151,7 @@ def transformed_definitions_key(backup_id: str, timestamp: str) -> str:
 
 
 def lock_key(backup_id: str) -> str:
-    """Where the lock of a running backup lives (``backup.lock``)."""
+    """Where the lock of a running backup lives (``repository.lock``)."""
     return f"{check_backup_id(backup_id)}/{LOCK_NAME}"
 
 

@@ -10,7 +10,7 @@ say what failed and what to do, configuration errors without retries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any, TypeVar
 
@@ -18,7 +18,6 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_rbak.airflow_settings import rbak_settings
-from airflow_rbak.backup.lock import BackupLockedError
 from airflow_rbak.backup.run import STREAM_MODES, BackupAlreadyCompleteError, BackupRun, BackupSettings
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, group_queues
@@ -30,6 +29,7 @@ from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.links import RabbitMQQueueLink, queue_url
 from airflow_rbak.operators import metrics
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
+from airflow_rbak.repository.lock import BackupLockedError
 from airflow_rbak.segments import stages
 from airflow_rbak.segments.encode import QueueRef
 
@@ -58,12 +58,17 @@ def mapped_groups(items: list[T], max_tasks: int) -> list[list[T]]:
     return run_step("grouping", lambda: group_queues(items, min(max_tasks, conf.getint("core", "max_map_length"))))
 
 
-def flat_captures(captures: Any) -> list[dict[str, Any]]:
-    """The capture tasks' results, one per queue (a task of a group of queues returned a list)."""
-    captures = captures or []
+def mapped_payload(items: list[T], max_tasks: Any) -> list[list[T]]:
+    """What a mapped task takes, always one shape: a group (list) of items per task, one item each without
+    ``max_tasks``, else at most that many groups."""
+    return [[item] for item in items] if max_tasks is None else mapped_groups(items, int(max_tasks))
+
+
+def flat_results(results: Any) -> list[dict[str, Any]]:
+    """A mapped task's results, one per item in order: each task returned its group's list."""
+    results = results or []
     # Index by length: iterating Airflow's lazy XCom sequence probes one past the end (a logged 404).
-    items = [captures[i] for i in range(len(captures))]
-    return [c for item in items for c in (item if isinstance(item, list) else [item])]
+    return [dict(r) for i in range(len(results)) for r in results[i]]
 
 
 def lock_owner(context: Any) -> str:
@@ -121,7 +126,7 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
     def selector(self) -> QueueSelector:
         return QueueSelector.from_params(self.vhosts, self.include, self.exclude, self.queue_types)
 
-    def execute(self, context: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
+    def execute(self, context: Any) -> list[list[dict[str, Any]]]:
         selector = run_step("discover", self.selector)
         run = self.backup_run(context, selector=selector, break_lock=bool(self.break_lock),
                               allow_delivery_count_increase=bool(self.allow_delivery_count_increase))
@@ -133,7 +138,7 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
             log.warning("queue %r in vhost %r will be left out: %s", q["queue"], q["vhost"], q["reason"])
         context["ti"].xcom_push(key="queue_refs", value=found.encode_inputs())
         queues = [asdict(q) for q in found.queues]
-        return queues if self.max_capture_tasks is None else mapped_groups(queues, int(self.max_capture_tasks))
+        return mapped_payload(queues, self.max_capture_tasks)
 
 
 class RbakExportDefinitionsOperator(RbakBrokerOperator):
@@ -155,43 +160,38 @@ class RbakExportDefinitionsOperator(RbakBrokerOperator):
 
 
 class RbakCaptureQueueOperator(RbakBrokerOperator):
-    """Capture one queue (``queue_info`` a dict), or each of a group in turn (a list), into the backup's staging
-    without changing it; logs progress while it runs.
-
-    Returns the queue's capture result, or for a group the list of its queues' results in order (the
-    finalize step reads either).
+    """Capture each queue of a group (``queue_info``, a list of one or more) in turn into the backup's staging
+    without changing it; logs progress while it runs. Returns the list of its queues' results in order.
     """
 
     template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "queue_info", "compression",
                                       "allow_delivery_count_increase", "on_unsafe_queue", "consumer_timeout_ms", "streams",
-                                      "segment_settings")
+                                      "segment_work")
     operator_extra_links = (RabbitMQQueueLink(),)
 
-    def __init__(self, *, queue_info: dict[str, Any] | list[dict[str, Any]], compression: str = "zstd",
+    def __init__(self, *, queue_info: list[dict[str, Any]], compression: str = "zstd",
                  allow_delivery_count_increase: bool = False, on_unsafe_queue: str = "skip",
                  consumer_timeout_ms: int = DEFAULT_CONSUMER_TIMEOUT_MS, streams: str = "incremental",
-                 progress_interval: float | None = None, segment_settings: dict[str, Any] | None = None,
+                 progress_interval: float | None = None, segment_work: dict[str, Any] | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.queue_info, self.compression, self.streams = queue_info, compression, streams
         #: The DAG's segment settings: when given, a queue small enough is encoded and verified here, right after
         #: its capture (:func:`airflow_rbak.segments.stages.encode_captured`); None leaves every queue to the step.
-        self.segment_settings = segment_settings
+        self.segment_work = segment_work
         self.allow_delivery_count_increase = allow_delivery_count_increase
         self.progress_interval = progress_interval  # None: [rbak] progress_interval, read when the task runs
         self.on_unsafe_queue, self.consumer_timeout_ms = on_unsafe_queue, consumer_timeout_ms
         self.rbak_queue_url: str | None = None
 
-    def execute(self, context: Any) -> dict[str, Any] | list[dict[str, Any]]:
+    def execute(self, context: Any) -> list[dict[str, Any]]:
         if str(self.streams) not in STREAM_MODES:
             raise AirflowFailException(f"streams must be one of {list(STREAM_MODES)}, got {self.streams!r}")
         run = self.backup_run(context, compression=self.compression, incremental_streams=str(self.streams) == "incremental",
                               allow_delivery_count_increase=bool(self.allow_delivery_count_increase),
                               on_unsafe_queue=str(self.on_unsafe_queue), consumer_timeout_ms=int(self.consumer_timeout_ms))
-        given = self.segment_settings
-        segments = run_step("segment settings", lambda: stages.settings_from(given)) if given is not None else None
-        if isinstance(self.queue_info, Mapping):
-            return self.capture(run, QueueInfo(**self.queue_info), segments)
+        given = self.segment_work
+        segments = run_step("segment settings", lambda: stages.work_from(given)) if given is not None else None
         return [self.capture(run, QueueInfo(**q), segments) for q in self.queue_info]
 
     def _progress_interval(self) -> float:

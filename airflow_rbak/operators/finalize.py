@@ -7,12 +7,12 @@ from typing import Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
-from airflow_rbak.backup.retention import RetentionPolicy
 from airflow_rbak.display import package_logger
 from airflow_rbak.links import RbakManifestLink, manifest_url
 from airflow_rbak.operators import metrics
-from airflow_rbak.operators.backup import backup_run, flat_captures, run_step
+from airflow_rbak.operators.backup import backup_run, flat_results, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
+from airflow_rbak.repository.retention import RetentionPolicy
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
 
@@ -43,7 +43,7 @@ class RbakFinalizeManifestOperator(StorageConnectionMixin, BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         backup_id = str(self.backup_id)
         policy = run_step("retention settings", lambda: RetentionPolicy.from_json(self.retention))
-        captures = flat_captures(self.captures)
+        captures = flat_results(self.captures)
         run = backup_run(context, None, backup_id, str(self.storage_url))
         summary = run_step("finalize", lambda: run.finalize(str(self.encode_report_key), captures, policy))
         self.rbak_manifest_url = manifest_url(str(self.storage_url), backup_id)

@@ -1,8 +1,8 @@
 """Operators for the steps of a restore, thin over :class:`airflow_rbak.restore.RestoreRun`.
 
 plan → definitions → publish (one mapped task per queue) → report. Every
-operator takes the restore's settings as one templated ``restore_settings``
-mapping (the fields of :class:`RestoreSettings`), so the DAG's ``Param``s
+operator takes the restore's request as one templated ``restore_request``
+mapping (the fields of :class:`RestoreRequest`), so the DAG's ``Param``s
 flow through without each operator re-declaring them. Results are small
 JSON objects for XCom; RBAK errors become Airflow errors via ``run_step``
 (invalid settings fail without retries).
@@ -17,13 +17,13 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_rbak.airflow_settings import rbak_settings
-from airflow_rbak.backup.progress import ProgressReporter
 from airflow_rbak.display import package_logger
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.operators import metrics
-from airflow_rbak.operators.backup import mapped_groups, run_step
+from airflow_rbak.operators.backup import flat_results, mapped_payload, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
-from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRun, RestoreSettings
+from airflow_rbak.progress import ProgressReporter
+from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRequest, RestoreRun
 from airflow_rbak.restore.errors import RestoreRefusedError
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
@@ -44,15 +44,15 @@ def restore_step(step: str, action: Callable[[], T]) -> T:
 class RbakRestoreOperator(StorageConnectionMixin, BaseOperator):
     """Base of the restore operators: the target connection and the restore's settings."""
 
-    template_fields: Sequence[str] = ("rabbitmq_conn_id", "restore_settings")
+    template_fields: Sequence[str] = ("rabbitmq_conn_id", "restore_request")
 
-    def __init__(self, *, restore_settings: Mapping[str, Any], rabbitmq_conn_id: str = "rabbitmq_default", **kwargs: Any) -> None:
+    def __init__(self, *, restore_request: Mapping[str, Any], rabbitmq_conn_id: str = "rabbitmq_default", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.restore_settings, self.rabbitmq_conn_id = restore_settings, rabbitmq_conn_id
+        self.restore_request, self.rabbitmq_conn_id = restore_request, rabbitmq_conn_id
 
     def restore_run(self) -> RestoreRun:
         """The engine for this task (settings validated before any I/O)."""
-        settings = run_step("setup", lambda: RestoreSettings(**dict(self.restore_settings)))
+        settings = run_step("setup", lambda: RestoreRequest(**dict(self.restore_request)))
         return run_step("setup", lambda: RestoreRun(RabbitMQHook(self.rabbitmq_conn_id).get_conn(), settings))
 
 
@@ -70,7 +70,7 @@ class RbakRestorePlanOperator(RbakRestoreOperator):
         super().__init__(**kwargs)
         self.max_publish_tasks = max_publish_tasks
 
-    def execute(self, context: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
+    def execute(self, context: Any) -> list[list[dict[str, Any]]]:
         run = self.restore_run()
         plan = restore_step("plan", run.plan)
         for line in plan.summary_lines():
@@ -78,7 +78,7 @@ class RbakRestorePlanOperator(RbakRestoreOperator):
         context["ti"].xcom_push(key="plan", value=plan.to_json())
         queues = [{"source_vhost": q.source_vhost, "source_queue": q.source_queue, "target": f"{q.target_vhost}/{q.target_queue}",
                    "records": q.records_in_window, "target_holds": q.target_depth, "adds": q.to_add} for q in plan.queues]
-        return queues if self.max_publish_tasks is None else mapped_groups(queues, int(self.max_publish_tasks))
+        return mapped_payload(queues, self.max_publish_tasks)
 
 
 class RbakRestoreDefinitionsOperator(RbakRestoreOperator):
@@ -101,20 +101,18 @@ class RbakRestoreDefinitionsOperator(RbakRestoreOperator):
 
 
 class RbakRestoreQueueOperator(RbakRestoreOperator):
-    """Publish one queue's records in the window (``restore_queue`` a dict), or each of a group's in turn (a list),
-    resuming after its checkpoint; returns the queue's result, or the group's list of results."""
+    """Publish the records in the window of each queue of a group (``restore_queue``, a list of one or more) in turn,
+    resuming after its checkpoint; returns the list of the group's results."""
 
     template_fields: Sequence[str] = (*RbakRestoreOperator.template_fields, "plan", "restore_queue")
 
-    def __init__(self, *, plan: Mapping[str, Any], restore_queue: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    def __init__(self, *, plan: Mapping[str, Any], restore_queue: Sequence[Mapping[str, Any]],
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.plan, self.restore_queue = plan, restore_queue
 
-    def execute(self, context: Any) -> dict[str, Any] | list[dict[str, Any]]:
+    def execute(self, context: Any) -> list[dict[str, Any]]:
         run, plan = self.restore_run(), RestorePlan.from_json(dict(self.plan))
-        if isinstance(self.restore_queue, Mapping):
-            return self.publish(run, plan, self.restore_queue)
         return [self.publish(run, plan, queue) for queue in self.restore_queue]
 
     def publish(self, run: RestoreRun, plan: RestorePlan, restore_queue: Mapping[str, Any]) -> dict[str, Any]:
@@ -147,10 +145,7 @@ class RbakRestoreReportOperator(RbakRestoreOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         run = self.restore_run()
         definitions = dict(self.definitions) if self.definitions and self.definitions.get("requested", True) else None
-        results = self.results or []
-        # a publish task of a group of queues returned a list of their results
-        rows = [dict(r) for item in (results[i] for i in range(len(results)))
-                for r in (item if isinstance(item, list) else [item])]
+        rows = flat_results(self.results)
         report = run_step("report", lambda: run.report(RestorePlan.from_json(dict(self.plan)), rows, definitions))
         metrics.restore_reported(report.to_json(), run.settings.storage_url)
         return report.to_json()

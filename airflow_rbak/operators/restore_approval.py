@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_rbak.display import package_logger
 from airflow_rbak.operators.backup import run_step
-from airflow_rbak.restore import RestorePlan, RestoreSettings
+from airflow_rbak.restore import RestorePlan, RestoreRequest
 from airflow_rbak.restore.approval import approval_body, approval_not_needed, approval_subject, rejection
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
@@ -34,19 +34,19 @@ class RbakRestoreApprovalOperator(ApprovalOperator):
     within ``response_timeout`` counts as ``Reject``.
     """
 
-    template_fields: Sequence[str] = (*ApprovalOperator.template_fields, "plan", "restore_settings", "rabbitmq_conn_id",
+    template_fields: Sequence[str] = (*ApprovalOperator.template_fields, "plan", "restore_request", "rabbitmq_conn_id",
                                       "skip_approval")
 
-    def __init__(self, *, plan: Mapping[str, Any], restore_settings: Mapping[str, Any],
+    def __init__(self, *, plan: Mapping[str, Any], restore_request: Mapping[str, Any],
                  rabbitmq_conn_id: str = "rabbitmq_default", skip_approval: bool | str = False,
                  response_timeout: dt.timedelta | None = None, **kwargs: Any) -> None:
         super().__init__(subject="Approve the restore plan", fail_on_reject=True, defaults=ApprovalOperator.REJECT,
                          response_timeout=response_timeout, **kwargs)
-        self.plan, self.restore_settings = plan, restore_settings
+        self.plan, self.restore_request = plan, restore_request
         self.rabbitmq_conn_id, self.skip_approval = rabbitmq_conn_id, skip_approval
 
     def execute(self, context: Any) -> Any:
-        settings = run_step("approval", lambda: RestoreSettings(**dict(self.restore_settings)))
+        settings = run_step("approval", lambda: RestoreRequest(**dict(self.restore_request)))
         skipped = approval_not_needed(settings, self.skip_approval in (True, "True", "true"))  # native or text
         if skipped:
             log.info("no approval asked: %s", skipped)

@@ -16,7 +16,7 @@ import orjson
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_rbak.display import package_logger, printable
-from airflow_rbak.operators.backup import flat_captures, run_step
+from airflow_rbak.operators.backup import flat_results, run_step
 from airflow_rbak.operators.spark import RbakSparkJobOperator
 from airflow_rbak.segments import stages
 from airflow_rbak.segments.encode import QueueRef, parse_queue_refs
@@ -31,12 +31,12 @@ class RbakBackupSegmentsOperator(RbakSparkJobOperator):
 
     job_module = "backup_segments"
     report_job = stages.JOB
-    template_fields: Sequence[str] = (*RbakSparkJobOperator.template_fields, "queues", "captures", "segment_settings")
+    template_fields: Sequence[str] = (*RbakSparkJobOperator.template_fields, "queues", "captures", "segment_work")
 
     def __init__(self, *, queues: list[dict[str, Any]] | None = None, captures: Any = None,
-                 segment_settings: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 segment_work: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.queues, self.captures, self.segment_settings = queues, captures, segment_settings
+        self.queues, self.captures, self.segment_work = queues, captures, segment_work
 
     def job_arguments(self) -> list[str]:
         work: stages.SegmentWork = self._work
@@ -50,11 +50,11 @@ class RbakBackupSegmentsOperator(RbakSparkJobOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         url, backup_id = str(self.storage_url), str(self.backup_id)
-        self._work, placement = run_step("segment settings", lambda: stages.settings_from(self.segment_settings or {}))
+        self._work, placement = run_step("segment settings", lambda: stages.work_from(self.segment_work or {}))
         refs = run_step("segment settings", lambda: parse_queue_refs(self.queues or []))
         storage = open_storage(url)
         parts = {}
-        for capture in flat_captures(self.captures):
+        for capture in flat_results(self.captures):
             done = capture.get("segments") or {}
             part = stages.load_part(storage, backup_id, capture["vhost"], capture["queue"], self._work) \
                 if done.get("report_key") else None

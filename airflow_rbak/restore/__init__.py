@@ -19,8 +19,8 @@ from airflow_rbak.restore.errors import (
 )
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, SegmentPlan, SkippedSegment, plan_restore
 from airflow_rbak.restore.queue_restore import QueueResult
+from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest, parse_time
 from airflow_rbak.restore.run import RestoreReport, RestoreRun
-from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings, parse_time
 
 __all__ = [
     "BackupNotRestorableError",
@@ -36,8 +36,8 @@ __all__ = [
     "RestoreRejectedError",
     "RestorePlan",
     "RestoreReport",
+    "RestoreRequest",
     "RestoreRun",
-    "RestoreSettings",
     "SegmentPlan",
     "SkippedSegment",
     "TargetChangedError",

@@ -22,7 +22,7 @@ import datetime as dt
 from airflow_rbak.display import md_code, printable
 from airflow_rbak.restore.errors import RestoreRejectedError
 from airflow_rbak.restore.plan import RestorePlan
-from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.restore.request import RestoreRequest
 
 #: Queues listed one per row in the request; the rest are summed in one line (a restore may hold thousands).
 QUEUES_SHOWN = 50
@@ -30,7 +30,7 @@ QUEUES_SHOWN = 50
 CHANGES_SHOWN, DIFF_SHOWN = 40, 60
 
 
-def approval_not_needed(settings: RestoreSettings, skip_approval: bool) -> str | None:
+def approval_not_needed(settings: RestoreRequest, skip_approval: bool) -> str | None:
     """Why this restore goes ahead without asking anyone (None: it must wait for approval)."""
     if settings.dry_run:
         return "dry run: nothing is imported or published"
@@ -46,7 +46,7 @@ def approval_subject(plan: RestorePlan) -> str:
                      f"queues of {target}?")
 
 
-def approval_body(plan: RestorePlan, settings: RestoreSettings, rabbitmq_conn_id: str) -> str:
+def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id: str) -> str:
     """The plan as Markdown for the approver: what is read, where it goes, and what happens to what is there."""
     same_cluster = plan.source_cluster is not None and plan.source_cluster == plan.target_cluster
     same = " (**the same cluster the backup was taken from**)" if same_cluster else ""
@@ -97,7 +97,7 @@ def rejection(plan: RestorePlan, responded_by: str | None, timed_out: bool, time
                                 "published. Trigger the restore again to ask again")
 
 
-def _definitions_line(plan: RestorePlan, settings: RestoreSettings) -> str:
+def _definitions_line(plan: RestorePlan, settings: RestoreRequest) -> str:
     if not settings.restore_definitions:
         return "**Definitions**: not imported (`restore_definitions: false`)."
     changes = plan.definitions_changes or {}

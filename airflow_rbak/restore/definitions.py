@@ -25,17 +25,18 @@ from typing import Any
 
 import orjson
 
+from airflow_rbak.broker import management_admin
 from airflow_rbak.broker.definitions import without_credentials
-from airflow_rbak.broker.errors import BrokerError
+from airflow_rbak.broker.errors import BrokerError, ManagementWriteError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.codec import CodecError
 from airflow_rbak.codec.compression import compress, decompress
 from airflow_rbak.codec.layout import compression_from_key, rollback_definitions_key
 from airflow_rbak.display import package_logger
-from airflow_rbak.restore import management_admin, migration
+from airflow_rbak.restore import migration
 from airflow_rbak.restore.definitions_diff import ImportChanges, compare, per_vhost
 from airflow_rbak.restore.errors import DefinitionsImportError
-from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings, matches
+from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest, matches
 from airflow_rbak.storage.base import Storage, StorageError
 
 log = package_logger(__name__)
@@ -71,7 +72,7 @@ def load_definitions(storage: Storage, key: str) -> dict[str, Any]:
 
 
 def select_definitions(
-    doc: dict[str, Any], selection: DefinitionsSelection, settings: RestoreSettings
+    doc: dict[str, Any], selection: DefinitionsSelection, settings: RestoreRequest
 ) -> dict[str, dict[str, Any]]:
     """Per target vhost, the queues, exchanges, bindings and policies to import, renamed by the maps."""
     vhosts = [v.get("name") for v in doc.get("vhosts", []) if matches(str(v.get("name")), selection.vhosts)]
@@ -93,7 +94,7 @@ def _in(vhost: str, items: Any) -> list[dict[str, Any]]:
     return [i for i in (items or []) if isinstance(i, dict) and i.get("vhost") == vhost]
 
 
-def _select_vhost(doc: dict[str, Any], vhost: str, selection: DefinitionsSelection, settings: RestoreSettings) -> dict[str, list]:
+def _select_vhost(doc: dict[str, Any], vhost: str, selection: DefinitionsSelection, settings: RestoreRequest) -> dict[str, list]:
     queues = [q for q in _in(vhost, doc.get("queues")) if matches(q.get("name", ""), selection.queues)]
     queue_names = {q["name"] for q in queues}
     bindings = _in(vhost, doc.get("bindings"))
@@ -121,7 +122,7 @@ def _select_vhost(doc: dict[str, Any], vhost: str, selection: DefinitionsSelecti
     }
 
 
-def _rename_binding(binding: dict[str, Any], settings: RestoreSettings) -> dict[str, Any]:
+def _rename_binding(binding: dict[str, Any], settings: RestoreRequest) -> dict[str, Any]:
     if binding.get("destination_type") == "queue":
         return {**binding, "destination": settings.target_queue(binding["destination"])}
     return binding
@@ -186,7 +187,7 @@ class DefinitionsProposal:
     transformed: dict[str, Any] | None = None
 
 
-def plan_definitions(client: ManagementClient, storage: Storage, settings: RestoreSettings, backup_id: str,
+def plan_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest, backup_id: str,
                      definitions_key: str | None) -> DefinitionsProposal:
     """The selected definitions per target vhost, transformed for the target, and what importing them would change."""
     saved = load_definitions(storage, _saved_definitions(backup_id, definitions_key))
@@ -202,7 +203,7 @@ def plan_definitions(client: ManagementClient, storage: Storage, settings: Resto
                                summary, transformed)
 
 
-def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreSettings, backup_id: str,
+def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest, backup_id: str,
                         definitions_key: str | None) -> DefinitionsResult:
     """Compare with the target; unless dry run, save the rollback snapshot and the import record, then import."""
     key = _saved_definitions(backup_id, definitions_key)
@@ -227,9 +228,14 @@ def restore_definitions(client: ManagementClient, storage: Storage, settings: Re
         try:
             if management_admin.ensure_vhost(client, vhost):
                 result.created_vhosts.append(vhost)
+        except ManagementWriteError as exc:
+            raise DefinitionsImportError(str(exc)) from None
         except BrokerError as exc:
             raise DefinitionsImportError(f"cannot create vhost {vhost!r}: {exc}") from None
-    for vhost, document in per_vhost(changes.to_apply()).items():
-        management_admin.import_vhost_definitions(client, vhost, document)
+    try:
+        for vhost, document in per_vhost(changes.to_apply()).items():
+            management_admin.import_vhost_definitions(client, vhost, document)
+    except ManagementWriteError as exc:
+        raise DefinitionsImportError(str(exc)) from None
     result.imported = True
     return result

@@ -24,7 +24,7 @@ from airflow_rbak.codec.layout import transformed_definitions_key
 from airflow_rbak.restore.errors import DefinitionsImportError, MigrationRefusedError
 from airflow_rbak.restore.plan import RestorePlan
 from airflow_rbak.restore.quorum_support import target_version, version_text
-from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.restore.transformations import (
     CHANGED,
     KINDS,
@@ -58,13 +58,13 @@ def from_document(doc: dict[str, Any], vhosts: list[str]) -> dict[str, dict[str,
     return out
 
 
-def options(settings: RestoreSettings, version: str) -> TransformOptions:
+def options(settings: RestoreRequest, version: str) -> TransformOptions:
     """The transformations' options from the settings and the target's version text."""
     rules = settings.queue_types or (("*", "quorum"),)
     return TransformOptions(target_version(version), tuple(rules), settings.accept_losses)
 
 
-def transform_selection(selected: dict[str, dict[str, list[dict[str, Any]]]], settings: RestoreSettings,
+def transform_selection(selected: dict[str, dict[str, list[dict[str, Any]]]], settings: RestoreRequest,
                         version: str) -> tuple[dict[str, dict[str, list[dict[str, Any]]]], dict[str, Any], dict[str, Any]]:
     """The selection transformed, the :class:`Migration` summary for the plan, and the transformed document."""
     opts = options(settings, version)

@@ -11,13 +11,13 @@ from __future__ import annotations
 from airflow_rbak.broker import stream_protocol
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.display import package_logger
-from airflow_rbak.restore.checkpoints import CheckpointStore, QueueCheckpoint
+from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpointStore
 from airflow_rbak.restore.plan import QueuePlan
 
 log = package_logger(__name__)
 
 
-def map_consumer_offsets(checkpoints: CheckpointStore, cp: QueueCheckpoint, queue: QueuePlan) -> dict[str, int]:
+def map_consumer_offsets(checkpoints: RestoreCheckpointStore, cp: QueueCheckpoint, queue: QueuePlan) -> dict[str, int]:
     """Each saved consumer's new offset in the target stream (consumers with nothing restored left out)."""
     mapped: dict[str, int] = {}
     for name, offset in sorted(queue.consumer_offsets.items()):
@@ -27,7 +27,7 @@ def map_consumer_offsets(checkpoints: CheckpointStore, cp: QueueCheckpoint, queu
     return mapped
 
 
-def restore_consumer_offsets(connection: RabbitMQConnection, checkpoints: CheckpointStore, cp: QueueCheckpoint,
+def restore_consumer_offsets(connection: RabbitMQConnection, checkpoints: RestoreCheckpointStore, cp: QueueCheckpoint,
                              queue: QueuePlan) -> dict[str, int]:
     """Store the mapped offsets of the queue's named consumers in the target stream; returns them."""
     mapped = map_consumer_offsets(checkpoints, cp, queue)

@@ -5,7 +5,7 @@ backups its chain continues, so the plan reads them like its own and
 reports which backups it drew from), picks the selected queues, then
 fetches and fully verifies every segment of them (SHA-256 against the
 manifest, CRC-32, framing, record count: the checks of
-``backup.segment_check``) and counts the records inside the window; a
+``repository.segment_check``) and counts the records inside the window; a
 segment holding none is left out of the plan. The format does not require a
 segment's records in time order, so its timestamps cannot tell that no record
 lies in the window: only its records can. Damaged segments stop the restore, naming them,
@@ -18,17 +18,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_rbak.backup.catalog import NoCompleteBackupError, resolve_backup_id
-from airflow_rbak.backup.chain import segment_owner
-from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
-from airflow_rbak.backup.ownership import foreign_objects
-from airflow_rbak.backup.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata, iter_records
 from airflow_rbak.codec.errors import ManifestError
 from airflow_rbak.display import package_logger
+from airflow_rbak.repository.catalog import NoCompleteBackupError, resolve_backup_id
+from airflow_rbak.repository.chain import segment_owner
+from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.repository.ownership import foreign_objects
+from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.restore.checkpoints import QueueCheckpoint
 from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
-from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 log = package_logger(__name__)
@@ -84,7 +84,7 @@ class QueuePlan:
     completed_before: bool = False
     #: exchange mode: the other non-empty queues of the target vhost, where bindings may route records.
     vhost_depths: dict[str, int] = field(default_factory=dict)
-    #: The backups whose segments hold this queue's records in the window, in chain order (:mod:`backup.chain`).
+    #: The backups whose segments hold this queue's records in the window, in chain order (:mod:`repository.chain`).
     drawn_from: tuple[str, ...] = ()
     #: The type the target queue gets when a transformation converts it (None: the backup's ``queue_type``).
     target_queue_type: str | None = None
@@ -194,7 +194,7 @@ def resolve_manifest(storage: Storage, backup_id: str) -> BackupManifest:
     return manifest
 
 
-def plan_restore(storage: Storage, settings: RestoreSettings) -> RestorePlan:
+def plan_restore(storage: Storage, settings: RestoreRequest) -> RestorePlan:
     """Read the manifest, verify the segments the window needs, count what will be published."""
     manifest = resolve_manifest(storage, settings.backup_id)
     foreign = foreign_objects(manifest)
@@ -228,7 +228,7 @@ def plan_restore(storage: Storage, settings: RestoreSettings) -> RestorePlan:
     )
 
 
-def queue_checkpoint(plan: RestorePlan, queue: QueuePlan, settings: RestoreSettings) -> QueueCheckpoint:
+def queue_checkpoint(plan: RestorePlan, queue: QueuePlan, settings: RestoreRequest) -> QueueCheckpoint:
     """The checkpoint key of one queue of this restore: target cluster, location, backup, queues, window."""
     if not plan.target_cluster_id:
         raise BackupNotRestorableError("the plan does not name its target cluster; plan the restore again")
@@ -236,7 +236,7 @@ def queue_checkpoint(plan: RestorePlan, queue: QueuePlan, settings: RestoreSetti
                            settings.window_label(), target_cluster=plan.target_cluster_id, location=plan.storage_url)
 
 
-def _check_targets_unique(selected: list[QueueBackup], settings: RestoreSettings) -> None:
+def _check_targets_unique(selected: list[QueueBackup], settings: RestoreRequest) -> None:
     seen: dict[tuple[str, str], str] = {}
     for q in selected:
         target = (settings.target_vhost(q.vhost), settings.target_queue(q.name))
@@ -247,7 +247,7 @@ def _check_targets_unique(selected: list[QueueBackup], settings: RestoreSettings
         seen[target] = f"{q.vhost}/{q.name}"
 
 
-def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreSettings) -> tuple:
+def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreRequest) -> tuple:
     segments, skipped, defects = [], [], {}
     exchanges: set[str] = set()
     ordinal = verified = outside = 0
@@ -278,7 +278,7 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreSettings)
 
 
 def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata,
-                   settings: RestoreSettings) -> tuple[SegmentCheck, bytes | None]:
+                   settings: RestoreRequest) -> tuple[SegmentCheck, bytes | None]:
     check = SegmentCheck(meta.key, entry.vhost, entry.name, meta.sequence)
     try:
         data = storage.get(meta.key)
@@ -293,7 +293,7 @@ def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata,
 
 
 def verify_and_count(
-    storage: Storage, entry: QueueBackup, meta: SegmentMetadata, settings: RestoreSettings, exchanges: set[str]
+    storage: Storage, entry: QueueBackup, meta: SegmentMetadata, settings: RestoreRequest, exchanges: set[str]
 ) -> tuple[SegmentCheck, int]:
     """Verify one segment completely; count its records inside the window and note their exchanges.
 

@@ -32,7 +32,7 @@ import pika.exceptions
 
 from airflow_rbak.broker.pika_connection import ConfirmChannel
 from airflow_rbak.display import package_logger
-from airflow_rbak.restore.checkpoints import CheckpointStore, QueueCheckpoint, Unroutable
+from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpointStore, Unroutable
 from airflow_rbak.restore.errors import PublishError, TargetChangedError
 from airflow_rbak.restore.records import Positioned
 
@@ -55,7 +55,7 @@ class _InFlight:
 class ConfirmPipeline:
     """One channel in confirm mode: publish, track confirms and returns, commit checkpoints."""
 
-    def __init__(self, conn: pika.BlockingConnection, checkpoints: CheckpointStore, checkpoint: QueueCheckpoint,
+    def __init__(self, conn: pika.BlockingConnection, checkpoints: RestoreCheckpointStore, checkpoint: QueueCheckpoint,
                  max_in_flight: int, max_rate: float | None = None, track_offsets: bool = False) -> None:
         self.conn, self.checkpoints, self.cp = conn, checkpoints, checkpoint
         self.max_in_flight, self.max_rate, self.track_offsets = max_in_flight, max_rate, track_offsets

@@ -14,12 +14,12 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.pika_connection import blocking_connection
 from airflow_rbak.display import package_logger
 from airflow_rbak.restore import target
-from airflow_rbak.restore.checkpoints import CheckpointStore, QueueCheckpoint
+from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpointStore
 from airflow_rbak.restore.errors import PublishError
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
 from airflow_rbak.restore.publisher import ConfirmPipeline, reconcile
 from airflow_rbak.restore.records import Positioned, iter_window_records
-from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.storage.base import Storage
 
 log = package_logger(__name__)
@@ -50,8 +50,8 @@ class QueueResult:
         return asdict(self)
 
 
-def restore_queue(connection: RabbitMQConnection, storage: Storage, settings: RestoreSettings, plan: RestorePlan,
-                  queue: QueuePlan, checkpoints: CheckpointStore) -> QueueResult:
+def restore_queue(connection: RabbitMQConnection, storage: Storage, settings: RestoreRequest, plan: RestorePlan,
+                  queue: QueuePlan, checkpoints: RestoreCheckpointStore) -> QueueResult:
     """Publish the queue's records in the window, resuming after its checkpoint; dry run publishes nothing."""
     started = time.monotonic()
     result = QueueResult(queue.source_vhost, queue.source_queue, queue.target_vhost, queue.target_queue, queue.records_in_window)
@@ -69,8 +69,8 @@ def restore_queue(connection: RabbitMQConnection, storage: Storage, settings: Re
     return result
 
 
-def _publish(connection: RabbitMQConnection, storage: Storage, settings: RestoreSettings, queue: QueuePlan,
-             checkpoints: CheckpointStore, cp: QueueCheckpoint, result: QueueResult) -> QueueCheckpoint:
+def _publish(connection: RabbitMQConnection, storage: Storage, settings: RestoreRequest, queue: QueuePlan,
+             checkpoints: RestoreCheckpointStore, cp: QueueCheckpoint, result: QueueResult) -> QueueCheckpoint:
     try:
         conn = blocking_connection(connection.pika_parameters(queue.target_vhost))
     except pika.exceptions.AMQPError as exc:
@@ -94,7 +94,7 @@ def _publish(connection: RabbitMQConnection, storage: Storage, settings: Restore
             pass
 
 
-def _resume(conn: pika.BlockingConnection, connection: RabbitMQConnection, queue: QueuePlan, checkpoints: CheckpointStore,
+def _resume(conn: pika.BlockingConnection, connection: RabbitMQConnection, queue: QueuePlan, checkpoints: RestoreCheckpointStore,
             cp: QueueCheckpoint, records: Any, result: QueueResult, track_offsets: bool = False) -> QueueCheckpoint:
     """Measure the target; on a re-run, skip the records a crashed run already got into it."""
     if cp.depth_base is None:
@@ -111,8 +111,8 @@ def _resume(conn: pika.BlockingConnection, connection: RabbitMQConnection, queue
     return updated
 
 
-def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, settings: RestoreSettings, queue: QueuePlan,
-          checkpoints: CheckpointStore, cp: QueueCheckpoint, records: Any, result: QueueResult) -> QueueCheckpoint:
+def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, settings: RestoreRequest, queue: QueuePlan,
+          checkpoints: RestoreCheckpointStore, cp: QueueCheckpoint, records: Any, result: QueueResult) -> QueueCheckpoint:
     exact = settings.publish_mode == "queue"
     if exact and cp.depth_base is None:
         cp = replace(cp, depth_base=target.queue_depth(conn, connection, queue))
@@ -140,7 +140,7 @@ def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, setting
         pipeline.close()
 
 
-def _route(settings: RestoreSettings, queue: QueuePlan, item: Positioned) -> tuple[str, str]:
+def _route(settings: RestoreRequest, queue: QueuePlan, item: Positioned) -> tuple[str, str]:
     """``queue`` mode and default-exchange records go straight to the target queue; others keep their route."""
     record = item.record
     if settings.publish_mode == "queue" or record.exchange == "":
@@ -148,7 +148,7 @@ def _route(settings: RestoreSettings, queue: QueuePlan, item: Positioned) -> tup
     return record.exchange, record.routing_key
 
 
-def _properties(item: Positioned, settings: RestoreSettings, connection: RabbitMQConnection) -> pika.BasicProperties:
+def _properties(item: Positioned, settings: RestoreRequest, connection: RabbitMQConnection) -> pika.BasicProperties:
     props = item.record.properties
     if props.user_id is not None and props.user_id != connection.username:
         if not settings.strip_user_id:

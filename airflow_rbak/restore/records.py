@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from airflow_rbak.restore.errors import DamagedSegmentsError
 from airflow_rbak.restore.plan import READ_ATTEMPTS, QueuePlan
-from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.restore.wire import WireRecord, iter_wire_records
 from airflow_rbak.storage.base import Storage
 
@@ -32,7 +32,7 @@ class Positioned:
 
 
 def iter_window_records(
-    storage: Storage, queue: QueuePlan, settings: RestoreSettings, start_ordinal: int = 0
+    storage: Storage, queue: QueuePlan, settings: RestoreRequest, start_ordinal: int = 0
 ) -> Iterator[Positioned]:
     """Yield the queue's records inside the window from ``start_ordinal`` on, in backup order."""
     for segment in queue.segments:

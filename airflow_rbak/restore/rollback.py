@@ -19,9 +19,10 @@ from urllib.parse import quote
 
 import orjson
 
+from airflow_rbak.broker import management_admin
+from airflow_rbak.broker.errors import ManagementWriteError
 from airflow_rbak.broker.management import ManagementClient, addressable
 from airflow_rbak.display import package_logger
-from airflow_rbak.restore import management_admin
 from airflow_rbak.restore.definitions import current_definitions, import_record_key, load_definitions
 from airflow_rbak.restore.definitions_diff import IDENTITY, identity, index, label
 from airflow_rbak.restore.errors import DefinitionsImportError, DefinitionsRollbackError
@@ -75,10 +76,13 @@ def rollback_definitions(client: ManagementClient, storage: Storage, backup_id: 
     )
     if dry_run:
         return result
-    for kind, item in deletes:
-        _delete(client, kind, item)
-    if restores:
-        management_admin.send(client, "POST", "definitions", _document(restores))
+    try:
+        for kind, item in deletes:
+            _delete(client, kind, item)
+        if restores:
+            management_admin.send(client, "POST", "definitions", _document(restores))
+    except ManagementWriteError as exc:
+        raise DefinitionsImportError(str(exc)) from None
     _verify(client, [identity(k, i) for k, i in deletes + restores], snapshot)
     log.info("definitions rolled back to %s: %d deleted, %d put back", key, len(deletes), len(restores))
     return result

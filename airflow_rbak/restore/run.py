@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from airflow_rbak.backup.progress import Sample
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.display import count, package_logger
+from airflow_rbak.progress import Sample
 from airflow_rbak.restore import migration
 from airflow_rbak.restore.checkpoints import open_checkpoint_store
 from airflow_rbak.restore.definitions import DefinitionsResult, plan_definitions, restore_definitions
@@ -26,8 +26,8 @@ from airflow_rbak.restore.errors import RestoreRefusedError, UnroutableMessagesE
 from airflow_rbak.restore.offsets import restore_consumer_offsets
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, plan_restore, queue_checkpoint
 from airflow_rbak.restore.queue_restore import QueueResult, restore_queue
-from airflow_rbak.restore.settings import RestoreSettings
-from airflow_rbak.restore.target_check import check_target, inspect_target, refusal
+from airflow_rbak.restore.request import RestoreRequest
+from airflow_rbak.restore.target import check_target, inspect_target, refusal
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 
@@ -75,7 +75,7 @@ def report_line(report: Mapping[str, Any]) -> str:
 class RestoreRun:
     """The steps of one restore from one storage location into one broker."""
 
-    def __init__(self, connection: RabbitMQConnection, settings: RestoreSettings, storage: Storage | None = None) -> None:
+    def __init__(self, connection: RabbitMQConnection, settings: RestoreRequest, storage: Storage | None = None) -> None:
         self.connection = connection
         self.settings = settings
         self.storage = storage or open_storage(settings.storage_url)
@@ -109,10 +109,8 @@ class RestoreRun:
         with ManagementClient(self.connection) as client:
             return restore_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key)
 
-    def publish(self, plan: RestorePlan, queue: QueuePlan | dict[str, Any]) -> QueueResult:
-        """Restore one queue of the plan (a dict is accepted, as XCom hands it over)."""
-        if isinstance(queue, dict):
-            queue = plan.queue(queue["source_vhost"], queue["source_queue"])
+    def publish(self, plan: RestorePlan, queue: QueuePlan) -> QueueResult:
+        """Restore one queue of the plan."""
         self._check_same_target(plan)
         with open_checkpoint_store(self.settings.checkpoint_state, self.storage) as checkpoints:
             result = restore_queue(self.connection, self.storage, self.settings, plan, queue, checkpoints)

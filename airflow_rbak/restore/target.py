@@ -3,19 +3,42 @@
 The depth is what makes a resumed restore exact: a classic or quorum queue's
 ready-message count, or for a stream its tail offset + 1 (a stream's
 ``queue.declare-ok`` always reports 0 messages on RabbitMQ 3.10).
+
+What the target holds before a restore touches it, and the refusal that keeps a restore from harming it.
+
+A restore with the defaults once published into the source's own live
+queues (5 messages became 10). So before anything is imported or published,
+the plan reads, for every queue it will publish into, what the target holds
+now and whether a checkpoint says this very restore already began there.
+With ``on_existing_messages: refuse`` (the default) a queue that holds
+messages and was not begun by this restore stops the whole run, naming each
+queue, its depth, and what to set. In ``exchange`` mode the bindings decide
+where a message lands, but never outside its vhost: so there every queue of
+the target vhost must be empty.
+
+Depths are read as the broker sees them now: ready messages by passive
+declare (the management API's counts can be 5 s old), and the management
+API's total (which also counts unacknowledged messages) when it is larger;
+a stream's depth is its tail offset + 1.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pika
 import pika.exceptions
 
 from airflow_rbak.broker import stream_protocol
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.restore.errors import PublishError
-from airflow_rbak.restore.plan import QueuePlan
+from airflow_rbak.broker.errors import QueueNotFoundError
+from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.display import package_logger
+from airflow_rbak.restore.checkpoints import RestoreCheckpointStore
+from airflow_rbak.restore.errors import PublishError, RestoreRefusedError
+from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
+from airflow_rbak.restore.request import RestoreRequest
 
 
 def queue_exists(conn: pika.BlockingConnection, name: str) -> bool:
@@ -81,3 +104,76 @@ def _read_depth(conn: pika.BlockingConnection, connection: RabbitMQConnection, q
     count = channel.queue_declare(queue.target_queue, passive=True).method.message_count
     channel.close()
     return int(count)
+
+
+log = package_logger(__name__)
+
+
+def inspect_target(plan: RestorePlan, client: ManagementClient, connection: RabbitMQConnection, settings: RestoreRequest,
+                   checkpoints: RestoreCheckpointStore) -> RestorePlan:
+    """The plan with the target's identity and, per queue, its depth now and what this restore already put there."""
+    plan = replace(plan, target_cluster=client.cluster_name(), target_cluster_id=client.cluster_identity())
+    vhosts = set(client.vhosts())
+    queues = []
+    for queue in plan.queues:
+        cp = checkpoints.load(queue_checkpoint(plan, queue, settings))
+        depth = target_depth(client, connection, queue.target_vhost, queue.target_queue) if queue.target_vhost in vhosts else None
+        others = {}
+        if settings.publish_mode == "exchange" and queue.target_vhost in vhosts:
+            others = {q["name"]: target_depth(client, connection, queue.target_vhost, q["name"])
+                      for q in client.queues(queue.target_vhost) if q.get("name") != queue.target_queue}
+        queues.append(replace(queue, target_depth=depth, resumes=cp.started, published_before=cp.published,
+                              completed_before=cp.completed, vhost_depths={k: v for k, v in others.items() if v}))
+    return replace(plan, queues=tuple(queues))
+
+
+def refusal(plan: RestorePlan, settings: RestoreRequest) -> str | None:
+    """Why this restore must not run with ``on_existing_messages: refuse`` (None: nothing to refuse)."""
+    if settings.on_existing_messages == "append":
+        return None
+    held = []
+    for q in plan.queues:
+        if q.resumes or q.records_in_window == 0:
+            continue
+        if q.target_depth:
+            held.append(f"{q.target_vhost}/{q.target_queue} holds {q.target_depth}")
+        held += [f"{q.target_vhost}/{name} holds {depth} (exchange mode routes within the vhost)"
+                 for name, depth in sorted(q.vhost_depths.items())]
+    if not held:
+        return None
+    same = plan.source_cluster is not None and plan.source_cluster == plan.target_cluster
+    where = f"cluster {plan.target_cluster!r}" + (", the cluster this backup was taken from," if same else "")
+    return (f"refusing to restore backup {plan.backup_id!r} into {where} because target queues already hold messages "
+            f"({'; '.join(held)}): the restore would add to them. Nothing was imported or published. Restore into other "
+            "names (vhost_map, queue_map), empty those queues, or set on_existing_messages: append to add to them")
+
+
+def check_target(plan: RestorePlan, settings: RestoreRequest) -> None:
+    """Raise :class:`RestoreRefusedError` when the plan's target must not be touched (a dry run only logs it)."""
+    reason = refusal(plan, settings)
+    if reason is None:
+        return
+    if settings.dry_run:
+        log.warning("dry run: %s", reason)
+        return
+    raise RestoreRefusedError(reason)
+
+
+def target_depth(client: ManagementClient, connection: RabbitMQConnection, vhost: str, queue: str) -> int | None:
+    """Messages in ``vhost``/``queue`` now (None when the queue does not exist)."""
+    try:
+        info = client.queue(vhost, queue)
+    except QueueNotFoundError:
+        return None
+    total = int(info.get("messages") or 0)
+    if info.get("type") == "stream":
+        tail = stream_protocol.stream_tail(connection, vhost, queue, wait=2.0)
+        return max(total, 0 if tail is None else tail + 1)
+    with pika.BlockingConnection(connection.pika_parameters(vhost)) as conn:
+        try:
+            ready = conn.channel().queue_declare(queue, passive=True).method.message_count
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if exc.reply_code == 404:
+                return None
+            raise
+    return max(total, int(ready))

@@ -29,7 +29,6 @@ import hashlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_rbak.backup.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.constants import (
     DEFAULT_SEGMENT_MAX_BYTES,
@@ -41,6 +40,7 @@ from airflow_rbak.codec.layout import compression_from_key, interim_segment_key,
 from airflow_rbak.codec.segment import check_level, decode_payload, encode_payload
 from airflow_rbak.codec.writer import check_segment_max_bytes
 from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 
@@ -50,7 +50,7 @@ class CompactionError(RbakError):
 
 
 @dataclass(frozen=True)
-class CompactSettings:
+class CompactSpec:
     """Which segments count as small, and the limits merged segments respect."""
 
     threshold_bytes: int
@@ -95,7 +95,7 @@ def is_canonical(backup_id: str, vhost: str, queue: str, segment: SegmentMetadat
     return segment.key == segment_key(backup_id, vhost, queue, segment.sequence, compression_from_key(segment.key))
 
 
-def plan_queue(queue: QueueBackup, settings: CompactSettings) -> list[OutputSegment] | None:
+def plan_queue(queue: QueueBackup, settings: CompactSpec) -> list[OutputSegment] | None:
     """The queue's segments after compaction, or None when no two small segments can merge."""
     groups: list[list[SegmentMetadata]] = []
     for segment in sorted(queue.segments, key=lambda s: s.sequence):
@@ -117,18 +117,18 @@ def plan_queue(queue: QueueBackup, settings: CompactSettings) -> list[OutputSegm
     ]
 
 
-def _small(segment: SegmentMetadata, settings: CompactSettings) -> bool:
+def _small(segment: SegmentMetadata, settings: CompactSpec) -> bool:
     return segment.size_bytes < settings.threshold_bytes
 
 
-def _fits(group: list[SegmentMetadata], segment: SegmentMetadata, settings: CompactSettings) -> bool:
+def _fits(group: list[SegmentMetadata], segment: SegmentMetadata, settings: CompactSpec) -> bool:
     payload = sum(s.uncompressed_bytes for s in group) + segment.uncompressed_bytes
     first = next((s.first_timestamp for s in group if s.record_count), None)
     span_ok = first is None or segment.last_timestamp is None or segment.last_timestamp - first < settings.segment_max_interval_ms
     return payload <= settings.segment_max_bytes and span_ok
 
 
-def build_output(storage_url: str, backup_id: str, out: OutputSegment, settings: CompactSettings) -> dict[str, Any]:
+def build_output(storage_url: str, backup_id: str, out: OutputSegment, settings: CompactSpec) -> dict[str, Any]:
     """Write one output segment at its interim key and verify it; return its manifest entry."""
     sources = [SegmentMetadata.from_json(s) for s in out.sources]
     if out.kind == "keep":
@@ -152,7 +152,7 @@ def _checked_source(storage: Storage, out: OutputSegment, source: SegmentMetadat
     return data
 
 
-def _merged(storage: Storage, out: OutputSegment, sources: list[SegmentMetadata], settings: CompactSettings) -> bytes:
+def _merged(storage: Storage, out: OutputSegment, sources: list[SegmentMetadata], settings: CompactSpec) -> bytes:
     payload = bytearray()
     for source in sources:
         _header, body = decode_payload(_checked_source(storage, out, source), source.key)

@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_rbak import __version__
-from airflow_rbak.backup.encode import iter_staged_json
 from airflow_rbak.capture.checkpoints import accounted_chunk_keys, read_progress
 from airflow_rbak.codec import BackupManifest, EncodedSegment, QueueBackup, SegmentMetadata, SegmentWriter
 from airflow_rbak.codec.constants import (
@@ -52,6 +51,7 @@ from airflow_rbak.codec.layout import (
 )
 from airflow_rbak.codec.manifest import QUEUE_TYPES
 from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.repository.staging import iter_staged_json
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectInfo, ObjectNotFoundError, Storage
 
@@ -63,7 +63,7 @@ class EncodeError(RbakError):
 
 
 @dataclass(frozen=True)
-class EncodeSettings:
+class EncodeSpec:
     """How segments are cut and compressed; part of what makes a re-run identical."""
 
     compression: str = "zstd"
@@ -151,7 +151,7 @@ def queue_staging(storage: Storage, backup_id: str, vhost: str, queue: str) -> l
 
 
 def encode_queue_here(
-    storage: Storage, backup_id: str, ref: QueueRef, settings: EncodeSettings
+    storage: Storage, backup_id: str, ref: QueueRef, settings: EncodeSpec
 ) -> tuple[QueueBackup, list[RangeResult], list[str]]:
     """Encode one queue in this process, range after range, into exactly the keys and bytes the Spark passes
     write (each range starts where the one before it ended, so no counting pass is needed); returns its
@@ -211,7 +211,7 @@ def plan_ranges(vhost: str, queue: str, chunks: list[ObjectInfo], range_bytes: i
     return ranges
 
 
-def count_range_segments(storage_url: str, rng: StagingRange, settings: EncodeSettings) -> int:
+def count_range_segments(storage_url: str, rng: StagingRange, settings: EncodeSpec) -> int:
     """Pass 1: how many segments this range seals (rotation only; nothing is compressed or stored)."""
     storage = open_storage(storage_url)
     writer = settings.writer(Compression.NONE)
@@ -234,14 +234,14 @@ def first_sequences(ranges: list[StagingRange], counts: dict[tuple[str, str, int
 
 
 def encode_range(
-    storage_url: str, backup_id: str, rng: StagingRange, first_sequence: int, settings: EncodeSettings
+    storage_url: str, backup_id: str, rng: StagingRange, first_sequence: int, settings: EncodeSpec
 ) -> RangeResult:
     """Pass 2, as a Spark task: :func:`write_range` on storage opened from its URL."""
     return write_range(open_storage(storage_url), backup_id, rng, first_sequence, settings)
 
 
 def write_range(
-    storage: Storage, backup_id: str, rng: StagingRange, first_sequence: int, settings: EncodeSettings
+    storage: Storage, backup_id: str, rng: StagingRange, first_sequence: int, settings: EncodeSpec
 ) -> RangeResult:
     """Seal a range's records into segments numbered from ``first_sequence`` and store them."""
     writer = settings.writer()

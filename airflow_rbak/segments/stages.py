@@ -39,7 +39,7 @@ DEFAULT_IN_PROCESS_MAX_BYTES = 256 * 1024**2
 class SegmentWork:
     """What the stages do: how segments are cut and compressed, and how they are checked once written."""
 
-    encode: er.EncodeSettings = er.EncodeSettings()
+    encode: er.EncodeSpec = er.EncodeSpec()
     verify: str = "deep"
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
     #: Merge each queue's runs of segments smaller than this (file bytes) after encoding; None: no compaction.
@@ -50,11 +50,11 @@ class SegmentWork:
             raise ConfigurationError(f"verify must be one of {VERIFY_MODES}, got {self.verify!r}")
         self.compaction()  # validates the threshold
 
-    def compaction(self) -> cp.CompactSettings | None:
+    def compaction(self) -> cp.CompactSpec | None:
         if self.compact_below_bytes is None:
             return None
         e = self.encode
-        return cp.CompactSettings(self.compact_below_bytes, e.segment_max_bytes, e.segment_max_interval_ms, e.compression,
+        return cp.CompactSpec(self.compact_below_bytes, e.segment_max_bytes, e.segment_max_interval_ms, e.compression,
                                   e.level)
 
     def to_json(self) -> dict[str, Any]:
@@ -229,9 +229,9 @@ def load_part(storage: Storage, backup_id: str, vhost: str, queue: str, work: Se
     return {**part, "key": key} if ours and made_with == work.to_json() and part.get("ok") is True else None
 
 
-def settings_from(params: dict[str, Any]) -> tuple[SegmentWork, Placement]:
-    """The stages' settings and placement from the backup DAG's params (names as there)."""
-    encode = er.EncodeSettings(
+def work_from(params: dict[str, Any]) -> tuple[SegmentWork, Placement]:
+    """The stages' work (:class:`SegmentWork`) and placement from the backup DAG's params (names as there)."""
+    encode = er.EncodeSpec(
         str(params.get("compression", "zstd")),
         int(params.get("compression_level", 3)),
         **{k: int(params[k]) for k in ("segment_max_bytes", "segment_max_interval_ms") if params.get(k)},

@@ -6,10 +6,10 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_rbak.backup.segment_check import SegmentCheck, check_segment
 from airflow_rbak.codec import BackupManifest, SegmentMetadata
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.segment_check import SegmentCheck, check_segment
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectNotFoundError
 

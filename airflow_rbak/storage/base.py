@@ -120,7 +120,7 @@ class Storage(abc.ABC):
         The check and the write are one atomic step on the backend (an exclusive
         link on a file system, ``If-None-Match: *`` on S3), so of many callers
         racing for one key exactly one gets True: the primitive behind
-        :class:`~airflow_rbak.backup.lock.BackupLock`. A retried call may report
+        :class:`~airflow_rbak.repository.lock.BackupLock`. A retried call may report
         False for an object its own lost first attempt created; callers that must
         know compare the stored bytes with their own.
         """

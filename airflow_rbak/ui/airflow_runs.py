@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.restore.run import report_line
-from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, BackupRun
+from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, BackupDagRun
 
 #: The XCom that names the backup a run chose itself: discover's summary, resolve_backup's return value, the
 #: restore's report (which is also the restore's outcome).
@@ -50,7 +50,7 @@ def _xcoms(session: Session) -> dict[tuple[str, str, str], Any]:
     return {(x.dag_id, x.run_id, x.task_id): XComModel.deserialize_value(x) for x in rows}
 
 
-def load_backup_runs(session: Session, limit: int = 5000) -> list[BackupRun]:
+def load_backup_runs(session: Session, limit: int = 5000) -> list[BackupDagRun]:
     """Every run of the backup and verify DAGs (newest ``limit``) with the backup it made or verified."""
     runs = session.scalars(select(DagRun).where(DagRun.dag_id.in_(_KIND)).order_by(DagRun.id.desc()).limit(limit)).all()
     verify_tis = {(t.dag_id, t.run_id): t for t in session.execute(
@@ -71,7 +71,7 @@ def load_backup_runs(session: Session, limit: int = 5000) -> list[BackupRun]:
         verify_state = _state(ti.state) if ti is not None else None
         if isinstance(verified, dict) and verified.get("mode") == "none":
             verify_state = None  # verify: none checks nothing
-        found.append(BackupRun(
+        found.append(BackupDagRun(
             dag_id=run.dag_id, run_id=run.run_id, kind=_KIND[run.dag_id],
             storage_url=str(conf.get("storage_url") or default_url), backup_id=backup_id,
             state=_state(run.state) or "none", started_at=_ms(run.start_date), ended_at=_ms(run.end_date),

@@ -27,7 +27,8 @@ from sqlalchemy import select
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_rbak.airflow_settings import rbak_settings
-from airflow_rbak.backup.manifest_store import ManifestNotFoundError
+from airflow_rbak.repository.manifest_store import ManifestNotFoundError
+from airflow_rbak.ui import URL_PREFIX
 from airflow_rbak.ui.airflow_runs import load_backup_runs
 from airflow_rbak.ui.backup_catalog import BackupCatalog, LocationNotFoundError, describe_error
 from airflow_rbak.ui.pages import Links, detail_page, list_page, message_page, restore_page
@@ -85,8 +86,6 @@ async def _refusal(request: Request, exc: StarletteHTTPException) -> Response:
 
 def links(request: Request) -> Links:
     """Links relative to where Airflow serves us (``root_path`` is Airflow's base path plus our mount)."""
-    from airflow_rbak.ui.plugin import URL_PREFIX
-
     root = request.scope.get("root_path", "").rstrip("/")
     airflow_root = root[: -len(URL_PREFIX)] if root.endswith(URL_PREFIX) else ""
     return Links(airflow_root=airflow_root, view_root=root)

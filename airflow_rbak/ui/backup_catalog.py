@@ -1,7 +1,7 @@
 """What the Airflow UI's backups view shows, read from storage (manifests only) without Airflow.
 
-The list reuses :func:`~airflow_rbak.backup.catalog.list_backups` (``rbak list``) and a backup's page
-reads its manifest through :class:`~airflow_rbak.backup.manifest_store.ManifestStore` (``rbak
+The list reuses :func:`~airflow_rbak.repository.catalog.list_backups` (``rbak list``) and a backup's page
+reads its manifest through :class:`~airflow_rbak.repository.manifest_store.ManifestStore` (``rbak
 describe``): no segment body is ever read, and nothing is written. A location's listing is kept for
 ``ttl`` seconds, so paging through hundreds of backups reads their manifests once. Listing a large
 location is costly (every object is walked), so a location is listed by one caller at a time, others
@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from airflow_rbak.backup.catalog import BackupSummary, left_out_queues, list_backups
-from airflow_rbak.backup.chain import chain_owners
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import RbakError
+from airflow_rbak.repository.catalog import BackupSummary, left_out_queues, list_backups
+from airflow_rbak.repository.chain import chain_owners
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage, StorageError
 from airflow_rbak.storage.url import credentials_refusal, holds_credentials
@@ -223,7 +223,7 @@ class BackupCatalog:
         """A backup's page: its row, its manifest's queues, segments and definitions, its DAG runs, and the verify run
         still to finish (or the run id the next one gets).
 
-        Raises :class:`~airflow_rbak.backup.manifest_store.ManifestNotFoundError` (or another storage
+        Raises :class:`~airflow_rbak.repository.manifest_store.ManifestNotFoundError` (or another storage
         error) when the manifest cannot be read; the row still comes from the listing.
         """
         summary = next((s for s in self.summaries(location) if s.backup_id == backup_id), None)

@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-URL_PREFIX = "/rbak"
+from airflow_rbak.ui import URL_PREFIX
 
 
 class RbakPlugin(AirflowPlugin):

@@ -27,7 +27,7 @@ _RUN_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.~:+-]")
 
 
 @dataclass(frozen=True)
-class BackupRun:
+class BackupDagRun:
     """One DAG run of ``rbak_backup`` (kind ``backup``), ``rbak_verify`` (``verify``) or ``rbak_restore``
     (``restore``) for one backup.
 
@@ -70,14 +70,14 @@ class LastVerify:
 class RunIndex:
     """DAG runs grouped by the (location, backup) they made or verified."""
 
-    def __init__(self, runs: Iterable[BackupRun] = ()) -> None:
-        self._by_backup: dict[tuple[str, str], list[BackupRun]] = {}
+    def __init__(self, runs: Iterable[BackupDagRun] = ()) -> None:
+        self._by_backup: dict[tuple[str, str], list[BackupDagRun]] = {}
         for run in runs:
             self._by_backup.setdefault((run.storage_url, run.backup_id), []).append(run)
         for found in self._by_backup.values():
             found.sort(key=lambda r: (r.started_at or 0, r.run_id))
 
-    def runs(self, storage_url: str, backup_id: str, kind: str | None = None) -> list[BackupRun]:
+    def runs(self, storage_url: str, backup_id: str, kind: str | None = None) -> list[BackupDagRun]:
         """The runs for one backup, oldest first; only those of ``kind`` when given."""
         found = self._by_backup.get((storage_url, backup_id), [])
         return [r for r in found if kind is None or r.kind == kind]
@@ -90,7 +90,7 @@ class RunIndex:
         run = max(finished, key=lambda r: (r.verify_at or 0, r.run_id))
         return LastVerify(str(run.verify_state), run.verify_at, run.dag_id, run.run_id)
 
-    def pending_verify(self, storage_url: str, backup_id: str) -> BackupRun | None:
+    def pending_verify(self, storage_url: str, backup_id: str) -> BackupDagRun | None:
         """The newest ``rbak_verify`` run of the backup still queued or running, if any."""
         pending = [r for r in self.runs(storage_url, backup_id, "verify") if r.state in PENDING]
         return pending[-1] if pending else None

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from airflow_rbak.backup.finalize import finalize_backup, manifest_summary
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.layout import staging_prefix
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.segments.reports import JobReport, ReportError
 from airflow_rbak.storage import open_storage
 

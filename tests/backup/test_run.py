@@ -8,10 +8,10 @@ from urllib.parse import quote
 import pika
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.run import BackupRun, BackupSettings
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.broker.discovery import QueueSelector
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.storage import open_storage
 from tests.codec.independent_reader import read_segment
 

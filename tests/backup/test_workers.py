@@ -17,7 +17,7 @@ import pytest
 from airflow_rbak.backup.run import BackupRun, BackupSettings
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.capture.checkpoints import CheckpointStore
+from airflow_rbak.capture.checkpoints import CaptureCheckpoints
 from airflow_rbak.codec.layout import checkpoint_key
 from airflow_rbak.storage import open_storage
 from tests.restore.helpers import body_of, declare, publish, ready_count
@@ -68,7 +68,7 @@ def test_a_capture_killed_on_one_worker_completes_on_another_with_every_message_
     code_two, result_b = finished(two)
     assert code_one == -9, "worker 1 was to be killed mid-capture"
     assert code_two == 0 and result_b["messages"] == COUNT, result_b
-    stopped = CheckpointStore(open_storage(location), "w-1").get("w-1", vhost, "a")
+    stopped = CaptureCheckpoints(open_storage(location), "w-1").get("w-1", vhost, "a")
     assert (stopped.last_chunk, stopped.staged_records, stopped.completed) == (1, 5000, False)
 
     # And worker 2 runs the killed task again

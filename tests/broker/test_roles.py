@@ -17,7 +17,7 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.broker.errors import BrokerAuthError
 from airflow_rbak.broker.preflight import ROLES, check_broker
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.storage import open_storage
 from tests.restore.helpers import PROPERTY_NAMES, body_of, declare, expected_view, publish, read_queue, ready_count
 from tests.spark_jobs.staging import read_queue_independently
@@ -119,7 +119,7 @@ def test_the_restore_role_restores_every_message_into_queues_it_creates(broker, 
 
     # When it restores every queue into a new queue beside it (the source's user_id is another user's: RabbitMQ
     # refuses to let this user publish it)
-    report = RestoreRun(user, RestoreSettings(location, backup_id="least-r", queue_map={q: f"{q}-back" for q in QUEUES},
+    report = RestoreRun(user, RestoreRequest(location, backup_id="least-r", queue_map={q: f"{q}-back" for q in QUEUES},
                                               strip_user_id=True, checkpoint_state=(tmp_path / "state").as_uri())).run()
 
     # Then each new queue holds every message, byte-exact with every property but user_id, in order

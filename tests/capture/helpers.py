@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from airflow_rbak.backup.encode import iter_staged_json
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import describe_queue
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.capture.checkpoints import CheckpointStore
+from airflow_rbak.capture.checkpoints import CaptureCheckpoints
 from airflow_rbak.capture.queue_capture import CaptureOptions, CaptureResult, QueueCapture
-from airflow_rbak.capture.staging import list_chunks
+from airflow_rbak.repository.staging import iter_staged_json, list_chunks
 from airflow_rbak.storage.base import Storage
 
 
@@ -22,7 +21,7 @@ def capture_queue(
     with ManagementClient(connection) as mg:
         info = describe_queue(mg, vhost, queue)
         version = mg.version()
-    checkpoints = CheckpointStore(storage, backup_id)
+    checkpoints = CaptureCheckpoints(storage, backup_id)
     return QueueCapture(connection, storage, checkpoints, CaptureOptions(backup_id, **options)).capture(info, version)
 
 

@@ -1,10 +1,10 @@
-"""CheckpointStore: the bookkeeping a re-run resumes from, one object per queue in the backup's storage."""
+"""CaptureCheckpoints: the bookkeeping a re-run resumes from, one object per queue in the backup's storage."""
 
 from __future__ import annotations
 
 import sqlite3
 
-from airflow_rbak.capture.checkpoints import CheckpointStore, QueueProgress, accounted_chunk_keys, write_offsets_summary
+from airflow_rbak.capture.checkpoints import CaptureCheckpoints, QueueProgress, accounted_chunk_keys, write_offsets_summary
 from airflow_rbak.codec.layout import checkpoint_key, state_key
 from airflow_rbak.storage import open_storage
 
@@ -15,7 +15,7 @@ def progress(**changes: object) -> QueueProgress:
 
 
 def test_a_saved_checkpoint_reads_back_field_for_field():
-    store = CheckpointStore(open_storage("memory://"), "b1")
+    store = CaptureCheckpoints(open_storage("memory://"), "b1")
     saved = progress(staged_records=40, staged_bytes=4096, last_chunk=2, last_fingerprint="ab" * 16, completed=True,
                      stream_start_offset=5, stream_end_offset=99, stream_next_offset=45)
 
@@ -26,7 +26,7 @@ def test_a_saved_checkpoint_reads_back_field_for_field():
 
 
 def test_later_saves_replace_earlier_ones():
-    store = CheckpointStore(open_storage("memory://"), "b1")
+    store = CaptureCheckpoints(open_storage("memory://"), "b1")
     store.save(progress(staged_records=10, last_chunk=1))
 
     store.save(progress(staged_records=20, last_chunk=2))
@@ -38,10 +38,10 @@ def test_later_saves_replace_earlier_ones():
 def test_a_rerun_on_another_worker_resumes_from_the_stored_checkpoint():
     # Given a capture that checkpointed into storage and then lost its worker
     storage = open_storage("memory://")
-    CheckpointStore(storage, "b1").save(progress(staged_records=30, last_chunk=3, last_fingerprint="f" * 32))
+    CaptureCheckpoints(storage, "b1").save(progress(staged_records=30, last_chunk=3, last_fingerprint="f" * 32))
 
     # When the re-run, in another process with nothing local, opens the same backup's checkpoints
-    second = CheckpointStore(storage, "b1")
+    second = CaptureCheckpoints(storage, "b1")
 
     # Then it sees where the first run stopped
     assert second.get("b1", "/", "orders") == progress(staged_records=30, last_chunk=3, last_fingerprint="f" * 32)
@@ -50,7 +50,7 @@ def test_a_rerun_on_another_worker_resumes_from_the_stored_checkpoint():
 def test_concurrent_captures_of_two_queues_never_touch_each_others_checkpoint():
     # Given two workers' stores of one backup, each capturing its own queue
     storage = open_storage("memory://")
-    worker_a, worker_b = CheckpointStore(storage, "b1"), CheckpointStore(storage, "b1")
+    worker_a, worker_b = CaptureCheckpoints(storage, "b1"), CaptureCheckpoints(storage, "b1")
 
     # When they save in interleaved order
     worker_a.save(progress(queue="a", last_chunk=1))
@@ -59,52 +59,52 @@ def test_concurrent_captures_of_two_queues_never_touch_each_others_checkpoint():
 
     # Then each queue has its own object, and the last write of one never replaces the other
     assert storage.exists(checkpoint_key("b1", "/", "a")) and storage.exists(checkpoint_key("b1", "/", "b"))
-    assert [(p.queue, p.last_chunk) for p in CheckpointStore(storage, "b1").all("b1")] == [("a", 2), ("b", 1)]
+    assert [(p.queue, p.last_chunk) for p in CaptureCheckpoints(storage, "b1").all("b1")] == [("a", 2), ("b", 1)]
 
 
 def test_a_first_checkpoint_kept_in_process_is_not_stored():
     storage = open_storage("memory://")
-    store = CheckpointStore(storage, "b1")
+    store = CaptureCheckpoints(storage, "b1")
 
     store.save(progress(), sync=False)
 
     assert store.get("b1", "/", "orders") == progress()
-    assert CheckpointStore(storage, "b1").get("b1", "/", "orders") is None
+    assert CaptureCheckpoints(storage, "b1").get("b1", "/", "orders") is None
 
 
 def test_a_new_backup_starts_empty_even_when_storage_holds_another():
     storage = open_storage("memory://")
-    CheckpointStore(storage, "b1").save(progress())
+    CaptureCheckpoints(storage, "b1").save(progress())
 
-    assert CheckpointStore(storage, "b2").all("b2") == []
+    assert CaptureCheckpoints(storage, "b2").all("b2") == []
 
 
 def test_all_lists_every_queue_of_one_backup_sorted():
     storage = open_storage("memory://")
-    store = CheckpointStore(storage, "b1")
+    store = CaptureCheckpoints(storage, "b1")
     for vhost, queue in [("v2", "a"), ("/", "z"), ("/", "b")]:
         store.save(progress(vhost=vhost, queue=queue))
     store.save(progress(backup_id="other"))
 
-    assert [(p.vhost, p.queue) for p in CheckpointStore(storage, "b1").all("b1")] == [("/", "b"), ("/", "z"), ("v2", "a")]
+    assert [(p.vhost, p.queue) for p in CaptureCheckpoints(storage, "b1").all("b1")] == [("/", "b"), ("/", "z"), ("v2", "a")]
 
 
 def test_stream_consumer_offsets_are_replaced_as_a_set_and_stored_with_the_checkpoint():
     storage = open_storage("memory://")
-    store = CheckpointStore(storage, "b1")
+    store = CaptureCheckpoints(storage, "b1")
     store.save(progress(queue="events", queue_type="stream"))
     store.save_consumer_offsets("b1", "/", "events", {"billing": 10, "audit": 3})
 
     store.save_consumer_offsets("b1", "/", "events", {"billing": 12})
 
-    assert CheckpointStore(storage, "b1").consumer_offsets("b1", "/", "events") == {"billing": 12}
+    assert CaptureCheckpoints(storage, "b1").consumer_offsets("b1", "/", "events") == {"billing": 12}
     assert store.consumer_offsets("b1", "/", "other") == {}
 
 
 def test_encode_takes_only_the_chunks_the_checkpoint_accounts_for():
     # Given a checkpoint at chunk 2, and chunks 3 and 4 a killed attempt stored before its checkpoint
     storage = open_storage("memory://")
-    CheckpointStore(storage, "b1").save(progress(last_chunk=2))
+    CaptureCheckpoints(storage, "b1").save(progress(last_chunk=2))
     keys = [f"b1/staging/_default/orders/chunk-{n:08d}.zst" for n in (4, 1, 3, 2)]
 
     # Then only chunks 1 and 2 are encoded, in capture order; a queue without a checkpoint has none
@@ -114,7 +114,7 @@ def test_encode_takes_only_the_chunks_the_checkpoint_accounts_for():
 
 def test_the_offsets_summary_is_seed_001s_sqlite_layout_for_foreign_readers(tmp_path):
     storage = open_storage("memory://")
-    store = CheckpointStore(storage, "b1")
+    store = CaptureCheckpoints(storage, "b1")
     store.save(progress(staged_records=100, last_chunk=3, completed=True))
     store.save(progress(queue="events", queue_type="stream", stream_end_offset=9))
     store.save_consumer_offsets("b1", "/", "events", {"billing": 4})

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from airflow_rbak.broker.discovery import QueueInfo
-from airflow_rbak.capture.capture_limits import Deadline, drained_by_others
+from airflow_rbak.capture.capture_options import Deadline, drained_by_others
 from airflow_rbak.capture.queue_features import FEATURES, CaptureMethod, Facts, consumer_timeout_ms, decide
 from tests.broker.test_discovery import quorum
 

@@ -10,7 +10,7 @@ import pytest
 
 from airflow_rbak.broker.discovery import describe_queue
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.capture.checkpoints import CheckpointStore
+from airflow_rbak.capture.checkpoints import CaptureCheckpoints
 from airflow_rbak.capture.errors import CaptureInterruptedError, ConsumerTimeoutError
 from airflow_rbak.capture.queue_capture import CaptureOptions, QueueCapture
 from airflow_rbak.storage import open_storage
@@ -145,7 +145,7 @@ def test_a_delivery_limit_policy_added_after_discovery_leaves_the_queue_out_unto
                json={"pattern": "^late$", "definition": {"delivery-limit": 5}, "apply-to": "queues"})
     _wait_for_policy(broker, vhost, "late")
     storage = open_storage("memory://")
-    checkpoints = CheckpointStore(storage, "b1")
+    checkpoints = CaptureCheckpoints(storage, "b1")
     result = QueueCapture(broker.connection, storage, checkpoints, CaptureOptions("b1")).capture(seen_at_discovery, version)
 
     # Then the capture read the policy itself and left the queue out before receiving a message
@@ -242,7 +242,7 @@ def test_a_capture_that_outlives_the_consumer_timeout_fails_clearly_and_loses_no
     short_consumer_timeout.restore()  # for the reading back
     assert depth(broker.connection, vhost, "slow", count, wait=30) == count
     assert [n for n, _ in read_back(broker.connection, vhost, "slow")] == list(range(count))
-    progress = CheckpointStore(storage, "b1").get("b1", vhost, "slow")
+    progress = CaptureCheckpoints(storage, "b1").get("b1", vhost, "slow")
     assert progress is None or not progress.completed
 
 

@@ -7,7 +7,7 @@ import pytest
 from airflow_rbak.broker import stream_protocol
 from airflow_rbak.broker.discovery import describe_queue
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.capture.checkpoints import CheckpointStore
+from airflow_rbak.capture.checkpoints import CaptureCheckpoints
 from airflow_rbak.capture.queue_capture import CaptureOptions, CaptureResult
 from airflow_rbak.capture.stream_capture import StreamCapture
 from airflow_rbak.storage import open_storage
@@ -23,7 +23,7 @@ SIZE = 512
 def capture_stream(broker, storage, backup_id: str, vhost: str, stream: str, **kwargs: object) -> CaptureResult:
     with ManagementClient(broker.connection) as mg:
         info = describe_queue(mg, vhost, stream)
-        checkpoints = CheckpointStore(storage, backup_id)
+        checkpoints = CaptureCheckpoints(storage, backup_id)
         return StreamCapture(broker.connection, storage, checkpoints, CaptureOptions(backup_id)).capture(info, management=mg, **kwargs)
 
 

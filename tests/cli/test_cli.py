@@ -11,8 +11,8 @@ import pytest
 
 from airflow_rbak.codec.layout import manifest_key
 from airflow_rbak.storage import open_storage
-from tests.backup.sample import build_sample_backup
 from tests.codec.hostile import named_cases
+from tests.repository.sample import build_sample_backup
 
 _SCRIPT = Path(sys.executable).with_name("rbak")
 RBAK = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "airflow_rbak.cli.main"]

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures
 from tests.cli.test_cli import rbak

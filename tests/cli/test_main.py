@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from airflow_rbak.backup.chain_lock import ChainLock
 from airflow_rbak.cli.main import EXAMPLES, build_parser
 from airflow_rbak.codec.layout import manifest_key
+from airflow_rbak.repository.chain_link import ChainLock
 from airflow_rbak.storage import open_storage
-from tests.backup.sample import build_sample_backup
 from tests.cli.test_cli import rbak
+from tests.repository.sample import build_sample_backup
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures
 from tests.reliability.secrets import create_user, leaks

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pika
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from tests.dags.airflow_env import airflow_env, capture_results, dags_test, run_facts
 

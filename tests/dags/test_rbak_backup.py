@@ -12,9 +12,9 @@ from urllib.parse import parse_qs, urlsplit
 import pika
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.operators.metrics import location_tag
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from tests.backup.test_run import QUEUES, expected_json, publish, settled_depths
 from tests.codec.independent_reader import read_segment

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("airflow.providers.amazon")
 
-from airflow_rbak.backup.manifest_store import ManifestStore  # noqa: E402
+from airflow_rbak.repository.manifest_store import ManifestStore  # noqa: E402
 from airflow_rbak.storage import open_storage  # noqa: E402
 from tests.aws_role import iam_enforced, role_identity, worker_environment  # noqa: E402
 from tests.backup.test_run import expected_json, publish  # noqa: E402

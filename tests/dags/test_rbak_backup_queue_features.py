@@ -17,7 +17,7 @@ import textwrap
 import pika
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from tests.broker.helpers import PLAIN, declare, depth
 from tests.broker.helpers import publish as publish_numbered

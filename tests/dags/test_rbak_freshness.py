@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import time
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.freshness import HOUR_MS
 from airflow_rbak.operators.metrics import location_tag
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from tests.dags.airflow_env import airflow_env, dags_test, run_facts
 from tests.dags.conftest import documented

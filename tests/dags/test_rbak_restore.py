@@ -10,7 +10,7 @@ import requests
 
 from airflow_rbak.cli.runs import AIRFLOW_ONLY
 from airflow_rbak.operators.metrics import location_tag
-from airflow_rbak.restore.settings import CONF_NAMES
+from airflow_rbak.restore.request import CONF_NAMES
 from airflow_rbak.storage import open_storage
 from tests.dags.airflow_env import REPO, airflow_env, dags_test, rabbitmq_conn, run, run_facts
 from tests.dags.conftest import documented

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import requests
 
-from airflow_rbak.backup.chain import dependencies, referenced_keys, segment_owner
-from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.repository.chain import dependencies, referenced_keys, segment_owner
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from tests.dags.airflow_env import airflow_env, dags_test, rabbitmq_conn, run_facts
 from tests.restore.helpers import body_of, declare, publish, read_queue

@@ -22,9 +22,9 @@ import psutil
 import pytest
 import requests
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.capture.checkpoints import read_progress
 from airflow_rbak.codec.layout import checkpoint_key
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from tests.airflow_stack import AirflowStack, airflow_stack, poll
 from tests.dags.airflow_env import REPO, VENV_BIN, capture_results, run_facts

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from tests.airflow_stack import AirflowStack, airflow_stack
 from tests.dags.airflow_env import capture_results, run_facts

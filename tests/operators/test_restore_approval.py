@@ -20,7 +20,7 @@ PLAN = RestorePlan(backup_id="daily-7", storage_url="file:///backups", window_st
 
 
 def _approval(**settings) -> RbakRestoreApprovalOperator:
-    return RbakRestoreApprovalOperator(task_id="approve", plan=PLAN, restore_settings={"storage_url": "memory://", **settings},
+    return RbakRestoreApprovalOperator(task_id="approve", plan=PLAN, restore_request={"storage_url": "memory://", **settings},
                                        response_timeout=dt.timedelta(hours=24))
 
 

@@ -18,18 +18,18 @@ from airflow_rbak.operators.spark import (  # noqa: E402
 from airflow_rbak.segments import stages  # noqa: E402
 from airflow_rbak.storage import open_storage  # noqa: E402
 from tests import fake_spark_submit  # noqa: E402
-from tests.backup.sample import build_sample_backup  # noqa: E402
+from tests.repository.sample import build_sample_backup  # noqa: E402
 
 
 def test_operators_pass_their_options_and_template_the_location():
     encode = RbakBackupSegmentsOperator(task_id="e", storage_url="file:///b", backup_id="{{ ds }}",
                                         queues=[{"vhost": "/", "name": "q", "queue_type": "quorum"}],
-                                        segment_settings={"segment_max_bytes": 10, "verify": "quick", "compact_below_bytes": 7})
+                                        segment_work={"segment_max_bytes": 10, "verify": "quick", "compact_below_bytes": 7})
     compact = RbakCompactSegmentsOperator(task_id="c", storage_url="file:///b", backup_id="b", threshold_bytes=5)
     verify = RbakVerifyBackupOperator(task_id="v", storage_url="file:///b", backup_id="b", sample_percent=5)
-    assert {"storage_url", "backup_id", "queues", "captures", "segment_settings", "conn_id", "spark_options"} <= set(
+    assert {"storage_url", "backup_id", "queues", "captures", "segment_work", "conn_id", "spark_options"} <= set(
         encode.template_fields)
-    encode._work, _ = stages.settings_from(encode.segment_settings)
+    encode._work, _ = stages.work_from(encode.segment_work)
     encode._spark_refs = [stages.er.QueueRef("/", "q", "quorum")]
     args = encode.job_arguments()
     assert args[args.index("--queues-json") + 1] == '[{"vhost":"/","name":"q","queue_type":"quorum"}]'

@@ -13,7 +13,7 @@ from airflow_rbak.operators.spark import RbakVerifyBackupOperator  # noqa: E402
 from airflow_rbak.storage import open_storage  # noqa: E402
 from airflow_rbak.storage.credentials import current_credentials  # noqa: E402
 from tests.aws_role import iam_enforced, role_identity, worker_environment  # noqa: E402
-from tests.backup.sample import build_sample_backup  # noqa: E402
+from tests.repository.sample import build_sample_backup  # noqa: E402
 
 
 @pytest.mark.s3

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec.segment import iter_records
 from airflow_rbak.exceptions import RbakError
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage.base import Storage
 from tests.broker.record_reference import properties_from_record
 from tests.restore.helpers import BROKER_HEADERS, body_of, message_view, props_of

@@ -13,14 +13,14 @@ import sys
 
 import orjson
 
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.rebuild import rebuild_manifest
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.cli.main import main as rbak
 from airflow_rbak.exceptions import RbakError
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.rebuild import rebuild_manifest
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.restore.plan import QueuePlan, SegmentPlan, plan_restore
 from airflow_rbak.restore.records import iter_window_records
-from airflow_rbak.restore.settings import RestoreSettings
+from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.segments.verify import VerifyItem, check_group
 from airflow_rbak.storage import open_storage
 from tests.reliability.capture_worker import memory_status
@@ -31,7 +31,7 @@ def _validate(url: str, backup_id: str) -> list[str]:
 
 
 def _plan(url: str, backup_id: str) -> list[str]:
-    plan_restore(open_storage(url), RestoreSettings(storage_url=url, backup_id=backup_id))
+    plan_restore(open_storage(url), RestoreRequest(storage_url=url, backup_id=backup_id))
     return []
 
 
@@ -43,7 +43,7 @@ def _restore(url: str, backup_id: str) -> list[str]:
     segment = SegmentPlan(meta.key, 1, meta.record_count, 0, meta.record_count, meta.checksum)
     plan = QueuePlan(queue.vhost, queue.name, queue.vhost, queue.name, queue.queue_type, meta.record_count,
                      meta.record_count, (segment,))
-    for _ in iter_window_records(storage, plan, RestoreSettings(storage_url=url, backup_id=backup_id)):
+    for _ in iter_window_records(storage, plan, RestoreRequest(storage_url=url, backup_id=backup_id)):
         pass
     return []
 

@@ -15,14 +15,14 @@ from urllib.parse import quote
 import pika
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.run import BackupRun, BackupSettings
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.capture.errors import CaptureIntegrityError, CaptureInterruptedError
 from airflow_rbak.capture.queue_capture import fingerprint
 from airflow_rbak.codec.headers import HeaderValue as H
 from airflow_rbak.codec.records import BackupProperties, BackupRecord
-from airflow_rbak.restore import DefinitionsImportError, RestoreRun, RestoreSettings
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.restore import DefinitionsImportError, RestoreRequest, RestoreRun
 from airflow_rbak.restore.errors import PublishError
 from airflow_rbak.storage import open_storage
 from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures
@@ -112,8 +112,8 @@ def take_head(connection, vhost: str, queue: str) -> None:
         assert method is not None
 
 
-def _restore_settings(location: str, tmp_path, **extra) -> RestoreSettings:
-    return RestoreSettings(location, backup_id="r-1", queue_map={"orders": "restored"}, checkpoint_state=str(tmp_path / "restore.db"),
+def _restore_settings(location: str, tmp_path, **extra) -> RestoreRequest:
+    return RestoreRequest(location, backup_id="r-1", queue_map={"orders": "restored"}, checkpoint_state=str(tmp_path / "restore.db"),
                            max_in_flight=300, **extra)
 
 
@@ -161,7 +161,7 @@ def test_broker_restart_mid_definitions_import_then_a_rerun_imports_everything(b
     selector = QueueSelector(vhosts=(vhost,), include=("q0000",))
     BackupRun(broker.connection, BackupSettings("d-1", location, selector=selector)).run()
     target = f"{vhost}-restored"
-    settings = RestoreSettings(location, backup_id="d-1", vhosts=[vhost], vhost_map={vhost: target}, restore_definitions=True,
+    settings = RestoreRequest(location, backup_id="d-1", vhosts=[vhost], vhost_map={vhost: target}, restore_definitions=True,
                                checkpoint_state=str(tmp_path / "restore.db"))
 
     # When the broker stops once the import has created its first few exchanges

@@ -10,7 +10,7 @@ import pytest
 from airflow_rbak.backup.run import BackupRun, BackupSettings
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.codec.layout import queue_prefix
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.storage import open_storage
 from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures
 from tests.reliability.expect import backed_up, published
@@ -30,7 +30,7 @@ def test_a_backup_and_a_restore_into_another_vhost_at_once_are_both_exact(broker
     selector = QueueSelector(vhosts=(vhost,))
     BackupRun(broker.connection, BackupSettings("before", location, selector=selector)).run()
     restore_storage = TriggerStorage(open_storage(location))
-    restore = RestoreRun(broker.connection, RestoreSettings(
+    restore = RestoreRun(broker.connection, RestoreRequest(
         location, backup_id="before", vhosts=[vhost], vhost_map={vhost: target_vhost}, restore_definitions=True,
         checkpoint_state=str(tmp_path / "restore.db"), max_publish_rate=1000), restore_storage)
     during = BackupRun(broker.connection, BackupSettings("during", location, selector=selector))

@@ -26,8 +26,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from airflow_rbak.backup.segment_check import SegmentCheck, check_segment_bytes
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.codec import (
     BackupManifest,
     BackupProperties,
@@ -44,11 +42,13 @@ from airflow_rbak.codec import (
 )
 from airflow_rbak.codec.compression import compress
 from airflow_rbak.exceptions import RbakError
-from airflow_rbak.restore import RestoreSettings
+from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
+from airflow_rbak.repository.validate import validate_backup
+from airflow_rbak.restore import RestoreRequest
 from airflow_rbak.restore.plan import plan_restore
 from airflow_rbak.restore.wire import iter_wire_records
 from airflow_rbak.storage import MemoryStorage
-from tests.backup.backup_writer import BackupWriter
+from tests.repository.backup_writer import BackupWriter
 
 LONG_RUN = int(os.environ.get("RBAK_FUZZ_EXAMPLES", "0"))
 EXAMPLES = LONG_RUN or 400
@@ -300,7 +300,7 @@ def test_any_mutated_manifest_gets_a_manifest_error_or_round_trips_and_validatio
     def validate_and_plan() -> None:
         reports.append(validate_backup(storage, "fuzz-1", deep=True, max_decompressed_bytes=CAP))  # never raises
         try:
-            plan_restore(storage, RestoreSettings("memory://", backup_id="fuzz-1", skip_damaged_segments=True))
+            plan_restore(storage, RestoreRequest("memory://", backup_id="fuzz-1", skip_damaged_segments=True))
         except RbakError as exc:
             assert "\n" not in str(exc)
 

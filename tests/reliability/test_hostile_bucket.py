@@ -22,16 +22,16 @@ from typing import Any
 
 import pytest
 
-from airflow_rbak.backup.catalog import MAX_CLOCK_SKEW_MS, latest_complete, list_backups
-from airflow_rbak.backup.chain import latest_with_stream
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.cli.main import main
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.manifest import MAX_MANIFEST_BYTES, MAX_MANIFEST_VALUES
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.freshness import check_freshness
+from airflow_rbak.repository.catalog import MAX_CLOCK_SKEW_MS, latest_complete, list_backups
+from airflow_rbak.repository.chain_link import latest_with_stream
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.restore.errors import BackupNotRestorableError
 from airflow_rbak.restore.plan import resolve_manifest
 from airflow_rbak.storage import open_storage
@@ -39,9 +39,9 @@ from airflow_rbak.storage.base import Storage
 from airflow_rbak.ui.backup_catalog import BackupCatalog
 from airflow_rbak.ui.pages import Links, detail_page, list_page
 from airflow_rbak.ui.runs import RunIndex
-from tests.backup.backup_writer import BackupWriter
-from tests.backup.sample import build_sample_backup, sample_records
 from tests.cli.test_cli import rbak_measured
+from tests.repository.backup_writer import BackupWriter
+from tests.repository.sample import build_sample_backup, sample_records
 
 HOUR = 3_600_000
 DAY = 24 * HOUR

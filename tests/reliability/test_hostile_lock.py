@@ -2,7 +2,7 @@
 
 Hypothesis generates lock files from any JSON (wrong types, out-of-range integers, huge strings, control
 characters) and from raw bytes, and drives them through ``rbak unlock`` and through
-:class:`~airflow_rbak.backup.lock.BackupLock`.
+:class:`~airflow_rbak.repository.lock.BackupLock`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from airflow_rbak.backup.lock import MAX_LOCK_BYTES, UNREADABLE_OWNER, BackupLock, BackupLockedError, LockInfo
 from airflow_rbak.cli.main import main as rbak
+from airflow_rbak.repository.lock import MAX_LOCK_BYTES, UNREADABLE_OWNER, BackupLock, BackupLockedError, LockInfo
 from airflow_rbak.storage import MemoryStorage, open_storage
 
 HOSTILE = settings(max_examples=150, derandomize=True, deadline=dt.timedelta(seconds=5),

@@ -21,14 +21,14 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from airflow_rbak.backup.catalog import list_backups
 from airflow_rbak.cli.main import main
 from airflow_rbak.exceptions import RbakError
+from airflow_rbak.repository.catalog import list_backups
 from airflow_rbak.storage.memory import MemoryStorage
 from airflow_rbak.ui.backup_catalog import BackupCatalog
 from airflow_rbak.ui.pages import Links, detail_page, list_page
 from airflow_rbak.ui.runs import RunIndex
-from tests.backup.sample import build_sample_backup
+from tests.repository.sample import build_sample_backup
 
 _RAW_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 text = st.text(st.characters(codec="utf-8"), max_size=60) | st.text(st.sampled_from("\x1b]0;\x07\r\n|`[](){}<>x"), max_size=30)

@@ -28,8 +28,8 @@ import zstandard
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES, END_MAGIC, MAGIC
 from airflow_rbak.codec.layout import manifest_key
 from airflow_rbak.storage import open_storage
-from tests.backup.backup_writer import BackupWriter
-from tests.backup.sample import sample_records
+from tests.repository.backup_writer import BackupWriter
+from tests.repository.sample import sample_records
 
 REPO = Path(__file__).resolve().parents[2]
 MiB = 1024 * 1024

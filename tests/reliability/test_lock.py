@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_rbak.backup.lock import BackupLock, BackupLockedError
 from airflow_rbak.backup.run import BackupRun, BackupSettings
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.cli.main import main as rbak
+from airflow_rbak.repository.lock import BackupLock, BackupLockedError
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.storage import open_storage
 from tests.codec.independent_reader import read_segment
 from tests.reliability.faulty_storage import FaultyStorage
@@ -118,7 +118,7 @@ def test_a_second_backup_run_of_the_same_id_is_refused_while_the_first_captures(
 
 _HOLD = """
 import sys, time
-from airflow_rbak.backup.lock import BackupLock
+from airflow_rbak.repository.lock import BackupLock
 from airflow_rbak.storage import open_storage
 BackupLock(open_storage(sys.argv[1]), "crashed-1", "nightly run").acquire()
 print("locked", flush=True)

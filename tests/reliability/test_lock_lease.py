@@ -16,12 +16,12 @@ import time
 
 import pytest
 
-from airflow_rbak.backup.lock import BackupLock, BackupLockedError
 from airflow_rbak.backup.run import BackupRun, BackupSettings
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.codec.layout import manifest_key
 from airflow_rbak.exceptions import RbakError
+from airflow_rbak.repository.lock import BackupLock, BackupLockedError
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
 from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures

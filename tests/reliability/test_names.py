@@ -19,18 +19,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_rbak.backup.rebuild import rebuild_manifest
 from airflow_rbak.backup.run import BackupRun, BackupSettings
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.broker.management_admin import ensure_vhost
 from airflow_rbak.broker.pika_connection import blocking_connection
 from airflow_rbak.codec import BackupRecord
 from airflow_rbak.codec.layout import MAX_NAME_SEGMENT_BYTES, decode_name, encode_name, is_shortened, queue_prefix
-from airflow_rbak.restore import RestoreRun, RestoreSettings
-from airflow_rbak.restore.management_admin import ensure_vhost
+from airflow_rbak.repository.rebuild import rebuild_manifest
+from airflow_rbak.repository.validate import validate_backup
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.storage import check_key, open_storage
-from tests.backup.backup_writer import BackupWriter
+from tests.repository.backup_writer import BackupWriter
 from tests.restore.helpers import body_of, declare, message_view, props_of, publish
 
 LONG_ASCII = "q" * 255
@@ -106,7 +106,7 @@ def test_hostile_names_are_backed_up_and_restored_under_the_same_names(broker, h
     manifest = BackupRun(broker.connection, BackupSettings("names-1", location, selector=selector)).run()
     for vhost in hostile:
         drop_vhost(broker, vhost)
-    settings = RestoreSettings(location, backup_id="names-1", restore_definitions=True,
+    settings = RestoreRequest(location, backup_id="names-1", restore_definitions=True,
                                checkpoint_state=str(tmp_path / "restore.db"))
     report = RestoreRun(broker.connection, settings).run()
 

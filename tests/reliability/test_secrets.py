@@ -15,7 +15,6 @@ from urllib.parse import quote
 import orjson
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.backup.run import BackupRun, BackupSettings
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueSelector
@@ -24,7 +23,8 @@ from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.constants import Compression
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.hooks.rabbitmq import connection_from_airflow
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.storage import open_storage
 from tests.reliability.secrets import create_user, distinctive_password, leaks, stored_objects
 from tests.restore.helpers import body_of, declare, publish, read_queue
@@ -53,7 +53,7 @@ def test_a_backup_and_restore_logged_at_debug_leak_no_password_or_hash(broker, v
     # When it backs up (definitions included) and restores into another queue
     connection = as_user(broker, secret_user)
     BackupRun(connection, BackupSettings("s-1", location, selector=QueueSelector(vhosts=(vhost,)))).run()
-    report = RestoreRun(connection, RestoreSettings(location, backup_id="s-1", queue_map={"orders": "restored"},
+    report = RestoreRun(connection, RestoreRequest(location, backup_id="s-1", queue_map={"orders": "restored"},
                                                     strip_user_id=True, restore_definitions=True,
                                                     checkpoint_state=str(tmp_path / "r.db"))).run()
 
@@ -79,7 +79,7 @@ def test_failures_name_the_user_and_never_the_password(broker, vhost, secret_use
         "management login": lambda: ManagementClient(wrong).version(),
         "backup, wrong password": lambda: BackupRun(wrong, BackupSettings("f-1", location)).run(),
         "backup, closed ports": lambda: BackupRun(closed, BackupSettings("f-2", location)).run(),
-        "restore, wrong password": lambda: RestoreRun(wrong, RestoreSettings(location, backup_id="s-9")).publish(
+        "restore, wrong password": lambda: RestoreRun(wrong, RestoreRequest(location, backup_id="s-9")).publish(
             *_one_queue_plan(broker, vhost, tmp_path)),
         "connection URL": lambda: RabbitMQConnection.from_url(f"amqp://{secret_user.name}:{quote(wrong.password)}@h:bad/"),
         "Airflow connection": lambda: connection_from_airflow("h", 5672, "u", wrong.password, {"management_port": "x"}),
@@ -106,7 +106,7 @@ def _one_queue_plan(broker, vhost: str, tmp_path):
     publish(broker.connection, vhost, "q", 0, 3)
     location = (tmp_path / "b").as_uri()
     BackupRun(broker.connection, BackupSettings("s-9", location, selector=QueueSelector(vhosts=(vhost,)), include_definitions=False)).run()
-    plan = RestoreRun(broker.connection, RestoreSettings(location, backup_id="s-9")).plan()
+    plan = RestoreRun(broker.connection, RestoreRequest(location, backup_id="s-9")).plan()
     return plan, plan.queues[0]
 
 

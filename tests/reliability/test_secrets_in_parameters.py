@@ -19,7 +19,7 @@ from airflow_rbak.broker.definitions import REDACTED_USERINFO
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.layout import compression_from_key
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.storage import open_storage
 from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures
 from tests.reliability.secrets import create_user, leaks, stored_objects
@@ -61,7 +61,7 @@ def test_include_users_false_keeps_federation_and_shovel_credentials_out_of_back
         manifest = BackupRun(broker.connection, BackupSettings(
             "fed-1", location, selector=QueueSelector(vhosts=(vhost,)),
             include_users=False)).run()
-        report = RestoreRun(broker.connection, RestoreSettings(
+        report = RestoreRun(broker.connection, RestoreRequest(
             location, backup_id="fed-1", queue_map={"orders": "restored", "shovelled": "restored-2"},
             restore_definitions=True, checkpoint_state=str(tmp_path / "r.db"))).run()
     finally:

@@ -13,13 +13,13 @@ from collections import Counter
 import pika
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.backup.run import BackupAlreadyCompleteError, BackupRun, BackupSettings
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.exceptions import RbakError
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.repository.validate import validate_backup
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.restore.errors import DamagedSegmentsError
 from airflow_rbak.storage import RetryingStorage, Storage, open_storage
 from tests.codec.independent_reader import read_segment
@@ -156,7 +156,7 @@ def flip_a_byte(storage: Storage, key: str) -> None:
 
 
 def restore(broker, location: str, vhost: str, tmp_path, storage: Storage | None = None, **kwargs):
-    settings = RestoreSettings(location, backup_id="faults-1", queue_map={"orders": "restored"},
+    settings = RestoreRequest(location, backup_id="faults-1", queue_map={"orders": "restored"},
                                checkpoint_state=str(tmp_path / "restore.db"), **kwargs)
     return RestoreRun(broker.connection, settings, storage)
 

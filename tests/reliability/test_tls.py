@@ -32,7 +32,7 @@ from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.broker.errors import BrokerTlsError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from tests.restore.helpers import body_of, declare, publish, read_queue
 
 pytestmark = pytest.mark.broker
@@ -101,7 +101,7 @@ def test_capture_definitions_restore_and_stream_protocol_all_run_over_tls(tls_br
 
     # When it backs up (capture and definitions export) and restores with definitions into new queues
     manifest = BackupRun(connection, BackupSettings("tls-1", location, selector=QueueSelector(vhosts=(tls_vhost,)))).run()
-    report = RestoreRun(connection, RestoreSettings(
+    report = RestoreRun(connection, RestoreRequest(
         location, backup_id="tls-1", queue_map={"orders": "orders-back", "events": "events-back"},
         restore_definitions=True, checkpoint_state=str(tmp_path / "r.db"))).run()
 

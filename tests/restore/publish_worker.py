@@ -1,6 +1,6 @@
 """Run one queue's publish step in a process of its own, so a test can kill it mid-queue.
 
-Usage: python -m tests.restore.publish_worker '<json>' with amqp_url, settings (RestoreSettings fields),
+Usage: python -m tests.restore.publish_worker '<json>' with amqp_url, settings (RestoreRequest fields),
 source_vhost and source_queue; with ``kill_after`` N the worker SIGKILLs itself right after sending its Nth message
 (a crash at a known point: that message and up to ``max_in_flight`` before it are unconfirmed).
 """
@@ -14,7 +14,7 @@ import sys
 import orjson
 
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.restore.publisher import ConfirmPipeline
 
 
@@ -33,9 +33,9 @@ def main(argv: list[str]) -> int:
     args = orjson.loads(argv[0])
     if args.get("kill_after"):
         _die_after(int(args["kill_after"]))
-    run = RestoreRun(RabbitMQConnection.from_url(args["amqp_url"]), RestoreSettings(**args["settings"]))
+    run = RestoreRun(RabbitMQConnection.from_url(args["amqp_url"]), RestoreRequest(**args["settings"]))
     plan = run.plan()
-    run.publish(plan, {"source_vhost": args["source_vhost"], "source_queue": args["source_queue"]})
+    run.publish(plan, plan.queue(args["source_vhost"], args["source_queue"]))
     return 0
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from airflow_rbak.display import printable
-from airflow_rbak.restore import QueuePlan, RestorePlan, RestoreRejectedError, RestoreSettings
+from airflow_rbak.restore import QueuePlan, RestorePlan, RestoreRejectedError, RestoreRequest
 from airflow_rbak.restore.approval import QUEUES_SHOWN, approval_body, approval_not_needed, approval_subject, rejection
 
 #: What Airflow's UI renders the request's body with: CommonMark and GFM tables.
@@ -33,7 +33,7 @@ def _plan(queues: int = 2, **changes) -> RestorePlan:
 
 
 def test_only_a_real_restore_without_skip_approval_waits():
-    real, dry = RestoreSettings("memory://"), RestoreSettings("memory://", dry_run=True)
+    real, dry = RestoreRequest("memory://"), RestoreRequest("memory://", dry_run=True)
 
     assert approval_not_needed(real, skip_approval=False) is None
     assert approval_not_needed(real, skip_approval=True) == "skip_approval is set"
@@ -41,7 +41,7 @@ def test_only_a_real_restore_without_skip_approval_waits():
 
 
 def test_the_request_shows_each_queue_its_counts_the_target_and_the_modes():
-    settings = RestoreSettings("memory://", restore_definitions=True, definitions_mode="replace", on_existing_messages="append")
+    settings = RestoreRequest("memory://", restore_definitions=True, definitions_mode="replace", on_existing_messages="append")
     plan = replace(_plan(), queues=(_queue(0), replace(_queue(1, depth=7), published_before=1)),
                    definitions_changes={"mode": "replace", "create": ["vhost prod-restored", "queue prod-restored/q0"],
                                         "replace": ["policy prod-restored/limits"], "cannot_replace": []})
@@ -62,7 +62,7 @@ def test_the_request_shows_each_queue_its_counts_the_target_and_the_modes():
 def test_the_request_says_so_when_the_target_is_the_source_cluster_and_when_definitions_stay():
     plan = _plan(target_cluster="rabbit@old")
 
-    body = approval_body(plan, RestoreSettings("memory://"), "rabbitmq_default")
+    body = approval_body(plan, RestoreRequest("memory://"), "rabbitmq_default")
 
     assert "**the same cluster the backup was taken from**" in body
     assert "**Definitions**: not imported (`restore_definitions: false`)." in body
@@ -71,7 +71,7 @@ def test_the_request_says_so_when_the_target_is_the_source_cluster_and_when_defi
 def test_a_restore_of_many_queues_lists_the_first_and_sums_the_rest():
     plan = _plan(queues=QUEUES_SHOWN + 30)
 
-    body = approval_body(plan, RestoreSettings("memory://"), "rabbitmq_default")
+    body = approval_body(plan, RestoreRequest("memory://"), "rabbitmq_default")
 
     rows = [line for line in body.splitlines() if line.startswith("| `prod/")]
     assert len(rows) == QUEUES_SHOWN
@@ -118,7 +118,7 @@ def _hostile_plan(names: list[str]) -> RestorePlan:
 
 def test_hostile_names_show_literally_one_row_per_queue_and_never_as_a_link_image_or_html():
     plan = _hostile_plan(HOSTILE)
-    settings_ = RestoreSettings("memory://", restore_definitions=True)
+    settings_ = RestoreRequest("memory://", restore_definitions=True)
 
     rows, kinds = _rendered(approval_body(plan, settings_, "rabbitmq_default"))
 
@@ -135,7 +135,7 @@ def test_hostile_names_show_literally_one_row_per_queue_and_never_as_a_link_imag
 def test_any_names_keep_one_row_per_queue_each_cell_the_name_as_shown(names):
     plan = _hostile_plan(names)
 
-    rows, kinds = _rendered(approval_body(plan, RestoreSettings("memory://"), "rabbitmq_default"))
+    rows, kinds = _rendered(approval_body(plan, RestoreRequest("memory://"), "rabbitmq_default"))
 
     assert len(rows) == len(names)
     assert [(row[2], row[3]) for row in rows] == [(printable(n), printable(n)) for n in names]
@@ -151,7 +151,7 @@ def test_a_migration_shows_each_change_the_refusals_and_the_diff_and_hostile_nam
                  "refused": [{"vhost": "prod", "queue": "prio` | x", "reason": "x-max-priority"}]}
     plan = replace(_plan(migration=migration), queues=(replace(_queue(0), queue_type="classic", target_queue_type="quorum"),))
 
-    body = approval_body(plan, RestoreSettings("memory://", restore_definitions=True,
+    body = approval_body(plan, RestoreRequest("memory://", restore_definitions=True,
                                                transformations=["convert_to_quorum"]), "rabbitmq_default")
 
     assert "**Transformations** `convert_to_quorum`, `strip_mirroring` for the target's RabbitMQ `3.10.8`" in body

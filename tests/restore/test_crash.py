@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from tests.restore.helpers import backup, body_of, declare, publish, read_queue
 
 pytestmark = pytest.mark.broker
@@ -66,7 +66,7 @@ def test_a_killed_publish_resumes_without_duplicates_or_gaps(broker, vhost, tmp_
     checkpointed = _kill_mid_queue(args, db, after=600)
 
     assert 600 <= checkpointed < COUNT
-    report = RestoreRun(broker.connection, RestoreSettings(**fields)).run()
+    report = RestoreRun(broker.connection, RestoreRequest(**fields)).run()
     (row,) = report.queues
     assert row["completed"] and row["published_total"] == COUNT
     assert row["resumed_from"] == checkpointed
@@ -82,7 +82,7 @@ def test_records_confirmed_after_the_last_commit_are_not_published_again(broker,
     location = (tmp_path / "b").as_uri()
     backup(broker.connection, location, "lost-1", vhost)
     db = tmp_path / "restore.db"
-    settings = RestoreSettings(location, backup_id="lost-1", queue_map={"orders": "restored"}, checkpoint_state=str(db))
+    settings = RestoreRequest(location, backup_id="lost-1", queue_map={"orders": "restored"}, checkpoint_state=str(db))
     RestoreRun(broker.connection, settings).run()
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE queue_progress SET next_ordinal=130, published=130, depth_base=depth_base-70, completed=0")

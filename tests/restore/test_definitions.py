@@ -11,7 +11,7 @@ import pytest
 
 from airflow_rbak.codec.compression import compress, decompress
 from airflow_rbak.codec.layout import compression_from_key
-from airflow_rbak.restore import DefinitionsImportError, RestoreRun, RestoreSettings
+from airflow_rbak.restore import DefinitionsImportError, RestoreRequest, RestoreRun
 from airflow_rbak.restore.checkpoints import RestoreCheckpoints
 from airflow_rbak.storage import open_storage
 from tests.restore.helpers import backup, declare, read_queue
@@ -54,7 +54,7 @@ def test_the_rollback_snapshot_holds_the_previous_definitions_and_selection_pull
     broker.api("PUT", f"vhosts/{target_vhost}")
     declare(broker.connection, target_vhost, {"already-here": "classic"})
     before = broker.api("GET", "definitions").json()
-    settings = RestoreSettings(source, backup_id="def-1", vhosts=[vhost], queues=["orders"], vhost_map={vhost: target_vhost},
+    settings = RestoreRequest(source, backup_id="def-1", vhosts=[vhost], queues=["orders"], vhost_map={vhost: target_vhost},
                                restore_definitions=True, definitions_selection={"queues": ["orders"]},
                                publish_mode="exchange", checkpoint_state=str(tmp_path / "r.db"))
 
@@ -87,7 +87,7 @@ def test_invalid_definitions_abort_the_restore_before_any_publish(broker, vhost,
     else:
         storage.put(key, b"\x28\xb5\x2f\xfd garbage")
     broker.api("PUT", f"vhosts/{target_vhost}")
-    settings = RestoreSettings(source, backup_id="def-1", vhosts=[vhost], vhost_map={vhost: target_vhost}, restore_definitions=True,
+    settings = RestoreRequest(source, backup_id="def-1", vhosts=[vhost], vhost_map={vhost: target_vhost}, restore_definitions=True,
                                checkpoint_state=str(tmp_path / "r.db"))
 
     with pytest.raises(DefinitionsImportError, match="no-such-type" if damage == "broker-rejects" else "cannot be read"):

@@ -15,7 +15,7 @@ import pika
 import pytest
 
 from airflow_rbak.cli.main import main
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.restore.definitions import load_definitions
 from airflow_rbak.restore.definitions_diff import index as full_index
 from airflow_rbak.storage import open_storage
@@ -79,7 +79,7 @@ def test_a_newer_policy_survives_the_default_import_replace_overwrites_it_and_ro
               "checkpoint_state": str(tmp_path / "r.db")}
 
     # When the backup is restored with the default definitions mode
-    run = RestoreRun(broker.connection, RestoreSettings(**fields))
+    run = RestoreRun(broker.connection, RestoreRequest(**fields))
     plan = run.plan()
     report = run.run()
 
@@ -90,7 +90,7 @@ def test_a_newer_policy_survives_the_default_import_replace_overwrites_it_and_ro
     assert report.published == 20
 
     # When the explicit replace mode runs (the same restore: its checkpoint says every message is back already)
-    replaced = RestoreRun(broker.connection, RestoreSettings(**fields, definitions_mode="replace")).run()
+    replaced = RestoreRun(broker.connection, RestoreRequest(**fields, definitions_mode="replace")).run()
 
     # Then the backed-up policy is back, and no message was published twice
     assert _max_length(broker, vhost) == 1000
@@ -111,7 +111,7 @@ def test_a_newer_policy_survives_the_default_import_replace_overwrites_it_and_ro
 def test_rollback_deletes_every_object_the_import_created_and_nothing_else(broker, vhost, target_vhost, backed_up, tmp_path):
     # Given a restore of the backup's definitions into a vhost the target does not have
     before = broker.api("GET", "definitions").json()
-    settings = RestoreSettings(backed_up, backup_id="pol-1", vhosts=[vhost], vhost_map={vhost: target_vhost},
+    settings = RestoreRequest(backed_up, backup_id="pol-1", vhosts=[vhost], vhost_map={vhost: target_vhost},
                                restore_definitions=True, checkpoint_state=str(tmp_path / "r.db"))
     report = RestoreRun(broker.connection, settings).run()
     created = report.definitions["changes"]["create"]
@@ -139,7 +139,7 @@ def test_replace_mode_lists_an_existing_queue_it_cannot_change_and_leaves_it_as_
     broker.api("PUT", f"vhosts/{target_vhost}")
     broker.api("PUT", f"permissions/{target_vhost}/guest", json={"configure": ".*", "write": ".*", "read": ".*"})
     broker.api("PUT", f"queues/{target_vhost}/orders", json={"durable": True, "arguments": {"x-max-length": 500}})
-    settings = RestoreSettings(backed_up, backup_id="pol-1", vhosts=[vhost], vhost_map={vhost: target_vhost},
+    settings = RestoreRequest(backed_up, backup_id="pol-1", vhosts=[vhost], vhost_map={vhost: target_vhost},
                                restore_definitions=True, definitions_mode="replace", checkpoint_state=str(tmp_path / "r.db"))
 
     # When the definitions are restored in replace mode

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.storage import open_storage
 from tests.restore.helpers import backup, declare, publish, read_queue
 
@@ -23,13 +23,13 @@ def test_a_dry_run_reports_the_counts_the_real_run_publishes(broker, vhost, targ
               "vhost_map": {vhost: target_vhost}, "restore_definitions": True, "checkpoint_state": str(tmp_path / "r.db"),
               "time_window_start": manifest.created_at}
 
-    dry = RestoreRun(broker.connection, RestoreSettings(**common, dry_run=True)).run()
+    dry = RestoreRun(broker.connection, RestoreRequest(**common, dry_run=True)).run()
 
     assert dry.dry_run and dry.published == dry.planned == 250
     assert target_vhost not in [v["name"] for v in broker.api("GET", "vhosts").json()]  # nothing imported
     assert not list(open_storage(location).list("dry-1/definitions/rollback-"))  # no snapshot either
     assert dry.definitions["vhosts"] == {target_vhost: {"queues": 3, "exchanges": 0, "bindings": 0, "policies": 0}}
-    real = RestoreRun(broker.connection, RestoreSettings(**common)).run()
+    real = RestoreRun(broker.connection, RestoreRequest(**common)).run()
     per_queue = {r["source_queue"]: r["published"] for r in real.queues}
     assert per_queue == {r["source_queue"]: r["published"] for r in dry.queues} == {"orders": 120, "payments": 80, "events": 50}
     for name in per_queue:

@@ -8,8 +8,8 @@ from urllib.parse import quote
 
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.restore import BackupNotRestorableError, RestoreRun, RestoreSettings
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.restore import BackupNotRestorableError, RestoreRequest, RestoreRun
 from airflow_rbak.storage import open_storage
 from tests.restore.helpers import backup, declare, publish
 
@@ -35,7 +35,7 @@ def test_a_manifest_naming_another_backups_object_is_refused(broker, vhost, targ
         second.definitions = replace(first.definitions)
         borrowed = first.definitions.key
     store.save(second)
-    settings = RestoreSettings(location, backup_id="new-1", vhosts=[vhost], vhost_map={vhost: target_vhost},
+    settings = RestoreRequest(location, backup_id="new-1", vhosts=[vhost], vhost_map={vhost: target_vhost},
                                restore_definitions=True, checkpoint_state=str(tmp_path / "r.db"))
 
     # When it is restored into a vhost of its own

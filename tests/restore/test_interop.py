@@ -14,7 +14,7 @@ import pytest
 
 from airflow_rbak.cli.main import main
 from airflow_rbak.codec.headers import HeaderValue as H
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.restore.plan import plan_restore
 from airflow_rbak.restore.records import iter_window_records
 from airflow_rbak.storage import open_storage
@@ -96,7 +96,7 @@ def test_segment_dump_returns_exactly_the_records_written(foreign_backup, capsys
 def test_a_window_selects_exactly_the_records_stamped_inside_it(foreign_backup):
     _, url, _, written = foreign_backup
     start, end = T0 + 3000, T0 + 7000  # seconds 3..7: records in several segments, none of them at a segment's ends
-    settings = RestoreSettings(url, backup_id="foreign-1", vhosts=[SOURCE_VHOST], time_window_start=start,
+    settings = RestoreRequest(url, backup_id="foreign-1", vhosts=[SOURCE_VHOST], time_window_start=start,
                                time_window_end=end, checkpoint_state="memory://")
     storage = open_storage(url)
 
@@ -111,7 +111,7 @@ def test_a_window_selects_exactly_the_records_stamped_inside_it(foreign_backup):
 
 def test_a_restore_into_another_vhost_publishes_each_record_once_in_stored_order(broker, vhost, foreign_backup, tmp_path):
     _, url, _, written = foreign_backup
-    settings = RestoreSettings(url, backup_id="foreign-1", vhosts=[SOURCE_VHOST], vhost_map={SOURCE_VHOST: vhost},
+    settings = RestoreRequest(url, backup_id="foreign-1", vhosts=[SOURCE_VHOST], vhost_map={SOURCE_VHOST: vhost},
                                checkpoint_state=str(tmp_path / "restore.db"))
 
     report = RestoreRun(broker.connection, settings).run()

@@ -15,7 +15,7 @@ import orjson
 import pytest
 import requests
 
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.restore.approval import approval_body
 from airflow_rbak.restore.errors import MigrationRefusedError
 from airflow_rbak.storage import open_storage
@@ -55,9 +55,9 @@ def target(second_broker):
             pass
 
 
-def _settings(source, target: str, **extra) -> RestoreSettings:
+def _settings(source, target: str, **extra) -> RestoreRequest:
     vhost, location = source
-    return RestoreSettings(storage_url=location, backup_id="mig-1", vhosts=[vhost], vhost_map={vhost: target},
+    return RestoreRequest(storage_url=location, backup_id="mig-1", vhosts=[vhost], vhost_map={vhost: target},
                            restore_definitions=True, transformations=MIGRATION, **extra)
 
 

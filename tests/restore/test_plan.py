@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_rbak.restore import BackupNotRestorableError, DamagedSegmentsError, RestorePlan, RestoreSettings, plan_restore
+from airflow_rbak.restore import BackupNotRestorableError, DamagedSegmentsError, RestorePlan, RestoreRequest, plan_restore
 from airflow_rbak.storage import MemoryStorage
-from tests.backup.sample import build_sample_backup
+from tests.repository.sample import build_sample_backup
 
 BASE = 1_712_756_400_000  # backed_up_at of record 0; record i is BASE + 10 i
 
@@ -19,7 +19,7 @@ def storage():
 
 
 def test_the_plan_counts_every_selected_queue_and_maps_its_target(storage):
-    plan = plan_restore(storage, RestoreSettings("memory://", backup_id="latest", vhost_map={"prod": "dr"},
+    plan = plan_restore(storage, RestoreRequest("memory://", backup_id="latest", vhost_map={"prod": "dr"},
                                                  queue_map={"orders": "orders-2"}))
 
     assert plan.backup_id == "b-1"
@@ -33,7 +33,7 @@ def test_the_plan_counts_every_selected_queue_and_maps_its_target(storage):
 
 
 def test_the_window_skips_whole_segments_by_their_timestamps_then_counts_records(storage):
-    settings = RestoreSettings("memory://", backup_id="b-1", queues=["orders"], time_window_start=BASE + 1000,
+    settings = RestoreRequest("memory://", backup_id="b-1", queues=["orders"], time_window_start=BASE + 1000,
                                time_window_end=f"{BASE + 1990}")  # records 100..199
 
     plan = plan_restore(storage, settings)
@@ -45,24 +45,24 @@ def test_the_window_skips_whole_segments_by_their_timestamps_then_counts_records
 
 
 def test_a_damaged_segment_stops_the_plan_and_is_named(storage):
-    manifest_segments = plan_restore(storage, RestoreSettings("memory://", backup_id="b-1", queues=["orders"])).queues[0].segments
+    manifest_segments = plan_restore(storage, RestoreRequest("memory://", backup_id="b-1", queues=["orders"])).queues[0].segments
     victim = manifest_segments[2]
     data = bytearray(storage.get(victim.key))
     data[40] ^= 0xFF
     storage.put(victim.key, bytes(data))
 
     with pytest.raises(DamagedSegmentsError, match="segment-0003") as caught:
-        plan_restore(storage, RestoreSettings("memory://", backup_id="b-1"))
+        plan_restore(storage, RestoreRequest("memory://", backup_id="b-1"))
     assert list(caught.value.defects) == [victim.key]
     assert any("SHA-256" in reason for reason in caught.value.defects[victim.key])
 
 
 def test_skipping_damaged_segments_reports_exactly_what_was_skipped(storage):
-    plan = plan_restore(storage, RestoreSettings("memory://", backup_id="b-1", queues=["orders"]))
+    plan = plan_restore(storage, RestoreRequest("memory://", backup_id="b-1", queues=["orders"]))
     victim = plan.queues[0].segments[1]
     storage.delete(victim.key)
 
-    plan = plan_restore(storage, RestoreSettings("memory://", backup_id="b-1", queues=["orders"], skip_damaged_segments=True))
+    plan = plan_restore(storage, RestoreRequest("memory://", backup_id="b-1", queues=["orders"], skip_damaged_segments=True))
 
     (skipped,) = plan.skipped_segments
     assert (skipped.key, skipped.record_count, skipped.reasons) == (victim.key, victim.record_count, ("missing",))
@@ -72,20 +72,20 @@ def test_skipping_damaged_segments_reports_exactly_what_was_skipped(storage):
 
 
 def test_an_incomplete_or_missing_backup_is_refused(storage):
-    from airflow_rbak.backup.manifest_store import ManifestStore
+    from airflow_rbak.repository.manifest_store import ManifestStore
 
     manifest = ManifestStore(storage).load("b-1")
     manifest.completed_at = None
     ManifestStore(storage).save(manifest)
 
     with pytest.raises(BackupNotRestorableError, match="did not complete"):
-        plan_restore(storage, RestoreSettings("memory://", backup_id="b-1"))
+        plan_restore(storage, RestoreRequest("memory://", backup_id="b-1"))
     with pytest.raises(BackupNotRestorableError, match="no complete backup"):
-        plan_restore(storage, RestoreSettings("memory://"))
+        plan_restore(storage, RestoreRequest("memory://"))
     with pytest.raises(BackupNotRestorableError, match="no manifest"):
-        plan_restore(storage, RestoreSettings("memory://", backup_id="nope"))
+        plan_restore(storage, RestoreRequest("memory://", backup_id="nope"))
 
 
 def test_two_queues_mapped_onto_one_target_are_refused(storage):
     with pytest.raises(BackupNotRestorableError, match="would both restore into"):
-        plan_restore(storage, RestoreSettings("memory://", backup_id="b-1", vhost_map={"prod": "/"}, queue_map={"payments": "orders"}))
+        plan_restore(storage, RestoreRequest("memory://", backup_id="b-1", vhost_map={"prod": "/"}, queue_map={"payments": "orders"}))

@@ -16,7 +16,7 @@ import pytest
 
 from airflow_rbak.capture import queue_run as capture_module  # where a capture stamps backed_up_at
 from airflow_rbak.capture import stream_capture as stream_capture_module
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from tests.restore.helpers import backup, body_of, declare, publish, read_queue
 
 pytestmark = pytest.mark.broker
@@ -54,7 +54,7 @@ def test_a_window_over_the_middle_wave_restores_exactly_that_wave(broker, vhost,
     backup(broker.connection, location, "pit-1", vhost)
     monkeypatch.undo()
     wave2 = T0 + WAVE_GAP
-    settings = RestoreSettings(
+    settings = RestoreRequest(
         location, backup_id="pit-1", vhosts=[vhost], vhost_map={vhost: target_vhost}, restore_definitions=True,
         time_window_start=datetime.fromtimestamp(wave2 - 1800, timezone.utc).isoformat(),  # ISO 8601 start
         time_window_end=int((wave2 + 1800) * 1000),  # epoch ms end

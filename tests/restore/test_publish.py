@@ -8,9 +8,9 @@ import time
 import pika
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.broker import stream_protocol
-from airflow_rbak.restore import DamagedSegmentsError, PublishError, RestoreRun, RestoreSettings, UnroutableMessagesError
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.restore import DamagedSegmentsError, PublishError, RestoreRequest, RestoreRun, UnroutableMessagesError
 from airflow_rbak.storage import open_storage
 from tests.restore.helpers import backup, declare, publish, read_queue
 
@@ -41,8 +41,8 @@ def test_unroutable_records_are_reported_with_their_positions_not_lost(broker, v
                     checkpoint_state=str(tmp_path / "r.db"))
 
     with pytest.raises(UnroutableMessagesError, match="20 records were returned unroutable"):
-        RestoreRun(broker.connection, RestoreSettings(**settings)).run()
-    report = RestoreRun(broker.connection, RestoreSettings(**settings, allow_unroutable=True)).run()
+        RestoreRun(broker.connection, RestoreRequest(**settings)).run()
+    report = RestoreRun(broker.connection, RestoreRequest(**settings, allow_unroutable=True)).run()
 
     (row,) = report.queues
     assert row["published"] == 0 and row["completed"]  # finished queue: the re-run publishes nothing again
@@ -53,7 +53,7 @@ def test_unroutable_records_are_reported_with_their_positions_not_lost(broker, v
 
 def test_a_missing_exchange_is_refused_before_publishing(broker, vhost, target_vhost, routed_source, tmp_path):
     broker.api("PUT", f"vhosts/{target_vhost}")
-    settings = RestoreSettings(routed_source, backup_id="pub-1", vhost_map={vhost: target_vhost}, publish_mode="exchange",
+    settings = RestoreRequest(routed_source, backup_id="pub-1", vhost_map={vhost: target_vhost}, publish_mode="exchange",
                                checkpoint_state=str(tmp_path / "r.db"))
 
     with pytest.raises(PublishError, match="exchange 'orders.x' does not exist in vhost"):
@@ -61,7 +61,7 @@ def test_a_missing_exchange_is_refused_before_publishing(broker, vhost, target_v
 
 
 def test_queue_mode_creates_the_queue_and_keeps_the_rate_limit(broker, vhost, routed_source, tmp_path):
-    settings = RestoreSettings(routed_source, backup_id="pub-1", queue_map={"orders": "orders-copy"}, max_publish_rate=100,
+    settings = RestoreRequest(routed_source, backup_id="pub-1", queue_map={"orders": "orders-copy"}, max_publish_rate=100,
                                checkpoint_state=str(tmp_path / "r.db"))
 
     started = time.monotonic()
@@ -88,7 +88,7 @@ def test_stream_consumer_offsets_are_moved_to_the_restored_messages(broker, vhos
     assert store.load("off-1").queues[0].extensions["consumer_offsets"] == {"billing": 9, "audit": 29}
     declare(broker.connection, vhost, {"events-2": "stream"})
     publish(broker.connection, vhost, "events-2", 100, 5, decimal=False)  # the target already holds offsets 0..4
-    settings = RestoreSettings(location, backup_id="off-1", queue_map={"events": "events-2"}, restore_consumer_offsets=True,
+    settings = RestoreRequest(location, backup_id="off-1", queue_map={"events": "events-2"}, restore_consumer_offsets=True,
                                checkpoint_state=str(tmp_path / "r.db"), on_existing_messages="append")
 
     report = RestoreRun(broker.connection, settings).run()
@@ -113,8 +113,8 @@ def test_damaged_segments_are_refused_by_name_or_skipped_and_reported(broker, vh
     settings = dict(storage_url=location, backup_id="dmg-1", queue_map={"orders": "orders-r"}, checkpoint_state=str(tmp_path / "r.db"))
 
     with pytest.raises(DamagedSegmentsError, match=victim.key.split("/")[-1]):
-        RestoreRun(broker.connection, RestoreSettings(**settings)).run()
-    report = RestoreRun(broker.connection, RestoreSettings(**settings, skip_damaged_segments=True)).run()
+        RestoreRun(broker.connection, RestoreRequest(**settings)).run()
+    report = RestoreRun(broker.connection, RestoreRequest(**settings, skip_damaged_segments=True)).run()
 
     assert [s["key"] for s in report.skipped_segments] == [victim.key]
     assert report.skipped_segments[0]["record_count"] == victim.record_count

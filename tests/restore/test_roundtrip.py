@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from tests.restore.helpers import backup, declare, expected_view, publish, read_queue
 
 pytestmark = pytest.mark.broker
@@ -32,7 +32,7 @@ def source(broker, vhost, tmp_path):
 
 
 def test_a_restore_into_a_fresh_vhost_holds_exactly_the_source_messages(broker, vhost, target_vhost, source, tmp_path):
-    settings = RestoreSettings(source, backup_id="rt-1", vhosts=[vhost], vhost_map={vhost: target_vhost},
+    settings = RestoreRequest(source, backup_id="rt-1", vhosts=[vhost], vhost_map={vhost: target_vhost},
                                restore_definitions=True, checkpoint_state=str(tmp_path / "restore.db"))
 
     report = RestoreRun(broker.connection, settings).run()

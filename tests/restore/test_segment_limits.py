@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 
 from airflow_rbak.backup.run import BackupSettings
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES, MAX_SEGMENT_MAX_BYTES
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.repository.validate import validate_backup
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.storage import open_storage
 from tests.restore.helpers import backup, body_of, declare, message_view, props_of, publish, read_queue
 
@@ -42,7 +42,7 @@ def test_the_largest_segment_validates_and_restores_at_the_default_cap(broker, v
 
     # When it is validated deeply and restored into another vhost, both with the default cap
     report = validate_backup(open_storage(location), "big-1", deep=True)
-    settings = RestoreSettings(location, backup_id="big-1", vhosts=[vhost], vhost_map={vhost: target_vhost},
+    settings = RestoreRequest(location, backup_id="big-1", vhosts=[vhost], vhost_map={vhost: target_vhost},
                                restore_definitions=True, checkpoint_state=str(tmp_path / "restore.db"))
     restored = RestoreRun(broker.connection, settings).run()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from airflow_rbak.restore.definitions import counts, rollback_timestamp, select_definitions
-from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings
+from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest
 
 DOC = {
     "vhosts": [{"name": "prod"}, {"name": "dev"}],
@@ -26,7 +26,7 @@ def _names(part: dict, kind: str) -> list[str]:
 
 
 def test_selecting_a_queue_pulls_in_every_exchange_that_routes_to_it():
-    settings = RestoreSettings("memory://", vhost_map={"prod": "dr"}, queue_map={"orders": "orders-r"})
+    settings = RestoreRequest("memory://", vhost_map={"prod": "dr"}, queue_map={"orders": "orders-r"})
 
     selected = select_definitions(DOC, DefinitionsSelection(vhosts=["prod"], queues=["orders"]), settings)
 
@@ -40,7 +40,7 @@ def test_selecting_a_queue_pulls_in_every_exchange_that_routes_to_it():
 
 
 def test_explicit_exchanges_come_along_and_every_vhost_by_default():
-    settings = RestoreSettings("memory://")
+    settings = RestoreRequest("memory://")
 
     selected = select_definitions(DOC, DefinitionsSelection(queues=["payments"], exchanges=["unused.*"]), settings)
 

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from airflow_rbak.restore import RestorePlan, RestoreSettings
+from airflow_rbak.restore import RestorePlan, RestoreRequest
 from airflow_rbak.restore.errors import RestoreRefusedError
 from airflow_rbak.restore.plan import QueuePlan
-from airflow_rbak.restore.target_check import check_target, refusal
+from airflow_rbak.restore.target import check_target, refusal
 
 QUEUE = QueuePlan("/", "orders", "dr", "orders", "classic", 10, 10, ())
 
@@ -19,8 +19,8 @@ def plan(*queues: QueuePlan, source: str = "rabbit@a", target: str = "rabbit@b")
                        target_cluster_id="id-b")
 
 
-def settings(**extra) -> RestoreSettings:
-    return RestoreSettings("file:///b", backup_id="b-1", **extra)
+def settings(**extra) -> RestoreRequest:
+    return RestoreRequest("file:///b", backup_id="b-1", **extra)
 
 
 def test_an_empty_or_missing_target_queue_is_no_reason_to_refuse():

@@ -13,9 +13,9 @@ import orjson
 import pika
 import pytest
 
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.restore.errors import RestoreRefusedError
-from airflow_rbak.restore.settings import DEFAULT_CHECKPOINT_STATE
+from airflow_rbak.restore.request import DEFAULT_CHECKPOINT_STATE
 from tests.restore.helpers import backup, body_of, declare, expected_view, publish, read_queue, ready_count
 
 pytestmark = pytest.mark.broker
@@ -39,7 +39,7 @@ def test_a_default_restore_into_the_source_while_its_queue_holds_messages_publis
 
     # When a restore is run with only storage_url and backup_id (and a private checkpoint file)
     with pytest.raises(RestoreRefusedError) as refused:
-        RestoreRun(broker.connection, RestoreSettings(location, backup_id="safe-1", checkpoint_state=str(checkpoints))).run()
+        RestoreRun(broker.connection, RestoreRequest(location, backup_id="safe-1", checkpoint_state=str(checkpoints))).run()
 
     # Then it says why and what to set, and nothing was published: not into the full queue, not into the empty one
     message = str(refused.value)
@@ -56,7 +56,7 @@ def test_append_is_the_explicit_mode_that_adds_to_a_queue_holding_messages(broke
     publish(broker.connection, vhost, "orders", 0, 5)
     location = (tmp_path / "b").as_uri()
     backup(broker.connection, location, "app-1", vhost)
-    settings = RestoreSettings(location, backup_id="app-1", checkpoint_state=str(tmp_path / "r.db"), on_existing_messages="append")
+    settings = RestoreRequest(location, backup_id="app-1", checkpoint_state=str(tmp_path / "r.db"), on_existing_messages="append")
 
     # When the restore is told to append
     run = RestoreRun(broker.connection, settings)
@@ -96,12 +96,12 @@ def test_one_backup_restored_into_two_clusters_with_default_checkpoints_holds_ev
     make_vhost(broker, target)
     make_vhost(second_broker, target)
     fields = {"storage_url": location, "backup_id": "two-1", "vhosts": [vhost], "vhost_map": {vhost: target}}
-    assert "checkpoint_state" not in fields and RestoreSettings(**fields).checkpoint_state == DEFAULT_CHECKPOINT_STATE
+    assert "checkpoint_state" not in fields and RestoreRequest(**fields).checkpoint_state == DEFAULT_CHECKPOINT_STATE
     try:
         # When it is restored into the first node, then into the second, whose first attempt dies mid-queue
-        first = RestoreRun(broker.connection, RestoreSettings(**fields)).run()
+        first = RestoreRun(broker.connection, RestoreRequest(**fields)).run()
         _kill_worker(second_broker, {**fields, "max_in_flight": 50}, vhost, "orders", after=150)
-        second = RestoreRun(second_broker.connection, RestoreSettings(**fields)).run()
+        second = RestoreRun(second_broker.connection, RestoreRequest(**fields)).run()
 
         # Then each cluster's restore published every record itself (the second reused nothing of the first) ...
         assert {r["source_queue"]: r["published_total"] for r in first.queues} == {n: c for n, (_, c) in QUEUES.items()}
@@ -147,7 +147,7 @@ def test_exchange_mode_refuses_a_vhost_with_messages_anywhere_but_resumes_its_ow
 
     # When it is restored through the exchanges: Then 'audit' (where bindings could route records) stops it
     with pytest.raises(RestoreRefusedError, match=f"{target_vhost}/audit holds 1"):
-        RestoreRun(broker.connection, RestoreSettings(**fields)).run()
+        RestoreRun(broker.connection, RestoreRequest(**fields)).run()
     assert ready_count(broker.connection, target_vhost, "orders") == 0
 
     # When 'audit' is emptied, and a first attempt dies after 100 publishes (some of them reached 'orders')
@@ -155,7 +155,7 @@ def test_exchange_mode_refuses_a_vhost_with_messages_anywhere_but_resumes_its_ow
     _kill_worker(broker, {**fields, "max_in_flight": 20}, vhost, "orders", after=100)
 
     # Then the re-run is not refused for what its own first attempt published: it resumes, and finishes
-    report = RestoreRun(broker.connection, RestoreSettings(**fields)).run()
+    report = RestoreRun(broker.connection, RestoreRequest(**fields)).run()
     (row,) = report.queues
     assert row["completed"] and report.refused is None
     bodies = [m[0] for m in read_queue(broker.connection, target_vhost, "orders", "classic", 300)]

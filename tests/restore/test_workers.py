@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from airflow_rbak.restore.settings import DEFAULT_CHECKPOINT_STATE
+from airflow_rbak.restore.request import DEFAULT_CHECKPOINT_STATE
 from tests.restore.helpers import backup, body_of, declare, publish, read_queue
 
 pytestmark = pytest.mark.broker

@@ -8,10 +8,10 @@ from dataclasses import replace
 from pika import spec
 
 from airflow_rbak.broker.amqp_types import DeliveredProperties
-from airflow_rbak.capture.checkpoints import CheckpointStore, QueueProgress
+from airflow_rbak.capture.checkpoints import CaptureCheckpoints, QueueProgress
 from airflow_rbak.capture.staged_delivery import stage_delivery
-from airflow_rbak.capture.staging import StagedChunk, StagingWriter
 from airflow_rbak.codec import BackupProperties, BackupRecord, HeaderValue, encode_record
+from airflow_rbak.repository.staging import StagedChunk, StagingWriter
 from airflow_rbak.storage.base import Storage
 from tests.broker.record_reference import properties_from_record
 
@@ -47,7 +47,7 @@ def stage_queue(
 ) -> list[bytes]:
     """Stage ``count`` records of one queue in chunks, as deliveries the way capture stages them, each chunk committed
     to its checkpoint as capture commits it; return the records' JSON in capture order (what encode must make)."""
-    checkpoints = CheckpointStore(storage, backup_id)
+    checkpoints = CaptureCheckpoints(storage, backup_id)
     progress = QueueProgress(backup_id, vhost, queue, "classic", target_count=count)
 
     def on_chunk(chunk: StagedChunk) -> None:

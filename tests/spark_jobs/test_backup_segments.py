@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_rbak.backup.validate import validate_backup
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.segments import encode as er
 from airflow_rbak.segments.jobs import backup_segments, common
 from airflow_rbak.segments.reports import load_report
@@ -41,7 +41,7 @@ def test_single_range_queue_is_encoded_exactly_as_in_process(url, tmp_path):
         reference.put(info.key, storage.get(info.key))
 
     report = encode(url, "--segment-max-bytes", "60000")
-    expected, _, _ = er.encode_queue_here(reference, "b1", er.QueueRef("/", "orders"), er.EncodeSettings(segment_max_bytes=60000))
+    expected, _, _ = er.encode_queue_here(reference, "b1", er.QueueRef("/", "orders"), er.EncodeSpec(segment_max_bytes=60000))
 
     got = report["details"]["queues"][0]
     assert [s["key"] for s in got["segments"]] == [s.key for s in expected.segments]
@@ -95,7 +95,7 @@ def test_declared_queue_types_and_empty_queues_reach_the_manifest(url):
 def test_count_pass_agrees_with_the_write_pass(url):
     storage = open_storage(url)
     stage_queue(storage, "b1", "/", "q", 3000, chunk_records=250)
-    settings = er.EncodeSettings(segment_max_bytes=30000, segment_max_interval_ms=200)
+    settings = er.EncodeSpec(segment_max_bytes=30000, segment_max_interval_ms=200)
     for rng in er.plan_ranges("/", "q", er.discover_staging(storage, "b1")[("/", "q")], 8000):
         written = er.encode_range(url, "b1", rng, 1, settings)
         assert er.count_range_segments(url, rng, settings) == len(written.segments)

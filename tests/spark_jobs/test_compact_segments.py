@@ -7,13 +7,13 @@ import random
 
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.codec.layout import interim_segment_key
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.segments import compact as cp
 from airflow_rbak.segments.jobs import compact_segments
 from airflow_rbak.storage import open_storage
-from tests.backup.backup_writer import BackupWriter
+from tests.repository.backup_writer import BackupWriter
 from tests.spark_jobs.conftest import submit
 from tests.spark_jobs.local_spark import LocalSpark
 from tests.spark_jobs.staging import make_record, read_queue_independently
@@ -86,11 +86,11 @@ def test_plan_keeps_large_segments_and_renumbers_what_follows_a_merge(url):
     manifest = ManifestStore(open_storage(url)).load("b1")
     chatty = manifest.queue("/", "chatty")
     chatty.segments[3].size_bytes = 10**6  # pretend the fourth segment is large: it breaks the run of small ones
-    plan = cp.plan_queue(chatty, cp.CompactSettings(threshold_bytes=5000, segment_max_bytes=MAX))
+    plan = cp.plan_queue(chatty, cp.CompactSpec(threshold_bytes=5000, segment_max_bytes=MAX))
     assert [(o.sequence, o.kind, len(o.sources)) for o in plan] == [(1, "merge", 3), (2, "copy", 1), (3, "merge", len(chatty.segments) - 4)]
     chatty.segments[0].size_bytes = 10**6
-    assert cp.plan_queue(chatty, cp.CompactSettings(threshold_bytes=5000, segment_max_bytes=MAX))[0].kind == "keep"
-    assert cp.plan_queue(manifest.queue("/", "bulk"), cp.CompactSettings(threshold_bytes=5000)) is None
+    assert cp.plan_queue(chatty, cp.CompactSpec(threshold_bytes=5000, segment_max_bytes=MAX))[0].kind == "keep"
+    assert cp.plan_queue(manifest.queue("/", "bulk"), cp.CompactSpec(threshold_bytes=5000)) is None
 
 
 @pytest.mark.parametrize("point", ["written", "switched"])

@@ -19,7 +19,7 @@ from tests.spark_jobs.local_spark import LocalSpark
 from tests.spark_jobs.staging import read_queue_independently, stage_queue
 
 #: Small segments and ranges, so a queue spans several ranges (forced cuts) and several segments per range.
-ENCODE = er.EncodeSettings(segment_max_bytes=60_000, range_bytes=20_000)
+ENCODE = er.EncodeSpec(segment_max_bytes=60_000, range_bytes=20_000)
 ARGS = ["--segment-max-bytes", "60000", "--range-bytes", "20000"]
 QUEUES = {("/", "big"): 9000, ("prod", "orders/eu"): 1200, ("prod", "empty"): 0}
 
@@ -83,7 +83,7 @@ def test_one_staging_encoded_in_process_and_on_spark_gives_the_same_keys_and_byt
 def test_compaction_merges_the_cuts_between_ranges_and_keeps_every_record(tmp_path, where):
     url = (tmp_path / "store").as_uri()
     records = staged(url)
-    work = stages.SegmentWork(er.EncodeSettings(segment_max_bytes=16_000_000, range_bytes=20_000), "deep",
+    work = stages.SegmentWork(er.EncodeSpec(segment_max_bytes=16_000_000, range_bytes=20_000), "deep",
                               compact_below_bytes=16_000_000)
     plain = (tmp_path / "plain").as_uri()
     staged(plain)  # the same records, encoded without compaction: the ranges' forced cuts stay

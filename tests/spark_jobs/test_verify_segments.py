@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.segments import verify as vf
 from airflow_rbak.segments.jobs import verify_segments
 from airflow_rbak.storage import open_storage
-from tests.backup.sample import build_sample_backup
+from tests.repository.sample import build_sample_backup
 from tests.spark_jobs.conftest import submit
 from tests.spark_jobs.local_spark import LocalSpark
 

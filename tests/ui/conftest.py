@@ -19,8 +19,8 @@ import requests
 
 from airflow_rbak.storage import open_storage
 from tests.airflow_stack import AirflowStack, airflow_stack
-from tests.backup.sample import build_sample_backup, build_sample_chain
 from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures, imported to register them here
+from tests.repository.sample import build_sample_backup, build_sample_chain
 
 UNREACHABLE = "s3://rbak-nowhere/backups?region=us-east-1&endpoint=http://127.0.0.1:9&path_style=true"
 #: A location configured with credentials in it (the secret holds '/' and '?'): the view shows it refused, never its URL.

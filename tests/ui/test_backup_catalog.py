@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import MemoryStorage
 from airflow_rbak.storage.base import ObjectInfo, TransientStorageError
 from airflow_rbak.ui.backup_catalog import BackupCatalog, LocationNotFoundError

@@ -5,15 +5,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, BackupRun, RunIndex
+from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, BackupDagRun, RunIndex
 
 URL = "file:///backups"
 
 
 def _run(run_id: str, kind: str = "verify", state: str = "success", verify_state: str | None = "success",
-         verify_at: int | None = 10, backup_id: str = "b1", url: str = URL) -> BackupRun:
+         verify_at: int | None = 10, backup_id: str = "b1", url: str = URL) -> BackupDagRun:
     dag_id = VERIFY_DAG_ID if kind == "verify" else BACKUP_DAG_ID
-    return BackupRun(dag_id, run_id, kind, url, backup_id, state, started_at=verify_at, verify_state=verify_state,
+    return BackupDagRun(dag_id, run_id, kind, url, backup_id, state, started_at=verify_at, verify_state=verify_state,
                      verify_at=verify_at)
 
 
@@ -58,7 +58,7 @@ def test_a_backup_id_from_storage_becomes_a_run_id_airflow_accepts():
 
 
 def test_a_restore_run_is_listed_with_its_outcome():
-    restore = BackupRun(RESTORE_DAG_ID, "r1", "restore", URL, "b1", "success", outcome="dry run: 3 planned")
+    restore = BackupDagRun(RESTORE_DAG_ID, "r1", "restore", URL, "b1", "success", outcome="dry run: 3 planned")
     index = RunIndex([restore, _run("v1")])
     assert index.runs(URL, "b1", "restore") == [restore]
     assert index.last_verify(URL, "b1").run_id == "v1"

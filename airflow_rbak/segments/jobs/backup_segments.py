@@ -32,10 +32,10 @@ from typing import Any
 
 import orjson
 
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import QueueBackup
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.segments import encode as er
 from airflow_rbak.segments import stages
 from airflow_rbak.segments import verify as vf
@@ -63,7 +63,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--verify", choices=stages.VERIFY_MODES, default="deep", help="check what was written")
     parser.add_argument("--max-decompressed-bytes", type=positive_int, default=DEFAULT_MAX_DECOMPRESSED_BYTES)
     parser.add_argument("--compact-below-bytes", type=positive_int, help="then merge runs of segments smaller than this")
-    return parse_with_settings(parser, argv, lambda args: stages.SegmentWork(er.EncodeSettings(
+    return parse_with_settings(parser, argv, lambda args: stages.SegmentWork(er.EncodeSpec(
         args.compression, args.level, args.segment_max_bytes, args.segment_max_interval_ms, args.range_bytes),
         args.verify, args.max_decompressed_bytes, args.compact_below_bytes))
 

@@ -23,11 +23,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_rbak.backup.chain import shared_queues
-from airflow_rbak.backup.lease import LeasedStorage
-from airflow_rbak.backup.lock import BackupLock
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest, SegmentMetadata
+from airflow_rbak.repository.chain import shared_queues
+from airflow_rbak.repository.lock import BackupLock, LeasedStorage
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.segments import compact as cp
 from airflow_rbak.segments.jobs.common import add_segment_arguments, base_parser, main, parse_with_settings, positive_int
 from airflow_rbak.segments.reports import JobReport
@@ -48,7 +47,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     # Fault injection for the crash-safety tests: end the process abruptly at a named point.
     parser.add_argument("--crash-after", choices=CRASH_POINTS, help=argparse.SUPPRESS)
     parser.add_argument("--lock-owner", default=None, help="the backup lock's owner (an Airflow DAG run's); default: this run")
-    return parse_with_settings(parser, argv, lambda args: cp.CompactSettings(
+    return parse_with_settings(parser, argv, lambda args: cp.CompactSpec(
         args.threshold_bytes, args.segment_max_bytes, args.segment_max_interval_ms, args.compression, args.level))
 
 

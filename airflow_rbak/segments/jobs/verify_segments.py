@@ -24,11 +24,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_rbak.backup import chain
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.layout import manifest_key
+from airflow_rbak.repository import chain
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.segments import stages
 from airflow_rbak.segments import verify as vf
 from airflow_rbak.segments.encode import manifest_from_encode_report

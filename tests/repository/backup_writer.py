@@ -12,8 +12,6 @@ from collections.abc import Iterable
 import orjson
 
 from airflow_rbak import __version__
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.writer import QueueSegmentSink, now_ms
 from airflow_rbak.codec import BackupManifest, BackupRecord, DefinitionsBackup, QueueBackup, SegmentWriter
 from airflow_rbak.codec.compression import compress
 from airflow_rbak.codec.constants import (
@@ -23,6 +21,8 @@ from airflow_rbak.codec.constants import (
     Compression,
 )
 from airflow_rbak.codec.layout import check_backup_id, definitions_key
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.writer import QueueSegmentSink, now_ms
 from airflow_rbak.storage.base import Storage
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_rbak.capture.staging import StagingWriter, chunk_key, delete_staging, list_chunks
 from airflow_rbak.codec import BackupRecord, Compression, decode_segment, encode_record
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.staging import StagingWriter, chunk_key, delete_staging, list_chunks
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import StorageError
 from airflow_rbak.storage.memory import MemoryStorage

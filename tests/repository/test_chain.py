@@ -19,12 +19,12 @@ from urllib.parse import quote
 
 import pytest
 
-from airflow_rbak.backup.catalog import list_backups
-from airflow_rbak.backup.chain import dependencies, referenced_keys, segment_owner
-from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.cli.commands import describe_cmd, list_cmd
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.repository.catalog import list_backups
+from airflow_rbak.repository.chain import dependencies, referenced_keys, segment_owner
+from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
+from airflow_rbak.repository.validate import validate_backup
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.restore.plan import plan_restore
 from airflow_rbak.storage import open_storage
 from tests.codec.independent_reader import read_segment
@@ -82,7 +82,7 @@ def _new_vhost() -> str:
 
 
 def _restore(broker, location: str, backup_id: str, source: str, target: str, tmp_path) -> list[tuple]:
-    settings = RestoreSettings(location, backup_id=backup_id, vhosts=[source], queues=["events"],
+    settings = RestoreRequest(location, backup_id=backup_id, vhosts=[source], queues=["events"],
                                vhost_map={source: target}, restore_definitions=True,
                                checkpoint_state=str(tmp_path / f"restore-{target}.db"))
     report = RestoreRun(broker.connection, settings).run()
@@ -111,7 +111,7 @@ def test_the_third_backup_and_latest_each_restore_all_20000_stream_messages_once
     owners = [segment_owner(s.key) for s in third.queue(vhost, "events").segments]
     assert owners == sorted(owners) and set(owners) == {"c1", "c2", "c3"}
     # and the restore plan of the third says which backups it draws from
-    plan = plan_restore(storage, RestoreSettings(location, backup_id="latest", vhosts=[vhost], queues=["events"]))
+    plan = plan_restore(storage, RestoreRequest(location, backup_id="latest", vhosts=[vhost], queues=["events"]))
     assert plan.backup_id == "c3" and plan.drawn_from == ("c1", "c2", "c3")
     assert plan.queue(vhost, "events").records_in_window == TOTAL
 
@@ -138,7 +138,7 @@ def test_a_point_in_time_window_over_a_chain_selects_by_record_time_and_names_it
     start, end = own[0].first_timestamp, own[-1].last_timestamp
 
     # When the third backup is planned with that window
-    settings = RestoreSettings(location, backup_id="c3", vhosts=[vhost], queues=["events"],
+    settings = RestoreRequest(location, backup_id="c3", vhosts=[vhost], queues=["events"],
                                time_window_start=start, time_window_end=end)
     plan = plan_restore(storage, settings)
 

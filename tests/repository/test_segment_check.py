@@ -6,7 +6,6 @@ import struct
 
 import pytest
 
-from airflow_rbak.backup.segment_check import check_segment
 from airflow_rbak.codec import (
     BackupRecord,
     CodecError,
@@ -18,6 +17,7 @@ from airflow_rbak.codec import (
 )
 from airflow_rbak.codec.records import encode_record
 from airflow_rbak.codec.segment import decode_payload, iter_payload_records
+from airflow_rbak.repository.segment_check import check_segment
 from airflow_rbak.storage.memory import MemoryStorage
 
 KEY = "b-1/queues/_default/orders/segment-0001.zst"

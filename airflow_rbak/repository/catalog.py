@@ -20,11 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from airflow_rbak.backup.chain import dependencies, undeclared_owners
-from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.layout import compression_from_key, manifest_key
 from airflow_rbak.exceptions import RbakError
+from airflow_rbak.repository.chain import dependencies, undeclared_owners
+from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.storage.base import Storage
 
 #: How far ahead of the reader's clock a manifest's times may be and still count (hosts' clocks differ).

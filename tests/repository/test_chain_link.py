@@ -8,16 +8,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from airflow_rbak.backup.catalog import list_backups
-from airflow_rbak.backup.chain_lock import ChainLock
 from airflow_rbak.backup.finalize import finish_backup
-from airflow_rbak.backup.lock import BackupLockedError
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.layout import CHAIN_LOCK_KEY
+from airflow_rbak.repository.catalog import list_backups
+from airflow_rbak.repository.chain_link import ChainLock
+from airflow_rbak.repository.lock import BackupLockedError
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
 from airflow_rbak.storage import MemoryStorage
-from tests.backup.test_retention import DAY, NOW, stream_entry
+from tests.repository.test_retention import DAY, NOW, stream_entry
 
 
 def two_backups(storage: MemoryStorage) -> None:

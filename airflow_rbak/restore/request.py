@@ -1,4 +1,4 @@
-"""What to restore and how: one frozen, validated settings object (no I/O, no Airflow).
+"""What to restore and how: one frozen request, validated once (no I/O, no Airflow).
 
 Times in a window are epoch milliseconds or ISO 8601 strings (a string of
 digits is read as epoch ms; an ISO time without a zone is UTC). Either end
@@ -121,12 +121,12 @@ class DefinitionsSelection:
         return cls(**{"vhosts": vhosts, "queues": queues, **given})
 
 
-#: ``RestoreSettings.definitions_selection``'s default, told apart by identity: the restore's own vhosts and queues.
+#: ``RestoreRequest.definitions_selection``'s default, told apart by identity: the restore's own vhosts and queues.
 FOLLOWS_RESTORE = DefinitionsSelection()
 
 
 @dataclass(frozen=True)
-class RestoreSettings:
+class RestoreRequest:
     """One restore, validated at construction (before any I/O); see the module docstring for formats."""
 
     storage_url: str
@@ -210,7 +210,7 @@ class RestoreSettings:
                                      "name it in transformations")
 
     @classmethod
-    def from_conf(cls, conf: Mapping[str, Any]) -> RestoreSettings:
+    def from_conf(cls, conf: Mapping[str, Any]) -> RestoreRequest:
         """Settings from a restore DAG run's conf (the same names as its params); unknown names are refused."""
         unknown = sorted(set(conf) - set(CONF_NAMES))
         if unknown:
@@ -243,4 +243,4 @@ class RestoreSettings:
 
 #: The settings a restore takes from its DAG params or ``rbak restore --conf``: every field but the internal
 #: ``max_in_flight``. The DAG and the command line both read this tuple.
-CONF_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RestoreSettings) if f.name != "max_in_flight")
+CONF_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RestoreRequest) if f.name != "max_in_flight")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import orjson
 
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.codec.layout import manifest_key
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.storage import open_storage
-from tests.backup.sample import build_sample_backup
+from tests.repository.sample import build_sample_backup
 
 
 def test_a_clean_backup_passes_quick_and_deep_validation(location):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from airflow_rbak.backup.progress import ProgressReporter, checkpoint_sampler, format_progress
-from airflow_rbak.capture.checkpoints import CheckpointStore, QueueProgress
+from airflow_rbak.capture.checkpoints import CaptureCheckpoints, QueueProgress
+from airflow_rbak.progress import ProgressReporter, checkpoint_sampler, format_progress
 from airflow_rbak.storage import open_storage
 
 
@@ -39,11 +39,11 @@ def test_the_reporter_logs_while_the_block_runs_and_survives_a_failing_sample(ca
 
 def test_the_sampler_reads_the_stored_checkpoint_and_tolerates_its_absence():
     storage = open_storage("memory://")
-    sample = checkpoint_sampler(CheckpointStore(storage, "b"), "b", "/", "orders")
+    sample = checkpoint_sampler(CaptureCheckpoints(storage, "b"), "b", "/", "orders")
     assert sample() is None
 
     # When the capture (another store, as in the task: the engine's own) stores a checkpoint
-    CheckpointStore(storage, "b").save(QueueProgress("b", "/", "orders", "classic", 10, staged_records=7, staged_bytes=700))
+    CaptureCheckpoints(storage, "b").save(QueueProgress("b", "/", "orders", "classic", 10, staged_records=7, staged_bytes=700))
 
     assert sample() == (7, 700)
 

@@ -11,12 +11,12 @@ from dataclasses import asdict
 
 import pytest
 
-from airflow_rbak.backup.chain import dependencies
-from airflow_rbak.backup.retention import RetentionPolicy
 from airflow_rbak.backup.run import BackupRun, BackupSettings
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.broker.discovery import QueueSelector
-from airflow_rbak.restore import RestoreRun, RestoreSettings
+from airflow_rbak.repository.chain import dependencies
+from airflow_rbak.repository.retention import RetentionPolicy
+from airflow_rbak.repository.validate import validate_backup
+from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.segments.reports import JobReport
 from airflow_rbak.storage import open_storage
 from tests.restore.conftest import target_vhost  # noqa: F401 - fixture, imported to register it here
@@ -81,7 +81,7 @@ def test_retention_during_an_incremental_stream_backup_leaves_its_chain_whole_an
     assert report.valid, [d.to_json() if hasattr(d, "to_json") else d for d in report.defects]
 
     # and a restore of it into another vhost gives every message once, in order, byte-exact
-    settings = RestoreSettings(location, backup_id="i2", vhosts=[vhost], queues=["events"], vhost_map={vhost: target_vhost},
+    settings = RestoreRequest(location, backup_id="i2", vhosts=[vhost], queues=["events"], vhost_map={vhost: target_vhost},
                                restore_definitions=True, checkpoint_state=str(tmp_path / "restore.db"))
     restored = RestoreRun(c, settings).run()
     assert restored.planned == restored.published == TOTAL

@@ -11,7 +11,7 @@ every task of one Airflow DAG run shares ``rbak_backup/<run_id>``, so a task
 retried or cleared in that run carries on and any other run is refused.
 
 Every write a run makes is checked against the lock first
-(:class:`~airflow_rbak.backup.lease.LeasedStorage`), so a run whose lock was
+(:class:`LeasedStorage`), so a run whose lock was
 taken over stops at its next write. A run that crashes leaves its lock behind. The error names the holder, its
 host, process and age; when that run is known to be gone, take the lock over
 with ``break_lock`` (a setting and a DAG param) or remove it with
@@ -20,6 +20,20 @@ with ``break_lock`` (a setting and a DAG param) or remove it with
 ``lock.json`` is read as untrusted input: at most :data:`MAX_LOCK_BYTES`, every field type- and
 range-checked. Anything else (not JSON, wrong types, an object too large) is an *unreadable lock*:
 it still blocks, is named as unreadable, and ``break_lock`` or ``rbak unlock`` removes it.
+
+The lock is a lease on the backup's keys (:class:`LeasedStorage`, storage that writes only while its run holds
+the lock): a
+run whose lock was broken (``break_lock`` by a run that took it for a crashed
+one, or ``rbak unlock``) must stop writing at once, not only before its
+manifest, or it would keep staging beside the run that now owns the backup.
+Wrapping the run's storage puts the check in front of every write and delete
+the run makes, whichever engine makes it (capture's staging writer, the
+checkpoint mirror, encode, the manifest), without those engines knowing.
+
+A check is one read of ``lock.json`` (a GET on S3), cheap beside the
+megabytes each write carries. It cannot close the gap between the check and
+the write it guards: a run that loses its lock during that one write still
+lands it, and is refused at its next.
 """
 
 from __future__ import annotations
@@ -39,7 +53,7 @@ import orjson
 from airflow_rbak.codec.layout import check_backup_id, lock_key
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import RbakError
-from airflow_rbak.storage.base import ObjectNotFoundError, Storage
+from airflow_rbak.storage.base import ObjectInfo, ObjectNotFoundError, Storage
 
 log = package_logger(__name__)
 #: Seconds between creating the lock and reading it back.
@@ -256,7 +270,7 @@ class BackupLock:
         """Renew the lease every ``every`` seconds while the block runs, so others can see this run is alive.
 
         Losing the lock is not raised here (a thread cannot stop the run): the run's next write is refused
-        by its :class:`~airflow_rbak.backup.lease.LeasedStorage`.
+        by its :class:`LeasedStorage`.
         """
         stop = threading.Event()
 
@@ -287,3 +301,53 @@ class BackupLock:
             f"backup {self.backup_id!r} is being written by another run: its lock {self.key} is held by "
             f"{held.describe()}. Wait for that run; if it is gone (crashed or killed), run again with break_lock "
             f"or remove the lock with `rbak unlock --path URL --backup-id {self.backup_id}`")
+
+
+class LeasedStorage(Storage):
+    """Every write and delete first checks that ``lock``'s owner still holds it; reads pass through."""
+
+    def __init__(self, inner: Storage, lock: BackupLock) -> None:
+        self.inner = inner
+        self.lock = lock
+        self.url = inner.url
+
+    def __repr__(self) -> str:
+        return f"LeasedStorage({self.inner!r}, owner={self.lock.owner!r})"
+
+    def _check(self, key: str) -> None:
+        if key != self.lock.key:  # the lock's own object is the lock's business
+            self.lock.check(f"writing {key}")
+
+    def put(self, key: str, data: bytes) -> None:
+        self._check(key)
+        self.inner.put(key, data)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        self._check(key)
+        return self.inner.put_if_absent(key, data)
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        self._check(key)
+        self.inner.put_file(key, path)
+
+    def delete(self, key: str) -> None:
+        self._check(key)
+        self.inner.delete(key)
+
+    def get(self, key: str) -> bytes:
+        return self.inner.get(key)
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        return self.inner.get_range(key, offset, length)
+
+    def get_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        self.inner.get_file(key, path)
+
+    def stat(self, key: str) -> ObjectInfo:
+        return self.inner.stat(key)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        return self.inner.list(prefix)
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(key)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.rebuild import rebuild_manifest
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.codec.layout import manifest_key
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.rebuild import rebuild_manifest
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.storage import open_storage
-from tests.backup.sample import build_sample_backup
+from tests.repository.sample import build_sample_backup
 
 
 def _segments(manifest):

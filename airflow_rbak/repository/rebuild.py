@@ -18,15 +18,15 @@ from typing import Any
 import orjson
 
 from airflow_rbak import __version__
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.ownership import is_interim_copy
-from airflow_rbak.backup.writer import now_ms
 from airflow_rbak.codec import BackupManifest, CodecError, DefinitionsBackup, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.layout import check_backup_id, compression_from_key, manifest_key, parse_segment_key, queue_prefix
 from airflow_rbak.codec.segment import decode_payload, iter_payload_records
 from airflow_rbak.exceptions import RbakError
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.ownership import is_interim_copy
+from airflow_rbak.repository.writer import now_ms
 from airflow_rbak.storage.base import Storage, StorageError
 
 REBUILT_KEY_SUFFIX = "manifest.rebuilt.json"

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_rbak.backup.catalog import BackupSummary
 from airflow_rbak.backup.finalize import finish_backup
-from airflow_rbak.backup.lock import BackupLock
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.retention import (
+from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata
+from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.catalog import BackupSummary
+from airflow_rbak.repository.lock import BackupLock
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.retention import (
     RetentionPolicy,
     _needed_keys,
     apply_retention,
@@ -16,8 +18,6 @@ from airflow_rbak.backup.retention import (
     retention_decisions,
     select_expired,
 )
-from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata
-from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage import MemoryStorage, open_storage
 
 DAY = 86_400_000

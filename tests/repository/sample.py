@@ -6,12 +6,12 @@ import copy
 
 import orjson
 
-from airflow_rbak.backup import chain
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec import BackupManifest, BackupProperties, BackupRecord, HeaderValue
+from airflow_rbak.repository import chain
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
-from tests.backup.backup_writer import BackupWriter
+from tests.repository.backup_writer import BackupWriter
 
 QUEUES = (("/", "orders", "classic", 240), ("prod", "payments", "quorum", 30), ("prod", "events/eu", "stream", 12))
 DEFINITIONS = {

@@ -7,14 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.ownership import foreign_objects, is_interim_copy
-from airflow_rbak.backup.rebuild import rebuild_manifest
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.codec import iter_records
 from airflow_rbak.codec.layout import interim_segment_key, manifest_key
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.ownership import foreign_objects, is_interim_copy
+from airflow_rbak.repository.rebuild import rebuild_manifest
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.storage import open_storage
-from tests.backup.sample import build_sample_backup
+from tests.repository.sample import build_sample_backup
 
 
 def borrow(storage, thief: str, owner: str, what: str) -> str:

@@ -1,7 +1,7 @@
 """The few Management API writes a restore needs: create a vhost and import definitions into it.
 
-Kept beside the restore engine (the broker layer's client only reads).
-Errors carry the endpoint and the broker's short reason, never credentials
+The read-only client (:mod:`.management`) stays apart from these writes. Errors
+(:class:`ManagementWriteError`) carry the endpoint and the broker's short reason, never credentials
 or the definitions' contents.
 """
 
@@ -12,8 +12,8 @@ from urllib.parse import quote
 
 import requests
 
+from airflow_rbak.broker.errors import ManagementWriteError
 from airflow_rbak.broker.management import ManagementClient, addressable, reason_of
-from airflow_rbak.restore.errors import DefinitionsImportError
 
 
 def send(client: ManagementClient, method: str, path: str, body: Any = None) -> requests.Response:
@@ -21,9 +21,9 @@ def send(client: ManagementClient, method: str, path: str, body: Any = None) -> 
     try:
         response = client.request(method, url, json=body, timeout=max(client.connection.timeout, 60))
     except requests.RequestException as exc:
-        raise DefinitionsImportError(f"management API unreachable during {method} /api/{path} ({type(exc).__name__})") from None
+        raise ManagementWriteError(f"management API unreachable during {method} /api/{path} ({type(exc).__name__})") from None
     if response.status_code >= 400:
-        raise DefinitionsImportError(
+        raise ManagementWriteError(
             f"management API: {method} /api/{path} failed with HTTP {response.status_code}: {reason_of(response)}")
     return response
 

@@ -5,19 +5,26 @@ that a plain key sort is capture order. Each chunk is a complete RBAK
 segment (header, framing, CRC, compression: docs/format.md), so the encode job
 reads it with the ordinary decoder; its records are the deliveries as
 received (``staged_delivery.py``), which encode makes into record JSON.
+
+Read back (:func:`iter_staged_json`), a queue's staged chunks are record JSON in capture order: what the segment
+stages seal.
+
+Every chunk is checked whole (framing, CRC-32, record count) before its records are read, so damaged staging
+stops an encode with the chunk's key rather than sealing part of it.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_rbak.codec.constants import Compression
+from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES, Compression
 from airflow_rbak.codec.layout import staging_prefix
-from airflow_rbak.codec.segment import encode_payload
+from airflow_rbak.codec.segment import decode_payload, encode_payload, iter_payload
+from airflow_rbak.codec.staged_records import StagedRecordError, read_staged
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.base import Storage
 
@@ -173,3 +180,18 @@ def delete_staging(storage: Storage, backup_id: str, vhost: str, queue: str) -> 
     for key in keys:
         storage.delete(key)
     return len(keys)
+
+
+def iter_staged_json(
+    storage: Storage, keys: list[str], vhost: str, queue: str, cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+) -> Iterator[tuple[bytes, int]]:
+    """Yield each staged record's JSON (``codec/staged_records.py``) and ``backed_up_at``, every chunk fully
+    checked first."""
+    for key in keys:
+        header, payload = decode_payload(storage.get(key), key, cap)
+        for index, staged in enumerate(iter_payload(payload, header.record_count, key)):
+            try:
+                made = read_staged(staged, queue, vhost)
+            except StagedRecordError as exc:
+                raise StagedRecordError(f"{key}: record {index}: {exc}") from None
+            yield made

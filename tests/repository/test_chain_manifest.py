@@ -11,18 +11,18 @@ import json
 
 import pytest
 
-from airflow_rbak.backup import chain
-from airflow_rbak.backup.catalog import list_backups
-from airflow_rbak.backup.manifest_store import ManifestStore
-from airflow_rbak.backup.retention import RetentionPolicy, apply_retention
-from airflow_rbak.backup.validate import validate_backup
 from airflow_rbak.cli.main import main as rbak
 from airflow_rbak.codec import BackupManifest, ManifestError
+from airflow_rbak.repository import chain, chain_link
+from airflow_rbak.repository.catalog import list_backups
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
+from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.segments.jobs import compact_segments, verify_segments
 from airflow_rbak.storage import open_storage
-from tests.backup.sample import STREAM
-from tests.backup.sample import build_sample_chain as _build_chain
-from tests.backup.sample import chained as _chained
+from tests.repository.sample import STREAM
+from tests.repository.sample import build_sample_chain as _build_chain
+from tests.repository.sample import chained as _chained
 from tests.spark_jobs.conftest import spark_submit_available, submit  # noqa: F401 - a fixture among them
 from tests.spark_jobs.local_spark import LocalSpark
 
@@ -108,7 +108,7 @@ def test_retention_keeps_stream_segments_when_a_manifest_is_unreadable(url, capl
     storage.put("broken/manifest.json", b"{not json")
     base_stream = {s.key for s in ManifestStore(storage).load("sample-1").queue(*STREAM).segments}
 
-    with caplog.at_level("INFO", logger="airflow_rbak.backup.retention"):
+    with caplog.at_level("INFO", logger="airflow_rbak.repository.retention"):
         result = apply_retention(storage, RetentionPolicy(keep_last=1), now_ms=10**13 + 5, protect="sample-3")
 
     assert result.deleted == ["sample-1", "sample-2"]
@@ -156,10 +156,10 @@ def test_a_stream_taken_from_the_middle_without_its_base_fails_instead_of_comple
 
     entry.extensions["stream_offsets"] = {"first": 40, "last": 45}  # no complete backup ends at offset 39
     with pytest.raises(chain.ChainBaseMissingError, match="no complete backup .* ends at offset 39"):
-        chain.link_stream_chain(storage, "sample-3", entry)
+        chain_link.link_stream_chain(storage, "sample-3", entry)
 
     entry.extensions["stream_offsets"] = {"first": 13, "last": 20}  # sample-2 ends at 12, but lost a segment
     lost = ManifestStore(storage).load("sample-2").queue(*STREAM).segments[0].key
     storage.delete(lost)
     with pytest.raises(chain.ChainBaseMissingError, match=f"backup 'sample-2' ends there but does not count: .*{lost}.* is not stored"):
-        chain.link_stream_chain(storage, "sample-3", entry)
+        chain_link.link_stream_chain(storage, "sample-3", entry)

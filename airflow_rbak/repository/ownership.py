@@ -6,7 +6,7 @@ restore would publish what belongs to someone else. So restore, validate and
 rebuild read only the objects this module accepts for the manifest: a key
 the manifest lists that stays inside ``{backup_id}/``, or inside the folder
 of a base backup the manifest declares in ``depends_on`` (stream chains,
-:mod:`airflow_rbak.backup.chain`).
+:mod:`airflow_rbak.repository.chain`).
 
 The key is taken as the manifest gives it, never rebuilt from the queue's
 names: another writer may store names verbatim (``orders%v2``, a 250-byte
@@ -16,8 +16,8 @@ name) where ours percent-encodes or shortens them, and the format's
 
 from __future__ import annotations
 
-from airflow_rbak.backup import chain
 from airflow_rbak.codec import BackupManifest, CodecError, QueueBackup
+from airflow_rbak.repository import chain
 
 
 def owner_prefixes(manifest: BackupManifest) -> frozenset[str]:

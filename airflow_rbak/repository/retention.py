@@ -7,7 +7,7 @@ a human. A backup is kept when any configured rule keeps it (among the
 newest ``keep_last``, or younger than ``max_age_days``); with no rule set
 nothing is removed.
 
-Streams form chains (:mod:`airflow_rbak.backup.chain`): a kept backup may
+Streams form chains (:mod:`airflow_rbak.repository.chain`): a kept backup may
 list segments that an expired one holds. Removing that backup then removes
 its manifest, definitions, state and every object no kept backup lists, and
 keeps exactly the segments kept backups list (its folder becomes *retired*).
@@ -17,7 +17,7 @@ an expired or retired backup is removed at all. Every decision is logged
 with its reason.
 
 Retention never deletes what a kept or running backup needs. A pass holds the
-location's chain lock (:mod:`airflow_rbak.backup.chain_lock`) from its first
+location's chain lock (:mod:`airflow_rbak.repository.chain_link`) from its first
 read to its last delete, and checks that lock before every delete; a run holds
 the same lock while it picks the base a stream continues from and while it
 links its chains and writes its completed manifest. So a pass sees every
@@ -36,14 +36,14 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_rbak.backup.catalog import BackupSummary, list_backups
-from airflow_rbak.backup.chain import referenced_keys
-from airflow_rbak.backup.chain_lock import ChainLock
-from airflow_rbak.backup.lease import LeasedStorage
-from airflow_rbak.backup.manifest_store import ManifestStore
 from airflow_rbak.codec.layout import check_backup_id, lock_key, manifest_key
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.repository.catalog import BackupSummary, list_backups
+from airflow_rbak.repository.chain import referenced_keys
+from airflow_rbak.repository.chain_link import ChainLock
+from airflow_rbak.repository.lock import LeasedStorage
+from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage.base import Storage
 
 _DAY_MS = 86_400_000

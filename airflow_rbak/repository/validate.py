@@ -14,15 +14,15 @@ from typing import Any
 
 import orjson
 
-from airflow_rbak.backup import chain
-from airflow_rbak.backup.manifest_store import ManifestNotFoundError, ManifestStore
-from airflow_rbak.backup.ownership import definitions_defect, is_interim_copy, queue_defects
-from airflow_rbak.backup.segment_check import check_segment
 from airflow_rbak.codec import BackupManifest, CodecError, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.layout import compression_from_key, manifest_key
 from airflow_rbak.codec.manifest import count_definitions
+from airflow_rbak.repository import chain
+from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.repository.ownership import definitions_defect, is_interim_copy, queue_defects
+from airflow_rbak.repository.segment_check import check_segment
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 
@@ -111,7 +111,7 @@ def _check_chain(manifest: BackupManifest, report: ValidationReport) -> None:
     except CodecError as exc:
         report.add(key, exc.reason)
         return
-    # keys in undeclared folders are named per segment (backup.ownership)
+    # keys in undeclared folders are named per segment (repository.ownership)
     missing = {d.key for d in report.defects if d.reason == "missing"}
     for base, (gone, listed) in chain.missing_bases(manifest, missing).items():
         report.add(key, chain.missing_base_reason(base, gone, listed))

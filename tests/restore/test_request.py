@@ -1,11 +1,11 @@
-"""RestoreSettings: every setting checked at construction, times in either form, globs and maps."""
+"""RestoreRequest: every setting checked at construction, times in either form, globs and maps."""
 
 from __future__ import annotations
 
 import pytest
 
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.restore.settings import DefinitionsSelection, RestoreSettings, parse_time
+from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest, parse_time
 
 
 @pytest.mark.parametrize(
@@ -33,31 +33,31 @@ def test_a_bad_time_says_which_setting_and_both_formats(value):
 
 
 def test_either_end_of_the_window_alone_is_enough():
-    start_only = RestoreSettings("memory://", time_window_start="2024-11-22T02:00:00Z")
-    end_only = RestoreSettings("memory://", time_window_end=1000)
+    start_only = RestoreRequest("memory://", time_window_start="2024-11-22T02:00:00Z")
+    end_only = RestoreRequest("memory://", time_window_end=1000)
 
     assert start_only.in_window(1732240800000) and not start_only.in_window(1732240799999)
     assert end_only.in_window(1000) and not end_only.in_window(1001)
-    assert start_only.has_window and end_only.has_window and not RestoreSettings("memory://").has_window
+    assert start_only.has_window and end_only.has_window and not RestoreRequest("memory://").has_window
 
 
 def test_settings_refuse_what_cannot_work_before_any_io():
     with pytest.raises(ConfigurationError, match="after time_window_end"):
-        RestoreSettings("memory://", time_window_start=2000, time_window_end=1000)
+        RestoreRequest("memory://", time_window_start=2000, time_window_end=1000)
     with pytest.raises(ConfigurationError, match="publish_mode"):
-        RestoreSettings("memory://", publish_mode="fanout")
+        RestoreRequest("memory://", publish_mode="fanout")
     with pytest.raises(ConfigurationError, match="max_publish_rate"):
-        RestoreSettings("memory://", max_publish_rate=0)
+        RestoreRequest("memory://", max_publish_rate=0)
     with pytest.raises(ConfigurationError, match="vhost_map"):
-        RestoreSettings("memory://", vhost_map={"a": ""})
+        RestoreRequest("memory://", vhost_map={"a": ""})
     with pytest.raises(ConfigurationError, match="storage_url"):
-        RestoreSettings("")
+        RestoreRequest("")
     with pytest.raises(ConfigurationError, match="definitions_selection"):
-        RestoreSettings("memory://", definitions_selection={"users": ["*"]})
+        RestoreRequest("memory://", definitions_selection={"users": ["*"]})
 
 
 def test_selection_and_maps():
-    settings = RestoreSettings("memory://", vhosts="prod,stage-*", queues=["orders*"], vhost_map={"prod": "dr"},
+    settings = RestoreRequest("memory://", vhosts="prod,stage-*", queues=["orders*"], vhost_map={"prod": "dr"},
                                queue_map={"orders": "orders-restored"})
 
     assert settings.selects("stage-1", "orders.eu") and not settings.selects("dev", "orders")
@@ -65,5 +65,5 @@ def test_selection_and_maps():
     assert (settings.target_vhost("prod"), settings.target_queue("orders")) == ("dr", "orders-restored")
     assert (settings.target_vhost("stage-1"), settings.target_queue("orders.eu")) == ("stage-1", "orders.eu")
     assert settings.definitions_selection == DefinitionsSelection(vhosts=("prod", "stage-*"), queues=("orders*",))
-    explicit = RestoreSettings("memory://", vhosts=["prod"], definitions_selection={"queues": ["a*"], "exchanges": ["x"]})
+    explicit = RestoreRequest("memory://", vhosts=["prod"], definitions_selection={"queues": ["a*"], "exchanges": ["x"]})
     assert explicit.definitions_selection == DefinitionsSelection(vhosts=("prod",), queues=("a*",), exchanges=("x",))
