@@ -76,7 +76,7 @@ class QueuePlan:
     segments: tuple[SegmentPlan, ...]
     exchanges: tuple[str, ...] = ()
     consumer_offsets: dict[str, int] = field(default_factory=dict)
-    #: The target as the plan found it (``target_check``): messages held (None: no such queue), whether this
+    #: The target as the plan found it (:mod:`.target`): messages held (None: no such queue), whether this
     #: restore's checkpoint says it already began there, and what it confirmed then.
     target_depth: int | None = None
     resumes: bool = False
