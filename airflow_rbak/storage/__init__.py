@@ -86,16 +86,16 @@ def open_backend(config: StorageConfig) -> Storage:
             from airflow_rbak.storage.azure import AzureBlobStorage
         except ImportError as error:
             raise _missing_extra("azure", error) from None
-        return AzureBlobStorage.from_config(config)
+        return AzureBlobStorage(config)
     if isinstance(config, GcsStorageConfig):
         try:
             from airflow_rbak.storage.gcs import GcsStorage
         except ImportError as error:
             raise _missing_extra("gcs", error) from None
-        return GcsStorage.from_config(config)
+        return GcsStorage(config)
     from airflow_rbak.storage.s3 import S3Storage
 
-    return S3Storage.from_config(config)
+    return S3Storage(config)
 
 
 def _missing_extra(scheme: str, error: ImportError) -> ConfigurationError:

@@ -62,14 +62,6 @@ class AzureBlobStorage(Storage):
                                          connect_timeout, read_timeout)
         self._container = service.get_container_client(config.container)
 
-    @classmethod
-    def from_config(cls, config: AzureStorageConfig, **options: Any) -> AzureBlobStorage:
-        """Build the backend an ``azure://`` URL describes."""
-        return cls(config, **options)
-
-    def __repr__(self) -> str:
-        return f"AzureBlobStorage({self.url!r})"
-
     def check_location(self) -> None:
         """The container must exist (an empty prefix is just empty)."""
         with self._errors("read", None):

@@ -85,6 +85,9 @@ class Storage(abc.ABC):
     #: The location as a URL without credentials, safe to log.
     url: str
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
     @abc.abstractmethod
     def put(self, key: str, data: bytes) -> None:
         """Store ``data`` at ``key`` atomically: readers see the old object or all of the new one."""

@@ -67,14 +67,6 @@ class GcsStorage(Storage):
         self._bucket = self._client.bucket(config.bucket)
         self._bucket_known = False
 
-    @classmethod
-    def from_config(cls, config: GcsStorageConfig, **options: Any) -> GcsStorage:
-        """Build the backend a ``gcs://`` URL describes."""
-        return cls(config, **options)
-
-    def __repr__(self) -> str:
-        return f"GcsStorage({self.url!r})"
-
     def check_location(self) -> None:
         """The bucket must exist (an empty prefix is just empty)."""
         with self._errors("read", None):

@@ -111,14 +111,6 @@ class S3Storage(Storage):
         )
         self._client = client or _make_client(config, connect_timeout, read_timeout, max_attempts)
 
-    @classmethod
-    def from_config(cls, config: S3StorageConfig, **options: Any) -> S3Storage:
-        """Build the backend an ``s3://`` URL describes; ``options`` tune timeouts and parts."""
-        return cls(config, **options)
-
-    def __repr__(self) -> str:
-        return f"S3Storage({self.url!r})"
-
     def check_location(self) -> None:
         """The bucket must exist (a prefix is no object on S3: an empty one is just empty)."""
         with self._errors("read", None):
