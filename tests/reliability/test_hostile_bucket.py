@@ -237,7 +237,7 @@ def test_the_view_lists_every_backup_and_answers_each_page(bucket, planted):
         except RbakError:  # the view answers these with a 404 or 502 page that names the problem
             assert backup_id == planted
             continue
-        assert backup_id in detail_page(detail, links, {"restore": True, "verify": True})
+        assert backup_id in detail_page(detail, links, {"restore": True, "verify": True}, {})
 
 
 def test_a_manifest_a_few_minutes_ahead_still_counts(bucket, now):
@@ -315,7 +315,8 @@ def test_names_that_would_drive_a_terminal_are_shown_escaped_and_each_queue_stay
     assert code == 0 and "names " in out
     catalog = BackupCatalog([bucket.url])
     detail = catalog.detail(catalog.locations[0], "names", RunIndex([]))
-    html = detail_page(detail, Links(airflow_root="", view_root="/rbak"), {"restore": True, "verify": True})
+    html = detail_page(detail, Links(airflow_root="", view_root="/rbak"), {"restore": True, "verify": True},
+                       {})
     assert 'href="http://evil"' not in html and "<img" not in html
     assert "\x1b" not in html and "\\x1b]0;owned\\x07" in html
 

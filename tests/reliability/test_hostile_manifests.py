@@ -125,7 +125,7 @@ def test_any_manifest_gets_a_clean_bounded_answer_and_hides_nothing(real_backup,
         assert page["error"] is None and {b["backup_id"] for b in page["backups"]} == {"real-1", "fuzzed"}
         list_page([page], links)
         try:
-            detail_page(catalog.detail(where, "fuzzed", runs), links, {"restore": True, "verify": True})
+            detail_page(catalog.detail(where, "fuzzed", runs), links, {"restore": True, "verify": True}, {})
         except RbakError:  # answered as a 404 or 502 page naming the problem
             pass
     finally:
