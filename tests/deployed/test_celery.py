@@ -172,7 +172,7 @@ def test_celery_workers_share_a_backup_survive_a_killed_worker_and_restore_byte_
             AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT="30",
             AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL="5",
             AIRFLOW__CORE__PLUGINS_FOLDER=str(shared), PYTHONPATH=os.pathsep.join([str(shared), str(REPO)]),
-            RBAK_TASK_RETRIES="1", RBAK_TEST_HOLDS=str(holds),
+            AIRFLOW__RBAK__TASK_RETRIES="1", RBAK_TEST_HOLDS=str(holds),
             RBAK_TEST_PUBLISHERS=str(len(QUEUES)))
         stack.start()
         state = None

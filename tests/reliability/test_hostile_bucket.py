@@ -250,7 +250,7 @@ def test_a_manifest_a_few_minutes_ahead_still_counts(bucket, now):
 def test_rebuilding_a_mistyped_backup_id_fails_and_writes_nothing(bucket):
     before = {info.key for info in bucket.list("")}
     code, out, err = run_cli("manifest", "rebuild", "--path", bucket.url, "--backup-id", "real-4")
-    assert code == 1 and out == ""
+    assert code == 2 and out == ""  # a usage error: no backup of that id
     assert len(err.splitlines()) == 1 and "nothing was written" in err
     assert {info.key for info in bucket.list("")} == before
     assert latest_complete(bucket).backup_id == "real-3"
@@ -324,7 +324,7 @@ def test_names_that_would_drive_a_terminal_are_shown_escaped_and_each_queue_stay
 def test_a_location_that_does_not_exist_is_an_error_and_an_empty_one_has_no_backups(location):
     code, out, err = run_cli("list", "--path", location)  # nothing written yet: an empty folder or bucket prefix
     if location.startswith("file:"):
-        assert code == 1 and "does not exist" in err and len(err.splitlines()) == 1
+        assert code == 3 and "does not exist" in err and len(err.splitlines()) == 1  # an unreachable location
         open_storage(location).put("x/y", b"")
         open_storage(location).delete("x/y")
     code, out, err = run_cli("list", "--path", location)
@@ -332,7 +332,7 @@ def test_a_location_that_does_not_exist_is_an_error_and_an_empty_one_has_no_back
     typo = location.replace("/backups", "/backups-typo") if location.startswith("file:") else \
         location.replace("s3://rbak-test-", "s3://rbak-typo-")
     code, out, err = run_cli("list", "--path", typo)
-    assert code == 1 and out == "" and "does not exist" in err and len(err.splitlines()) == 1
+    assert code == 3 and out == "" and "does not exist" in err and len(err.splitlines()) == 1
 
 
 def test_a_restore_of_a_manifest_copied_into_another_folder_is_refused_before_anything_is_read(bucket, now):

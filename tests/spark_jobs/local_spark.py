@@ -44,6 +44,10 @@ class LocalContext:
     def setLogLevel(self, level: str) -> None:
         pass
 
+    def getConf(self) -> dict[str, str]:
+        """No submit wrote this application's properties: nothing is handed to it (a dict answers ``get``)."""
+        return {}
+
 
 class LocalSpark:
     def __init__(self) -> None:
