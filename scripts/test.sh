@@ -2,9 +2,9 @@
 # The test suite as `make test` (and so CI) runs it: three parts at once, each with private RabbitMQ nodes of its
 # own, so that no part's broker faults (tests that stop, restart or reconfigure a node) reach another.
 #   scripts/test.sh [pytest args...]   extra args go to every part
-# Part "stack": the DAGs end to end (`airflow dags test`, the deployed stacks), mostly waiting on Airflow and JVM
-# start-up. Part "restore": the restore engine, the command line, the view, the Spark jobs, the broker clients,
-# hooks and operators, and the broker-free codec and storage tests. Part "engine": everything else (capture, the
+# Part "stack": the DAGs end to end (`airflow dags test`), mostly waiting on Airflow and JVM start-up. Part
+# "restore": the restore engine, the command line, the deployed stacks (LocalExecutor, CeleryExecutor), the view,
+# the Spark jobs, the broker clients, hooks and operators, and the broker-free codec and storage tests. Part "engine": everything else (capture, the
 # backup runs and the repository, reliability), so a new test folder lands there. Each part's output is kept in
 # .run/tests/<part>.log; the engine part streams, the others are printed when all are done. Exit status: 0 only if
 # every part passed.
@@ -14,9 +14,9 @@ cd "$(dirname "$0")/.."
 PYTEST="${VENV:-.venv}/bin/pytest"
 LOGS=.run/tests
 mkdir -p "$LOGS"
-STACK_TESTS=(tests/dags tests/deployed)
-RESTORE_TESTS=(tests/restore tests/cli tests/ui tests/spark_jobs tests/broker tests/hooks tests/operators tests/codec
-               tests/storage)
+STACK_TESTS=(tests/dags)
+RESTORE_TESTS=(tests/restore tests/cli tests/deployed tests/ui tests/spark_jobs tests/broker tests/hooks tests/operators
+               tests/codec tests/storage)
 IGNORE=()
 for path in "${STACK_TESTS[@]}" "${RESTORE_TESTS[@]}"; do IGNORE+=(--ignore "$path"); done
 

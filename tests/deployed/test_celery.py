@@ -77,8 +77,8 @@ class HoldCaptures:
     def on_task_instance_running(self, previous_state, task_instance):
         if task_instance.task_id != "capture" or task_instance.try_number != 1:
             return
-        from airflow_rbak.capture.checkpoints import CheckpointStore
-        index, save = task_instance.map_index, CheckpointStore.save
+        from airflow_rbak.capture.checkpoints import CaptureCheckpoints
+        index, save = task_instance.map_index, CaptureCheckpoints.save
 
         def held_save(store, progress, *, sync=True):
             save(store, progress, sync=sync)
@@ -89,7 +89,7 @@ class HoldCaptures:
                 os.replace(FOLDER / f".held-{index}", FOLDER / f"held-{index}")
                 wait_for(lambda: (FOLDER / f"release-{index}").exists())
 
-        CheckpointStore.save = held_save
+        CaptureCheckpoints.save = held_save
 
 
 class PublishTogether:
