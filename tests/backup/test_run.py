@@ -75,14 +75,19 @@ def settled_depths(broker, vhost: str, expected: dict[str, int]) -> dict[str, in
     return found
 
 
-@pytest.fixture
-def seeded(broker, vhost):
+def seed_queues(broker, vhost: str, queues: dict[str, tuple[str, int]]) -> None:
+    """Declare each queue with its type and publish its count of :func:`message` (confirmed)."""
     with pika.BlockingConnection(broker.connection.pika_parameters(vhost)) as conn:
         channel = conn.channel()
-        for name, (queue_type, _) in QUEUES.items():
+        for name, (queue_type, _) in queues.items():
             channel.queue_declare(name, durable=True, arguments={"x-queue-type": queue_type})
-    for name, (_, count) in QUEUES.items():
+    for name, (_, count) in queues.items():
         publish(broker, vhost, name, 0, count)
+
+
+@pytest.fixture
+def seeded(broker, vhost):
+    seed_queues(broker, vhost, QUEUES)
     expected = {name: count for name, (_, count) in QUEUES.items()}
     assert settled_depths(broker, vhost, expected) == expected
     return expected

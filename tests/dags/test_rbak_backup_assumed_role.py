@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 
-import pika
 import pytest
 
 pytest.importorskip("airflow.providers.amazon")
@@ -15,7 +14,7 @@ pytest.importorskip("airflow.providers.amazon")
 from airflow_rbak.repository.manifest_store import ManifestStore  # noqa: E402
 from airflow_rbak.storage import open_storage  # noqa: E402
 from tests.aws_role import iam_enforced, role_identity, worker_environment  # noqa: E402
-from tests.backup.test_run import expected_json, publish  # noqa: E402
+from tests.backup.test_run import expected_json, seed_queues  # noqa: E402
 from tests.codec.independent_reader import read_segment  # noqa: E402
 from tests.dags.airflow_env import airflow_env, dags_test, run_facts  # noqa: E402
 
@@ -50,12 +49,7 @@ def task_policy(task):
 def test_a_backup_through_a_role_only_connection_runs_as_the_role_and_leaves_every_task_environment_alone(
         broker, vhost, airflow_home, s3_server, s3_storage_url, tmp_path):
     # Given two queues, a worker whose own keys may only assume a role, and a storage connection holding only the role
-    with pika.BlockingConnection(broker.connection.pika_parameters(vhost)) as conn:
-        channel = conn.channel()
-        for name, (queue_type, _) in QUEUES.items():
-            channel.queue_declare(name, durable=True, arguments={"x-queue-type": queue_type})
-    for name, (_, count) in QUEUES.items():
-        publish(broker, vhost, name, 0, count)
+    seed_queues(broker, vhost, QUEUES)
     identity = role_identity(s3_server)
     policy, record = tmp_path / "policy", tmp_path / "environments.jsonl"
     policy.mkdir()
