@@ -78,8 +78,8 @@ PARAMS = {
     "definitions_selection": Param(
         None, type=["null", "object"], additionalProperties=False,
         properties={k: {"type": "array", "items": {"type": "string", "minLength": 1}} for k in ("vhosts", "queues", "exchanges")},
-        description="globs (default: the vhosts and queues restored); selecting queues pulls in the exchanges and "
-                    "bindings that route to them"),
+        description="globs (default: the vhosts and queues restored, of the vhosts the backup was asked for); "
+                    "selecting queues pulls in the exchanges and bindings that route to them"),
     "publish_mode": Param("queue", type="string", enum=["queue", "exchange"],
                           description="queue: straight into the target queue (created if missing); exchange: original route"),
     "dry_run": Param(False, type="boolean", description="plan and report everything, publish and import nothing"),

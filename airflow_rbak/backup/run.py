@@ -43,6 +43,7 @@ from airflow_rbak.capture.stream_identity import StreamMark
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentWriter
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, Compression
 from airflow_rbak.codec.layout import check_backup_id
+from airflow_rbak.codec.manifest import SELECTED_VHOSTS
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.progress import ProgressReporter, checkpoint_sampler
@@ -234,6 +235,9 @@ class BackupRun:
             source_cluster=client.cluster_name(),
             rabbitmq_version=client.version(),
         )
+        if self.settings.selector.vhosts:
+            # The definitions export holds every vhost; a restore imports by default only those the backup chose.
+            manifest.extensions[SELECTED_VHOSTS] = sorted(self.settings.selector.vhosts)
         self.manifests.save(manifest)
         return manifest
 

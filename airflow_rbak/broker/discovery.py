@@ -141,7 +141,12 @@ def describe_queue(client: ManagementClient, vhost: str, name: str) -> QueueInfo
 def discover_queues(client: ManagementClient, selector: QueueSelector | None = None) -> list[QueueInfo]:
     """Every queue the selector accepts, sorted by vhost then name (internal ``amq.*`` queues excluded)."""
     selector = selector or QueueSelector()
-    vhosts = selector.vhosts if selector.vhosts is not None else tuple(client.vhosts())
+    known = client.vhosts()
+    vhosts = selector.vhosts if selector.vhosts is not None else tuple(known)
+    missing = [v for v in vhosts if v not in known]
+    if missing:  # a typo must not make an empty backup that looks complete
+        raise ConfigurationError(f"vhosts names {', '.join(repr(v) for v in missing[:10])}, which the broker does not have "
+                                 f"(or this user may not see); it has {', '.join(repr(v) for v in known[:20]) or 'none'}")
     found: list[QueueInfo] = []
     for vhost in vhosts:
         op = _operator_policies(client, vhost)

@@ -116,6 +116,20 @@ def queue_prefix(backup_id: str, vhost: str, queue: str) -> str:
     return f"{check_backup_id(backup_id)}/queues/{vhost_dir(vhost)}/{encode_name(queue)}/"
 
 
+def verbatim_queue_prefix(backup_id: str, vhost: str, queue: str) -> str:
+    """The folder the format's own layout gives a queue: names as they are (a ``/`` in one is a deeper folder),
+    only ``/`` as ``_default``. Other writers use it; ours escapes names (:func:`queue_prefix`)."""
+    return f"{check_backup_id(backup_id)}/queues/{DEFAULT_VHOST_DIR if vhost == '/' else vhost}/{queue}/"
+
+
+def segment_file(key: str) -> tuple[int, Compression] | None:
+    """The sequence and compression a key's last part names (``segment-NNNN[.zst|.lz4]``), or None."""
+    match = _SEGMENT_RE.match(key.rsplit("/", 1)[-1])
+    if not match:
+        return None
+    return int(match.group(1)), {"": Compression.NONE, ".zst": Compression.ZSTD, ".lz4": Compression.LZ4}[match.group(2) or ""]
+
+
 def segment_key(backup_id: str, vhost: str, queue: str, sequence: int, compression: Compression) -> str:
     """``{backup_id}/queues/{vhost}/{queue}/segment-NNNN.ext`` (four digits, more past 9999)."""
     if sequence < 1:
@@ -201,11 +215,7 @@ def parse_segment_key(key: str) -> tuple[str, str, str, int, Compression] | None
     A shortened vhost or queue segment comes back as it is stored (see :func:`is_shortened`).
     """
     parts = key.split("/")
-    if len(parts) != 5 or parts[1] != "queues":
+    found = segment_file(key)
+    if len(parts) != 5 or parts[1] != "queues" or found is None:
         return None
-    match = _SEGMENT_RE.match(parts[4])
-    if not match:
-        return None
-    ext = match.group(2) or ""
-    compression = {"": Compression.NONE, ".zst": Compression.ZSTD, ".lz4": Compression.LZ4}[ext]
-    return parts[0], vhost_from_dir(parts[2]), decode_name(parts[3]), int(match.group(1)), compression
+    return parts[0], vhost_from_dir(parts[2]), decode_name(parts[3]), *found

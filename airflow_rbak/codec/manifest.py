@@ -23,6 +23,10 @@ MAX_MANIFEST_BYTES = 64 * 1024**2
 #: a value costs up to about 70 bytes more than its text (an empty object is 2 bytes of JSON, 64 in memory), so
 #: this, not the byte cap, is what bounds the memory a dense manifest of nothing but ``{}`` would take.
 MAX_MANIFEST_VALUES = 1_000_000
+#: The manifest extension naming the vhosts a backup was asked for (absent: every vhost).
+SELECTED_VHOSTS = "selected_vhosts"
+#: More selected vhosts than this is not a selection any backup made (RabbitMQ itself is not built for so many).
+MAX_SELECTED_VHOSTS = 100_000
 #: The schema's integers: counts and sizes are u64, times i64; a number outside is none any writer can mean.
 _U64 = (0, 2**64 - 1)
 _I64 = (-(2**63), 2**63 - 1)
@@ -260,6 +264,15 @@ class BackupManifest:
 
     def queue(self, vhost: str, name: str) -> QueueBackup | None:
         return next((q for q in self.queues if q.vhost == vhost and q.name == name), None)
+
+    def selected_vhosts(self) -> tuple[str, ...] | None:
+        """The vhosts the backup was asked for, or None for every vhost. Read from a location, so untrusted: a value
+        that is not a list of names (or an absurdly long one) counts as saying nothing."""
+        value = self.extensions.get(SELECTED_VHOSTS)
+        if not isinstance(value, list) or not 0 < len(value) <= MAX_SELECTED_VHOSTS \
+                or not all(isinstance(v, str) and v for v in value):
+            return None
+        return tuple(value)
 
     def to_json(self) -> dict[str, Any]:
         body = {

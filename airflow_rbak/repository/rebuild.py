@@ -21,7 +21,15 @@ from airflow_rbak import __version__
 from airflow_rbak.codec import BackupManifest, CodecError, DefinitionsBackup, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
-from airflow_rbak.codec.layout import check_backup_id, compression_from_key, manifest_key, parse_segment_key, queue_prefix
+from airflow_rbak.codec.layout import (
+    check_backup_id,
+    compression_from_key,
+    manifest_key,
+    parse_segment_key,
+    queue_prefix,
+    segment_file,
+    verbatim_queue_prefix,
+)
 from airflow_rbak.codec.segment import decode_payload, iter_payload_records
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.manifest_store import ManifestStore
@@ -120,7 +128,7 @@ def _segment_keys(storage: Storage, backup_id: str, unrecovered: list[str]) -> l
     """
     chosen: dict[tuple[str, int], tuple[str, tuple]] = {}
     for info in storage.list(f"{backup_id}/queues/"):
-        parsed = parse_segment_key(info.key)
+        parsed = parse_segment_key(info.key) or _deeper_segment_key(backup_id, info.key)
         if parsed is None:
             unrecovered.append(f"{info.key}: not a segment key; left out")
             continue
@@ -136,6 +144,15 @@ def _segment_keys(storage: Storage, backup_id: str, unrecovered: list[str]) -> l
     return [chosen[slot] for slot in sorted(chosen)]
 
 
+def _deeper_segment_key(backup_id: str, key: str) -> tuple | None:
+    """A segment in a deeper folder: the format's layout stores names as they are, so a ``/`` in a vhost or queue
+    name adds folders. Only the records can tell which names; until they are read, both are unknown (None)."""
+    found = segment_file(key)
+    if found is None or len(key.split("/")) < 6:
+        return None
+    return (backup_id, None, None, *found)
+
+
 def _segment_metadata(
     storage: Storage, key: str, parsed: tuple, unrecovered: list[str], cap: int
 ) -> tuple[tuple[str, str], SegmentMetadata] | None:
@@ -148,10 +165,16 @@ def _segment_metadata(
     except (CodecError, StorageError) as exc:
         unrecovered.append(f"{key}: {exc.reason if isinstance(exc, CodecError) else exc}; segment left out")
         return None
-    if records:  # the records name the queue exactly, even where its key holds a shortened name
+    if records:  # the records name the queue exactly, even where its key holds a shortened or verbatim name
         vhost, name = records[0].source_vhost, records[0].source_queue
+    elif vhost is None:
+        unrecovered.append(f"{key}: an empty segment in a folder whose names only its records could give; left out")
+        return None
     folder = key.rsplit("/", 1)[0] + "/"
-    strangers = sum(1 for r in records if queue_prefix(backup_id, r.source_vhost, r.source_queue) != folder)
+    # Our folders escape names; the format's own layout (other writers) keeps them as they are. Either way, every
+    # record must name the queue whose folder holds it.
+    strangers = sum(1 for r in records if folder not in (queue_prefix(backup_id, r.source_vhost, r.source_queue),
+                                                          verbatim_queue_prefix(backup_id, r.source_vhost, r.source_queue)))
     if strangers:
         unrecovered.append(f"{key}: {strangers} records name another queue than its key; segment left out")
         return None

@@ -188,10 +188,13 @@ class DefinitionsProposal:
 
 
 def plan_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest, backup_id: str,
-                     definitions_key: str | None) -> DefinitionsProposal:
-    """The selected definitions per target vhost, transformed for the target, and what importing them would change."""
+                     definitions_key: str | None, backup_vhosts: tuple[str, ...] | None = None) -> DefinitionsProposal:
+    """The selected definitions per target vhost, transformed for the target, and what importing them would change.
+
+    ``backup_vhosts``: the vhosts the backup was asked for (its export holds every vhost); see
+    :meth:`RestoreRequest.definitions_of`."""
     saved = load_definitions(storage, _saved_definitions(backup_id, definitions_key))
-    selected = select_definitions(saved, settings.definitions_selection, settings)
+    selected = select_definitions(saved, settings.definitions_of(backup_vhosts), settings)
     summary = transformed = None
     if settings.transformations:
         try:
@@ -204,10 +207,10 @@ def plan_definitions(client: ManagementClient, storage: Storage, settings: Resto
 
 
 def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest, backup_id: str,
-                        definitions_key: str | None) -> DefinitionsResult:
+                        definitions_key: str | None, backup_vhosts: tuple[str, ...] | None = None) -> DefinitionsResult:
     """Compare with the target; unless dry run, save the rollback snapshot and the import record, then import."""
     key = _saved_definitions(backup_id, definitions_key)
-    proposal = plan_definitions(client, storage, settings, backup_id, key)
+    proposal = plan_definitions(client, storage, settings, backup_id, key, backup_vhosts)
     selected, changes = proposal.selected, proposal.changes
     result = DefinitionsResult(dry_run=settings.dry_run, vhosts=counts(selected), changes=changes.to_json())
     if proposal.transformed is not None:

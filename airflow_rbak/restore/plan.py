@@ -120,6 +120,8 @@ class RestorePlan:
     drawn_from: tuple[str, ...] = ()
     #: What the transformations did to the definitions (``restore.migration``); None when none are named.
     migration: dict[str, Any] | None = None
+    #: The vhosts the backup was asked for (its definitions export holds every vhost); None: every vhost.
+    backup_vhosts: tuple[str, ...] | None = None
 
     @property
     def records_in_window(self) -> int:
@@ -148,7 +150,9 @@ class RestorePlan:
             for q in obj["queues"]
         )
         skipped = tuple(SkippedSegment(**{**s, "reasons": tuple(s["reasons"])}) for s in obj.get("skipped_segments", ()))
-        return cls(**{**obj, "queues": queues, "skipped_segments": skipped, "drawn_from": tuple(obj.get("drawn_from", ()))})
+        vhosts = obj.get("backup_vhosts")
+        return cls(**{**obj, "queues": queues, "skipped_segments": skipped, "drawn_from": tuple(obj.get("drawn_from", ())),
+                      "backup_vhosts": tuple(vhosts) if vhosts is not None else None})
 
     def summary_lines(self) -> list[str]:
         """The plan as a few log lines (no secrets: the storage URL is already credential-free)."""
@@ -172,6 +176,9 @@ class RestorePlan:
                          f"existing and different (replaced only in replace mode): {changes['replace'] or 'none'}; "
                          f"different but kept in either mode (delete them first to take the backup's): "
                          f"{changes.get('cannot_replace') or 'none'}")
+            if self.backup_vhosts:
+                lines.append(f"  the backup was asked for vhosts {', '.join(map(repr, self.backup_vhosts[:20]))}: "
+                             "unless this restore names vhosts or a definitions selection, only their definitions")
         for s in self.skipped_segments:
             lines.append(f"  SKIPPED damaged segment {s.key} ({s.record_count} records): {'; '.join(s.reasons)}")
         return lines
@@ -225,6 +232,7 @@ def plan_restore(storage: Storage, settings: RestoreRequest) -> RestorePlan:
         definitions_key=manifest.definitions.key if manifest.definitions else None,
         segments_verified=verified, segments_outside_window=outside, source_cluster=manifest.source_cluster,
         drawn_from=tuple(dict.fromkeys(owner for q in queues for owner in q.drawn_from)),
+        backup_vhosts=manifest.selected_vhosts(),
     )
 
 

@@ -8,7 +8,9 @@ source vhosts and queues in the target.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
+import glob
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
@@ -162,6 +164,13 @@ class RestoreRequest:
     #: Losses the user accepts, ``ARGUMENT`` or ``QUEUE_GLOB:ARGUMENT``; any other is refused.
     accept_losses: tuple[str, ...] = ()
 
+    def definitions_of(self, backup_vhosts: tuple[str, ...] | None) -> DefinitionsSelection:
+        """What to import from a backup asked for ``backup_vhosts`` (None: every vhost). Its definitions export holds
+        every vhost of the source; unless this restore names vhosts or a selection, only the backup's are imported."""
+        if not backup_vhosts or not getattr(self, "_definitions_follow_backup", False):
+            return self.definitions_selection
+        return dataclasses.replace(self.definitions_selection, vhosts=tuple(glob.escape(v) for v in backup_vhosts))
+
     def __post_init__(self) -> None:
         if not isinstance(self.storage_url, str) or not self.storage_url:
             raise ConfigurationError("storage_url is required (file:///path, s3://bucket/prefix?..., memory://)")
@@ -180,6 +189,7 @@ class RestoreRequest:
         given = None if self.definitions_selection is FOLLOWS_RESTORE else self.definitions_selection
         selection = DefinitionsSelection.from_value(given, self.vhosts, self.queues)
         object.__setattr__(self, "definitions_selection", selection)
+        object.__setattr__(self, "_definitions_follow_backup", given is None and self.vhosts == ("*",))
         if self.publish_mode not in PUBLISH_MODES:
             raise ConfigurationError(f"publish_mode must be one of {list(PUBLISH_MODES)}, got {self.publish_mode!r}")
         if self.on_existing_messages not in ON_EXISTING_MESSAGES:

@@ -95,7 +95,8 @@ class RestoreRun:
             open_checkpoint_store(self.settings.checkpoint_state, self.storage) as checkpoints,
         ):
             if self.settings.restore_definitions:  # first: a refused queue is neither inspected nor published
-                proposal = plan_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key)
+                proposal = plan_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key,
+                                            plan.backup_vhosts)
                 plan = migration.apply_to_plan(replace(plan, definitions_changes=proposal.changes.to_json(),
                                                        migration=proposal.migration))
             plan = inspect_target(plan, client, self.connection, self.settings, checkpoints)
@@ -107,7 +108,8 @@ class RestoreRun:
     def definitions(self, plan: RestorePlan) -> DefinitionsResult:
         """Rollback snapshot, then import (dry run: only the counts of what would be imported)."""
         with ManagementClient(self.connection) as client:
-            return restore_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key)
+            return restore_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key,
+                                       plan.backup_vhosts)
 
     def publish(self, plan: RestorePlan, queue: QueuePlan) -> QueueResult:
         """Restore one queue of the plan."""

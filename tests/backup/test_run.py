@@ -160,3 +160,15 @@ def test_a_stream_recreated_under_the_same_name_is_backed_up_from_its_start(brok
     assert third.queues[0].message_count == new_count and third.extensions["depends_on"] == ["r-2"]
     assert not [s for s in third.queues[0].segments if s.key.startswith("r-3/")]
     assert third.queues[0].extensions["stream_offsets"]["last_fingerprint"] == queue.extensions["stream_offsets"]["last_fingerprint"]
+
+
+def test_a_vhost_the_broker_does_not_have_is_refused_before_anything_is_written(broker, vhost, tmp_path):
+    from airflow_rbak.exceptions import ConfigurationError
+
+    location = (tmp_path / "b").as_uri()
+    settings = BackupSettings("typo-1", location, selector=QueueSelector(vhosts=(vhost, "no-such-vhost")))
+
+    with pytest.raises(ConfigurationError, match=r"vhosts names 'no-such-vhost', which the broker does not have"):
+        BackupRun(broker.connection, settings).discover()
+
+    assert list(open_storage(location).list("")) == []  # no manifest, no lock

@@ -169,7 +169,8 @@ def test_celery_workers_share_a_backup_survive_a_killed_worker_and_restore_byte_
             AIRFLOW__CELERY__BROKER_URL=f"amqp://{c.username}:{c.password}@{c.host}:{c.amqp_port}/{celery_vhost}",
             AIRFLOW__CELERY__RESULT_BACKEND=f"db+{database}",
             AIRFLOW__CELERY__WORKER_CONCURRENCY="1", AIRFLOW__CORE__HOSTNAME_CALLABLE="rbak_test_worker.hostname",
-            AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT="30",
+            # a live task heartbeats every 5 s; only a minute without one (a dead worker) makes it a retry
+            AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT="60",
             AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL="5",
             AIRFLOW__CORE__PLUGINS_FOLDER=str(shared), PYTHONPATH=os.pathsep.join([str(shared), str(REPO)]),
             AIRFLOW__RBAK__TASK_RETRIES="1", RBAK_TEST_HOLDS=str(holds),

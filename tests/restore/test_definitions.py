@@ -3,6 +3,7 @@ definitions; an invalid definitions file aborts the restore before anything is p
 
 from __future__ import annotations
 
+import uuid
 from urllib.parse import quote
 
 import orjson
@@ -99,3 +100,43 @@ def test_invalid_definitions_abort_the_restore_before_any_publish(broker, vhost,
         assert checkpoints._db.execute("SELECT COUNT(*) FROM queue_progress").fetchone()[0] == 0
     rollbacks = [i.key for i in storage.list("def-1/definitions/rollback-before-import-")]
     assert len(rollbacks) == (1 if damage == "broker-rejects" else 0)  # saved before the import was tried
+
+
+@pytest.fixture
+def bystander(broker):
+    """Another vhost on the source, with a queue and an exchange, that no backup here asks for; deleted afterwards."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    broker.api("PUT", f"vhosts/{name}")
+    broker.api("PUT", f"permissions/{name}/{quote(broker.connection.username, safe='')}",
+               json={"configure": ".*", "write": ".*", "read": ".*"})
+    declare(broker.connection, name, {"bystander": "classic"})
+    yield name
+    broker.api("DELETE", f"vhosts/{name}")
+
+
+def test_a_restore_imports_only_the_definitions_of_the_vhosts_the_backup_was_asked_for(
+        broker, vhost, target_vhost, bystander, tmp_path):
+    # Given a backup of one vhost, on a broker where another holds a queue the backup was not asked for
+    _topology(broker, vhost)
+    location = (tmp_path / "b").as_uri()
+    manifest = backup(broker.connection, location, "def-2", vhost)
+    assert manifest.selected_vhosts() == (vhost,)
+    export = open_storage(location).get(manifest.definitions.key)
+    assert bystander.encode() in decompress(export, compression_from_key(manifest.definitions.key), 1 << 30, "export")
+
+    # When it is restored with its definitions into another vhost, naming no vhosts and no selection
+    settings = RestoreRequest(location, backup_id="def-2", vhost_map={vhost: target_vhost}, restore_definitions=True,
+                               checkpoint_state=str(tmp_path / "r.db"))
+    report = RestoreRun(broker.connection, settings).run()
+
+    # Then only the backup's vhost was imported (under its new name), and nothing of the bystander was planned
+    assert set(report.definitions["vhosts"]) == {target_vhost}
+    planned = report.definitions["changes"]
+    assert all(target_vhost in item for item in planned["create"]), planned
+    assert not any(bystander in item for part in ("create", "replace", "cannot_replace") for item in planned[part])
+    assert report.published == 60
+
+    # And a selection that asks for every vhost gets the bystander's definitions too (planned, in a dry run)
+    wide = RestoreRequest(location, backup_id="def-2", vhost_map={vhost: target_vhost}, restore_definitions=True,
+                           definitions_selection={"vhosts": ["*"]}, dry_run=True, checkpoint_state="memory://")
+    assert bystander in RestoreRun(broker.connection, wide).run().definitions["vhosts"]

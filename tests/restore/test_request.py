@@ -67,3 +67,27 @@ def test_selection_and_maps():
     assert settings.definitions_selection == DefinitionsSelection(vhosts=("prod", "stage-*"), queues=("orders*",))
     explicit = RestoreRequest("memory://", vhosts=["prod"], definitions_selection={"queues": ["a*"], "exchanges": ["x"]})
     assert explicit.definitions_selection == DefinitionsSelection(vhosts=("prod",), queues=("a*",), exchanges=("x",))
+
+
+def test_the_definitions_imported_by_default_are_the_vhosts_the_backup_was_asked_for():
+    from airflow_rbak.restore.request import matches
+
+    follows = RestoreRequest("memory://", queues=["orders*"]).definitions_of(("prod", "a*[b]?"))
+    assert follows == DefinitionsSelection(vhosts=("prod", "a[*][[]b][?]"), queues=("orders*",))
+    assert matches("a*[b]?", follows.vhosts) and not matches("ax[b]y", follows.vhosts)  # names, not patterns
+
+    # a backup of every vhost (or a manifest that does not say) leaves the restore's own selection
+    assert RestoreRequest("memory://").definitions_of(None) == DefinitionsSelection()
+    # so does a restore that names vhosts, or a selection of its own
+    assert RestoreRequest("memory://", vhosts=["stage"]).definitions_of(("prod",)).vhosts == ("stage",)
+    chosen = RestoreRequest("memory://", definitions_selection={"vhosts": ["*"]})
+    assert chosen.definitions_of(("prod",)).vhosts == ("*",)
+
+
+@pytest.mark.parametrize("value", [None, [], "prod", ["prod", 3], [""], {"prod": 1}, ["v"] * 100_001])
+def test_a_manifest_whose_selected_vhosts_are_not_a_list_of_names_says_nothing(value):
+    from airflow_rbak.codec.manifest import SELECTED_VHOSTS, BackupManifest
+
+    manifest = BackupManifest("b", 1, "x", extensions={} if value is None else {SELECTED_VHOSTS: value})
+    assert manifest.selected_vhosts() is None
+    assert BackupManifest("b", 1, "x", extensions={SELECTED_VHOSTS: ["prod", "a/b"]}).selected_vhosts() == ("prod", "a/b")
