@@ -88,6 +88,9 @@ def describe_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         d = manifest.definitions
         say(out, f"  definitions {d.key}: {d.vhost_count} vhosts, {d.queue_count} queues, {d.exchange_count} exchanges, "
                   f"{d.user_count} users")
+    chosen = manifest.selected_vhosts()
+    more = f" and {len(chosen) - 20} more" if chosen and len(chosen) > 20 else ""
+    say(out, f"  vhosts    {', '.join(chosen[:20]) + more if chosen else 'every vhost'} (what the backup was asked for)")
     say(out, f"  depends on {', '.join(dependencies(manifest)) or 'nothing (restores on its own data alone)'}")
     say(out, f"  needed by {', '.join(needed_by) or 'no other backup'}")
     say(out)

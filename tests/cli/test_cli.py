@@ -48,6 +48,21 @@ def test_list_describe_and_validate_a_backup(location):
     assert deep.stdout.startswith(f"backup sample-1: valid (deep: {manifest.total_segments} segments, 282 records")
     text = rbak("describe", "--path", location, "--backup-id", "sample-1").stdout
     assert "events/eu" in text and "stream" in text
+    assert "  vhosts    every vhost (what the backup was asked for)\n" in text
+
+
+def test_describe_names_the_vhosts_a_backup_was_asked_for(location):
+    from airflow_rbak.codec.manifest import SELECTED_VHOSTS
+    from airflow_rbak.repository.manifest_store import ManifestStore
+
+    storage = open_storage(location)
+    manifest = build_sample_backup(storage)
+    manifest.extensions[SELECTED_VHOSTS] = ["/", "events/eu"]
+    ManifestStore(storage).save(manifest)
+
+    text = rbak("describe", "--path", location, "--backup-id", "sample-1").stdout
+
+    assert "  vhosts    /, events/eu (what the backup was asked for)\n" in text
 
 
 def test_validate_exits_1_and_names_the_damaged_segment(location):
