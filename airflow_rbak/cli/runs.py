@@ -119,15 +119,40 @@ def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     say(out, f"restore of {report.backup_id} into {report.target_cluster or connection.host}: {report.planned} planned, "
              f"{verb} {report.published}, {report.unroutable} unroutable")
     for q in report.queues:
-        say(out, f"  {q['source_vhost']}/{q['source_queue']} -> {q['target_vhost']}/{q['target_queue']}: "
-                 f"{q['published']} now, {q['published_total']} in total")
-    if report.definitions:
-        say(out, f"  definitions: {report.definitions}")
+        done = (f"would publish {q['published']}" if report.dry_run else
+                f"published {q['published']}" + (f" ({q['published_total']} with earlier runs)"
+                                                  if q['published_total'] != q['published'] else ""))
+        say(out, f"  {q['source_vhost']}/{q['source_queue']} -> {q['target_vhost']}/{q['target_queue']}: {done}")
+    for line in definitions_lines(report.definitions or {}):
+        say(out, line)
     from airflow_rbak.restore.migration import summary_lines
 
     for line in summary_lines(report.migration):
         say(out, line)
     return 0
+
+
+def definitions_lines(result: dict[str, Any], most: int = 20) -> list[str]:
+    """A definitions step's result (``DefinitionsResult.to_json``) as a few readable lines; long lists are cut."""
+    if not result:
+        return []
+
+    def listed(items: list[str]) -> str:
+        more = f" and {len(items) - most} more" if len(items) > most else ""
+        return ", ".join(items[:most]) + more if items else "nothing"
+
+    changes = result.get("changes") or {}
+    verb = "would" if result.get("dry_run") else ("did" if result.get("imported") else "did not")
+    lines = [f"  definitions ({changes.get('mode', '?')} mode): {verb} create {listed(changes.get('create') or [])}; "
+             f"replace {listed(changes.get('replace') or [])}; {changes.get('unchanged', 0)} already as in the backup"]
+    if changes.get("cannot_replace"):
+        lines.append(f"    different but kept (delete them first to take the backup's): {listed(changes['cannot_replace'])}")
+    for label, key in (("rollback snapshot", "rollback_key"), ("transformed definitions", "transformed_key")):
+        if result.get(key):
+            lines.append(f"    {label}: {result[key]}")
+    if result.get("created_vhosts"):
+        lines.append(f"    created vhosts: {listed(result['created_vhosts'])}")
+    return lines
 
 
 def _migration_args(args: argparse.Namespace, conf: dict[str, Any]) -> None:

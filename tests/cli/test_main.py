@@ -86,3 +86,22 @@ def test_exit_codes_tell_a_damaged_backup_a_usage_error_an_unreachable_location_
     assert locked.returncode == 4 and "another forget" in locked.stderr
     for done in (damaged, *usage[1:], unreachable, locked):
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_restores_definitions_are_shown_as_lines_a_person_reads():
+    from airflow_rbak.cli.runs import definitions_lines
+
+    result = {"rollback_key": "b/definitions/rollback-before-import-1.zst", "imported": True, "dry_run": False,
+              "vhosts": {"dr": {"queues": 2}}, "created_vhosts": ["dr"], "transformed_key": None,
+              "changes": {"mode": "missing", "create": ["vhost dr"] + [f"queue dr/q{i}" for i in range(25)], "replace": [],
+                          "cannot_replace": ["queue dr/old"], "unchanged": 3}}
+
+    assert definitions_lines(result) == [
+        "  definitions (missing mode): did create vhost dr, " + ", ".join(f"queue dr/q{i}" for i in range(19))
+        + " and 6 more; replace nothing; 3 already as in the backup",
+        "    different but kept (delete them first to take the backup's): queue dr/old",
+        "    rollback snapshot: b/definitions/rollback-before-import-1.zst",
+        "    created vhosts: dr",
+    ]
+    assert definitions_lines({**result, "dry_run": True, "imported": False})[0].startswith("  definitions (missing mode): would create")
+    assert definitions_lines({}) == []
