@@ -12,7 +12,7 @@ from typing import IO
 from urllib.parse import urlsplit, urlunsplit
 
 from airflow_rbak.cli.configured import location
-from airflow_rbak.cli.output import json_line, json_safe, say
+from airflow_rbak.cli.output import json_line, json_safe, listed, say
 from airflow_rbak.cli.runs import BROKER_URL_ENV, broker_connection
 from airflow_rbak.codec import read_header
 from airflow_rbak.codec.records import encode_record
@@ -88,9 +88,7 @@ def describe_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         d = manifest.definitions
         say(out, f"  definitions {d.key}: {d.vhost_count} vhosts, {d.queue_count} queues, {d.exchange_count} exchanges, "
                   f"{d.user_count} users")
-    chosen = manifest.selected_vhosts()
-    more = f" and {len(chosen) - 20} more" if chosen and len(chosen) > 20 else ""
-    say(out, f"  vhosts    {', '.join(chosen[:20]) + more if chosen else 'every vhost'} (what the backup was asked for)")
+    say(out, f"  vhosts    {listed(manifest.selected_vhosts() or (), empty='every vhost')} (what the backup was asked for)")
     say(out, f"  depends on {', '.join(dependencies(manifest)) or 'nothing (restores on its own data alone)'}")
     say(out, f"  needed by {', '.join(needed_by) or 'no other backup'}")
     say(out)

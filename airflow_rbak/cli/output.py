@@ -24,6 +24,12 @@ def say(out: IO[str], line: str = "") -> None:
     out.write(printable(line) + "\n")
 
 
+def listed(items: list[str] | tuple[str, ...], most: int = 20, empty: str = "nothing") -> str:
+    """Names for one line of text: the first ``most``, then how many more."""
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + more if items else empty
+
+
 def json_line(out: IO[str], value: Any) -> None:
     """Write ``value`` as one line of JSON that a terminal shows as it is."""
     out.write(json_safe(orjson.dumps(value).decode()) + "\n")

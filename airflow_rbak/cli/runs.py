@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.cli.configured import location
-from airflow_rbak.cli.output import json_line, say
+from airflow_rbak.cli.output import json_line, listed, say
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
 from airflow_rbak.repository.validate import validate_backup
@@ -132,15 +132,10 @@ def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
-def definitions_lines(result: dict[str, Any], most: int = 20) -> list[str]:
+def definitions_lines(result: dict[str, Any]) -> list[str]:
     """A definitions step's result (``DefinitionsResult.to_json``) as a few readable lines; long lists are cut."""
     if not result:
         return []
-
-    def listed(items: list[str]) -> str:
-        more = f" and {len(items) - most} more" if len(items) > most else ""
-        return ", ".join(items[:most]) + more if items else "nothing"
-
     changes = result.get("changes") or {}
     verb = "would" if result.get("dry_run") else ("did" if result.get("imported") else "did not")
     lines = [f"  definitions ({changes.get('mode', '?')} mode): {verb} create {listed(changes.get('create') or [])}; "

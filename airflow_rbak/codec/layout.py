@@ -125,9 +125,7 @@ def verbatim_queue_prefix(backup_id: str, vhost: str, queue: str) -> str:
 def segment_file(key: str) -> tuple[int, Compression] | None:
     """The sequence and compression a key's last part names (``segment-NNNN[.zst|.lz4]``), or None."""
     match = _SEGMENT_RE.match(key.rsplit("/", 1)[-1])
-    if not match:
-        return None
-    return int(match.group(1)), {"": Compression.NONE, ".zst": Compression.ZSTD, ".lz4": Compression.LZ4}[match.group(2) or ""]
+    return (int(match.group(1)), compression_from_key(key)) if match else None
 
 
 def segment_key(backup_id: str, vhost: str, queue: str, sequence: int, compression: Compression) -> str:

@@ -132,7 +132,7 @@ def test_a_restore_imports_only_the_definitions_of_the_vhosts_the_backup_was_ask
     # Then only the backup's vhost was imported (under its new name), and nothing of the bystander was planned
     assert set(report.definitions["vhosts"]) == {target_vhost}
     planned = report.definitions["changes"]
-    assert all(target_vhost in item for item in planned["create"]), planned
+    assert f"vhost {target_vhost}" in planned["create"] and all(target_vhost in item for item in planned["create"]), planned
     assert not any(bystander in item for part in ("create", "replace", "cannot_replace") for item in planned[part])
     assert report.published == 60
 
