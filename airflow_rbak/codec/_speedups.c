@@ -118,6 +118,7 @@ static PyMethodDef methods[] = {
     {"vectors", rbak_vectors, METH_O, "Whether the body reader's SSSE3 loop runs; True/False turns it on/off (tests)."},
     {"append_record", rbak_append_record, METH_VARARGS, "Frame a BackupRecord into a bytearray at an offset; -1: use Python."},
     {"format_byte_array", rbak_format_byte_array, METH_O, "Write bytes as a compact JSON array of byte values."},
+    {"staged_json", rbak_staged_json, METH_VARARGS, "A staged record's JSON and backed_up_at, or None: use the Python path."},
     {NULL, NULL, 0, NULL},
 };
 

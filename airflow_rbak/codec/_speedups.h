@@ -11,7 +11,7 @@
 #include <Python.h>
 #include <stdint.h>
 
-#define RBAK_API_VERSION 5 /* records.py checks it: bump it when the module's functions change */
+#define RBAK_API_VERSION 6 /* records.py checks it: bump it when the module's functions change */
 
 enum { N_RECORD = 10, N_PROPS = 13 };
 enum { F_BODY, F_PROPERTIES, F_HEADERS, F_EXCHANGE, F_ROUTING_KEY, F_DELIVERY_TAG, F_REDELIVERED, F_BACKED_UP_AT,
@@ -63,6 +63,7 @@ PyObject *rbak_read_records(PyObject *self, PyObject *args);
 PyObject *rbak_scan_records(PyObject *self, PyObject *args);
 PyObject *rbak_vectors(PyObject *self, PyObject *enable);
 PyObject *rbak_format_byte_array(PyObject *self, PyObject *arg);
+PyObject *rbak_staged_json(PyObject *self, PyObject *args);
 void rbak_init_writer(void);
 void rbak_init_body(void);
 

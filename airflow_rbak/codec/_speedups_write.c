@@ -335,3 +335,123 @@ PyObject *rbak_format_byte_array(PyObject *self, PyObject *arg) {
     if (_PyBytes_Resize(&out, p - o) < 0) return NULL;
     return out;
 }
+
+static uint64_t le64(const unsigned char *s) {
+    uint64_t v = 0;
+    for (int k = 7; k >= 0; k--) v = v << 8 | s[k];
+    return v;
+}
+
+static int put_u64(wbuf *b, unsigned long long u) {
+    char tmp[24], *q = tmp + sizeof tmp;
+    do { *--q = (char)('0' + u % 10); u /= 10; } while (u);
+    return put(b, q, tmp + sizeof tmp - q);
+}
+
+/* A short string as JSON text: strictly UTF-8 (exchange, routing key), or with U+FFFD for each bad sequence
+ * (a property, as staged_records._replaced makes it). -1 with no exception set when strict decoding fails. */
+static int put_text(wbuf *b, const unsigned char *s, Py_ssize_t n, int strict) {
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)s, n, strict ? "strict" : "replace");
+    if (text == NULL) { PyErr_Clear(); return -1; }
+    int rc = put_str(b, text);
+    Py_DECREF(text);
+    return rc;
+}
+
+/* The bit that announces property i (codec/properties.py's order) in the flag word: the wire order has
+ * headers (bit 13) third. */
+#define PROPERTY_FLAG(i) (1u << ((i) < 2 ? 15 - (i) : 14 - (i)))
+#define HEADERS_FLAG (1u << 13)
+
+/* The record JSON of a staged record (codec/staged_records.py's layout) into b, or -1: leave it to the Python
+ * reader, which reads it or names its defect. Records with headers, more than one flag word, or anything out
+ * of place are left to it. */
+static int put_staged(wbuf *b, const unsigned char *s, Py_ssize_t n, PyObject *queue, PyObject *vhost,
+                      uint64_t *stamp) {
+    enum { HEAD = 19 };
+    if (n < HEAD + 2 || s[0] != 1 || s[1] > 2) return -1;
+    int redelivered = s[2] != 0;
+    uint64_t tag = le64(s + 11);
+    *stamp = le64(s + 3);
+    Py_ssize_t exchange = HEAD, routing_key = exchange + 1 + s[exchange];
+    if (routing_key >= n) return -1;
+    Py_ssize_t props = routing_key + 1 + s[routing_key];
+    if (props > n - 4) return -1;
+    Py_ssize_t plen = (Py_ssize_t)((uint32_t)s[props] | (uint32_t)s[props + 1] << 8 | (uint32_t)s[props + 2] << 16 |
+                                   (uint32_t)s[props + 3] << 24);
+    props += 4;
+    if (plen > n - props || plen < 2) return -1;
+    const unsigned char *p = s + props, *body = p + plen;
+    unsigned flags = (unsigned)p[0] << 8 | p[1];
+    if (flags & (1u | HEADERS_FLAG)) return -1;
+    Py_ssize_t body_len = n - props - plen;
+    if (put_key(b, F_BODY, rbak_record_names[F_BODY]) < 0) return -1;
+    if (body_len == 0) {
+        if (PUT_LITERAL(b, "null") < 0) return -1;
+    } else {
+        if (reserve(b, 4 * body_len + 4) < 0) return -1;
+        char *end = put_byte_values(body, body_len, b->p + 1);
+        b->p[0] = '[';
+        end[-1] = ']';
+        b->p = end;
+    }
+    if (put_key(b, F_PROPERTIES, rbak_record_names[F_PROPERTIES]) < 0) return -1;
+    Py_ssize_t pos = 2;
+    for (int i = 0; i < N_PROPS; i++) {
+        if (put_key(b, i, rbak_props_names[i]) < 0) return -1;
+        int rc;
+        if (!(flags & PROPERTY_FLAG(i))) {
+            rc = PUT_LITERAL(b, "null");
+        } else if (rbak_props_kinds[i] == PROP_TEXT) {
+            if (pos >= plen || p[pos] > plen - pos - 1) return -1;
+            rc = put_text(b, p + pos + 1, p[pos], 0);
+            pos += 1 + p[pos];
+        } else if (rbak_props_kinds[i] == PROP_U8) {
+            if (pos >= plen) return -1;
+            rc = put_u64(b, p[pos]);
+            pos += 1;
+        } else {
+            if (plen - pos < 8) return -1;
+            uint64_t v = 0;
+            for (int k = 0; k < 8; k++) v = v << 8 | p[pos + k];
+            rc = put_u64(b, v);
+            pos += 8;
+        }
+        if (rc < 0) return -1;
+    }
+    if (put(b, "}", 1) < 0 || put_key(b, F_HEADERS, rbak_record_names[F_HEADERS]) < 0 || PUT_LITERAL(b, "[]") < 0 ||
+        put_key(b, F_EXCHANGE, rbak_record_names[F_EXCHANGE]) < 0 ||
+        put_text(b, s + exchange + 1, s[exchange], 1) < 0 ||
+        put_key(b, F_ROUTING_KEY, rbak_record_names[F_ROUTING_KEY]) < 0 ||
+        put_text(b, s + routing_key + 1, s[routing_key], 1) < 0 ||
+        put_key(b, F_DELIVERY_TAG, rbak_record_names[F_DELIVERY_TAG]) < 0 || put_u64(b, tag) < 0 ||
+        put_key(b, F_REDELIVERED, rbak_record_names[F_REDELIVERED]) < 0 ||
+        (redelivered ? PUT_LITERAL(b, "true") : PUT_LITERAL(b, "false")) < 0 ||
+        put_key(b, F_BACKED_UP_AT, rbak_record_names[F_BACKED_UP_AT]) < 0 || put_u64(b, *stamp) < 0 ||
+        put_key(b, F_SOURCE_QUEUE, rbak_record_names[F_SOURCE_QUEUE]) < 0 || put_str(b, queue) < 0 ||
+        put_key(b, F_SOURCE_VHOST, rbak_record_names[F_SOURCE_VHOST]) < 0 || put_str(b, vhost) < 0)
+        return -1;
+    return put(b, "}", 1);
+}
+
+/* staged_json(staged, queue, vhost) -> (record JSON, backed_up_at), or None: leave it to staged_records.py. */
+PyObject *rbak_staged_json(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    PyObject *queue, *vhost;
+    if (!PyArg_ParseTuple(args, "y*UU", &view, &queue, &vhost)) return NULL;
+    if (rbak.props_type == NULL) { PyBuffer_Release(&view); Py_RETURN_NONE; }
+    Py_ssize_t size = 4 * view.len + 512;
+    wbuf b = {PyBytes_FromStringAndSize(NULL, size), NULL, NULL};
+    if (b.out == NULL) { PyBuffer_Release(&view); return NULL; }
+    b.p = PyBytes_AS_STRING(b.out);
+    b.end = b.p + size;
+    uint64_t stamp = 0;
+    int rc = put_staged(&b, (const unsigned char *)view.buf, view.len, queue, vhost, &stamp);
+    PyBuffer_Release(&view);
+    if (rc < 0 || _PyBytes_Resize(&b.out, b.p - PyBytes_AS_STRING(b.out)) < 0) {
+        Py_XDECREF(b.out);
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(NK)", b.out, (unsigned long long)stamp);
+}

@@ -14,6 +14,9 @@ re-runs of the encode job depend on that).
 from __future__ import annotations
 
 import struct
+from collections import deque
+from collections.abc import Generator, Iterable
+from concurrent.futures import Executor, Future
 
 from airflow_rbak.codec import records
 from airflow_rbak.codec.constants import (
@@ -58,6 +61,9 @@ class SegmentWriter:
         self._count = 0
         self._first = 0
         self._last = 0
+        #: While :meth:`seal_all` runs with a pool: where full payloads are compressed, and their segments to come.
+        self._pool: Executor | None = None
+        self._in_flight: deque[Future[EncodedSegment]] = deque()
 
     @property
     def pending_records(self) -> int:
@@ -95,7 +101,7 @@ class SegmentWriter:
                 f"the {self.max_payload_bytes} bytes readers accept by default", segment="<writer>")
         if self._count and (backed_up_at - self._first >= self.segment_max_interval_ms
                             or self._size + framed > self.max_payload_bytes):
-            sealed = (self._seal(),)
+            sealed = self._seal()
         start = self._size + _LEN.size
         end = start + len(record_json)
         self._buffer[self._size : start] = _LEN.pack(len(record_json))
@@ -104,7 +110,35 @@ class SegmentWriter:
 
     def flush(self) -> EncodedSegment | None:
         """Seal what is pending, if anything."""
-        return self._seal() if self._count else None
+        sealed = self._seal() if self._count else ()
+        return sealed[0] if sealed else None
+
+    def seal_all(self, records: Iterable[tuple[bytes | memoryview, int]], pool: Executor | None = None,
+                 ahead: int = 1) -> Generator[EncodedSegment, None, None]:
+        """Every segment ``records`` (record JSON, ``backed_up_at``) make, in order, the last one flushed.
+
+        With ``pool``, each full payload is compressed there while the next one fills, up to ``ahead`` at a time
+        (each holding a payload buffer of its own): the same segments, sooner where a core is free.
+        """
+        if pool is None:
+            for record_json, backed_up_at in records:
+                yield from self.add_encoded(record_json, backed_up_at)
+            if (last := self.flush()) is not None:
+                yield last
+            return
+        self._pool = pool
+        try:
+            for record_json, backed_up_at in records:
+                self.add_encoded(record_json, backed_up_at)
+                while len(self._in_flight) > ahead:
+                    yield self._in_flight.popleft().result()
+            self.flush()
+            while self._in_flight:
+                yield self._in_flight.popleft().result()
+        finally:
+            self._pool = None
+            while self._in_flight:
+                self._in_flight.popleft().cancel()
 
     def _added(self, size: int, backed_up_at: int) -> tuple[EncodedSegment, ...]:
         if not self._count:
@@ -112,14 +146,24 @@ class SegmentWriter:
         self._last = backed_up_at
         self._count += 1
         self._size = size
-        return (self._seal(),) if size >= self.segment_max_bytes else ()
+        return self._seal() if size >= self.segment_max_bytes else ()
 
-    def _seal(self) -> EncodedSegment:
-        with memoryview(self._buffer)[: self._size] as payload:
-            segment = encode_payload(payload, self._count, self._first, self._last, self.compression, self.level)
-        self._size = 0
-        self._count = 0
-        return segment
+    def _seal(self) -> tuple[EncodedSegment, ...]:
+        """The pending payload as a segment; under :meth:`seal_all` with a pool, handed to it with its buffer instead
+        (the segment comes out of ``seal_all``, and nothing is returned here)."""
+        args = (self._count, self._first, self._last, self.compression, self.level)
+        self._size, size, self._count = 0, self._size, 0
+        if self._pool is not None:
+            payload, self._buffer = self._buffer, bytearray()
+            self._in_flight.append(self._pool.submit(_seal_payload, payload, size, *args))
+            return ()
+        return (_seal_payload(self._buffer, size, *args),)
+
+
+def _seal_payload(buffer: bytearray, size: int, count: int, first: int, last: int, compression: Compression,
+                  level: int) -> EncodedSegment:
+    with memoryview(buffer)[:size] as payload:  # released once sealed, so that the buffer may grow again
+        return encode_payload(payload, count, first, last, compression, level)
 
 
 def check_segment_max_bytes(value: int) -> int:

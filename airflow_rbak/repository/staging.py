@@ -16,7 +16,7 @@ stops an encode with the chunk's key rather than sealing part of it.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -184,7 +184,7 @@ def delete_staging(storage: Storage, backup_id: str, vhost: str, queue: str) -> 
 
 def iter_staged_json(
     storage: Storage, keys: list[str], vhost: str, queue: str, cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES
-) -> Iterator[tuple[bytes, int]]:
+) -> Generator[tuple[bytes, int], None, None]:
     """Yield each staged record's JSON (``codec/staged_records.py``) and ``backed_up_at``, every chunk fully
     checked first."""
     for key in keys:

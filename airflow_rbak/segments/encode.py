@@ -23,7 +23,9 @@ settings left past the new end are removed once every write succeeded.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -56,6 +58,8 @@ from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectInfo, ObjectNotFoundError, Storage
 
 DEFAULT_RANGE_BYTES = 256 * 1024**2
+#: Told of each segment once it is stored: (vhost, queue, its metadata as JSON).
+OnStored = Callable[[str, str, dict[str, Any]], None]
 
 
 class EncodeError(RbakError):
@@ -151,16 +155,17 @@ def queue_staging(storage: Storage, backup_id: str, vhost: str, queue: str) -> l
 
 
 def encode_queue_here(
-    storage: Storage, backup_id: str, ref: QueueRef, settings: EncodeSpec
+    storage: Storage, backup_id: str, ref: QueueRef, settings: EncodeSpec, on_stored: OnStored | None = None
 ) -> tuple[QueueBackup, list[RangeResult], list[str]]:
     """Encode one queue in this process, range after range, into exactly the keys and bytes the Spark passes
     write (each range starts where the one before it ended, so no counting pass is needed); returns its
-    manifest entry, its ranges' results and the stale segments it removed."""
+    manifest entry, its ranges' results and the stale segments it removed. Each full segment compresses while
+    the next one fills (:mod:`.overlap`), and ``on_stored`` hears of each segment once it is stored."""
     ranges = plan_ranges(ref.vhost, ref.name, queue_staging(storage, backup_id, ref.vhost, ref.name), settings.range_bytes)
     results: list[RangeResult] = []
     following = 1
     for rng in ranges:
-        results.append(write_range(storage, backup_id, rng, following, settings))
+        results.append(write_range(storage, backup_id, rng, following, settings, on_stored=on_stored, overlap=True))
         following += len(results[-1].segments)
     entry = assemble_queue(ref, results)
     return entry, results, remove_stale_segments(storage, backup_id, entry)
@@ -215,10 +220,7 @@ def count_range_segments(storage_url: str, rng: StagingRange, settings: EncodeSp
     """Pass 1: how many segments this range seals (rotation only; nothing is compressed or stored)."""
     storage = open_storage(storage_url)
     writer = settings.writer(Compression.NONE)
-    count = 0
-    for raw, backed_up_at in iter_staged_json(storage, list(rng.chunk_keys), rng.vhost, rng.queue):
-        count += len(writer.add_encoded(raw, backed_up_at))
-    return count + (1 if writer.flush() is not None else 0)
+    return sum(1 for _ in writer.seal_all(iter_staged_json(storage, list(rng.chunk_keys), rng.vhost, rng.queue)))
 
 
 def first_sequences(ranges: list[StagingRange], counts: dict[tuple[str, str, int], int]) -> dict[tuple[str, str, int], int]:
@@ -241,28 +243,32 @@ def encode_range(
 
 
 def write_range(
-    storage: Storage, backup_id: str, rng: StagingRange, first_sequence: int, settings: EncodeSpec
+    storage: Storage, backup_id: str, rng: StagingRange, first_sequence: int, settings: EncodeSpec, *,
+    on_stored: OnStored | None = None, overlap: bool = False,
 ) -> RangeResult:
-    """Seal a range's records into segments numbered from ``first_sequence`` and store them."""
+    """Seal a range's records into segments numbered from ``first_sequence`` and store them. ``overlap``
+    compresses each full segment on a thread while the next one fills (:mod:`.overlap`); a Spark task keeps to
+    its one core and does not."""
     writer = settings.writer()
     result = RangeResult(rng.vhost, rng.queue, rng.index)
-    for segment in _sealed(writer, iter_staged_json(storage, list(rng.chunk_keys), rng.vhost, rng.queue)):
-        sequence = first_sequence + len(result.segments)
-        key = segment_key(backup_id, rng.vhost, rng.queue, sequence, writer.compression)
-        if put_if_changed(storage, key, segment):
-            result.written += 1
-        else:
-            result.unchanged += 1
-        result.segments.append(segment.metadata(key, sequence).to_json())
+    records = iter_staged_json(storage, list(rng.chunk_keys), rng.vhost, rng.queue)
+    with ThreadPoolExecutor(1, thread_name_prefix="rbak-seal") if overlap else nullcontext() as pool:
+        sealed = writer.seal_all(records, pool)
+        try:
+            for segment in sealed:
+                sequence = first_sequence + len(result.segments)
+                key = segment_key(backup_id, rng.vhost, rng.queue, sequence, writer.compression)
+                if put_if_changed(storage, key, segment):
+                    result.written += 1
+                else:
+                    result.unchanged += 1
+                result.segments.append(segment.metadata(key, sequence).to_json())
+                if on_stored is not None:
+                    on_stored(rng.vhost, rng.queue, result.segments[-1])
+        finally:
+            sealed.close()  # an early end cancels the segments still to be compressed
+            records.close()
     return result
-
-
-def _sealed(writer: SegmentWriter, records: Iterator[tuple[bytes, int]]) -> Iterator[EncodedSegment]:
-    for raw, backed_up_at in records:
-        yield from writer.add_encoded(raw, backed_up_at)
-    last = writer.flush()
-    if last is not None:
-        yield last
 
 
 def put_if_changed(storage: Storage, key: str, segment: EncodedSegment) -> bool:

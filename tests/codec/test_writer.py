@@ -5,6 +5,8 @@ Each test runs with the C accelerator and without it (the pure-Python writer).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from airflow_rbak.codec import BackupRecord, Compression, SegmentWriter, decode_segment, records
@@ -85,3 +87,30 @@ def test_records_added_as_json_and_as_records_make_the_same_segment(codec_build)
         as_json.add_encoded(encode_record(r), r.backed_up_at)
 
     assert as_records.flush().data == as_json.flush().data
+
+
+def json_records(count: int) -> list[tuple[bytes, int]]:
+    """Records of varied sizes, some an interval apart, as (JSON, backed_up_at)."""
+    return [(encode_record(record(i, size=(i * 37) % 900, at=1000 + i + 5000 * (i % 17 == 0))), 1000 + i + 5000 * (i % 17 == 0))
+            for i in range(count)]
+
+
+@pytest.mark.parametrize("ahead", [1, 3])
+def test_segments_compressed_on_a_pool_while_the_next_fills_are_the_same_segments_in_order(ahead):
+    batch = json_records(400)
+    plain = [s.data for s in SegmentWriter(Compression.ZSTD, 3, 20_000, 4000).seal_all(batch)]
+
+    with ThreadPoolExecutor(2) as pool:
+        pooled = [s.data for s in SegmentWriter(Compression.ZSTD, 3, 20_000, 4000).seal_all(batch, pool, ahead)]
+
+    assert len(plain) > 5
+    assert pooled == plain
+
+
+def test_an_error_of_the_records_reaches_the_caller_of_a_pooled_writer():
+    def failing():
+        yield from json_records(100)
+        raise ValueError("staged chunk 3 is damaged")
+
+    with ThreadPoolExecutor(1) as pool, pytest.raises(ValueError, match="chunk 3"):
+        list(SegmentWriter(Compression.ZSTD, 3, 5_000).seal_all(failing(), pool))
