@@ -107,6 +107,15 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* configure_staged(read_headers): staged_records.py's reader of a header table, (property list, offset, dropped
+ * headers code) -> (its JSON, the offset after it); staged_json leaves records with a table to Python until then. */
+static PyObject *configure_staged(PyObject *self, PyObject *callback) {
+    if (!PyCallable_Check(callback)) return PyErr_Format(PyExc_TypeError, "configure_staged takes a callable");
+    Py_INCREF(callback);
+    Py_XSETREF(rbak.staged_headers, callback);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"parse_byte_array", parse_byte_array, METH_VARARGS, "Parse a JSON array of byte values into bytes."},
     {"configure", configure, METH_VARARGS, "Give the accelerator the record classes, the properties and the Python fallbacks."},
@@ -118,6 +127,7 @@ static PyMethodDef methods[] = {
     {"vectors", rbak_vectors, METH_O, "Whether the body reader's SSSE3 loop runs; True/False turns it on/off (tests)."},
     {"append_record", rbak_append_record, METH_VARARGS, "Frame a BackupRecord into a bytearray at an offset; -1: use Python."},
     {"format_byte_array", rbak_format_byte_array, METH_O, "Write bytes as a compact JSON array of byte values."},
+    {"configure_staged", configure_staged, METH_O, "Give staged_json the Python reader of a header table."},
     {"staged_json", rbak_staged_json, METH_VARARGS, "A staged record's JSON and backed_up_at, or None: use the Python path."},
     {NULL, NULL, 0, NULL},
 };

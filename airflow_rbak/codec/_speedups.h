@@ -30,6 +30,7 @@ typedef struct {
     PyObject *loads;                  /* orjson.loads */
     PyObject *header_from_json;       /* Python reader of one header value the C reader leaves to it */
     PyObject *header_to_json;         /* Python writer of one header value (returns its JSON bytes) */
+    PyObject *staged_headers;         /* Python reader of a staged delivery's header table: (JSON, end) */
 } rbak_state;
 
 extern rbak_state rbak;

@@ -363,11 +363,32 @@ static int put_text(wbuf *b, const unsigned char *s, Py_ssize_t n, int strict) {
 #define PROPERTY_FLAG(i) (1u << ((i) < 2 ? 15 - (i) : 14 - (i)))
 #define HEADERS_FLAG (1u << 13)
 
+/* The header table at p[*pos] of a property list of plen bytes: its JSON (a new reference) from the Python
+ * callback staged_records.py configured, *pos moved past it; NULL with no exception set: leave the record. */
+static PyObject *staged_headers(const unsigned char *p, Py_ssize_t plen, Py_ssize_t *pos, int dropped) {
+    if (rbak.staged_headers == NULL) return NULL;
+    PyObject *list = PyBytes_FromStringAndSize((const char *)p, plen);
+    PyObject *made = list ? PyObject_CallFunction(rbak.staged_headers, "Oni", list, *pos, dropped) : NULL;
+    Py_XDECREF(list);
+    PyObject *json = NULL;
+    Py_ssize_t end;
+    if (made != NULL && PyArg_ParseTuple(made, "Sn", &json, &end) && end > *pos && end <= plen) {
+        Py_INCREF(json);
+        *pos = end;
+    } else {
+        json = NULL;
+    }
+    Py_XDECREF(made);
+    PyErr_Clear();
+    return json;
+}
+
 /* The record JSON of a staged record (codec/staged_records.py's layout) into b, or -1: leave it to the Python
- * reader, which reads it or names its defect. Records with headers, more than one flag word, or anything out
- * of place are left to it. */
+ * reader, which reads it or names its defect. Records with more than one flag word, a header table the
+ * callback does not read, or anything out of place are left to it. *headers holds the table's JSON (the
+ * caller releases it). */
 static int put_staged(wbuf *b, const unsigned char *s, Py_ssize_t n, PyObject *queue, PyObject *vhost,
-                      uint64_t *stamp) {
+                      uint64_t *stamp, PyObject **headers) {
     enum { HEAD = 19 };
     if (n < HEAD + 2 || s[0] != 1 || s[1] > 2) return -1;
     int redelivered = s[2] != 0;
@@ -383,7 +404,7 @@ static int put_staged(wbuf *b, const unsigned char *s, Py_ssize_t n, PyObject *q
     if (plen > n - props || plen < 2) return -1;
     const unsigned char *p = s + props, *body = p + plen;
     unsigned flags = (unsigned)p[0] << 8 | p[1];
-    if (flags & (1u | HEADERS_FLAG)) return -1;
+    if (flags & 1u) return -1;
     Py_ssize_t body_len = n - props - plen;
     if (put_key(b, F_BODY, rbak_record_names[F_BODY]) < 0) return -1;
     if (body_len == 0) {
@@ -398,6 +419,7 @@ static int put_staged(wbuf *b, const unsigned char *s, Py_ssize_t n, PyObject *q
     if (put_key(b, F_PROPERTIES, rbak_record_names[F_PROPERTIES]) < 0) return -1;
     Py_ssize_t pos = 2;
     for (int i = 0; i < N_PROPS; i++) {
+        if (i == 2 && (flags & HEADERS_FLAG) && (*headers = staged_headers(p, plen, &pos, s[1])) == NULL) return -1;
         if (put_key(b, i, rbak_props_names[i]) < 0) return -1;
         int rc;
         if (!(flags & PROPERTY_FLAG(i))) {
@@ -419,7 +441,8 @@ static int put_staged(wbuf *b, const unsigned char *s, Py_ssize_t n, PyObject *q
         }
         if (rc < 0) return -1;
     }
-    if (put(b, "}", 1) < 0 || put_key(b, F_HEADERS, rbak_record_names[F_HEADERS]) < 0 || PUT_LITERAL(b, "[]") < 0 ||
+    if (put(b, "}", 1) < 0 || put_key(b, F_HEADERS, rbak_record_names[F_HEADERS]) < 0 ||
+        (*headers ? put(b, PyBytes_AS_STRING(*headers), PyBytes_GET_SIZE(*headers)) : PUT_LITERAL(b, "[]")) < 0 ||
         put_key(b, F_EXCHANGE, rbak_record_names[F_EXCHANGE]) < 0 ||
         put_text(b, s + exchange + 1, s[exchange], 1) < 0 ||
         put_key(b, F_ROUTING_KEY, rbak_record_names[F_ROUTING_KEY]) < 0 ||
@@ -446,7 +469,9 @@ PyObject *rbak_staged_json(PyObject *self, PyObject *args) {
     b.p = PyBytes_AS_STRING(b.out);
     b.end = b.p + size;
     uint64_t stamp = 0;
-    int rc = put_staged(&b, (const unsigned char *)view.buf, view.len, queue, vhost, &stamp);
+    PyObject *headers = NULL;
+    int rc = put_staged(&b, (const unsigned char *)view.buf, view.len, queue, vhost, &stamp, &headers);
+    Py_XDECREF(headers);
     PyBuffer_Release(&view);
     if (rc < 0 || _PyBytes_Resize(&b.out, b.p - PyBytes_AS_STRING(b.out)) < 0) {
         Py_XDECREF(b.out);

@@ -323,6 +323,8 @@ accelerated_read: Callable[[bytes | memoryview, int, int], tuple[list[BackupReco
 accelerated_scan: Callable[[bytes | bytearray | memoryview, int, int, str, str], tuple[int, ...]] | None = None
 #: A staged record's JSON and ``backed_up_at`` (``staged_records.read_staged``), or None: use the Python path.
 accelerated_staged: Callable[[bytes | memoryview, str, str], tuple[bytes, int] | None] | None = None
+#: Gives ``accelerated_staged`` the reader of a header table it calls (``staged_records`` does, on import).
+configure_staged: Callable[[Callable[[bytes, int, int], tuple[bytes, int]]], None] | None = None
 if _speedups is not None:
     _speedups.configure(
         BackupRecord, BackupProperties, tuple((p.json_name, p.kind) for p in PROPERTIES), HeaderValue, VOID_VALUE,
@@ -331,4 +333,4 @@ if _speedups is not None:
     accelerated_encode, accelerated_decode = _speedups.encode_record, _speedups.decode_record
     accelerated_append, accelerated_read = _speedups.append_record, _speedups.read_records
     accelerated_scan = _speedups.scan_records
-    accelerated_staged = _speedups.staged_json
+    accelerated_staged, configure_staged = _speedups.staged_json, _speedups.configure_staged

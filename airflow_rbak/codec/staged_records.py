@@ -8,8 +8,9 @@ header's property list undecoded and the body. The encode step, on Spark
 executors, reads it here with nothing but the codec: the property list by
 ``property_list.py``, the JSON by ``records.record_object``, exactly the bytes
 the record had when the capture built it on receipt. The C accelerator writes
-the same JSON for a delivery without a header table (most of the encode's
-per-message time was here) and leaves every other one to the Python reader.
+the same JSON (most of the encode's per-message time was here), a header table
+read by this module's decoder, and leaves any record it does not read to the
+Python reader.
 
 One staged record (little-endian)::
 
@@ -25,11 +26,13 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from airflow_rbak.codec.field_table import FieldTableError
+import orjson
+
+from airflow_rbak.codec.field_table import FieldTableError, decode_table
 from airflow_rbak.codec.headers import headers_to_json
 from airflow_rbak.codec.properties import PROPERTY_NAMES
 from airflow_rbak.codec.property_list import PropertyListError, decode_property_list
-from airflow_rbak.codec.records import accelerated_staged, encode_record_object, record_object
+from airflow_rbak.codec.records import accelerated_staged, configure_staged, encode_record_object, record_object
 from airflow_rbak.exceptions import RbakError
 
 FORMAT = 1
@@ -67,7 +70,7 @@ def read_staged(staged: bytes | memoryview, queue: str, vhost: str) -> tuple[byt
     """A staged record's JSON, exactly as the capture would have written it on receipt, and its ``backed_up_at``.
 
     :class:`StagedRecordError` says what is wrong with one that cannot be read, and nothing else is raised. The
-    C accelerator writes the common shape (no header table) and leaves the rest to :func:`read_staged_here`.
+    C accelerator writes it when it can and leaves the rest to :func:`read_staged_here`.
     """
     if accelerated_staged is not None and (made := accelerated_staged(staged, queue, vhost)) is not None:
         return made
@@ -99,6 +102,17 @@ def read_staged_here(staged: bytes | memoryview, queue: str, vhost: str) -> tupl
     record = record_object(staged[end:], properties, headers, exchange, routing_key, tag, bool(redelivered), stamp,
                            queue, vhost)
     return encode_record_object(record), stamp
+
+
+def _headers_json(properties: bytes, pos: int, dropped: int) -> tuple[bytes, int]:
+    """The header table at ``pos`` of a property list as its record JSON, and the offset after it: what the C
+    accelerator calls, so that a table is read by one decoder only (the C code writes the rest of the record)."""
+    typed, end = decode_table(properties, pos)
+    return orjson.dumps(headers_to_json(typed, DROPPED_HEADERS[dropped]) if typed else []), end
+
+
+if configure_staged is not None:
+    configure_staged(_headers_json)
 
 
 def _unknown(fmt: int, dropped: int) -> StagedRecordError:
