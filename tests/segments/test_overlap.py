@@ -3,7 +3,8 @@ checks them, damage included (the writer's own overlap is held to its plain path
 
 from __future__ import annotations
 
-from airflow_rbak.codec import BackupRecord, QueueBackup, SegmentWriter, encode_record
+from airflow_rbak.codec import BackupRecord, Compression, QueueBackup, SegmentWriter, encode_record
+from airflow_rbak.codec.layout import segment_key
 from airflow_rbak.segments import stages
 from airflow_rbak.segments.overlap import CheckBehind
 from airflow_rbak.storage import open_storage
@@ -30,7 +31,7 @@ def test_a_segment_damaged_once_stored_is_reported_by_the_check_behind(tmp_path)
     sealed = [s for r in made for s in writer.add_encoded(encode_record(r), r.backed_up_at)]
     with CheckBehind(storage, 1 << 20) as checker:
         for sequence, segment in enumerate(sealed[:2], start=1):
-            key = f"b1/queues/v/q/segment-{sequence:08d}.rbak.zst"
+            key = segment_key("b1", "v", "q", sequence, Compression.ZSTD)
             data = bytearray(segment.data)
             if sequence == 2:
                 data[40] ^= 0xFF
