@@ -204,7 +204,7 @@ def _describe(kind: str, entry: dict[str, Any]) -> str:
         extra = {k: v for k, v in item.items() if k not in ("name", "vhost", "arguments")}
         return (f"{md_code(item.get('name'))} {where}: {md_code(_json(extra))}, arguments "
                 f"{md_code(_json(item.get('arguments') or {}))}")
-    text = (f"{where}: exchange {md_code(item.get('source'))} -> {printable(item.get('destination_type'))} "
+    text = (f"{where}: exchange {md_code(item.get('source'))} -> {md_code(item.get('destination_type'))} "
             f"{md_code(item.get('destination'))}, routing key {md_code(item.get('routing_key', ''))}, arguments "
             f"{md_code(_json(item.get('arguments') or {}))}")
     return f"{text}; {LIVE_TRAFFIC}" if notes.get("from_existing_exchange") else text

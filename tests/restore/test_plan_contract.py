@@ -222,7 +222,7 @@ def test_the_approval_of_a_pinned_plan_shows_the_policy_arguments_and_the_bindin
     assert f"**create** `limits` in vhost `{target_vhost}`: pattern `^orders$`, apply-to `queues`, priority `5`" in body
     assert 'definition `{"max-length":5000}`' in body
     assert '"x-max-length":1000' in body
-    assert "exchange `orders.x` -> queue `orders`" in body and "live traffic will be copied into this queue" in body
+    assert "exchange `orders.x` -> `queue` `orders`" in body and "live traffic will be copied into this queue" in body
 
 
 @pytest.fixture
