@@ -78,8 +78,7 @@ def pin_definitions(key: str, raw: bytes, to_apply: list[tuple[str, dict[str, An
     return DefinitionsPin(key, len(raw), hashlib.sha256(raw).hexdigest(), import_digest(objects), objects)
 
 
-def check_definitions(pinned: DefinitionsPin | None, now: DefinitionsPin, current: dict[str, Any],
-                      to_apply: list[tuple[str, dict[str, Any]]]) -> None:
+def check_definitions(pinned: DefinitionsPin | None, now: DefinitionsPin, current: dict[str, Any]) -> None:
     """Raise :class:`PlanChangedError` unless the export and the import are still what the plan pinned.
 
     ``current`` is the target's definitions now: an object gone from the import because the target already

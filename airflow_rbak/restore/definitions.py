@@ -277,7 +277,7 @@ def restore_definitions(client: ManagementClient, storage: Storage, settings: Re
                                 plan.queue_vhosts)
     selected, changes = proposal.selected, proposal.changes
     pinned = DefinitionsPin.from_json(plan.definitions_pin) if plan.definitions_pin else None
-    check_definitions(pinned, proposal.pin, proposal.current, changes.to_apply())
+    check_definitions(pinned, proposal.pin, proposal.current)
     key = proposal.pin.key
     result = DefinitionsResult(dry_run=settings.dry_run, vhosts=counts(selected), changes=changes.to_json())
     if proposal.transformed is not None:
