@@ -14,7 +14,9 @@ imported, the target's complete definitions are stored at
 ``definitions/rollback-before-import-<timestamp>.<ext>`` and what the import
 will create and replace at ``definitions/import-record-<timestamp>.json``
 (what ``rollback`` undoes); any failure raises :class:`DefinitionsImportError`,
-and the run stops before publishing.
+and the run stops before publishing. Before any of that, the step recomputes
+the import and checks it against the approved plan's pin (:mod:`.contract`):
+a replaced export or a changed target refuses with nothing written.
 """
 
 from __future__ import annotations
