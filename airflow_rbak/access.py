@@ -59,11 +59,26 @@ def _segments(prefix: str) -> tuple[str, ...]:
     return tuple(p for p in prefix.split("/") if p)
 
 
+Place = tuple[str, tuple[Any, ...], tuple[str, ...]]
+
+
+def _within(place: Place, allowed: Place) -> bool:
+    return place[:2] == allowed[:2] and place[2][:len(allowed[2])] == allowed[2]
+
+
 def location_within(url: str, allowed: str) -> bool:
     """Whether ``url`` is the location ``allowed`` names or one below it (either may be a plain path)."""
-    kind, container, path = _place(url)
-    allowed_kind, allowed_container, allowed_path = _place(allowed)
-    return (kind, container) == (allowed_kind, allowed_container) and path[:len(allowed_path)] == allowed_path
+    return _within(_place(url), _place(allowed))
+
+
+def check_allowed_locations(urls: Iterable[str], option: str) -> None:
+    """Refuse, naming ``option``, an entry that is neither :data:`ANY` nor a storage location."""
+    for url in urls:
+        if url != ANY:
+            try:
+                _place(url)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"[rbak] {option}: {exc}") from None
 
 
 def _shown(url: str) -> str:
@@ -78,23 +93,25 @@ class AccessPolicy:
     storage_urls: tuple[str, ...]
     conn_ids: tuple[str, ...]
 
-    def __post_init__(self) -> None:
+    def _allowed_places(self) -> list[Place]:
+        places = []
         for allowed in self.storage_urls:
-            if allowed != ANY:
-                try:
-                    _place(allowed)
-                except ConfigurationError as exc:
-                    raise ConfigurationError(f"[rbak] allowed_storage_urls: {exc}") from None
+            try:
+                places.append(_place(allowed))
+            except ConfigurationError:
+                continue  # a ui_locations entry the backups view shows as refused: it allows nothing
+        return places
 
     def location_refusal(self, param: str, url: str) -> str | None:
         """Why ``url`` may not be named by ``param``, or None when it is allowed."""
         if ANY in self.storage_urls or (param == "checkpoint_state" and url == IN_BACKUP_STORAGE):
             return None
         try:
-            if any(location_within(url, allowed) for allowed in self.storage_urls):
-                return None
+            place = _place(url)
         except ConfigurationError as exc:
             return f"param {param} is not a storage location ({exc})"
+        if any(_within(place, allowed) for allowed in self._allowed_places()):
+            return None
         return (f"param {param} names {_shown(url)}, which is not an allowed storage location; an administrator "
                 f"allows it by adding it (or a location above it) to [rbak] allowed_storage_urls")
 

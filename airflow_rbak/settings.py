@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow_rbak.access import AccessPolicy, ApprovalRules
+from airflow_rbak.access import AccessPolicy, ApprovalRules, check_allowed_locations
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.provider import CONFIG_OPTIONS, CONFIG_SECTION
 from airflow_rbak.storage.url import credentials_refusal, holds_credentials
@@ -108,7 +108,9 @@ class RbakSettings:
 
         ``storage_url`` and ``ui_locations`` are always allowed: a run left at its defaults is never refused.
         """
-        urls = [*self.ui_storage_urls(), *self.text("allowed_storage_urls").split()]
+        allowed = self.text("allowed_storage_urls").split()
+        check_allowed_locations(allowed, "allowed_storage_urls")
+        urls = [*self.ui_storage_urls(), *allowed]
         return AccessPolicy(tuple(dict.fromkeys(urls)), tuple(self.text("allowed_conn_ids").split()))
 
     def approval_rules(self) -> ApprovalRules:

@@ -122,6 +122,14 @@ def test_allowed_storage_urls_and_allowed_conn_ids_add_to_them_and_a_broken_entr
         settings(AIRFLOW__RBAK__ALLOWED_STORAGE_URLS="ftp://x").access_policy()
 
 
+def test_a_ui_location_the_view_shows_as_refused_allows_nothing_and_refuses_no_other_run():
+    policy = settings(AIRFLOW__RBAK__STORAGE_URL="file:///backups",
+                      AIRFLOW__RBAK__UI_LOCATIONS="s3://key:secret@backups/x ftp://nowhere").access_policy()
+
+    assert policy.refusals({"storage_url": "file:///backups/eu"}) == []
+    assert len(policy.refusals({"storage_url": "s3://backups/x"})) == 1
+
+
 def test_by_default_the_trigger_user_cannot_approve_and_a_run_cannot_skip_the_approval():
     rules = settings().approval_rules()
 
