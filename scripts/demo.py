@@ -141,7 +141,9 @@ def _airflow(connection: RabbitMQConnection) -> dict[str, str]:
     home = WORK / "airflow"
     home.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(WORK / "restore-checkpoints", ignore_errors=True)
-    env = airflow_env(home, AIRFLOW_CONN_RABBITMQ_DEFAULT=json.dumps(_airflow_connection(connection)))
+    # the demo's restore runs unattended (`dags test`), which the administrator's option must allow (docs/security.md)
+    env = airflow_env(home, AIRFLOW_CONN_RABBITMQ_DEFAULT=json.dumps(_airflow_connection(connection)),
+                      AIRFLOW__RBAK__ALLOW_SKIP_APPROVAL="True")
     stamp = home / f".migrated-{importlib.metadata.version('apache-airflow')}"
     if not (stamp.exists() and (home / "airflow.db").exists()):  # a re-run skips migrating (5-15 s) unless Airflow changed
         done = run([str(VENV_BIN / "airflow"), "db", "migrate"], env, timeout=300)
