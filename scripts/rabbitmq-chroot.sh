@@ -6,7 +6,7 @@
 #   scripts/rabbitmq-chroot.sh mirror            print the Debian mirror read from the host's apt sources
 # 4.0 is Debian 13 (trixie, rabbitmq-server 4.0.x, Erlang 27); 4.3 is Debian unstable (sid, 4.3.x, Erlang 29).
 # The chroot comes from `debootstrap --variant=minbase` with the mirror the host's apt already uses (never a
-# hard-coded host; RBAK_DEBIAN_MIRROR overrides it), is cached outside the checkout in
+# hard-coded host; RBAK_DEBIAN_MIRROR overrides it, RBAK_APT_DIR names another /etc/apt), is cached outside the checkout in
 # RBAK_CHROOT_CACHE/<release> (default /var/cache/airflow-rbak/chroots) and reused by every later run. A lock
 # (flock on <release>.lock) keeps two test parts starting at once from building the same chroot twice: the second
 # waits for the first and then uses its result. A build is made in <release>.partial and renamed only when
@@ -31,8 +31,8 @@ rbak_chroot_path() { echo "$RBAK_CHROOT_CACHE/$(rbak_release_for "$1")"; }
 # the security archive: the chroot is made from the same mirror the host already trusts and reaches.
 rbak_debian_mirror() {
   if [[ -n "${RBAK_DEBIAN_MIRROR:-}" ]]; then echo "$RBAK_DEBIAN_MIRROR"; return 0; fi
-  local uri="" f
-  for f in /etc/apt/sources.list.d/*.sources; do
+  local uri="" f apt="${RBAK_APT_DIR:-/etc/apt}"
+  for f in "$apt"/sources.list.d/*.sources; do
     [[ -f "$f" ]] || continue
     uri="$(awk '
       /^[[:space:]]*$/ { if (uris != "" && suites !~ /-security/ && types ~ /(^|[[:space:]])deb([[:space:]]|$)/) { print uris; exit }
@@ -46,7 +46,7 @@ rbak_debian_mirror() {
     [[ -n "$uri" ]] && break
   done
   if [[ -z "$uri" ]]; then
-    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    for f in "$apt"/sources.list "$apt"/sources.list.d/*.list; do
       [[ -f "$f" ]] || continue
       # deb [options] URI suite components...
       uri="$(awk '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while ($i !~ /\]$/) i++; i++ }
@@ -55,7 +55,7 @@ rbak_debian_mirror() {
     done
   fi
   if [[ -z "$uri" ]]; then
-    echo "rabbitmq: no Debian mirror in /etc/apt/sources.list.d/*.sources or sources.list; set RBAK_DEBIAN_MIRROR" >&2
+    echo "rabbitmq: no Debian mirror in $apt/sources.list.d/*.sources or sources.list; set RBAK_DEBIAN_MIRROR" >&2
     return 1
   fi
   echo "${uri%/}"
