@@ -86,8 +86,8 @@ rbak_chroot_build() {
     rm -rf --one-file-system "$partial"
     if ! debootstrap --variant=minbase --include=ca-certificates "$release" "$partial" "$mirror" \
          >"$RBAK_CHROOT_CACHE/$release.build.log" 2>&1; then
-      echo "rabbitmq: debootstrap $release failed; see $RBAK_CHROOT_CACHE/$release.build.log" >&2
       tail -n 5 "$RBAK_CHROOT_CACHE/$release.build.log" >&2 || true
+      echo "rabbitmq: debootstrap $release from $mirror failed; see $RBAK_CHROOT_CACHE/$release.build.log" >&2
       flock -u "$lockfd"; return 1
     fi
     touch "$partial/.rbak-base"
@@ -103,8 +103,8 @@ rbak_chroot_build() {
        "apt-get $apt_options update -qq && apt-get $apt_options install -y -qq --no-install-recommends rabbitmq-server && apt-get clean" \
        >>"$RBAK_CHROOT_CACHE/$release.build.log" 2>&1; then
     umount "$partial/proc" || true
-    echo "rabbitmq: installing rabbitmq-server in the $release chroot failed; see $RBAK_CHROOT_CACHE/$release.build.log" >&2
     tail -n 5 "$RBAK_CHROOT_CACHE/$release.build.log" >&2 || true
+    echo "rabbitmq: installing rabbitmq-server in the $release chroot failed; see $RBAK_CHROOT_CACHE/$release.build.log" >&2
     flock -u "$lockfd"; return 1
   fi
   umount "$partial/proc"

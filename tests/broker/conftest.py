@@ -72,7 +72,8 @@ def _node_for_session(env: dict[str, str]) -> Iterator[None]:
     # A 4.x node's chroot is built here the first time (a minute or two), once for all parts (the script locks).
     provisioned = subprocess.run([str(SCRIPT), "provision"], capture_output=True, text=True, env=env, timeout=1800)
     if provisioned.returncode != 0:
-        unavailable(f"no RabbitMQ {session_series()} node: {provisioned.stderr.strip()[-800:]}")
+        why = " | ".join(line.strip() for line in provisioned.stderr.strip().splitlines()[-3:])
+        unavailable(f"no RabbitMQ {session_series()} node: {why[-800:]}")
     was_running = subprocess.run([str(SCRIPT), "status"], capture_output=True, env=env).returncode == 0
     subprocess.run([str(SCRIPT), "start"], check=True, capture_output=True, env=env)
     try:
