@@ -30,7 +30,7 @@ case "$VERSION" in
 esac
 if [[ -z "$ROOT" && -n "${RBAK_EPMD_PORT:-}" ]]; then export ERL_EPMD_PORT="$RBAK_EPMD_PORT"; fi
 DIR="${RBAK_RABBIT_DIR:-$DEFAULT_DIR}"
-mkdir -p "$DIR" && DIR="$(cd "$DIR" && pwd -P)"  # absolute: a 4.x node sees it at the same path in its chroot
+DIR="$(realpath -m "$DIR")"  # absolute: a 4.x node sees it at the same path in its chroot
 AMQP_PORT="${RBAK_AMQP_PORT:-5672}"
 MGMT_PORT="${RBAK_MGMT_PORT:-15672}"
 STREAM_PORT="${RBAK_STREAM_PORT:-5552}"
@@ -56,7 +56,11 @@ on_node() {
 ctl() { on_node rabbitmqctl -n "$NODE" "$@"; }
 
 is_running() {
-  if [[ -n "$ROOT" && ! -f "$ROOT/.rbak-ready" ]]; then return 1; fi
+  if [[ -n "$ROOT" ]]; then
+    [[ -f "$ROOT/.rbak-ready" ]] || return 1
+    # No port mapper, no node; and rabbitmqctl would start one in the chroot just to ask.
+    (exec 3<>"/dev/tcp/127.0.0.1/$ERL_EPMD_PORT") 2>/dev/null || return 1
+  fi
   ctl status >/dev/null 2>&1
 }
 
@@ -73,7 +77,7 @@ provision() {
 mount_chroot() {
   mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc"
   cp /etc/hosts /etc/resolv.conf "$ROOT/etc/" 2>/dev/null || true
-  mkdir -p "$ROOT$DIR"
+  mkdir -p "$DIR" "$ROOT$DIR"
   mountpoint -q "$ROOT$DIR" || mount --bind "$DIR" "$ROOT$DIR"
 }
 
