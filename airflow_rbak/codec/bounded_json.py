@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from airflow_rbak.codec.errors import CodecError
+from airflow_rbak.exceptions import RbakError
 
 _MiB = 1024**2
 
@@ -59,7 +60,7 @@ class JsonContentError(CodecError):
     """A JSON document is not valid JSON, or repeats a key in one of its objects."""
 
 
-class RepeatedKeyError(ValueError):
+class RepeatedKeyError(RbakError, ValueError):
     """An object of a JSON document names a key twice, or nests too deep to be checked (:func:`loads_unique`)."""
 
 
@@ -108,8 +109,8 @@ def loads_unique(data: bytes | bytearray | memoryview | str) -> Any:
     """
     value = orjson.loads(data)
     if isinstance(value, (dict, list)):
-        text = data if isinstance(data, (str, bytes, bytearray)) else bytes(data)
-        if text.count(":" if isinstance(text, str) else b":") < 2:  # one key at most: none can repeat
+        text = data.encode() if isinstance(data, str) else data if isinstance(data, (bytes, bytearray)) else bytes(data)
+        if text.count(b":") < 2:  # one key at most: none can repeat
             return value
         try:
             json.loads(text, object_pairs_hook=_keys_once, parse_float=_skip, parse_int=_skip, parse_constant=_skip)

@@ -30,7 +30,8 @@ from airflow_rbak.broker.definitions import without_credentials
 from airflow_rbak.broker.errors import BrokerError, ManagementWriteError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.codec import CodecError
-from airflow_rbak.codec.compression import compress, decompress
+from airflow_rbak.codec.bounded_json import DEFINITIONS_LIMITS
+from airflow_rbak.codec.compression import compress
 from airflow_rbak.codec.layout import compression_from_key, rollback_definitions_key
 from airflow_rbak.display import package_logger
 from airflow_rbak.restore import migration
@@ -38,6 +39,7 @@ from airflow_rbak.restore.definitions_diff import ImportChanges, compare, per_vh
 from airflow_rbak.restore.errors import DefinitionsImportError
 from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest, matches
 from airflow_rbak.storage.base import Storage, StorageError
+from airflow_rbak.storage.json_objects import load_json
 
 log = package_logger(__name__)
 
@@ -62,8 +64,7 @@ class DefinitionsResult:
 def load_definitions(storage: Storage, key: str) -> dict[str, Any]:
     """The saved definitions document; any defect is a DefinitionsImportError naming the key."""
     try:
-        raw = decompress(storage.get(key), compression_from_key(key), 256 * 1024**2, key)
-        doc = orjson.loads(raw)
+        doc = load_json(storage, key, DEFINITIONS_LIMITS, unique_keys=True)
     except (StorageError, CodecError, orjson.JSONDecodeError) as exc:
         raise DefinitionsImportError(f"definitions {key} cannot be read ({type(exc).__name__}); nothing was imported") from None
     if not isinstance(doc, dict):
