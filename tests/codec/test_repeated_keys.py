@@ -6,9 +6,11 @@ record the plan verified differ from the record the restore publishes. Records h
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from airflow_rbak.codec import BackupRecord, Compression, RecordDecodeError, decode_record, encode_record
+from airflow_rbak.codec.bounded_json import RepeatedKeyError, loads_unique
 from airflow_rbak.codec.headers import HeaderValue as H
 from airflow_rbak.codec.record_summary import summarize_payload
 from airflow_rbak.codec.records import RecordError
@@ -54,3 +56,18 @@ def test_a_segment_with_one_such_record_is_refused_by_the_reader_and_by_the_deep
     header, _ = decode_payload(data, "s.rbak", 1024**2)
     with pytest.raises(RecordDecodeError, match="more than once"):
         summarize_payload(data, header, "s.rbak", 1024**2, None, "/", "orders")
+
+
+@pytest.mark.parametrize("text", [
+    b'{"a":1,"a":2}', b'[1,{"a":1,"a":2}]', b'["s",{"a":1,"a":2}]', b'{"x":"12:00","a":1,"a":2}',
+    b'{"a":{"b":1},"c":[{"d":1,"d":1}]}', b'{"a" : 1, "a":2}', b'{"b\\u006f":1,"bo":2}', b'[[[{"k":[],"k":{}}]]]',
+])
+def test_loads_unique_finds_a_repeat_wherever_it_is(text):
+    with pytest.raises(RepeatedKeyError):
+        loads_unique(text)
+
+
+@pytest.mark.parametrize("text", [b'{"x":"12:00","a":[1,2],"b":{"c":null}}', b'[{"a":1},{"a":2}]', b'{"a":{"a":1}}',
+                                  b'{"a:b":1,"c":"d:e"}', b'[]', b'"a:b"', b'{"a":[1,{"b":1,"c":2}]}'])
+def test_loads_unique_reads_what_repeats_no_key_as_orjson_does(text):
+    assert loads_unique(text) == orjson.loads(text)
