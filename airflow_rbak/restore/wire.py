@@ -15,6 +15,9 @@ its routing key. A restore must change only the queues its plan names, so
 :data:`ROUTING_HEADERS` are left out of what is published, always, in every
 mode; the record keeps them, so the backup stays faithful and a later reader
 sees what the source held (docs/operations.md, "Headers the broker acts on").
+The headers a broker adds on delivery (:mod:`airflow_rbak.codec.broker_headers`)
+are broker state: a record made by an earlier version, or by another writer, may
+still hold them, and they are left out too, for the queue type that adds them.
 
 A record body first, as the writer puts it, is read in two parts: the body
 array in C, the rest by orjson. A second ``body`` key in the rest is refused
@@ -30,6 +33,7 @@ from typing import Any
 import orjson
 
 from airflow_rbak.broker.amqp_types import TypedBasicProperties
+from airflow_rbak.codec.broker_headers import broker_headers
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.errors import RecordDecodeError
 from airflow_rbak.codec.field_table import encode_json_table
@@ -60,19 +64,26 @@ class WireRecord:
         self.delivery_tag, self.backed_up_at = delivery_tag, backed_up_at
 
 
-def iter_wire_records(data: bytes, name: str, cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> Iterator[WireRecord]:
+def left_out_headers(queue_type: str) -> frozenset[str]:
+    """The headers never published for a record of a ``queue_type`` queue: routing headers and broker state."""
+    return ROUTING_HEADERS | broker_headers(queue_type)
+
+
+def iter_wire_records(data: bytes, name: str, cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+                      left_out: frozenset[str] = ROUTING_HEADERS) -> Iterator[WireRecord]:
     """Every record of an already verified segment, in order, as :class:`WireRecord`."""
     header, payload = decode_payload(data, name, cap)
     for index, raw in enumerate(iter_payload(payload, header.record_count, name)):
         try:
-            record = wire_record(raw)
+            record = wire_record(raw, left_out)
         except RecordError as exc:
             raise RecordDecodeError(f"record {index}: {exc}", segment=name) from None
         yield record
 
 
-def wire_record(raw: bytes | memoryview) -> WireRecord:
-    """One record's JSON as a :class:`WireRecord` (the body array parsed in C when the accelerator is built)."""
+def wire_record(raw: bytes | memoryview, left_out: frozenset[str] = ROUTING_HEADERS) -> WireRecord:
+    """One record's JSON as a :class:`WireRecord` (the body array parsed in C when the accelerator is built), without
+    the headers named in ``left_out``."""
     obj: dict[str, Any] | None = None
     if parse_byte_array is not None and raw[:9] == _BODY_FIRST:
         try:
@@ -88,7 +99,7 @@ def wire_record(raw: bytes | memoryview) -> WireRecord:
     p = obj["properties"]
     headers = obj["headers"]
     if headers:
-        headers = [pair for pair in headers if pair[0] not in ROUTING_HEADERS]
+        headers = [pair for pair in headers if pair[0] not in left_out]
     props = TypedBasicProperties(
         **{pika: p.get(name) for pika, name in _NAMES}, raw_headers=encode_json_table(headers) if headers else None
     )

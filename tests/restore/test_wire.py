@@ -12,7 +12,7 @@ from airflow_rbak.codec import BackupRecord, decode_record, encode_record
 from airflow_rbak.codec.field_table import BINARY_LONGSTR_TAG, TYPE_TAG, encode_table
 from airflow_rbak.codec.headers import HeaderValue as H
 from airflow_rbak.codec.records import RecordError
-from airflow_rbak.restore.wire import ROUTING_HEADERS, wire_record
+from airflow_rbak.restore.wire import ROUTING_HEADERS, left_out_headers, wire_record
 from tests.broker.record_reference import properties_from_record
 from tests.codec.strategies import small_body_records
 from tests.restore.helpers import props_of
@@ -71,6 +71,21 @@ def test_a_record_of_only_routing_headers_is_published_without_a_header_table():
     stored = encode_record(BackupRecord(body=b"m", headers=(("BCC", H.array([H.long_string("victim")])),)))
 
     assert wire_record(stored).properties.raw_headers is None
+
+
+@pytest.mark.parametrize(("queue_type", "published"), [
+    ("quorum", ["a", "x-stream-offset"]), ("stream", ["x-delivery-count", "x-acquired-count", "a"]),
+    ("classic", ["x-delivery-count", "x-acquired-count", "a", "x-stream-offset"])])
+def test_headers_a_broker_adds_on_delivery_are_not_republished_for_the_queue_type_that_adds_them(queue_type, published):
+    """A record of an earlier version (or another writer) may hold broker state; a publisher's own header of that name
+    on a queue type that does not add it is content, and goes through."""
+    headers = (("x-delivery-count", H.long(3)), ("x-acquired-count", H.long(24)), ("a", H.long(1)),
+               ("x-stream-offset", H.long(7)))
+    stored = encode_record(BackupRecord(body=b"m", headers=headers))
+
+    wire = wire_record(stored, left_out_headers(queue_type))
+
+    assert wire.properties.raw_headers == encode_table(tuple(h for h in headers if h[0] in published))
 
 
 @pytest.mark.parametrize("second", [b',"body":[101,118,105,108]', b',"body":null', b',"bo\\u0064y":[1]'])
