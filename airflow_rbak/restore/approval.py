@@ -33,6 +33,7 @@ import orjson
 
 from airflow_rbak.display import md_code, printable
 from airflow_rbak.restore.errors import RestoreRejectedError
+from airflow_rbak.restore.message_sizes import oversized
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan
 from airflow_rbak.restore.request import RestoreRequest
 
@@ -86,6 +87,7 @@ def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id:
         *_definitions_sections(plan, settings),
         *_migration_lines(plan),
         *_skipped_lines(plan),
+        *_size_lines(plan),
         "",
         "Approve to import and publish exactly as above. Reject (or no answer in time) imports and publishes nothing. "
         "Should the definitions export or the target change before a step runs, that step refuses.",
@@ -133,6 +135,10 @@ def _summary(plan: RestorePlan, settings: RestoreRequest) -> list[str]:
     if plan.migration:
         lines.append(f"- transformations: {len(plan.migration['changes'])} changes, "
                      f"{len(plan.migration['refused'])} queues refused")
+    over = oversized(plan)
+    if over:
+        lines.append(f"- **{len(over)} records are larger than the target's max_message_size "
+                     f"({plan.target_max_message_size} bytes): the restore is refused** (listed below)")
     if plan.skipped_segments:
         lines.append(f"- **{len(plan.skipped_segments)} damaged segments are skipped** "
                      f"({sum(s.record_count for s in plan.skipped_segments)} records)")
@@ -242,6 +248,20 @@ def _skipped_lines(plan: RestorePlan) -> list[str]:
     lines = ["", f"### Damaged segments skipped ({len(plan.skipped_segments)})", ""]
     return lines + [f"- {md_code(s.key)} ({s.record_count} records of {md_code(f'{s.vhost}/{s.queue}')}): "
                     f"{md_code('; '.join(s.reasons))}" for s in sorted(plan.skipped_segments, key=lambda s: s.key)]
+
+
+def _size_lines(plan: RestorePlan) -> list[str]:
+    """The target's message size limit, and every record over it (each refuses the restore)."""
+    if plan.target_max_message_size is None:
+        return []
+    lines = ["", "### Message size", "", f"The target takes messages of at most {plan.target_max_message_size} bytes "
+             f"({printable(plan.target_message_size_source or 'max_message_size')})."]
+    over = oversized(plan)
+    if over:
+        lines += ["", f"**{len(over)} records are larger, so the restore is refused:**", ""]
+        lines += [f"- {md_code(where)} segment {md_code(key)} record {index}: {size} bytes"
+                  for where, (key, index, size) in over]
+    return lines
 
 
 def _object(change: dict[str, str]) -> str:
