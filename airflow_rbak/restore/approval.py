@@ -33,9 +33,9 @@ import orjson
 
 from airflow_rbak.display import md_code, printable
 from airflow_rbak.restore.errors import RestoreRejectedError
-from airflow_rbak.restore.message_sizes import oversized
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan
 from airflow_rbak.restore.request import RestoreRequest
+from airflow_rbak.restore.size_limits import oversized
 
 #: The sections of the definitions import, by kind, in the order the request shows them.
 SECTIONS = {"vhosts": "Vhosts created", "policies": "Policies", "queues": "Queues declared",
@@ -88,6 +88,7 @@ def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id:
         *_migration_lines(plan),
         *_skipped_lines(plan),
         *_size_lines(plan),
+        *_compatibility_lines(plan),
         "",
         "Approve to import and publish exactly as above. Reject (or no answer in time) imports and publishes nothing. "
         "Should the definitions export or the target change before a step runs, that step refuses.",
@@ -262,6 +263,19 @@ def _size_lines(plan: RestorePlan) -> list[str]:
         lines += [f"- {md_code(where)} segment {md_code(key)} record {index}: {size} bytes"
                   for where, (key, index, size) in over]
     return lines
+
+
+def _compatibility_lines(plan: RestorePlan) -> list[str]:
+    """The definitions the target's version treats differently: applied, changed or refused (which refuses the run)."""
+    findings = plan.definitions_compatibility or []
+    if not findings:
+        return []
+    refused = sum(1 for f in findings if f["outcome"] == "refused")
+    lines = ["", f"### Definitions the target's RabbitMQ treats differently ({len(findings)})", ""]
+    if refused:
+        lines += [f"**{refused} are refused by the target, so the restore is refused.**", ""]
+    return lines + [f"- {md_code(f['kind'] + ' ' + f['vhost'] + '/' + f['name'])} **{printable(f['outcome'])}**: "
+                    f"{md_code(f['detail'])}" for f in sorted(findings, key=lambda f: (f["kind"], f["vhost"], f["name"]))]
 
 
 def _object(change: dict[str, str]) -> str:

@@ -27,7 +27,7 @@ from airflow_rbak.repository.chain import segment_owner
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.repository.ownership import foreign_objects
 from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
-from airflow_rbak.restore import message_sizes
+from airflow_rbak.restore import target_compatibility
 from airflow_rbak.restore.checkpoints import QueueCheckpoint
 from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
 from airflow_rbak.restore.message_sizes import LargeMessage, large_messages
@@ -139,6 +139,8 @@ class RestorePlan:
     #: The target's ``max_message_size`` and where it was read (:mod:`.message_sizes`); None: not inspected.
     target_max_message_size: int | None = None
     target_message_size_source: str | None = None
+    #: What the target's version does with the definitions it treats differently (``target_compatibility``).
+    definitions_compatibility: list[dict[str, str]] | None = None
 
     @property
     def records_in_window(self) -> int:
@@ -203,7 +205,7 @@ class RestorePlan:
             if self.backup_vhosts:
                 lines.append(f"  the backup was asked for vhosts {', '.join(map(repr, self.backup_vhosts))}: "
                              "unless this restore names vhosts or a definitions selection, only their definitions")
-        lines += message_sizes.summary_lines(self)
+        lines += target_compatibility.summary_lines(self.definitions_compatibility)
         for s in self.skipped_segments:
             lines.append(f"  SKIPPED damaged segment {s.key} ({s.record_count} records): {'; '.join(s.reasons)}")
         return lines

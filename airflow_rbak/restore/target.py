@@ -36,12 +36,13 @@ from airflow_rbak.broker.errors import QueueNotFoundError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.broker.message_size_limit import message_size_limit
 from airflow_rbak.display import package_logger
+from airflow_rbak.restore import target_compatibility
 from airflow_rbak.restore.checkpoints import RestoreCheckpointStore
 from airflow_rbak.restore.errors import PublishError, RestoreRefusedError
-from airflow_rbak.restore.message_sizes import size_refusal
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
 from airflow_rbak.restore.quorum_support import target_version
 from airflow_rbak.restore.request import RestoreRequest
+from airflow_rbak.restore.size_limits import size_refusal
 
 
 def queue_exists(conn: pika.BlockingConnection, name: str) -> bool:
@@ -138,7 +139,8 @@ def inspect_target(plan: RestorePlan, client: ManagementClient, connection: Rabb
 def refusal(plan: RestorePlan, settings: RestoreRequest) -> str | None:
     """Why this restore must not run: records the target cannot take, or (with ``on_existing_messages: refuse``)
     target queues that hold messages. None: nothing to refuse."""
-    reasons = [r for r in (size_refusal(plan), _existing_refusal(plan, settings)) if r]
+    reasons = [r for r in (target_compatibility.refusal(plan.definitions_compatibility), size_refusal(plan),
+                           _existing_refusal(plan, settings)) if r]
     return " | ".join(reasons) or None
 
 

@@ -16,6 +16,7 @@ from airflow_rbak.codec import BackupRecord
 from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.restore.approval import approval_body
 from airflow_rbak.restore.errors import PublishError, RestoreRefusedError
+from airflow_rbak.restore.size_limits import summary_lines
 from airflow_rbak.storage import open_storage
 from tests.repository.backup_writer import BackupWriter
 from tests.restore.helpers import read_queue, ready_count
@@ -82,7 +83,7 @@ def test_a_message_over_the_targets_limit_is_refused_in_the_plan_and_nothing_is_
     assert [(index, size) for _key, index, size in queue.large_messages] == [(2, BIG)]
     assert (dry.target_max_message_size, "AMQP 1.0" in (dry.target_message_size_source or "")) == (DEFAULT_FROM_4, True)
     key = queue.large_messages[0][0]
-    assert f"  TOO LARGE for the target: {vhost}/big segment {key} record 2: {BIG} bytes" in dry.summary_lines()
+    assert f"  TOO LARGE for the target: {vhost}/big segment {key} record 2: {BIG} bytes" in summary_lines(dry)
     message = str(refused.value)
     assert f"max_message_size of {DEFAULT_FROM_4} bytes" in message
     assert f"{vhost}/big segment {key} record 2: {BIG} bytes" in message
