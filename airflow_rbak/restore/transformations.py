@@ -42,8 +42,8 @@ MAX_NAME = 255
 #: priorities 5, 4 .. 0 published in that reverse order come out highest first.
 PRIORITY_ORDER_SINCE = (4, 0, 0)
 PRIORITY_ORDER_NOTE = ("delivery order: from RabbitMQ 4.0 a quorum queue delivers messages by their priority "
-                       "property, highest first (4.0: two levels, 0-4 and 5 and above), which this classic queue ignored; messages published with different "
-                       "priorities no longer come out in publish order")
+                       "property, highest first (4.0: two levels, 0-4 and 5 and above), which this classic queue "
+                       "ignored; messages published with different priorities no longer come out in publish order")
 #: The kinds a transformed document lists, in the order the diff shows them, each with its singular.
 KINDS = {"vhosts": "vhost", "queues": "queue", "exchanges": "exchange", "bindings": "binding", "policies": "policy"}
 
