@@ -1,9 +1,10 @@
 """What RabbitMQ 4.3 does with the objects of a 3.10 definitions export that 4.x changed, imported as they are.
 
 These tests hold the broker to the facts the restore's import relies on and docs/operations.md states
-("3.10 definitions into 4.3"); they fail if a broker release behaves otherwise. Measured on 4.3.6: one object the
-broker refuses fails the whole import of its vhost, so such objects are for the transformations
-(``convert_to_quorum``, ``strip_mirroring``) or the user to change before the import, never to meet half-way.
+("From RabbitMQ 3.10 to 4.x"); they fail if a broker release behaves otherwise. Measured on 4.3.6: one object the
+broker refuses fails the import of its vhost with a 400, and the objects beside it may or may not have been
+imported by then (queues are declared concurrently: a half-done import). So such objects are changed or refused in
+the plan (``restore/target_compatibility.py``), never met half-way.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def test_x_queue_mode_lazy_is_kept_as_an_argument_and_means_nothing(broker, vhos
 def test_x_queue_version_1_fails_the_whole_import(broker, vhost):
     done = import_into(broker, vhost, {"queues": [queue("v1", **{"x-queue-version": 1}), queue("other")]})
     assert done.status_code == 400 and "unsupported queue version" in done.text
-    assert broker.api("GET", f"queues/{vhost}").json() == []
+    assert "v1" not in {q["name"] for q in broker.api("GET", f"queues/{vhost}").json()}
 
 
 def test_a_mirroring_policy_fails_the_whole_import_and_a_queue_mode_policy_is_accepted(broker, vhost):
@@ -48,6 +49,6 @@ def test_a_mirroring_policy_fails_the_whole_import_and_a_queue_mode_policy_is_ac
     lazy = {"name": "lazy", "pattern": "^l", "apply-to": "queues", "priority": 1, "definition": {"queue-mode": "lazy"}}
     refused = import_into(broker, vhost, {"policies": [mirroring], "queues": [queue("q")]})
     assert refused.status_code == 400 and "are not recognised policy settings" in refused.text
-    assert broker.api("GET", f"queues/{vhost}").json() == []
+    assert broker.api("GET", f"policies/{vhost}").json() == []
     assert import_into(broker, vhost, {"policies": [lazy]}).status_code == 204
     assert [p["name"] for p in broker.api("GET", f"policies/{vhost}").json()] == ["lazy"]
