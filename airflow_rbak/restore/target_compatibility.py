@@ -1,7 +1,7 @@
 """Definitions of an older RabbitMQ imported into a newer one: each object applied, changed with a reason, or refused.
 
 A 3.x export holds objects that RabbitMQ 4.x treats differently, and one object the target refuses fails the
-import of its whole vhost (measured on 4.3.6; ``tests/restore/test_definitions_into_4x.py`` holds the broker to
+import of its vhost, possibly half done (measured on 4.3.6; ``tests/restore/test_definitions_into_4x.py`` holds the broker to
 it). So before the plan is approved the selection (after any named transformations) is read against the target's
 version, and every such object gets one of three outcomes, listed in the plan and the approval request:
 
@@ -86,7 +86,7 @@ def _policy(vhost: str, policy: dict[str, Any], where: str, findings: list[Findi
     mirroring = sorted(k for k in definition if str(k).startswith(MIRRORING_POLICY_PREFIX))
     if mirroring:
         findings.append(Finding("policy", vhost, name, REFUSED, f"mirroring keys {mirroring}: {where} rejects them "
-                                "and with them the import of the whole vhost"))
+                                "and with them the import of the vhost"))
     if "queue-mode" in definition:
         findings.append(Finding("policy", vhost, name, APPLIED, f"queue-mode {definition['queue-mode']!r} is accepted "
                                 f"and has no effect on {where}"))
