@@ -10,17 +10,35 @@ Unset either way: ``$AIRFLOW_HOME/rbak-backups``, the DAGs' default.
 from __future__ import annotations
 
 import argparse
+import os
+from typing import Any
 
 from airflow_rbak.settings import RbakSettings, airflow_lookup, environment_lookup
+from airflow_rbak.storage.sealed import StateSeal
+
+
+def _airflow_conf() -> Any | None:
+    """Airflow's configuration where Airflow is installed, else None."""
+    try:
+        from airflow.configuration import conf  # the one import of Airflow here: pyproject's airflow-face contract
+    except ImportError:
+        return None
+    return conf
 
 
 def cli_settings() -> RbakSettings:
     """The ``[rbak]`` options from Airflow's configuration where Airflow is installed, else from the environment."""
-    try:
-        from airflow.configuration import conf  # the one import of Airflow here: pyproject's airflow-face contract
-    except ImportError:
-        return RbakSettings(environment_lookup())
-    return RbakSettings(airflow_lookup(conf))
+    conf = _airflow_conf()
+    return RbakSettings(environment_lookup() if conf is None else airflow_lookup(conf))
+
+
+def state_seal() -> StateSeal:
+    """The seal of state objects (``RbakSettings.state_seal``), with ``[core] fernet_key`` as Airflow reads it, else
+    ``AIRFLOW__CORE__FERNET_KEY``: the key the DAGs' tasks use, so ``rbak`` opens what they sealed."""
+    conf = _airflow_conf()
+    if conf is None:
+        return RbakSettings(environment_lookup()).state_seal(os.environ.get("AIRFLOW__CORE__FERNET_KEY"))
+    return RbakSettings(airflow_lookup(conf)).state_seal(conf.get("core", "fernet_key", fallback=None))
 
 
 def location(args: argparse.Namespace) -> str:
