@@ -162,13 +162,11 @@ def _acceptable(entry: Any) -> bool:
 
 
 def _describe(entry: Any) -> str:
+    """An entry as the refusal names it: its kind and item (sorted JSON, at most 200 characters)."""
     if not isinstance(entry, dict):
         return f"not an object ({type(entry).__name__})"
-    kind = entry.get("kind")
-    found = entry.get("item")
-    item: dict[str, Any] = found if isinstance(found, dict) else {}
-    name = "/".join(str(item.get(n)) for n in ("vhost", "user", "component", "name") if item.get(n) is not None)
-    return f"{str(kind)[:40]} {name[:200]}".strip()
+    item = orjson.dumps(entry.get("item"), option=orjson.OPT_SORT_KEYS).decode()
+    return f"{str(entry.get('kind'))[:40]} {item[:200]}"
 
 
 def pinned_snapshot(storage: Storage, key: str, record: dict[str, Any]) -> dict[str, Any]:
