@@ -5,16 +5,15 @@ the restore starts again, and its refusal to add to a queue that holds messages 
 from __future__ import annotations
 
 import json
-from urllib.parse import quote
 
 import pytest
 
+from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.capture.checkpoints import CaptureCheckpoints, QueueProgress
 from airflow_rbak.codec.layout import checkpoint_key
 from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.restore.checkpoints import QueueCheckpoint, StoredRestoreCheckpoints, Unroutable
 from airflow_rbak.restore.errors import RestoreRefusedError
-from airflow_rbak.restore.plan import queue_checkpoint
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.sealed import StateSeal
 from tests.restore.helpers import backup, body_of, declare, publish, read_queue, ready_count
@@ -71,33 +70,40 @@ def test_a_progress_copied_from_another_restore_is_not_taken(location):
 
 def test_an_old_unsealed_checkpoint_means_start_again_and_the_restore_then_refuses_a_queue_holding_messages(
         broker, vhost, location):
-    # Given a backup of 5 messages, and the restore's own checkpoint key (from its plan, while the queue was empty)
+    # Given a backup of 'orders', which still holds its 5 messages
     declare(broker.connection, vhost, {"orders": "classic"})
     publish(broker.connection, vhost, "orders", 0, 5)
     backup(broker.connection, location, "seal-1", vhost)
-    broker.api("DELETE", f"queues/{quote(vhost, safe='')}/orders/contents")
-    settings = RestoreRequest(location, backup_id="seal-1")
-    plan = RestoreRun(broker.connection, settings).plan()
-    blank = queue_checkpoint(plan, plan.queues[0], settings)
-
-    # And a planted progress.json there saying the restore is under way and every record is in (depth base 0)
+    declare(broker.connection, vhost, {"orders-2": "classic"})
     storage = open_storage(location)
-    plant_progress(storage, blank, "unsealed", next_ordinal=5, published=5, depth_base=0, completed=True)
-    publish(broker.connection, vhost, "orders", 100, 3)  # the live queue holds 3 messages of its own
+    with ManagementClient(broker.connection) as client:
+        cluster = client.cluster_identity()
+
+    def restore_key(settings: RestoreRequest, target_queue: str) -> QueueCheckpoint:
+        """The checkpoint key of the restore of 'orders' into ``target_queue`` (as the plan computes it)."""
+        return QueueCheckpoint("seal-1", vhost, "orders", vhost, target_queue, settings.window_label(),
+                               target_cluster=cluster, location=storage.url)
+
+    # And a planted progress.json at the restore's own key saying it is under way and every record is in
+    settings = RestoreRequest(location, backup_id="seal-1")
+    plant_progress(storage, restore_key(settings, "orders"), "unsealed", next_ordinal=5, published=5, depth_base=5,
+                   completed=True)
 
     # When the restore runs: Then the planted checkpoint is not a resume, so the queue holding messages refuses it
-    with pytest.raises(RestoreRefusedError, match=f"{vhost}/orders holds 3"):
+    with pytest.raises(RestoreRefusedError, match=f"{vhost}/orders holds 5"):
         RestoreRun(broker.connection, settings).run()
-    assert [m[0] for m in read_queue(broker.connection, vhost, "orders", "classic", 3)] == [body_of(i, 300) for i in range(100, 103)]
+    assert [m[0] for m in read_queue(broker.connection, vhost, "orders", "classic", 5)] == [body_of(i, 300) for i in range(5)]
 
-    # When the queue is empty and the restore runs again (the planted object still there, now sealed by another key)
-    plant_progress(storage, blank, "other-key", next_ordinal=5, published=5, depth_base=0, completed=True)
-    report = RestoreRun(broker.connection, settings).run()
+    # When it is restored into the empty 'orders-2', where a progress.json sealed by another deployment says "done"
+    into_empty = RestoreRequest(location, backup_id="seal-1", queue_map={"orders": "orders-2"})
+    plant_progress(storage, restore_key(into_empty, "orders-2"), "other-key", next_ordinal=5, published=5, depth_base=0,
+                   completed=True)
+    report = RestoreRun(broker.connection, into_empty).run()
 
     # Then every record was published, none skipped, and the report says so
     assert report.published == 5 and report.queues[0]["completed"]
-    assert ready_count(broker.connection, vhost, "orders") == 5
-    assert [m[0] for m in read_queue(broker.connection, vhost, "orders", "classic", 5)] == [body_of(i, 300) for i in range(5)]
+    assert ready_count(broker.connection, vhost, "orders-2") == 5
+    assert [m[0] for m in read_queue(broker.connection, vhost, "orders-2", "classic", 5)] == [body_of(i, 300) for i in range(5)]
 
 
 @pytest.mark.parametrize("how", ["unsealed", "other-key"])
