@@ -1,10 +1,10 @@
 """Definitions export: ``GET /api/definitions`` -> ``definitions/definitions.json.<ext>``.
 
 The file holds the API's bytes unchanged (compressed like segments), so the
-decompressed file equals what the broker returned. It contains password
-hashes: it is never logged, and only counts leave this module. With
-``include_users=False`` the users, and the permissions that name them, are
-left out, and every URI with user information in a runtime or global
+decompressed file equals what the broker returned; with ``include_users=True``
+it contains password hashes: it is never logged, and only counts leave this
+module. By default (``include_users=False``) the users, and the permissions
+that name them, are left out, and every URI with user information in a runtime or global
 parameter (federation upstreams, shovels, anything else carrying a URI) has
 that user information replaced (the rest re-serialised, in the broker's
 order), so the backup holds no password, in any encoding, and no hash.
@@ -76,7 +76,7 @@ def redact_uris(value: Any) -> Any:
 
 def export_definitions(
     client: ManagementClient, storage: Storage, backup_id: str, compression: Compression = Compression.ZSTD,
-    *, include_users: bool = True,
+    *, include_users: bool = False,
 ) -> DefinitionsBackup:
     """Fetch the broker's definitions and store them compressed (users left out if asked); return their counts."""
     compression = Compression.parse(compression)
