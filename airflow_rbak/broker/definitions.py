@@ -19,6 +19,7 @@ import orjson
 
 from airflow_rbak.broker.errors import BrokerApiError
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.codec.bounded_json import DEFINITIONS_LIMITS, check_json_bytes
 from airflow_rbak.codec.compression import compress
 from airflow_rbak.codec.constants import Compression
 from airflow_rbak.codec.layout import definitions_key
@@ -80,10 +81,11 @@ def export_definitions(
 ) -> DefinitionsBackup:
     """Fetch the broker's definitions and store them compressed (users left out if asked); return their counts."""
     compression = Compression.parse(compression)
+    key = definitions_key(backup_id, compression)
     raw = client.definitions_raw()
+    check_json_bytes(raw, key, DEFINITIONS_LIMITS)  # what no restore would read is refused now, not at restore
     if not include_users:
         raw = without_credentials(raw)
-    key = definitions_key(backup_id, compression)
     counts = count_definitions(raw, key)
     if not include_users:
         counts.extensions["users_included"] = False

@@ -46,14 +46,7 @@ from airflow_rbak.codec.layout import (
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import Storage
-from airflow_rbak.storage.sealed import (
-    DEFAULT_MAX_BYTES,
-    StateSeal,
-    UntrustedStateError,
-    default_seal,
-    read_bounded,
-    unverified_body,
-)
+from airflow_rbak.storage.sealed import StateSeal, UntrustedStateError, default_seal, read_state, unverified_body
 
 log = package_logger(__name__)
 #: The seal purpose of a capture checkpoint.
@@ -163,9 +156,9 @@ def _read(storage: Storage, key: str, seal: StateSeal | None = None) -> dict:
         document = seal.read(storage, CAPTURE_PROGRESS, key)
     else:
         try:
-            data = read_bounded(storage, key, DEFAULT_MAX_BYTES)
-            document = None if data is None else unverified_body(data)
-        except (ValueError, UntrustedStateError) as exc:
+            data = read_state(storage, key)
+            document = None if data is None else unverified_body(key, data)
+        except UntrustedStateError as exc:
             raise CheckpointFormatError(f"{key}: not a capture checkpoint ({exc})") from None
     if document is None:
         return {}

@@ -32,6 +32,7 @@ from airflow_rbak.broker import management_admin
 from airflow_rbak.broker.errors import ManagementWriteError
 from airflow_rbak.broker.management import ManagementClient, addressable
 from airflow_rbak.codec import CodecError
+from airflow_rbak.codec.bounded_json import DEFINITIONS_LIMITS, JsonLimits, loads_bounded
 from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.layout import compression_from_key
 from airflow_rbak.display import package_logger
@@ -46,10 +47,9 @@ _SNAPSHOT_PREFIX = "definitions/rollback-before-import-"
 #: The kinds a definitions restore imports (``restore.definitions``), and so the only kinds a rollback changes: never
 #: users, permissions, topic permissions, parameters or global parameters.
 ROLLBACK_KINDS = ("bindings", "queues", "exchanges", "policies", "vhosts")
-#: The most an import record may take (it lists objects, not messages).
-MAX_RECORD_BYTES = 32 * 1024**2
-#: The most a snapshot may take uncompressed (as a definitions export).
-MAX_SNAPSHOT_BYTES = 256 * 1024**2
+#: The caps of an import record (it lists objects, as a definitions export does).
+RECORD_LIMITS = JsonLimits(max_bytes=DEFINITIONS_LIMITS.max_bytes, max_values=DEFINITIONS_LIMITS.max_values,
+                           what="an import record")
 _NAME_FIELDS = {"vhosts": ("name",), "queues": ("vhost", "name"), "exchanges": ("vhost", "name"),
                 "policies": ("vhost", "name"), "bindings": ("vhost", "source", "destination")}
 
@@ -121,7 +121,7 @@ def load_record(storage: Storage, snapshot_key: str, seal: StateSeal) -> dict[st
     """The import record beside ``snapshot_key``, opened under ``seal`` and checked entry by entry."""
     key = import_record_key(snapshot_key)
     try:
-        record = seal.read(storage, IMPORT_RECORD, key, MAX_RECORD_BYTES)
+        record = seal.read(storage, IMPORT_RECORD, key, RECORD_LIMITS)
     except UntrustedStateError as exc:
         raise DefinitionsRollbackError(f"{exc}; a rollback acts only on an import record this deployment's restore "
                                        "wrote and sealed: nothing was changed") from None
@@ -186,8 +186,9 @@ def pinned_snapshot(storage: Storage, key: str, record: dict[str, Any]) -> dict[
         raise DefinitionsRollbackError(f"{key} is not the snapshot its import record pins (SHA-256 differs); "
                                        "nothing was changed")
     try:  # parsed as ``restore.definitions.load_definitions`` does, from the bytes just checked
-        doc = orjson.loads(decompress(data, compression_from_key(key), MAX_SNAPSHOT_BYTES, key))
-    except (CodecError, orjson.JSONDecodeError) as exc:
+        text = decompress(data, compression_from_key(key), DEFINITIONS_LIMITS.max_bytes, key)
+        doc = loads_bounded(text, key, DEFINITIONS_LIMITS, unique_keys=True)
+    except CodecError as exc:
         raise DefinitionsRollbackError(f"{key} cannot be read ({type(exc).__name__}); nothing was changed") from None
     if not isinstance(doc, dict):
         raise DefinitionsRollbackError(f"{key} is not a definitions document; nothing was changed")

@@ -10,7 +10,8 @@ object a run trusts later is written as an envelope::
 The MAC covers a canonical form of (purpose, key, body): an object copied to another key, or offered for another
 purpose, fails like an edited one. Only :class:`StateSeal` (holding the key) opens an envelope; any failure is an
 :class:`UntrustedStateError` naming the key and why, and each caller decides what an untrusted object means (start
-again, ignore it, or refuse). Reads stat the size first and refuse objects over a cap, before reading them.
+again, ignore it, or refuse). Reads stat the size first and refuse objects over a cap before reading them, and count
+the values before parsing (:mod:`airflow_rbak.codec.bounded_json`, which also refuses a repeated key).
 
 The key (:func:`resolve_state_key`): ``[rbak] state_key`` when set; else derived from Airflow's ``[core] fernet_key``
 (so every worker of a deployment shares it); else a random key in ``$AIRFLOW_HOME/rbak-state.key``, created 0600 on
@@ -28,13 +29,15 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from airflow_rbak.codec.bounded_json import JsonLimits, loads_bounded
+from airflow_rbak.codec.errors import CodecError
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.storage.atomic import create_exclusive
-from airflow_rbak.storage.base import ObjectNotFoundError, Storage
+from airflow_rbak.storage.base import ObjectNotFoundError, ObjectTooLargeError, Storage, read_bounded
 
 FORMAT = "rbak-sealed-v1"
-#: The most a sealed object may take, unless a caller names its own cap.
-DEFAULT_MAX_BYTES = 4 * 1024**2
+#: The caps of a sealed object, unless a caller names its own: checkpoints and offsets batches are a few KiB.
+STATE_LIMITS = JsonLimits(max_bytes=4 * 1024**2, max_values=200_000, what="a state object")
 #: The key file's name under ``$AIRFLOW_HOME``.
 KEY_FILE_NAME = "rbak-state.key"
 _FERNET_LABEL = b"rbak state key v1"
@@ -56,10 +59,6 @@ def _canonical(purpose: str, key: str, body: Any) -> bytes:
                       allow_nan=False).encode()
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 class StateSeal:
     """Seals and opens state objects with one deployment's key (never shown: not in its repr, logs or errors)."""
 
@@ -79,12 +78,9 @@ class StateSeal:
         return json.dumps({"format": FORMAT, "purpose": purpose, "key": key, "body": body,
                            "mac": self._mac(purpose, key, body)}, sort_keys=True, allow_nan=False).encode()
 
-    def open(self, purpose: str, key: str, data: bytes) -> Any:
+    def open(self, purpose: str, key: str, data: bytes, limits: JsonLimits = STATE_LIMITS) -> Any:
         """The body of an envelope sealed for ``purpose`` at ``key``; :class:`UntrustedStateError` otherwise."""
-        try:
-            envelope = json.loads(data, parse_constant=_refuse_constant)
-        except (ValueError, RecursionError) as exc:
-            raise UntrustedStateError(key, f"not JSON ({type(exc).__name__})") from None
+        envelope = _parse(key, data, limits)
         if not isinstance(envelope, dict) or envelope.get("format") != FORMAT or not isinstance(envelope.get("mac"), str):
             raise UntrustedStateError(key, "no seal (written unsealed, by an older version or by someone else)")
         body = envelope.get("body")
@@ -104,38 +100,40 @@ class StateSeal:
         """Store ``body`` sealed at ``key`` (atomically, as every storage write)."""
         storage.put(key, self.seal(purpose, key, body))
 
-    def read(self, storage: Storage, purpose: str, key: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Any | None:
+    def read(self, storage: Storage, purpose: str, key: str, limits: JsonLimits = STATE_LIMITS) -> Any | None:
         """The body sealed at ``key``, or None when there is no object; :class:`UntrustedStateError` when one is
-        there but not trusted. The size is checked before the read, and no more than the cap is read."""
-        data = read_bounded(storage, key, max_bytes)
-        return None if data is None else self.open(purpose, key, data)
+        there but not trusted. The size is stat'ed before the read, the values counted before the parse."""
+        data = read_state(storage, key, limits)
+        return None if data is None else self.open(purpose, key, data, limits)
 
 
-def read_bounded(storage: Storage, key: str, max_bytes: int) -> bytes | None:
-    """The object at ``key`` (None when absent), refused as :class:`UntrustedStateError` when over ``max_bytes``.
-
-    Stats first; then reads at most one byte more than the cap, so an object replaced by a larger one between the
-    stat and the read is refused too, never read whole.
-    """
+def read_state(storage: Storage, key: str, limits: JsonLimits = STATE_LIMITS) -> bytes | None:
+    """The bytes at ``key`` (None when absent), refused as :class:`UntrustedStateError` when over the byte cap
+    (:func:`~airflow_rbak.storage.base.read_bounded`: stat'ed first, never read whole)."""
     try:
-        size = storage.stat(key).size
-        if size > max_bytes:
-            raise UntrustedStateError(key, f"{size} bytes, over the cap of {max_bytes}")
-        data = storage.get_range(key, 0, max_bytes + 1) if size else b""
+        data = read_bounded(storage, key, limits.max_bytes, limits.what)
     except ObjectNotFoundError:
         return None
-    if len(data) > max_bytes:
-        raise UntrustedStateError(key, f"over the cap of {max_bytes} bytes")
+    except ObjectTooLargeError as exc:
+        raise UntrustedStateError(key, str(exc).removeprefix(f"{key}: ")) from None
     return data
 
 
-def unverified_body(data: bytes) -> Any:
+def _parse(key: str, data: bytes, limits: JsonLimits) -> Any:
+    """``data`` parsed within ``limits`` (values counted first, a repeated key refused, no NaN)."""
+    try:
+        return loads_bounded(data, key, limits, unique_keys=True)
+    except CodecError as exc:
+        raise UntrustedStateError(key, f"not JSON within its caps ({exc})") from None
+
+
+def unverified_body(key: str, data: bytes, limits: JsonLimits = STATE_LIMITS) -> Any:
     """The body of an envelope (or a whole unsealed document) WITHOUT checking its seal: for evidence only.
 
     For readers that hold no key and use what they read only as a hint about other objects of the same location
     (encode taking a capture checkpoint's chunk count); never for anything a run acts on as authority.
     """
-    document = json.loads(data, parse_constant=_refuse_constant)
+    document = _parse(key, data, limits)
     if isinstance(document, dict) and document.get("format") == FORMAT:
         return document.get("body")
     return document

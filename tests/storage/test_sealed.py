@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_rbak.codec.bounded_json import JsonLimits
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.settings import RbakSettings
 from airflow_rbak.storage import open_storage
@@ -50,7 +51,7 @@ def test_a_second_body_key_cannot_smuggle_another_body():
     sealed = SEAL.seal("restore-progress", "a.json", BODY).decode()
     doubled = sealed[:-1] + ', "body": {"next_ordinal": 999999, "completed": true}}'
 
-    assert reason(lambda: SEAL.open("restore-progress", "a.json", doubled.encode())).startswith("bad MAC")
+    assert "names the key 'body' more than once" in reason(lambda: SEAL.open("restore-progress", "a.json", doubled.encode()))
 
 
 def test_an_object_copied_to_another_key_or_read_for_another_purpose_fails(location):
@@ -86,12 +87,17 @@ def test_unparseable_or_unsealed_objects_fail_naming_why(data, expected):
     assert isinstance(refused.value, RbakError)
 
 
-def test_an_object_over_the_cap_is_refused_before_it_is_read(location):
+def test_an_object_over_the_byte_cap_is_refused_before_it_is_read_and_one_over_the_value_cap_before_it_is_parsed(
+        location):
     storage = open_storage(location)
     storage.put("b1/big.json", b"[" + b"{}," * 400_000 + b"{}]")
+    small = JsonLimits(max_bytes=1024, max_values=100, what="a state object")
 
-    assert reason(lambda: SEAL.read(storage, "restore-progress", "b1/big.json", max_bytes=1024)) == (
-        f"{storage.stat('b1/big.json').size} bytes, over the cap of 1024")
+    over_bytes = reason(lambda: SEAL.read(storage, "restore-progress", "b1/big.json", small))
+    over_values = reason(lambda: SEAL.read(storage, "restore-progress", "b1/big.json"))
+
+    assert over_bytes == f"{storage.stat('b1/big.json').size} bytes, over the 1024 bytes a state object may hold; not read"
+    assert over_values.startswith("not JSON within its caps") and "JSON values, over the 200000" in over_values
 
 
 def test_the_key_never_shows():
