@@ -94,7 +94,7 @@ class RbakRestoreDefinitionsOperator(RbakRestoreOperator):
         run = self.restore_run()
         if not run.settings.restore_definitions:
             return {"imported": False, "requested": False}
-        result = run_step("definitions", lambda: run.definitions(RestorePlan.from_json(dict(self.plan))))
+        result = restore_step("definitions", lambda: run.definitions(RestorePlan.from_json(dict(self.plan))))
         log.info("definitions: rollback snapshot %s, imported %s, per vhost %s", result.rollback_key, result.imported,
                  result.vhosts)
         return result.to_json()

@@ -1,4 +1,4 @@
-"""What a person approves before a restore changes its target: the plan in a few lines, and when nobody is asked.
+"""What a person approves before a restore changes its target: the whole plan, and when nobody is asked.
 
 The ``rbak_restore`` DAG asks for approval between ``plan`` and anything that
 changes the target (definitions import, publishing). The request shows what the
@@ -9,6 +9,15 @@ what happens to what the target already holds. It never reads a connection, so
 it cannot show a password. A dry run changes nothing and a run with
 ``skip_approval`` (automation) says so up front: neither waits. No Airflow here.
 
+The request is a short summary with counts first, then the full plan: every
+queue, and every definitions object the import creates or replaces with the
+settings that act beyond it (a policy's pattern, apply-to, priority and
+definition, and which existing queues it would also reach; queue and exchange
+arguments; bindings from exchanges that already carry traffic on the target).
+Nothing is cut short and nothing is in the export's order: each section is
+sorted. What the approver saw is what the run does: the plan pins it
+(:mod:`~airflow_rbak.restore.contract`).
+
 Every name in the request (vhosts, queues, backup ids, the URL, cluster names,
 definitions' labels) comes from a broker anyone with a queue may write to, so
 each goes through :func:`~airflow_rbak.display.md_code`: it is shown literally
@@ -18,16 +27,19 @@ and cannot add rows, lines, links or images to what the approver reads.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
+
+import orjson
 
 from airflow_rbak.display import md_code, printable
 from airflow_rbak.restore.errors import RestoreRejectedError
-from airflow_rbak.restore.plan import RestorePlan
+from airflow_rbak.restore.plan import QueuePlan, RestorePlan
 from airflow_rbak.restore.request import RestoreRequest
 
-#: Queues listed one per row in the request; the rest are summed in one line (a restore may hold thousands).
-QUEUES_SHOWN = 50
-#: Transformation changes and diff lines shown in the request; the plan task's log has them all.
-CHANGES_SHOWN, DIFF_SHOWN = 40, 60
+#: The sections of the definitions import, by kind, in the order the request shows them.
+SECTIONS = {"vhosts": "Vhosts created", "policies": "Policies", "queues": "Queues declared",
+            "exchanges": "Exchanges declared", "bindings": "Bindings"}
+LIVE_TRAFFIC = "**from an exchange that exists on the target: its live traffic will be copied into this queue**"
 
 
 def approval_not_needed(settings: RestoreRequest, skip_approval: bool) -> str | None:
@@ -47,7 +59,7 @@ def approval_subject(plan: RestorePlan) -> str:
 
 
 def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id: str) -> str:
-    """The plan as Markdown for the approver: what is read, where it goes, and what happens to what is there."""
+    """The plan as Markdown for the approver: a summary with counts, then every queue and definitions object."""
     same_cluster = plan.source_cluster is not None and plan.source_cluster == plan.target_cluster
     same = " (**the same cluster the backup was taken from**)" if same_cluster else ""
     adds = sum(q.to_add for q in plan.queues)
@@ -63,26 +75,21 @@ def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id:
         f"{md_code(f'on_existing_messages: {settings.on_existing_messages}')}.",
         "",
         _definitions_line(plan, settings),
-        *_migration_lines(plan),
         "",
-        "| source queue | type | target vhost | target queue | records | target holds now | publishes |",
-        "|---|---|---|---|---|---|---|",
+        "## Summary",
+        "",
+        *_summary(plan, settings),
+        "",
+        "## Full plan",
+        "",
+        *_queue_table(plan),
+        *_definitions_sections(plan, settings),
+        *_migration_lines(plan),
+        *_skipped_lines(plan),
+        "",
+        "Approve to import and publish exactly as above. Reject (or no answer in time) imports and publishes nothing. "
+        "Should the definitions export or the target change before a step runs, that step refuses.",
     ]
-    for q in plan.queues[:QUEUES_SHOWN]:
-        holds = "no such queue" if q.target_depth is None else str(q.target_depth)
-        kind = q.queue_type + (f" -> {q.target_queue_type}" if q.target_queue_type else "")
-        cells = [md_code(f"{q.source_vhost}/{q.source_queue}", in_table=True), md_code(kind, in_table=True),
-                 md_code(q.target_vhost, in_table=True), md_code(q.target_queue, in_table=True),
-                 str(q.records_in_window), holds, str(q.to_add)]
-        lines.append(f"| {' | '.join(cells)} |")
-    rest = plan.queues[QUEUES_SHOWN:]
-    if rest:
-        lines.append(f"| ... and {len(rest)} more queues | | | | {sum(q.records_in_window for q in rest)} | "
-                     f"| {sum(q.to_add for q in rest)} |")
-    if plan.skipped_segments:
-        lines += ["", f"**{len(plan.skipped_segments)} damaged segments are skipped** "
-                      f"({sum(s.record_count for s in plan.skipped_segments)} records); the plan task's log names them."]
-    lines += ["", "Approve to import and publish as above. Reject (or no answer in time) imports and publishes nothing."]
     return "\n".join(lines)
 
 
@@ -100,46 +107,145 @@ def rejection(plan: RestorePlan, responded_by: str | None, timed_out: bool, time
 def _definitions_line(plan: RestorePlan, settings: RestoreRequest) -> str:
     if not settings.restore_definitions:
         return "**Definitions**: not imported (`restore_definitions: false`)."
-    changes = plan.definitions_changes or {}
-    replaced = "replaced" if settings.definitions_mode == "replace" else "kept"
     return (f"**Definitions**: imported, {md_code(f'definitions_mode: {settings.definitions_mode}')} (a rollback "
-            f"snapshot of the target is saved first). Creates {_labels(changes.get('create'))}; existing and different, "
-            f"{replaced}: {_labels(changes.get('replace'))}; different but kept in either mode: "
-            f"{_labels(changes.get('cannot_replace'))}.")
+            "snapshot of the target is saved first); every object imported is listed in the full plan below.")
+
+
+def _summary(plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    """Counts of everything the full plan lists, and the warnings that need a second look."""
+    resumes = sum(1 for q in plan.queues if q.resumes and not q.completed_before)
+    done = sum(1 for q in plan.queues if q.completed_before)
+    lines = [f"- {len(plan.queues)} queues, {plan.records_in_window} records, {sum(q.to_add for q in plan.queues)} to "
+             f"publish; {resumes} resume an earlier run of this restore, {done} were completed by one"]
+    if settings.restore_definitions:
+        entries, changes = plan.definitions_import or [], plan.definitions_changes or {}
+        by_kind = {kind: [e for e in entries if e["kind"] == kind] for kind in SECTIONS}
+        counted = ", ".join(f"{len(items)} {SECTIONS[kind].lower()}" for kind, items in by_kind.items())
+        lines.append(f"- definitions import ({sum(1 for e in entries if e['action'] == 'create')} created, "
+                     f"{sum(1 for e in entries if e['action'] == 'replace')} replaced): {counted}")
+        reach = [e for e in by_kind["policies"] if e["notes"].get("matches_other_queues")]
+        if reach:
+            lines.append(f"- **{len(reach)} policies also apply to existing queues this restore does not bring**")
+        live = [e for e in by_kind["bindings"] if e["notes"].get("from_existing_exchange")]
+        if live:
+            lines.append(f"- **{len(live)} bindings copy live traffic from existing exchanges into restored queues**")
+        lines.append(f"- {len(_kept(changes))} objects differ from the backup's and are kept as the target has them")
+    if plan.migration:
+        lines.append(f"- transformations: {len(plan.migration['changes'])} changes, "
+                     f"{len(plan.migration['refused'])} queues refused")
+    if plan.skipped_segments:
+        lines.append(f"- **{len(plan.skipped_segments)} damaged segments are skipped** "
+                     f"({sum(s.record_count for s in plan.skipped_segments)} records)")
+    return lines
+
+
+def _queue_table(plan: RestorePlan) -> list[str]:
+    """Every queue, one row each, sorted by target (never in the manifest's order)."""
+    lines = [f"### Queues ({len(plan.queues)})", "",
+             "| source queue | type | target vhost | target queue | records | target holds now | publishes | resume |",
+             "|---|---|---|---|---|---|---|---|"]
+    for q in sorted(plan.queues, key=lambda q: (q.target_vhost, q.target_queue, q.source_vhost, q.source_queue)):
+        holds = "no such queue" if q.target_depth is None else str(q.target_depth)
+        kind = q.queue_type + (f" -> {q.target_queue_type}" if q.target_queue_type else "")
+        cells = [md_code(f"{q.source_vhost}/{q.source_queue}", in_table=True), md_code(kind, in_table=True),
+                 md_code(q.target_vhost, in_table=True), md_code(q.target_queue, in_table=True),
+                 str(q.records_in_window), holds, str(q.to_add), _resume(q)]
+        lines.append(f"| {' | '.join(cells)} |")
+    return lines
+
+
+def _resume(q: QueuePlan) -> str:
+    if q.completed_before:
+        return "completed before: publishes nothing"
+    if q.resumes:
+        return f"**resumes** after {q.published_before} confirmed"
+    return "fresh start"
+
+
+def _definitions_sections(plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    """Every object the import creates or replaces, by kind, with what acts beyond it; then what it keeps."""
+    if not settings.restore_definitions:
+        return []
+    entries, changes = plan.definitions_import or [], plan.definitions_changes or {}
+    lines: list[str] = []
+    for kind, title in SECTIONS.items():
+        items = [e for e in entries if e["kind"] == kind]
+        lines += ["", f"### {title} ({len(items)})", ""]
+        lines += [f"- **{e['action']}** {_describe(kind, e)}" for e in items] or ["- none"]
+    kept = _kept(changes)
+    lines += ["", f"### Kept as the target has them, different from the backup's ({len(kept)})", ""]
+    lines += [f"- {md_code(label)}" for label in kept] or ["- none"]
+    return lines
+
+
+def _kept(changes: dict[str, Any]) -> list[str]:
+    """Objects that differ from the backup's and that the mode leaves as the target has them, sorted."""
+    replaced = [] if changes.get("mode") == "replace" else changes.get("replace") or []
+    return sorted((changes.get("cannot_replace") or []) + replaced)
+
+
+def _describe(kind: str, entry: dict[str, Any]) -> str:
+    item, notes = entry["item"], entry["notes"]
+    if kind == "vhosts":
+        return md_code(item.get("name"))
+    where = f"in vhost {md_code(item.get('vhost'))}"
+    if kind == "policies":
+        reach = notes.get("matches_other_queues")
+        text = (f"{md_code(item.get('name'))} {where}: pattern {md_code(item.get('pattern'))}, apply-to "
+                f"{md_code(item.get('apply-to', 'all'))}, priority {md_code(item.get('priority', 0))}, definition "
+                f"{md_code(_json(item.get('definition')))}")
+        if isinstance(reach, str):
+            return f"{text}; **existing queues it also reaches: {printable(reach)}**"
+        if reach:
+            return (f"{text}; **also applies to {len(reach)} existing queues this restore does not bring**: "
+                    + ", ".join(md_code(n) for n in reach))
+        return text
+    if kind in ("queues", "exchanges"):
+        extra = {k: v for k, v in item.items() if k not in ("name", "vhost", "arguments")}
+        return (f"{md_code(item.get('name'))} {where}: {md_code(_json(extra))}, arguments "
+                f"{md_code(_json(item.get('arguments') or {}))}")
+    text = (f"{where}: exchange {md_code(item.get('source'))} -> {md_code(item.get('destination_type'))} "
+            f"{md_code(item.get('destination'))}, routing key {md_code(item.get('routing_key', ''))}, arguments "
+            f"{md_code(_json(item.get('arguments') or {}))}")
+    return f"{text}; {LIVE_TRAFFIC}" if notes.get("from_existing_exchange") else text
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS).decode()
 
 
 def _migration_lines(plan: RestorePlan) -> list[str]:
-    """The transformations: what each changed, the queues they refused, and the diff against the backup's definitions."""
+    """The transformations: every change, the queues they refused, and the diff against the backup's definitions."""
     m = plan.migration
     if not m:
         return []
-    lines = ["", f"**Transformations** {', '.join(md_code(t) for t in m['transformations'])} for the target's RabbitMQ "
-                 f"{md_code(m['target_version'])}: {len(m['changes'])} changes, {len(m['converted'])} queues become quorum."]
+    lines = ["", f"### Transformations {', '.join(md_code(t) for t in m['transformations'])} for the target's "
+                 f"RabbitMQ {md_code(m['target_version'])}", "",
+             f"{len(m['changes'])} changes, {len(m['converted'])} queues become quorum.", ""]
+    changes = sorted(m["changes"], key=lambda c: (c["kind"], c["vhost"], c["name"], c["transformation"]))
     lines += [f"- {md_code(c['transformation'])} {md_code(_object(c))} **{printable(c['action'])}**: {md_code(c['detail'])}"
-              for c in m["changes"][:CHANGES_SHOWN]]
-    if len(m["changes"]) > CHANGES_SHOWN:
-        lines.append(f"- ... and {len(m['changes']) - CHANGES_SHOWN} more (the plan task's log lists every change)")
+              for c in changes]
     if m["refused"]:
         lines += ["", f"**{len(m['refused'])} queues are refused** and left out with their bindings and messages; the "
                       "report fails naming them: " + "; ".join(md_code(f"{r['vhost']}/{r['queue']}") for r in m["refused"])]
     lines += ["", f"**Diff against the backup's definitions** ({m['diff_lines']} lines; `-` the backup's, `+` what is "
-                  "imported instead):", ""]
-    lines += [f"    {printable(line)}" for line in m["diff"][:DIFF_SHOWN]]
-    if m["diff_lines"] > DIFF_SHOWN:
-        lines.append(f"    ... and {m['diff_lines'] - DIFF_SHOWN} more lines")
+                  "imported instead; every object imported is listed above):", ""]
+    lines += [f"    {printable(line)}" for line in m["diff"]]
+    if m["diff_lines"] > len(m["diff"]):
+        lines.append(f"    ({m['diff_lines'] - len(m['diff'])} more lines in the transformed definitions file)")
     return lines
+
+
+def _skipped_lines(plan: RestorePlan) -> list[str]:
+    if not plan.skipped_segments:
+        return []
+    lines = ["", f"### Damaged segments skipped ({len(plan.skipped_segments)})", ""]
+    return lines + [f"- {md_code(s.key)} ({s.record_count} records of {md_code(f'{s.vhost}/{s.queue}')}): "
+                    f"{md_code('; '.join(s.reasons))}" for s in sorted(plan.skipped_segments, key=lambda s: s.key)]
 
 
 def _object(change: dict[str, str]) -> str:
     return f"{change['kind']} {change['vhost']}/{change['name']}"
-
-
-def _labels(labels: list[str] | None, shown: int = 10) -> str:
-    labels = labels or []
-    if not labels:
-        return "nothing"
-    more = f" and {len(labels) - shown} more" if len(labels) > shown else ""
-    return f"{len(labels)} ({', '.join(md_code(x) for x in labels[:shown])}{more})"
 
 
 def _window(plan: RestorePlan) -> str:

@@ -14,7 +14,9 @@ imported, the target's complete definitions are stored at
 ``definitions/rollback-before-import-<timestamp>.<ext>`` and what the import
 will create and replace at ``definitions/import-record-<timestamp>.json``
 (what ``rollback`` undoes); any failure raises :class:`DefinitionsImportError`,
-and the run stops before publishing.
+and the run stops before publishing. Before any of that, the step recomputes
+the import and checks it against the approved plan's pin (:mod:`.contract`):
+a replaced export or a changed target refuses with nothing written.
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.codec import CodecError
 from airflow_rbak.codec.compression import compress, decompress
 from airflow_rbak.codec.layout import compression_from_key, rollback_definitions_key
-from airflow_rbak.display import package_logger
+from airflow_rbak.display import package_logger, printable
 from airflow_rbak.restore import migration
+from airflow_rbak.restore.contract import DefinitionsPin, check_definitions, pin_definitions
 from airflow_rbak.restore.definitions_diff import ImportChanges, compare, per_vhost
 from airflow_rbak.restore.errors import DefinitionsImportError
+from airflow_rbak.restore.import_view import import_view
+from airflow_rbak.restore.plan import RestorePlan
 from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest, matches
 from airflow_rbak.storage.base import Storage, StorageError
 
@@ -61,20 +66,67 @@ class DefinitionsResult:
 
 def load_definitions(storage: Storage, key: str) -> dict[str, Any]:
     """The saved definitions document; any defect is a DefinitionsImportError naming the key."""
+    return read_export(storage, key)[1]
+
+
+def read_export(storage: Storage, key: str) -> tuple[bytes, dict[str, Any]]:
+    """The export's bytes as stored (what the plan pins) and the document they hold."""
     try:
-        raw = decompress(storage.get(key), compression_from_key(key), 256 * 1024**2, key)
-        doc = orjson.loads(raw)
+        stored = storage.get(key)
+        doc = orjson.loads(decompress(stored, compression_from_key(key), 256 * 1024**2, key))
     except (StorageError, CodecError, orjson.JSONDecodeError) as exc:
         raise DefinitionsImportError(f"definitions {key} cannot be read ({type(exc).__name__}); nothing was imported") from None
     if not isinstance(doc, dict):
         raise DefinitionsImportError(f"definitions {key} is not a JSON object; nothing was imported")
-    return doc
+    return stored, doc
+
+
+#: Per kind a restore reads, the fields each entry must hold as text, and those that are text or objects when given.
+_ENTRY_FIELDS: dict[str, tuple[tuple[str, ...], dict[str, type]]] = {
+    "vhosts": (("name",), {}),
+    "queues": (("vhost", "name"), {"type": str, "arguments": dict}),
+    "exchanges": (("vhost", "name"), {"type": str, "arguments": dict}),
+    "bindings": (("vhost", "source", "destination", "destination_type"), {"routing_key": str, "arguments": dict}),
+    "policies": (("vhost", "name", "pattern"), {"apply-to": str, "definition": dict, "priority": int}),
+}
+
+
+def check_entries(doc: dict[str, Any], key: str) -> None:
+    """Refuse an export whose kinds a restore reads hold anything but objects of the expected shape, naming the
+    first such entry (read from a location, so untrusted: a string where a queue should be is not skipped)."""
+    for kind, (names, optional) in _ENTRY_FIELDS.items():
+        items = doc.get(kind)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            _bad(key, kind, f"is {_kind_of(items)}, not a list")
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                _bad(key, f"{kind}[{i}]", f"is {_kind_of(item)}, not an object ({printable(repr(item))[:80]})")
+            wrong = [n for n in names if not isinstance(item.get(n), str)]
+            wrong += [n for n, t in optional.items() if n in item and (not isinstance(item[n], t) or isinstance(item[n], bool))]
+            if kind == "policies" and not isinstance(item.get("definition"), dict):
+                wrong.append("definition")
+            if wrong:
+                _bad(key, f"{kind}[{i}]", f"({printable(repr(item))[:80]}) has no proper {', '.join(sorted(set(wrong)))}")
+
+
+def _kind_of(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number")
+
+
+def _bad(key: str, where: str, what: str) -> None:
+    raise DefinitionsImportError(f"definitions {key}: {where} {what}; nothing was imported. The export is damaged or "
+                                 "was not written by RabbitMQ: restore from another backup, or without restore_definitions")
 
 
 def select_definitions(
-    doc: dict[str, Any], selection: DefinitionsSelection, settings: RestoreRequest
+    doc: dict[str, Any], selection: DefinitionsSelection, settings: RestoreRequest, key: str = "export"
 ) -> dict[str, dict[str, Any]]:
-    """Per target vhost, the queues, exchanges, bindings and policies to import, renamed by the maps."""
+    """Per target vhost, the queues, exchanges, bindings and policies to import, renamed by the maps; an entry of
+    the wrong shape is a DefinitionsImportError naming it (:func:`check_entries`)."""
+    check_entries(doc, key)
     vhosts = [v.get("name") for v in doc.get("vhosts", []) if matches(str(v.get("name")), selection.vhosts)]
     vhosts += sorted({q.get("vhost") for q in doc.get("queues", [])} - set(vhosts) - {None})
     out: dict[str, dict[str, Any]] = {}
@@ -179,22 +231,33 @@ def _saved_definitions(backup_id: str, definitions_key: str | None) -> str:
 @dataclass
 class DefinitionsProposal:
     """What a definitions import would bring: the selection (transformed, if asked), the changes to the target,
-    and, with transformations, what they did and the transformed document."""
+    the pin of the export and the import (:mod:`.contract`), the target's definitions it was compared with, and,
+    with transformations, what they did and the transformed document."""
 
     selected: dict[str, dict[str, Any]]
     changes: ImportChanges
+    pin: DefinitionsPin
+    current: dict[str, Any]
     migration: dict[str, Any] | None = None
     transformed: dict[str, Any] | None = None
 
+    def view(self) -> list[dict[str, Any]]:
+        """Every object the import applies, with what acts beyond it (:mod:`.import_view`)."""
+        return import_view(self.changes, self.current, self.selected)
+
 
 def plan_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest, backup_id: str,
-                     definitions_key: str | None, backup_vhosts: tuple[str, ...] | None = None) -> DefinitionsProposal:
-    """The selected definitions per target vhost, transformed for the target, and what importing them would change.
+                     definitions_key: str | None, backup_vhosts: tuple[str, ...] | None = None,
+                     queue_vhosts: tuple[str, ...] = ()) -> DefinitionsProposal:
+    """The selected definitions per target vhost, transformed for the target, what importing them would change,
+    and its pin.
 
-    ``backup_vhosts``: the vhosts the backup was asked for (its export holds every vhost); see
-    :meth:`RestoreRequest.definitions_of`."""
-    saved = load_definitions(storage, _saved_definitions(backup_id, definitions_key))
-    selected = select_definitions(saved, settings.definitions_of(backup_vhosts), settings)
+    ``backup_vhosts``: the vhosts the backup was asked for (its export holds every vhost); ``queue_vhosts``: the
+    source vhosts of the queues the restore selects; see :meth:`RestoreRequest.definitions_of`."""
+    key = _saved_definitions(backup_id, definitions_key)
+    raw, saved = read_export(storage, key)
+    selection = settings.definitions_of(backup_vhosts, queue_vhosts)
+    selected = select_definitions(saved, selection, settings, key) if selection is not None else {}
     summary = transformed = None
     if settings.transformations:
         try:
@@ -202,23 +265,30 @@ def plan_definitions(client: ManagementClient, storage: Storage, settings: Resto
         except BrokerError as exc:
             raise DefinitionsImportError(f"cannot read the target's RabbitMQ version ({exc}); nothing was imported") from None
         selected, summary, transformed = migration.transform_selection(selected, settings, version)
-    return DefinitionsProposal(selected, compare(selected, current_definitions(client), settings.definitions_mode),
-                               summary, transformed)
+    current = current_definitions(client)
+    changes = compare(selected, current, settings.definitions_mode)
+    return DefinitionsProposal(selected, changes, pin_definitions(key, raw, changes.to_apply()), current, summary,
+                               transformed)
 
 
-def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest, backup_id: str,
-                        definitions_key: str | None, backup_vhosts: tuple[str, ...] | None = None) -> DefinitionsResult:
-    """Compare with the target; unless dry run, save the rollback snapshot and the import record, then import."""
-    key = _saved_definitions(backup_id, definitions_key)
-    proposal = plan_definitions(client, storage, settings, backup_id, key, backup_vhosts)
+def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest,
+                        plan: RestorePlan) -> DefinitionsResult:
+    """Recompute the import and check it against the plan's pin; unless dry run, then save the rollback snapshot and
+    the import record, and import. A drift from the pin refuses before anything is written (:mod:`.contract`)."""
+    proposal = plan_definitions(client, storage, settings, plan.backup_id, plan.definitions_key, plan.backup_vhosts,
+                                plan.queue_vhosts)
     selected, changes = proposal.selected, proposal.changes
+    pinned = DefinitionsPin.from_json(plan.definitions_pin) if plan.definitions_pin else None
+    check_definitions(pinned, proposal.pin, proposal.current)
+    key = proposal.pin.key
     result = DefinitionsResult(dry_run=settings.dry_run, vhosts=counts(selected), changes=changes.to_json())
     if proposal.transformed is not None:
-        result.transformed_key = migration.save_transformed(storage, backup_id, proposal.transformed, rollback_timestamp())
+        result.transformed_key = migration.save_transformed(storage, plan.backup_id, proposal.transformed,
+                                                            rollback_timestamp())
         log.info("transformed definitions stored at %s (importable by hand)", result.transformed_key)
     if settings.dry_run:
         return result
-    result.rollback_key = save_rollback(client, storage, backup_id, key)
+    result.rollback_key = save_rollback(client, storage, plan.backup_id, key)
     log.info("saved the target's definitions to %s before import", result.rollback_key)
     record = {"snapshot": result.rollback_key, "mode": changes.mode,
               "created": [{"kind": k, "item": i} for k, i in changes.create],

@@ -51,3 +51,7 @@ class MigrationRefusedError(RestoreRefusedError):
 
 class RestoreRejectedError(RestoreRefusedError):
     """Nobody approved the restore's plan (rejected, or no answer in time): nothing was imported or published."""
+
+
+class PlanChangedError(RestoreRefusedError):
+    """What a step would do is no longer what the approved plan pinned (the export, the import, a resume point)."""

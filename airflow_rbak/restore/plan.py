@@ -15,6 +15,7 @@ it skipped. The plan is plain JSON, so it travels between tasks as XCom.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -82,6 +83,8 @@ class QueuePlan:
     resumes: bool = False
     published_before: int = 0
     completed_before: bool = False
+    #: The checkpoint's next record at plan time: with the three above, the resume point the plan pins (``contract``).
+    resume_ordinal: int = 0
     #: exchange mode: the other non-empty queues of the target vhost, where bindings may route records.
     vhost_depths: dict[str, int] = field(default_factory=dict)
     #: The backups whose segments hold this queue's records in the window, in chain order (:mod:`repository.chain`).
@@ -122,6 +125,13 @@ class RestorePlan:
     migration: dict[str, Any] | None = None
     #: The vhosts the backup was asked for (its definitions export holds every vhost); None: every vhost.
     backup_vhosts: tuple[str, ...] | None = None
+    #: The source vhosts of the queues this restore selects: whose definitions a manifest naming no vhosts imports.
+    queue_vhosts: tuple[str, ...] = ()
+    #: The definitions export and the import as checksums (``contract.DefinitionsPin`` JSON); the definitions step
+    #: refuses when either changed after approval.
+    definitions_pin: dict[str, Any] | None = None
+    #: Every object the definitions import creates or replaces, with what acts beyond it (``import_view``).
+    definitions_import: list[dict[str, Any]] | None = None
 
     @property
     def records_in_window(self) -> int:
@@ -152,7 +162,8 @@ class RestorePlan:
         skipped = tuple(SkippedSegment(**{**s, "reasons": tuple(s["reasons"])}) for s in obj.get("skipped_segments", ()))
         vhosts = obj.get("backup_vhosts")
         return cls(**{**obj, "queues": queues, "skipped_segments": skipped, "drawn_from": tuple(obj.get("drawn_from", ())),
-                      "backup_vhosts": tuple(vhosts) if vhosts is not None else None})
+                      "backup_vhosts": tuple(vhosts) if vhosts is not None else None,
+                      "queue_vhosts": tuple(obj.get("queue_vhosts", ()))})
 
     def summary_lines(self) -> list[str]:
         """The plan as a few log lines (no secrets: the storage URL is already credential-free)."""
@@ -176,8 +187,13 @@ class RestorePlan:
                          f"existing and different (replaced only in replace mode): {changes['replace'] or 'none'}; "
                          f"different but kept in either mode (delete them first to take the backup's): "
                          f"{changes.get('cannot_replace') or 'none'}")
+            for entry in self.definitions_import or []:
+                item = {k: v for k, v in entry["item"].items() if k != "vhost"}
+                notes = {k: v for k, v in entry["notes"].items() if v}
+                lines.append(f"    {entry['action']} {entry['label']}: {json.dumps(item, sort_keys=True)}"
+                             + (f" {json.dumps(notes, sort_keys=True)}" if notes else ""))
             if self.backup_vhosts:
-                lines.append(f"  the backup was asked for vhosts {', '.join(map(repr, self.backup_vhosts[:20]))}: "
+                lines.append(f"  the backup was asked for vhosts {', '.join(map(repr, self.backup_vhosts))}: "
                              "unless this restore names vhosts or a definitions selection, only their definitions")
         for s in self.skipped_segments:
             lines.append(f"  SKIPPED damaged segment {s.key} ({s.record_count} records): {'; '.join(s.reasons)}")
@@ -232,7 +248,7 @@ def plan_restore(storage: Storage, settings: RestoreRequest) -> RestorePlan:
         definitions_key=manifest.definitions.key if manifest.definitions else None,
         segments_verified=verified, segments_outside_window=outside, source_cluster=manifest.source_cluster,
         drawn_from=tuple(dict.fromkeys(owner for q in queues for owner in q.drawn_from)),
-        backup_vhosts=manifest.selected_vhosts(),
+        backup_vhosts=manifest.selected_vhosts(), queue_vhosts=tuple(sorted({q.vhost for q in selected})),
     )
 
 

@@ -15,6 +15,7 @@ from airflow_rbak.broker.pika_connection import blocking_connection
 from airflow_rbak.display import package_logger
 from airflow_rbak.restore import target
 from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpointStore
+from airflow_rbak.restore.contract import check_resume
 from airflow_rbak.restore.errors import PublishError
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
 from airflow_rbak.restore.publisher import ConfirmPipeline, reconcile
@@ -52,13 +53,17 @@ class QueueResult:
 
 def restore_queue(connection: RabbitMQConnection, storage: Storage, settings: RestoreRequest, plan: RestorePlan,
                   queue: QueuePlan, checkpoints: RestoreCheckpointStore) -> QueueResult:
-    """Publish the queue's records in the window, resuming after its checkpoint; dry run publishes nothing."""
+    """Publish the queue's records in the window, resuming after its checkpoint; dry run publishes nothing.
+
+    A checkpoint that is not the resume point the plan pinned (or a later state of it) raises PlanChangedError
+    before anything is published (:func:`.contract.check_resume`)."""
     started = time.monotonic()
     result = QueueResult(queue.source_vhost, queue.source_queue, queue.target_vhost, queue.target_queue, queue.records_in_window)
     if settings.dry_run:
         result.dry_run, result.published = True, queue.to_add
         return result
     cp = checkpoints.load(queue_checkpoint(plan, queue, settings))
+    check_resume(queue, cp)  # the approved resume point, or later progress of the same restore; never a skip
     result.resumed_from = cp.next_ordinal
     if not cp.completed:
         cp = _publish(connection, storage, settings, queue, checkpoints, cp, result)

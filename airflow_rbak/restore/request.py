@@ -164,12 +164,20 @@ class RestoreRequest:
     #: Losses the user accepts, ``ARGUMENT`` or ``QUEUE_GLOB:ARGUMENT``; any other is refused.
     accept_losses: tuple[str, ...] = ()
 
-    def definitions_of(self, backup_vhosts: tuple[str, ...] | None) -> DefinitionsSelection:
-        """What to import from a backup asked for ``backup_vhosts`` (None: every vhost). Its definitions export holds
-        every vhost of the source; unless this restore names vhosts or a selection, only the backup's are imported."""
-        if not backup_vhosts or not getattr(self, "_definitions_follow_backup", False):
+    def definitions_of(self, backup_vhosts: tuple[str, ...] | None,
+                       queue_vhosts: Iterable[str] = ()) -> DefinitionsSelection | None:
+        """What to import from a backup asked for ``backup_vhosts`` whose selected queues live in ``queue_vhosts``.
+
+        A definitions export holds every vhost of the source. Unless this restore names vhosts or a selection, only
+        the vhosts the backup was asked for are imported; a manifest that does not say (``None``: another writer's
+        backup, or one of every vhost) must not widen the import to every vhost, so then only the vhosts of the
+        queues this restore selects. None: nothing to import (no such vhost)."""
+        if not getattr(self, "_definitions_follow_backup", False):
             return self.definitions_selection
-        return dataclasses.replace(self.definitions_selection, vhosts=tuple(glob.escape(v) for v in backup_vhosts))
+        vhosts = tuple(backup_vhosts or sorted(set(queue_vhosts)))
+        if not vhosts:
+            return None
+        return dataclasses.replace(self.definitions_selection, vhosts=tuple(glob.escape(v) for v in vhosts))
 
     def __post_init__(self) -> None:
         if not isinstance(self.storage_url, str) or not self.storage_url:

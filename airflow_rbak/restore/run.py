@@ -22,7 +22,7 @@ from airflow_rbak.progress import Sample
 from airflow_rbak.restore import migration
 from airflow_rbak.restore.checkpoints import open_checkpoint_store
 from airflow_rbak.restore.definitions import DefinitionsResult, plan_definitions, restore_definitions
-from airflow_rbak.restore.errors import RestoreRefusedError, UnroutableMessagesError
+from airflow_rbak.restore.errors import PlanChangedError, RestoreRefusedError, UnroutableMessagesError
 from airflow_rbak.restore.offsets import restore_consumer_offsets
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, plan_restore, queue_checkpoint
 from airflow_rbak.restore.queue_restore import QueueResult, restore_queue
@@ -84,7 +84,14 @@ class RestoreRun:
         """Every step in order; a definitions failure stops the run before any message is published."""
         plan = self.plan()
         definitions = self.definitions(plan) if self.settings.restore_definitions else None
-        results = [self.publish(plan, queue) for queue in plan.queues]
+        results, refused = [], []
+        for queue in plan.queues:  # a queue whose resume point drifted is refused; the others go on
+            try:
+                results.append(self.publish(plan, queue))
+            except PlanChangedError as exc:
+                refused.append(str(exc))
+        if refused:
+            raise PlanChangedError(f"{len(refused)} queues were refused, the others restored: {' | '.join(refused)}")
         return self.report(plan, results, definitions)
 
     def plan(self) -> RestorePlan:
@@ -96,9 +103,11 @@ class RestoreRun:
         ):
             if self.settings.restore_definitions:  # first: a refused queue is neither inspected nor published
                 proposal = plan_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key,
-                                            plan.backup_vhosts)
+                                            plan.backup_vhosts, plan.queue_vhosts)
                 plan = migration.apply_to_plan(replace(plan, definitions_changes=proposal.changes.to_json(),
-                                                       migration=proposal.migration))
+                                                       migration=proposal.migration,
+                                                       definitions_pin=proposal.pin.to_json(),
+                                                       definitions_import=proposal.view()))
             plan = inspect_target(plan, client, self.connection, self.settings, checkpoints)
         for line in plan.summary_lines() + migration.summary_lines(plan.migration):
             log.info("%s", line)
@@ -106,10 +115,10 @@ class RestoreRun:
         return plan
 
     def definitions(self, plan: RestorePlan) -> DefinitionsResult:
-        """Rollback snapshot, then import (dry run: only the counts of what would be imported)."""
+        """Check the import against the plan's pin, then rollback snapshot and import (dry run: only the counts of what
+        would be imported); a drift from the pin raises PlanChangedError with nothing imported."""
         with ManagementClient(self.connection) as client:
-            return restore_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key,
-                                       plan.backup_vhosts)
+            return restore_definitions(client, self.storage, self.settings, plan)
 
     def publish(self, plan: RestorePlan, queue: QueuePlan) -> QueueResult:
         """Restore one queue of the plan."""

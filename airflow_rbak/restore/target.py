@@ -123,7 +123,8 @@ def inspect_target(plan: RestorePlan, client: ManagementClient, connection: Rabb
             others = {q["name"]: target_depth(client, connection, queue.target_vhost, q["name"])
                       for q in client.queues(queue.target_vhost) if q.get("name") != queue.target_queue}
         queues.append(replace(queue, target_depth=depth, resumes=cp.started, published_before=cp.published,
-                              completed_before=cp.completed, vhost_depths={k: v for k, v in others.items() if v}))
+                              completed_before=cp.completed, resume_ordinal=cp.next_ordinal,
+                              vhost_depths={k: v for k, v in others.items() if v}))
     return replace(plan, queues=tuple(queues))
 
 

@@ -164,7 +164,7 @@ def test_the_plan_and_approval_show_the_diff_and_a_dry_run_stores_an_importable_
     assert any(line.startswith("+queue") and '"x-queue-type":"quorum"' in line for line in plan.migration["diff"])
     # and the approval request shows both, and the refusal
     body = approval_body(plan, settings, "rabbitmq_target")
-    assert "**Transformations**" in body and "**1 queues are refused**" in body and "`classic -> quorum`" in body
+    assert "### Transformations" in body and "**1 queues are refused**" in body and "`classic -> quorum`" in body
     assert '-policy {"apply-to":"queues","definition":{"ha-mode":"all"' in body
     # and nothing changed on the target
     assert report.dry_run

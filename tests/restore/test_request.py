@@ -76,8 +76,12 @@ def test_the_definitions_imported_by_default_are_the_vhosts_the_backup_was_asked
     assert follows == DefinitionsSelection(vhosts=("prod", "a[*][[]b][?]"), queues=("orders*",))
     assert matches("a*[b]?", follows.vhosts) and not matches("ax[b]y", follows.vhosts)  # names, not patterns
 
-    # a backup of every vhost (or a manifest that does not say) leaves the restore's own selection
-    assert RestoreRequest("memory://").definitions_of(None) == DefinitionsSelection()
+    # a manifest that does not say (another writer's backup, or one of every vhost) never widens the import to
+    # every vhost of the export: only the vhosts of the queues the restore selects, or nothing without any
+    assert RestoreRequest("memory://").definitions_of(None, ["prod", "stage", "prod"]) == DefinitionsSelection(
+        vhosts=("prod", "stage"))
+    assert RestoreRequest("memory://").definitions_of(None) is None
+    assert RestoreRequest("memory://", queues=["orders*"]).definitions_of(("prod",), ["stage"]).vhosts == ("prod",)
     # so does a restore that names vhosts, or a selection of its own
     assert RestoreRequest("memory://", vhosts=["stage"]).definitions_of(("prod",)).vhosts == ("stage",)
     chosen = RestoreRequest("memory://", definitions_selection={"vhosts": ["*"]})

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from airflow_rbak.restore.definitions import counts, rollback_timestamp, select_definitions
+from airflow_rbak.restore.errors import DefinitionsImportError
 from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest
 
 DOC = {
@@ -53,3 +56,26 @@ def test_explicit_exchanges_come_along_and_every_vhost_by_default():
 def test_rollback_timestamps_sort_and_are_safe_in_keys():
     stamp = rollback_timestamp()
     assert len(stamp) == 19 and stamp.endswith("Z") and stamp.replace("T", "").replace("Z", "").isdigit()
+
+
+@pytest.mark.parametrize("kind, entry, named", [
+    ("queues", "orders", "queues[4] is a string, not an object ('orders')"),
+    ("vhosts", ["prod"], "vhosts[2] is a list, not an object"),
+    ("exchanges", {"name": 3, "vhost": "prod"}, "exchanges[4] ({'name': 3, 'vhost': 'prod'}) has no proper name"),
+    ("bindings", {"source": "x", "vhost": "prod", "destination": "q", "destination_type": "queue", "arguments": []},
+     "has no proper arguments"),
+    ("policies", {"name": "p", "vhost": "prod", "pattern": ".*", "definition": {}, "priority": "high"},
+     "has no proper priority"),
+])
+def test_an_entry_that_is_not_an_object_of_its_kind_is_refused_naming_it(kind, entry, named):
+    doc = {**DOC, kind: [*DOC[kind], entry]}
+
+    with pytest.raises(DefinitionsImportError, match="nothing was imported") as refused:
+        select_definitions(doc, DefinitionsSelection(), RestoreRequest("memory://"), "b/definitions/definitions.json")
+
+    assert str(refused.value).startswith(f"definitions b/definitions/definitions.json: {kind}[") and named in str(refused.value)
+
+
+def test_a_kind_that_is_not_a_list_is_refused():
+    with pytest.raises(DefinitionsImportError, match="queues is an object, not a list"):
+        select_definitions({**DOC, "queues": {"orders": {}}}, DefinitionsSelection(), RestoreRequest("memory://"))
