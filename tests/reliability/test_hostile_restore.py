@@ -75,7 +75,7 @@ def write_backup(storage: Storage, source_vhost: str, queues: dict[str, list[Bac
 def declare(broker: Any, vhost: str, queue: str, messages: int = 0) -> None:  # noqa: F811
     """A classic queue in ``vhost`` holding ``messages`` messages (published through the management API)."""
     v, q = quote(vhost, safe=""), quote(queue, safe="")
-    broker.api("PUT", f"queues/{v}/{q}", json={"durable": True, "arguments": {}})
+    broker.api("PUT", f"queues/{v}/{q}", json={"durable": True, "auto_delete": False, "arguments": {}})
     for i in range(messages):
         broker.api("POST", f"exchanges/{v}/amq.default/publish",
                    json={"properties": {"delivery_mode": 2}, "routing_key": queue, "payload": f"live-{i}",
@@ -191,7 +191,7 @@ def test_a_definitions_export_replaced_after_the_plan_imports_nothing(broker, lo
     run = RestoreRun(broker.connection, settings)
     plan = run.plan()
     export_key = plan.definitions_key
-    planted = {"vhosts": [{"name": "src"}], "queues": [{"name": "orders", "vhost": "src", "durable": True, "arguments": {}}],
+    planted = {"vhosts": [{"name": "src"}], "queues": [{"name": "orders", "vhost": "src", "durable": True, "auto_delete": False, "arguments": {}}],
                "policies": [{"vhost": "src", "name": "drain", "pattern": ".*", "apply-to": "queues", "priority": 999,
                              "definition": {"message-ttl": 0}}]}
     storage.put(export_key, compress(orjson.dumps(planted), Compression.ZSTD, 3))
@@ -212,7 +212,7 @@ def test_a_planted_policy_is_shown_with_its_pattern_priority_and_definition(brok
     policy = {"vhost": "src", "name": "drain", "pattern": ".*", "apply-to": "queues", "priority": 999,
               "definition": {"message-ttl": 0}}
     write_backup(storage, "src", {"orders": records("orders", 2)}, {
-        "vhosts": [{"name": "src"}], "queues": [{"name": "orders", "vhost": "src", "durable": True, "arguments": {}}],
+        "vhosts": [{"name": "src"}], "queues": [{"name": "orders", "vhost": "src", "durable": True, "auto_delete": False, "arguments": {}}],
         "policies": [policy]})
     declare(broker, target, "bystander", 4)  # not restored, but the policy would match it
     settings = request(location, target, "src", restore_definitions=True)
@@ -291,8 +291,8 @@ def test_planted_unroutable_and_offsets_files_change_no_report(broker, location,
 def test_a_manifest_naming_no_vhosts_imports_the_definitions_of_the_restored_vhost_only(broker, location, target):  # noqa: F811
     storage = open_storage(location)
     defs = {"vhosts": [{"name": "src"}, {"name": "other"}],
-            "queues": [{"name": "orders", "vhost": "src", "durable": True, "arguments": {}},
-                       {"name": "elsewhere", "vhost": "other", "durable": True, "arguments": {}}]}
+            "queues": [{"name": "orders", "vhost": "src", "durable": True, "auto_delete": False, "arguments": {}},
+                       {"name": "elsewhere", "vhost": "other", "durable": True, "auto_delete": False, "arguments": {}}]}
     write_backup(storage, "src", {"orders": records("orders", 2)}, defs)
     before = target_state(broker)
 
