@@ -102,6 +102,28 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "string", None, "s3://backups/eu s3://backups/us",
         "Further storage URLs the RabbitMQ backups view lists after storage_url, separated by spaces or newlines; "
         "read once per api-server process."),
+    "allowed_storage_urls": _option(
+        "string", None, "s3://backups/rabbitmq file:///mnt/restore-checkpoints",
+        "Further storage locations the DAGs' params (storage_url, storage_urls, checkpoint_state) may name, besides "
+        "storage_url and ui_locations, which are always allowed: URLs separated by spaces or newlines, each allowing "
+        "itself and every location below it (paths compared after normalisation, buckets exactly); * allows any "
+        "location. A run naming another fails at its first task."),
+    "allowed_conn_ids": _option(
+        "string", "rabbitmq_default spark_default", "rabbitmq_default rabbitmq_dr spark_default",
+        "The Airflow connections the DAGs' params (rabbitmq_conn_id, spark_conn_id) may name, separated by spaces or "
+        "newlines; * allows any. A run naming another fails at its first task."),
+    "restore_approvers": _option(
+        "string", None, "alice bob",
+        "The Airflow users (ids, as the auth manager knows them) who may answer rbak_restore's approval, separated by "
+        "spaces or newlines; Airflow refuses anyone else's answer. Unset: any user Airflow lets answer the task."),
+    "approval_by_trigger_user_allowed": _option(
+        "boolean", "False", "True",
+        "Whether the user who triggered a restore may approve it. Off: their Approve does not count and the run keeps "
+        "waiting for another approver."),
+    "allow_skip_approval": _option(
+        "boolean", "False", "True",
+        "Whether a restore run may skip the approval with its skip_approval param (automation); off: such a run "
+        "fails at approve, changing nothing. Dry runs never wait."),
 }
 
 

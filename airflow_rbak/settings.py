@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from airflow_rbak.access import AccessPolicy, ApprovalRules, check_allowed_locations
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.provider import CONFIG_OPTIONS, CONFIG_SECTION
 from airflow_rbak.storage.url import credentials_refusal, holds_credentials
@@ -101,6 +102,28 @@ class RbakSettings:
         holds credentials as refused, never its URL.
         """
         return list(dict.fromkeys([self._configured_storage_url(), *self.text("ui_locations").split()]))
+
+    def access_policy(self) -> AccessPolicy:
+        """The locations and connections DAG params may name (``allowed_storage_urls``, ``allowed_conn_ids``).
+
+        ``storage_url`` and ``ui_locations`` are always allowed: a run left at its defaults is never refused.
+        """
+        allowed = self.text("allowed_storage_urls").split()
+        check_allowed_locations(allowed, "allowed_storage_urls")
+        urls = [*self.ui_storage_urls(), *allowed]
+        return AccessPolicy(tuple(dict.fromkeys(urls)), tuple(self.text("allowed_conn_ids").split()))
+
+    def approval_rules(self) -> ApprovalRules:
+        """Who may answer a restore's approval, and whether a run may skip it (docs/security.md)."""
+        return ApprovalRules(approvers=tuple(self.text("restore_approvers").split()),
+                             trigger_user_may_approve=self._boolean("approval_by_trigger_user_allowed"),
+                             skip_allowed=self._boolean("allow_skip_approval"))
+
+    def _boolean(self, option: str) -> bool:
+        text = self.text(option).lower()
+        if text not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+            raise ConfigurationError(f"[{CONFIG_SECTION}] {option} must be True or False, got {self.text(option)!r}")
+        return text in ("true", "1", "yes", "on")
 
     def schedule(self, option: str) -> str | None:
         """A DAG's schedule (cron or preset) from ``option``; ``none`` (or unset without a default): manual runs only."""

@@ -83,8 +83,9 @@ PARAMS = {
     "include_definitions": Param(True, type="boolean",
                                  description="also store the broker's definitions "
                                              "(vhosts, policies, exchanges, queues, bindings)"),
-    "include_users": Param(True, type="boolean",
-                           description="keep users (with password hashes) and permissions in the definitions backup"),
+    "include_users": Param(False, type="boolean",
+                           description="keep users (with password hashes) and permissions in the definitions backup; "
+                                       "off: neither is stored (no restore imports them)"),
     "break_lock": Param(False, type="boolean",
                         description="take over the lock of a run of the same backup_id that crashed (see docs/reliability.md)"),
     "streams": Param("incremental", type="string", enum=list(STREAM_MODES),

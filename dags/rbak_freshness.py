@@ -39,7 +39,10 @@ with DAG(
 
     @task
     def locations(params: dict | None = None) -> list[str]:
-        """The locations to check, one mapped ``check`` task each."""
+        """The locations to check, one mapped ``check`` task each; a location ``[rbak]`` does not allow fails here."""
+        from airflow_rbak.operators.access import refuse_unlisted_params
+
+        refuse_unlisted_params(params)
         return list(params["storage_urls"])
 
     @task(map_index_template="{{ storage_url }}")

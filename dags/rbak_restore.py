@@ -11,8 +11,16 @@ published) to add to target queues that already hold messages unless
 vhosts, ``on_existing_messages``, definitions mode; Airflow's "Required
 actions"). Reject, or no answer within ``[rbak] approval_timeout_hours``
 (default 24): the run fails at ``approve`` saying so, and nothing is imported
-or published. ``skip_approval: true`` goes on without asking (automation,
-``airflow dags test``, which cannot wait for an answer); dry runs never ask.
+or published. The user who triggered the run cannot approve it, and
+``[rbak] restore_approvers`` names who can (docs/security.md).
+``skip_approval: true`` goes on without asking (automation, ``airflow dags
+test``, which cannot wait for an answer) where ``[rbak] allow_skip_approval``
+allows it, and fails at ``approve`` otherwise; dry runs never ask.
+
+**Access.** ``storage_url``, ``checkpoint_state`` and ``rabbitmq_conn_id``
+must name what ``[rbak] allowed_storage_urls`` / ``allowed_conn_ids`` allow
+(the configured location and the default connection always are), or ``plan``
+fails before reading anything.
 
 **Migration.** ``transformations`` change the backup's definitions before
 import (to move off mirrored classic queues: ``convert_to_quorum``,
@@ -121,8 +129,9 @@ PARAMS = {
                     "(e.g. prio:x-max-priority); a queue with a loss not named here is refused and left out"),
     "skip_approval": Param(False, type="boolean",
                            description="go on without waiting for a person to approve the plan (automation, "
-                                       "airflow dags test); otherwise the run waits at 'approve', and a rejection or no "
-                                       "answer in time imports and publishes nothing. Dry runs never wait"),
+                                       "airflow dags test), only where [rbak] allow_skip_approval is on; otherwise the "
+                                       "run waits at 'approve', and a rejection or no answer in time imports and "
+                                       "publishes nothing. Dry runs never wait"),
 }
 
 #: The trigger form's sections, in order (Airflow shows each param under its ``section``).

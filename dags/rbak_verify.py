@@ -37,11 +37,13 @@ with DAG(
 
     @task
     def resolve_backup(params: dict | None = None) -> str:
-        """The backup to verify: the given id, or the newest complete one for ``latest``."""
+        """The backup to verify: the given id, or the newest complete one for ``latest``; first, the access rules."""
         from airflow_rbak.hooks.storage import storage_connection
+        from airflow_rbak.operators.access import refuse_unlisted_params
         from airflow_rbak.repository.catalog import resolve_backup_id
         from airflow_rbak.storage import open_storage
 
+        refuse_unlisted_params(params)  # a location or connection [rbak] does not allow: nothing runs
         with storage_connection(rbak_settings().storage_conn_id()):
             return resolve_backup_id(open_storage(params["storage_url"]), params["backup_id"])
 

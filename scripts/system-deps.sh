@@ -5,7 +5,8 @@
 # test: the same with rabbitmq-server always, docker-compose (validates docker-compose.yml, no engine needed),
 #       chromium with chromium-driver (the browser test of the backups view, tests/ui/test_browser.py), and nodejs
 #       with npm (the tests install the Azurite emulator with npm into .run/azurite, tests/emulators.py), and
-#       postgresql (the CeleryExecutor test's metadata database: a private cluster, tests/postgres.py).
+#       postgresql (the CeleryExecutor test's metadata database: a private cluster, tests/postgres.py), and
+#       debootstrap (the RabbitMQ 4.x nodes run in chroots of later Debian releases, scripts/rabbitmq-chroot.sh).
 # Needs root only when something is missing. The packaged RabbitMQ service is not started by the install:
 # the demo and the tests run a private node of their own (scripts/rabbitmq.sh).
 set -euo pipefail
@@ -20,6 +21,8 @@ have java || need+=(openjdk-17-jre-headless)
 have curl || need+=(curl)
 if [[ "$purpose" == test || -z "${RABBITMQ_URL:-}" ]]; then have rabbitmq-server || need+=(rabbitmq-server); fi
 if [[ "$purpose" == test ]]; then have docker-compose || need+=(docker-compose); fi
+# RabbitMQ 4.x runs in chroots of later Debian releases that scripts/rabbitmq-chroot.sh builds with debootstrap
+if [[ "$purpose" == test || "${RBAK_RABBITMQ_VERSION:-3.10}" != 3.10 ]]; then have debootstrap || need+=(debootstrap); fi
 if [[ "$purpose" == test ]]; then have chromium || need+=(chromium); have chromedriver || need+=(chromium-driver); fi
 if [[ "$purpose" == test ]]; then have node || need+=(nodejs); have npm || need+=(npm); fi
 # Debian keeps initdb and pg_ctl under /usr/lib/postgresql/<version>/bin, off PATH

@@ -64,17 +64,21 @@ class AirflowStack:
     token: str = ""
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
 
-    def api(self, method: str, path: str, expect_ok: bool = True, **kwargs: Any) -> requests.Response:
-        """A REST call (``/api/v2/...``) as the approver; raises with the response body on an error status."""
-        headers = {"Authorization": f"Bearer {self.token}", **kwargs.pop("headers", {})}
+    def api(self, method: str, path: str, expect_ok: bool = True, as_user: str | None = None,
+            **kwargs: Any) -> requests.Response:
+        """A REST call (``/api/v2/...``) as the approver (or ``as_user``); raises with the response body on an error
+        status."""
+        token = self.token if as_user is None else self.token_of(as_user)
+        headers = {"Authorization": f"Bearer {token}", **kwargs.pop("headers", {})}
         response = requests.request(method, f"{self.url}/api/v2/{path}", headers=headers, timeout=30, **kwargs)
         if expect_ok and response.status_code >= 400:
             raise AssertionError(f"{method} {path}: HTTP {response.status_code}: {response.text[:2000]}")
         return response
 
-    def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
-        """Trigger a run through ``POST /dags/{dag_id}/dagRuns``; returns its run id."""
-        return self.api("POST", f"dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf}).json()["dag_run_id"]
+    def trigger(self, dag_id: str, conf: dict[str, Any], as_user: str | None = None) -> str:
+        """Trigger a run through ``POST /dags/{dag_id}/dagRuns`` (as the approver, or ``as_user``); its run id."""
+        return self.api("POST", f"dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf},
+                        as_user=as_user).json()["dag_run_id"]
 
     def run_path(self, dag_id: str, run_id: str) -> str:
         return f"dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
@@ -95,20 +99,22 @@ class AirflowStack:
             return None
         return poll(f"{dag_id} {run_id}: {task_id} in {states}", probe)
 
-    def wait_until_parked(self, dag_id: str, run_id: str, task_id: str) -> None:
+    def wait_until_parked(self, dag_id: str, run_id: str, task_id: str, times: int = 1) -> None:
         """Poll until the scheduler has taken in that the task's worker parked it in ``awaiting_input``.
 
         Airflow 3.3.2 races here: the worker that parks the task reports "success" to the executor, and an answer
         that resumes and queues the task before the scheduler has processed that report makes the scheduler mark the
         task failed ("state changed externally"). Only the scheduler's log says when it has processed it, so the
-        test waits for that line before it answers (a person answers seconds later anyway).
+        test waits for that line before it answers (a person answers seconds later anyway). A task that asks again
+        parks again: ``times`` is how many parkings to wait for.
         """
         needle = f"TaskInstance Finished: dag_id={dag_id}, task_id={task_id}, run_id={run_id}, map_index=-1"
 
         def probe() -> bool | None:
             lines = (self.home / "scheduler.log").read_text(errors="replace").splitlines()
-            return True if any(needle in line and "state=awaiting_input" in line for line in lines) else None
-        poll(f"the scheduler to see {task_id} of {run_id} parked", probe)
+            parked = sum(1 for line in lines if needle in line and "state=awaiting_input" in line)
+            return True if parked >= times else None
+        poll(f"the scheduler to see {task_id} of {run_id} parked {times} time(s)", probe)
 
     def wait_for_run(self, dag_id: str, run_id: str, deadline_s: float = DEADLINE_S) -> str:
         """Poll until the run ends; its final state."""

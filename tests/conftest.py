@@ -9,7 +9,24 @@ from typing import Any
 
 import pytest
 
+from tests.broker.versions import report_lines, session_series, skip_unless_series
 from tests.wheel import build_wheel, install_wheel
+
+# --- The RabbitMQ series of the session (tests/broker/versions.py) ---------------
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"rabbitmq: series {session_series()} (RBAK_RABBITMQ_VERSION)"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    skip_unless_series(item)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Each part's log says which broker it ran against, exactly (``rabbitmq: 4.3.6 (rabbit-x@localhost)``)."""
+    for line in report_lines() or [f"rabbitmq: series {session_series()}, no node used"]:
+        terminalreporter.write_line(line)
 
 # --- The checkout's wheel, built once per session ----------------------------------
 

@@ -57,10 +57,11 @@ def test_airflow_config_list_shows_the_rbak_section_with_every_default_descripti
         tmp_path):
     from airflow_rbak.provider import CONFIG_OPTIONS
 
-    # Given Airflow with [rbak] options set the way Airflow takes any option (the tests' environment sets two more)
+    # Given Airflow with [rbak] options set the way Airflow takes any option (the tests' environment sets five more)
     env = airflow_env(tmp_path, AIRFLOW__RBAK__POOL="rbak-broker")
     given = {name: env[f"AIRFLOW__RBAK__{name.upper()}"] for name in CONFIG_OPTIONS if f"AIRFLOW__RBAK__{name.upper()}" in env}
-    assert given == {"pool": "rbak-broker", "backup_schedule": "none", "task_retries": "0"}
+    assert given == {"pool": "rbak-broker", "backup_schedule": "none", "task_retries": "0", "allowed_storage_urls": "*",
+                     "allowed_conn_ids": "*", "allow_skip_approval": "True"}
 
     # When its own CLI lists the section
     done = run([str(VENV_BIN / "airflow"), "config", "list", "--section", "rbak", "--include-descriptions",

@@ -83,8 +83,8 @@ class BackupSettings:
     #: Streams continue after the offset the newest complete backup of them in the same location reached, and
     #: list that backup's segments before their own; False: each backup holds a full copy of every stream.
     incremental_streams: bool = True
-    #: Leave users, their password hashes and permissions out of the definitions export.
-    include_users: bool = True
+    #: Keep users, their password hashes and permissions in the definitions export (no restore imports them).
+    include_users: bool = False
     #: Who holds the backup's lock: every task of one DAG run passes the same owner; None: this run alone.
     lock_owner: str | None = None
     #: Take over the lock of a run that crashed (see :mod:`airflow_rbak.repository.lock`).

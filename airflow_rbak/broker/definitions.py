@@ -1,10 +1,10 @@
 """Definitions export: ``GET /api/definitions`` -> ``definitions/definitions.json.<ext>``.
 
 The file holds the API's bytes unchanged (compressed like segments), so the
-decompressed file equals what the broker returned. It contains password
-hashes: it is never logged, and only counts leave this module. With
-``include_users=False`` the users, and the permissions that name them, are
-left out, and every URI with user information in a runtime or global
+decompressed file equals what the broker returned; with ``include_users=True``
+it contains password hashes: it is never logged, and only counts leave this
+module. By default (``include_users=False``) the users, and the permissions
+that name them, are left out, and every URI with user information in a runtime or global
 parameter (federation upstreams, shovels, anything else carrying a URI) has
 that user information replaced (the rest re-serialised, in the broker's
 order), so the backup holds no password, in any encoding, and no hash.
@@ -19,6 +19,7 @@ import orjson
 
 from airflow_rbak.broker.errors import BrokerApiError
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.codec.bounded_json import DEFINITIONS_LIMITS, check_json_bytes
 from airflow_rbak.codec.compression import compress
 from airflow_rbak.codec.constants import Compression
 from airflow_rbak.codec.layout import definitions_key
@@ -76,14 +77,15 @@ def redact_uris(value: Any) -> Any:
 
 def export_definitions(
     client: ManagementClient, storage: Storage, backup_id: str, compression: Compression = Compression.ZSTD,
-    *, include_users: bool = True,
+    *, include_users: bool = False,
 ) -> DefinitionsBackup:
     """Fetch the broker's definitions and store them compressed (users left out if asked); return their counts."""
     compression = Compression.parse(compression)
+    key = definitions_key(backup_id, compression)
     raw = client.definitions_raw()
+    check_json_bytes(raw, key, DEFINITIONS_LIMITS)  # what no restore would read is refused now, not at restore
     if not include_users:
         raw = without_credentials(raw)
-    key = definitions_key(backup_id, compression)
     counts = count_definitions(raw, key)
     if not include_users:
         counts.extensions["users_included"] = False

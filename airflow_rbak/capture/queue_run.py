@@ -21,7 +21,7 @@ from airflow_rbak.capture.errors import CaptureIntegrityError, CaptureStalledErr
 from airflow_rbak.capture.message_identity import fingerprint, identity
 from airflow_rbak.capture.queue_features import CaptureMethod, QueueDecision, consumer_timeout_ms
 from airflow_rbak.capture.staged_delivery import stage_delivery
-from airflow_rbak.codec.staged_records import DROPPED_HEADERS, QUORUM_BROKER_HEADERS
+from airflow_rbak.codec.staged_records import DROPPED_HEADERS, dropped_code
 from airflow_rbak.display import package_logger
 from airflow_rbak.repository.staging import StagedChunk, StagingWriter
 
@@ -77,8 +77,10 @@ class QueueRun:
         self.last_delivery: tuple[pika.spec.Basic.Deliver, pika.spec.BasicProperties, bytes] | None = None
         self.risk: str | None = None
         self.stopping = False
-        self.drop = QUORUM_BROKER_HEADERS if info.queue_type == "quorum" else frozenset()
-        self.dropped = DROPPED_HEADERS.index(self.drop)
+        #: The headers the broker adds on delivery from this queue (its state, not the message's): never stored, never
+        #: part of the resume fingerprint.
+        self.dropped = dropped_code(info.queue_type)
+        self.drop = DROPPED_HEADERS[self.dropped]
         self.writer = StagingWriter(
             owner.storage, self.opts.backup_id, info.vhost, info.name, next_sequence=progress.last_chunk + 1,
             compression=self.opts.compression, max_records=self.opts.chunk_max_records,

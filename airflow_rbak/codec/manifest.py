@@ -13,6 +13,7 @@ from typing import Any, Literal, TypedDict, overload
 
 import orjson
 
+from airflow_rbak.codec.bounded_json import value_bound
 from airflow_rbak.codec.errors import ManifestError
 
 QUEUE_TYPES = ("classic", "quorum", "stream")
@@ -340,7 +341,7 @@ def check_manifest_size(size: int, name: str = "manifest.json") -> None:
 def check_manifest_bytes(data: bytes, name: str = "manifest.json") -> None:
     """Refuse a manifest over :data:`MAX_MANIFEST_BYTES` or :data:`MAX_MANIFEST_VALUES`, before parsing or writing it."""
     check_manifest_size(len(data), name)
-    values = data.count(b",") + data.count(b"[") + data.count(b"{")  # an upper bound, counted without parsing
+    values = value_bound(data)  # an upper bound, counted without parsing
     if values > MAX_MANIFEST_VALUES:
         raise ManifestError(f"holds up to {values} values, over the {MAX_MANIFEST_VALUES} a manifest may hold",
                             segment=name)

@@ -2,7 +2,9 @@
 
 Writing follows serde's output exactly: compact JSON, fields in the spec's
 order, ``body`` as an array of byte values or ``null`` when empty. Reading
-accepts the fields in any order.
+accepts the fields in any order, and refuses a record that names a key twice
+in any of its objects: the C reader and orjson would keep different ones, so
+what was verified might not be what is published.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, TypeVar
 import numpy
 import orjson
 
+from airflow_rbak.codec.bounded_json import RepeatedKeyError, loads_unique
 from airflow_rbak.codec.headers import VOID_VALUE, HeaderValue, HeaderValueError, headers_from_json, headers_to_json
 from airflow_rbak.codec.properties import OCTET, PROPERTIES, PROPERTY_NAMES, SHORT_STRING, TIMESTAMP
 from airflow_rbak.exceptions import RbakError
@@ -202,7 +205,9 @@ def decode_record(data: bytes | memoryview) -> BackupRecord:
         if record is not None:
             return record
     try:
-        obj = orjson.loads(data)
+        obj = loads_unique(data)
+    except RepeatedKeyError as exc:  # readers keeping the first and the last of two would see two records
+        raise RecordError(f"record is damaged: {exc}") from None
     except orjson.JSONDecodeError as exc:
         raise RecordError(f"record is not valid JSON: {exc}") from None
     return record_from_json(obj)
@@ -216,7 +221,7 @@ def _decode_with_body_reader(data: bytes | memoryview) -> BackupRecord | None:
     """The usual record, body first: its byte array read in C, the rest by orjson; None: use the generic path.
 
     The generic path then reads whatever this does not take (another key order, whitespace after the array, a
-    repeated ``body`` key, malformed JSON), so results and errors are the generic path's.
+    repeated ``body`` or other key, malformed JSON), so results and errors are the generic path's.
     """
     read_array = parse_byte_array
     if read_array is None or data[:_BODY_START] != _BODY_FIRST:
@@ -225,8 +230,8 @@ def _decode_with_body_reader(data: bytes | memoryview) -> BackupRecord | None:
         body, end = read_array(data, _BODY_START)
         if data[end : end + 1] != b",":
             return None
-        obj = orjson.loads(b"{" + bytes(data[end + 1 :]))
-    except ValueError:  # orjson.JSONDecodeError is a ValueError
+        obj = loads_unique(b"{" + bytes(data[end + 1 :]))
+    except ValueError:  # orjson.JSONDecodeError and RepeatedKeyError are ValueErrors: the generic path names them
         return None
     if not isinstance(obj, dict) or not obj or "body" in obj:
         return None
@@ -328,7 +333,7 @@ configure_staged: Callable[[Callable[[bytes, int, int], tuple[bytes, int]]], Non
 if _speedups is not None:
     _speedups.configure(
         BackupRecord, BackupProperties, tuple((p.json_name, p.kind) for p in PROPERTIES), HeaderValue, VOID_VALUE,
-        _header_value_from_json, _header_value_json, orjson.loads,
+        _header_value_from_json, _header_value_json, loads_unique,
     )
     accelerated_encode, accelerated_decode = _speedups.encode_record, _speedups.decode_record
     accelerated_append, accelerated_read = _speedups.append_record, _speedups.read_records

@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from airflow_rbak.codec.broker_headers import broker_headers
 from airflow_rbak.codec.field_table import FieldTableError, decode_table
 from airflow_rbak.codec.headers import headers_to_json
 from airflow_rbak.codec.properties import PROPERTY_NAMES
@@ -38,12 +39,19 @@ from airflow_rbak.exceptions import RbakError
 FORMAT = 1
 HEAD = struct.Struct("<BBBQQ")
 _U32 = struct.Struct("<I")
-#: Broker-owned headers that are state, not part of the published message: a quorum queue's delivery count...
-QUORUM_BROKER_HEADERS = frozenset({"x-delivery-count"})
+#: Broker-owned headers that are state, not part of the published message (``broker_headers.BROKER_HEADERS``): a
+#: quorum queue's counters...
+QUORUM_BROKER_HEADERS = broker_headers("quorum")
 #: ... and the offset a stream adds to each delivery.
-STREAM_BROKER_HEADERS = frozenset({"x-stream-offset"})
-#: The broker-owned headers a record leaves out, by the code a staged record carries.
+STREAM_BROKER_HEADERS = broker_headers("stream")
+#: The broker-owned headers a record leaves out, by the code a staged record carries: a code names a queue type, so
+#: a staged record written before a header joined the table is read without it too.
 DROPPED_HEADERS: tuple[frozenset[str], ...] = (frozenset(), QUORUM_BROKER_HEADERS, STREAM_BROKER_HEADERS)
+
+
+def dropped_code(queue_type: str) -> int:
+    """The staged record's code for the broker-owned headers a queue of ``queue_type`` adds on delivery."""
+    return DROPPED_HEADERS.index(broker_headers(queue_type))
 _NO_PROPERTIES = dict.fromkeys(PROPERTY_NAMES)
 
 

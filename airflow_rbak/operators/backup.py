@@ -142,12 +142,12 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
 
 
 class RbakExportDefinitionsOperator(RbakBrokerOperator):
-    """Store the broker's definitions (exchanges, queues, bindings, policies; users unless ``include_users`` is off)."""
+    """Store the broker's definitions (exchanges, queues, bindings, policies; users only with ``include_users``)."""
 
     template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "include_definitions", "compression",
                                       "include_users")
 
-    def __init__(self, *, include_definitions: bool = True, compression: str = "zstd", include_users: bool = True,
+    def __init__(self, *, include_definitions: bool = True, compression: str = "zstd", include_users: bool = False,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.include_definitions, self.compression, self.include_users = include_definitions, compression, include_users

@@ -6,6 +6,7 @@ from typing import Any
 
 from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.hooks.storage import connection_credentials
+from airflow_rbak.operators.access import refuse_unlisted_params
 from airflow_rbak.storage.credentials import use_credentials
 
 
@@ -15,7 +16,8 @@ class StorageConnectionMixin:
     The task's storage clients and the Spark jobs it submits (in a private properties file, never a command line)
     take the connection's credentials; the task process's environment is left as it is. ``None`` (``[rbak]
     storage_conn_id`` unset): each cloud's own chain. Each task hands in its own, so a task that failed before
-    ``post_execute`` leaves nothing another task would use.
+    ``post_execute`` leaves nothing another task would use. Before that, a run whose params name a location or
+    connection the ``[rbak]`` allowlists leave out fails (:func:`refuse_unlisted_params`).
     """
 
     def __init__(self, *, storage_conn_id: str | None = None, **kwargs: Any) -> None:
@@ -23,6 +25,7 @@ class StorageConnectionMixin:
         self.storage_conn_id = storage_conn_id
 
     def pre_execute(self, context: Any) -> None:
+        refuse_unlisted_params(context.get("params"))  # before any credentials or I/O (docs/security.md)
         conn_id = self.storage_conn_id if self.storage_conn_id is not None else rbak_settings().storage_conn_id()
         use_credentials(connection_credentials(conn_id))
         super().pre_execute(context)  # type: ignore[misc]

@@ -33,7 +33,8 @@ class ManifestStore:
         """Read and parse a manifest; :class:`ManifestNotFoundError` says how to recover when it is missing.
 
         Anyone who can write to the location can put a manifest there, so the read is bounded
-        (``listed_size``, the size a listing already gave, refuses an oversized one without reading it)
+        (its size, the one a listing already gave as ``listed_size`` or else a stat's, refuses an oversized
+        one without reading it; the read stops one byte past the cap, for one replaced since)
         and a manifest that names another backup than its folder is refused.
         """
         key = manifest_key(check_backup_id(backup_id))
@@ -42,6 +43,8 @@ class ManifestStore:
         small = listed_size is not None and listed_size <= _LARGE_BYTES
         with nullcontext() if small else _large_reads:
             try:
+                if listed_size is None:  # no listing said how large it is: ask before reading it
+                    check_manifest_size(self.storage.stat(key).size, key)
                 data = self.storage.get_range(key, 0, MAX_MANIFEST_BYTES + 1)
             except ObjectNotFoundError:
                 raise ManifestNotFoundError(

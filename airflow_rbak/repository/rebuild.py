@@ -15,15 +15,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from airflow_rbak import __version__
 from airflow_rbak.codec import BackupManifest, CodecError, DefinitionsBackup, QueueBackup, SegmentMetadata
-from airflow_rbak.codec.compression import decompress
+from airflow_rbak.codec.bounded_json import DEFINITIONS_LIMITS, loads_bounded
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.layout import (
     check_backup_id,
-    compression_from_key,
     manifest_key,
     parse_segment_key,
     queue_prefix,
@@ -36,6 +33,7 @@ from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.ownership import is_interim_copy
 from airflow_rbak.repository.writer import now_ms
 from airflow_rbak.storage.base import Storage, StorageError
+from airflow_rbak.storage.json_objects import read_json_text
 
 REBUILT_KEY_SUFFIX = "manifest.rebuilt.json"
 
@@ -199,10 +197,10 @@ def _read_definitions(
         return None, {}, None
     key = keys[0]
     try:
-        text = decompress(storage.get(key), compression_from_key(key), cap, key)
-        parsed = orjson.loads(text)
+        text = read_json_text(storage, key, DEFINITIONS_LIMITS)
+        parsed = loads_bounded(text, key, DEFINITIONS_LIMITS)
         queues = parsed.get("queues") or []
-    except (CodecError, StorageError, orjson.JSONDecodeError, AttributeError) as exc:
+    except (CodecError, StorageError, AttributeError) as exc:
         unrecovered.append(f"{key}: cannot be read ({exc}); queue types default to classic")
         return None, {}, None
     types = {(q.get("vhost", "/"), q.get("name", "")): (q.get("arguments") or {}).get("x-queue-type", "classic") for q in queues}

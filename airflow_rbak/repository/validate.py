@@ -12,18 +12,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import orjson
-
 from airflow_rbak.codec import BackupManifest, CodecError, QueueBackup, SegmentMetadata
-from airflow_rbak.codec.compression import decompress
+from airflow_rbak.codec.bounded_json import DEFINITIONS_LIMITS, loads_bounded
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
-from airflow_rbak.codec.layout import compression_from_key, manifest_key
+from airflow_rbak.codec.layout import manifest_key
 from airflow_rbak.codec.manifest import count_definitions
 from airflow_rbak.repository import chain
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.repository.ownership import definitions_defect, is_interim_copy, queue_defects
 from airflow_rbak.repository.segment_check import check_segment
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
+from airflow_rbak.storage.json_objects import read_json_text
 
 
 @dataclass(frozen=True)
@@ -199,18 +198,16 @@ def _check_definitions(storage: Storage, manifest: BackupManifest, report: Valid
         if not deep:
             storage.stat(definitions.key)
             return
-        data = storage.get(definitions.key)
+        text = read_json_text(storage, definitions.key, DEFINITIONS_LIMITS)
     except ObjectNotFoundError:
         report.add(definitions.key, "definitions export is missing")
         return
-    except StorageError as exc:  # an invalid key in a damaged manifest, a storage fault
+    except (StorageError, CodecError) as exc:  # an invalid key in a damaged manifest, a storage fault, over a cap
         report.add(definitions.key, f"definitions export cannot be read: {exc}")
         return
-    compression = compression_from_key(definitions.key)
     try:
-        text = decompress(data, compression, cap, definitions.key)
-        parsed = orjson.loads(text)
-    except (CodecError, orjson.JSONDecodeError) as exc:
+        parsed = loads_bounded(text, definitions.key, DEFINITIONS_LIMITS)
+    except CodecError as exc:
         report.add(definitions.key, f"definitions export cannot be read: {exc}")
         return
     if len(text) != definitions.size_bytes:

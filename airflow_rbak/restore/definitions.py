@@ -32,6 +32,7 @@ from airflow_rbak.broker.definitions import without_credentials
 from airflow_rbak.broker.errors import BrokerError, ManagementWriteError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.codec import CodecError
+from airflow_rbak.codec.bounded_json import DEFINITIONS_LIMITS, loads_bounded
 from airflow_rbak.codec.compression import compress, decompress
 from airflow_rbak.codec.layout import compression_from_key, rollback_definitions_key
 from airflow_rbak.display import package_logger, printable
@@ -42,7 +43,7 @@ from airflow_rbak.restore.errors import DefinitionsImportError
 from airflow_rbak.restore.import_view import import_view
 from airflow_rbak.restore.plan import RestorePlan
 from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest, matches
-from airflow_rbak.storage.base import Storage, StorageError
+from airflow_rbak.storage.base import Storage, StorageError, read_bounded
 
 log = package_logger(__name__)
 
@@ -72,10 +73,12 @@ def load_definitions(storage: Storage, key: str) -> dict[str, Any]:
 def read_export(storage: Storage, key: str) -> tuple[bytes, dict[str, Any]]:
     """The export's bytes as stored (what the plan pins) and the document they hold."""
     try:
-        stored = storage.get(key)
-        doc = orjson.loads(decompress(stored, compression_from_key(key), 256 * 1024**2, key))
+        stored = read_bounded(storage, key, DEFINITIONS_LIMITS.max_bytes, DEFINITIONS_LIMITS.what)
+        text = decompress(stored, compression_from_key(key), DEFINITIONS_LIMITS.max_bytes, key)
+        doc = loads_bounded(text, key, DEFINITIONS_LIMITS, unique_keys=True)
     except (StorageError, CodecError, orjson.JSONDecodeError) as exc:
-        raise DefinitionsImportError(f"definitions {key} cannot be read ({type(exc).__name__}); nothing was imported") from None
+        raise DefinitionsImportError(f"definitions {key} cannot be read ({type(exc).__name__}: {printable(str(exc))[:300]}); "
+                                     "nothing was imported") from None
     if not isinstance(doc, dict):
         raise DefinitionsImportError(f"definitions {key} is not a JSON object; nothing was imported")
     return stored, doc

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from airflow_rbak.restore.errors import DamagedSegmentsError
 from airflow_rbak.restore.plan import READ_ATTEMPTS, QueuePlan
 from airflow_rbak.restore.request import RestoreRequest
-from airflow_rbak.restore.wire import WireRecord, iter_wire_records
+from airflow_rbak.restore.wire import WireRecord, iter_wire_records, left_out_headers
 from airflow_rbak.storage.base import Storage
 
 
@@ -35,6 +35,7 @@ def iter_window_records(
     storage: Storage, queue: QueuePlan, settings: RestoreRequest, start_ordinal: int = 0
 ) -> Iterator[Positioned]:
     """Yield the queue's records inside the window from ``start_ordinal`` on, in backup order."""
+    left_out = left_out_headers(queue.queue_type)
     for segment in queue.segments:
         if segment.first_ordinal + segment.record_count <= start_ordinal:
             continue
@@ -47,7 +48,7 @@ def iter_window_records(
             raise DamagedSegmentsError(
                 f"{segment.key} changed since the plan verified it (SHA-256 {digest}); plan the restore again",
                 {segment.key: ["SHA-256 differs from the plan's"]})
-        for index, record in enumerate(iter_wire_records(data, segment.key, settings.max_decompressed_bytes)):
+        for index, record in enumerate(iter_wire_records(data, segment.key, settings.max_decompressed_bytes, left_out)):
             ordinal = segment.first_ordinal + index
             if ordinal >= start_ordinal and settings.in_window(record.backed_up_at):
                 yield Positioned(ordinal, segment.key, index, record)

@@ -15,14 +15,18 @@ from typing import Any
 import orjson
 
 from airflow_rbak import __version__
+from airflow_rbak.codec.bounded_json import JsonContentError, JsonLimitError, JsonLimits, loads_bounded
 from airflow_rbak.codec.layout import reports_prefix
 from airflow_rbak.exceptions import RbakError
-from airflow_rbak.storage.base import ObjectNotFoundError, Storage
+from airflow_rbak.storage.base import ObjectNotFoundError, ObjectTooLargeError, Storage, read_bounded
 
 REPORT_FORMAT = 1
 #: A report is read from the location, so its size is bounded before it is parsed: each segment takes a few
 #: hundred bytes of details, so this holds a backup of some 200,000 segments.
 MAX_REPORT_BYTES = 64 * 1024**2
+#: And its values are counted before it is parsed: a segment's details are about a dozen values (3,000,000 hold
+#: those 200,000 segments with room to spare), while 64 MiB of ``{},`` would parse to nearly 2 GiB.
+REPORT_LIMITS = JsonLimits(MAX_REPORT_BYTES, 3_000_000, "a report")
 
 
 class ReportError(RbakError):
@@ -77,14 +81,15 @@ def load_report(storage: Storage, key: str, job: str | None = None) -> dict[str,
     """Read a stored report, checking it is one (and, when given, of ``job``); an object larger than
     :data:`MAX_REPORT_BYTES` is refused unread."""
     try:
-        data = storage.get_range(key, 0, MAX_REPORT_BYTES + 1)
-        if len(data) > MAX_REPORT_BYTES:
-            raise ReportError(f"{key}: larger than {MAX_REPORT_BYTES} bytes, not a report this project writes")
-        body = orjson.loads(data)
+        body = loads_bounded(read_bounded(storage, key, MAX_REPORT_BYTES, "a report"), key, REPORT_LIMITS)
     except ObjectNotFoundError:
         raise ReportError(f"{storage.url}: no report at {key!r}") from None
-    except orjson.JSONDecodeError as exc:
-        raise ReportError(f"{key}: not a JSON report ({exc})") from None
+    except ObjectTooLargeError as exc:
+        raise ReportError(f"{exc}; not a report this project writes") from None
+    except JsonLimitError as exc:
+        raise ReportError(f"{exc}; not a report this project writes") from None
+    except JsonContentError as exc:
+        raise ReportError(f"{key}: not a JSON report ({exc.reason})") from None
     if not isinstance(body, dict) or body.get("format") != REPORT_FORMAT:
         raise ReportError(f"{key}: not an RBAK job report (format {REPORT_FORMAT})")
     if job is not None and body.get("job") != job:

@@ -40,6 +40,10 @@ class TransientStorageError(StorageError):
     """A failure that may pass (timeout, throttling, 5xx): worth retrying."""
 
 
+class ObjectTooLargeError(StorageError):
+    """An object is larger than its reader accepts: refused from its stated size, without reading it."""
+
+
 class InvalidKeyError(StorageError, ValueError):
     """A key that could escape the storage root or is otherwise not a valid key."""
 
@@ -196,3 +200,18 @@ def check_range(offset: int, length: int) -> None:
     """Refuse negative offsets and lengths, which are caller bugs, not storage failures."""
     if offset < 0 or length < 0:
         raise ValueError(f"offset and length must be >= 0, got {offset} and {length}")
+
+
+def read_bounded(storage: Storage, key: str, max_bytes: int, what: str = "the object") -> bytes:
+    """The whole object at ``key``, refused with :class:`ObjectTooLargeError` if it is over ``max_bytes``.
+
+    The size is stat'ed first, so an oversized object is refused without being read; the read itself asks
+    for one byte more than the cap, so an object replaced by a larger one after the stat is refused too.
+    """
+    size = storage.stat(key).size
+    if size > max_bytes:
+        raise ObjectTooLargeError(f"{key}: {size} bytes, over the {max_bytes} bytes {what} may hold; not read", key)
+    data = storage.get_range(key, 0, max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ObjectTooLargeError(f"{key}: grew past the {max_bytes} bytes {what} may hold while it was read", key)
+    return data

@@ -1,5 +1,9 @@
 """Broker fixtures: one private RabbitMQ for the session (scripts/rabbitmq.sh), a fresh vhost per test, and a second
-node (another cluster, on other loopback ports) for the tests that restore into two clusters."""
+node (another cluster, on other loopback ports) for the tests that restore into two clusters.
+
+The nodes are of the series ``RBAK_RABBITMQ_VERSION`` names (3.10 by default; 4.0 and 4.3 run in chroots): see
+``tests/broker/versions.py`` for how a test says which series it expects and what happens when a node of that
+series cannot be provisioned."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import pytest
 import requests
 
 from airflow_rbak.broker.connection import RabbitMQConnection
+from tests.broker.versions import NODES, session_series, unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "rabbitmq.sh"
@@ -28,6 +33,8 @@ class Broker:
 
     connection: RabbitMQConnection
     env: dict[str, str] | None = None
+    #: The exact RabbitMQ version the node reports (``4.3.6``), read once it answers.
+    version: str = ""
 
     def stop(self) -> None:
         subprocess.run([str(SCRIPT), "stop"], check=True, capture_output=True, env=self.env or _env())
@@ -37,9 +44,12 @@ class Broker:
 
     def eval(self, expression: str) -> str:
         """Evaluate an Erlang expression on the private node (``rabbitmqctl eval``): test-only broker settings."""
-        node = os.environ.get("RBAK_RABBIT_NODE", "rabbit@localhost")
-        done = subprocess.run(["rabbitmqctl", "-n", node, "eval", expression], check=True, capture_output=True, text=True,
-                              timeout=60)
+        return self.ctl("eval", expression)
+
+    def ctl(self, *args: str, timeout: float = 60) -> str:
+        """``rabbitmqctl ARGS`` against the private node, where it runs (a 4.x node's in its chroot)."""
+        done = subprocess.run([str(SCRIPT), "ctl", *args], check=True, capture_output=True, text=True, timeout=timeout,
+                              env=self.env or _env())
         return done.stdout.strip()
 
     def api(self, method: str, path: str, **kwargs: object) -> requests.Response:
@@ -57,6 +67,13 @@ def _env() -> dict[str, str]:
 def _node_for_session(env: dict[str, str]) -> Iterator[None]:
     """Start the private node unless it runs already, and stop it at the end only if this session started it, so
     that ``make test`` leaves no broker behind; ``RBAK_KEEP_BROKERS=1`` keeps it for the next run."""
+    if os.geteuid() != 0 or (session_series() == "3.10" and shutil.which("rabbitmq-server") is None):
+        unavailable("broker tests need root and, for RabbitMQ 3.10, the host's rabbitmq-server (see scripts/rabbitmq.sh)")
+    # A 4.x node's chroot is built here the first time (a minute or two), once for all parts (the script locks).
+    provisioned = subprocess.run([str(SCRIPT), "provision"], capture_output=True, text=True, env=env, timeout=1800)
+    if provisioned.returncode != 0:
+        why = " | ".join(line.strip() for line in provisioned.stderr.strip().splitlines()[-3:])
+        unavailable(f"no RabbitMQ {session_series()} node: {why[-800:]}")
     was_running = subprocess.run([str(SCRIPT), "status"], capture_output=True, env=env).returncode == 0
     subprocess.run([str(SCRIPT), "start"], check=True, capture_output=True, env=env)
     try:
@@ -71,18 +88,23 @@ def broker() -> Iterator[Broker]:
     """Start (or reuse) the private node; set RBAK_TEST_AMQP_URL to use an external broker instead."""
     url = os.environ.get("RBAK_TEST_AMQP_URL")
     if url:
-        yield Broker(RabbitMQConnection.from_url(url))
+        yield _recorded(Broker(RabbitMQConnection.from_url(url)))
         return
-    if shutil.which("rabbitmq-server") is None or os.geteuid() != 0:
-        pytest.skip("broker tests need rabbitmq-server and root (see scripts/rabbitmq.sh)")
     with _node_for_session(_env()):
-        yield Broker(
+        yield _recorded(Broker(
             RabbitMQConnection(
                 amqp_port=int(os.environ.get("RBAK_AMQP_PORT", 5672)),
                 management_port=int(os.environ.get("RBAK_MGMT_PORT", 15672)),
                 stream_port=int(os.environ.get("RBAK_STREAM_PORT", 5552)),
             )
-        )
+        ))
+
+
+def _recorded(broker: Broker) -> Broker:
+    """The broker with the exact version its node reports, recorded for the session's report."""
+    overview = broker.api("GET", "overview").json()
+    NODES[str(overview.get("node", "?"))] = version = str(overview.get("rabbitmq_version", "?"))
+    return Broker(broker.connection, broker.env, version)
 
 
 def second_node_env() -> dict[str, str]:
@@ -93,9 +115,14 @@ def second_node_env() -> dict[str, str]:
         "RBAK_AMQP_PORT": str(amqp), "RBAK_MGMT_PORT": env.get("RBAK_MGMT_PORT2", "15673"),
         "RBAK_STREAM_PORT": env.get("RBAK_STREAM_PORT2", "5553"), "RBAK_DIST_PORT": str(amqp + 20000),
         "RBAK_RABBIT_NODE": env.get("RBAK_RABBIT_NODE2", "rabbit2@localhost"),
-        "RBAK_RABBIT_DIR": env.get("RBAK_RABBIT_DIR2", str(REPO / ".run" / "rabbitmq2")),
+        "RBAK_RABBIT_DIR": env.get("RBAK_RABBIT_DIR2", str(REPO / ".run" / _folder("rabbitmq2"))),
     })
     return env
+
+
+def _folder(name: str) -> str:
+    """A node folder's default name: a folder keeps its series' data, so 4.x nodes get their own."""
+    return name if session_series() == "3.10" else f"{name}-{session_series()}"
 
 
 @pytest.fixture(scope="session")
@@ -104,14 +131,13 @@ def second_broker() -> Iterator[Broker]:
     external one instead."""
     url = os.environ.get("RBAK_TEST_AMQP_URL2")
     if url:
-        yield Broker(RabbitMQConnection.from_url(url))
+        yield _recorded(Broker(RabbitMQConnection.from_url(url)))
         return
-    if shutil.which("rabbitmq-server") is None or os.geteuid() != 0:
-        pytest.skip("two-cluster tests need rabbitmq-server and root (see scripts/rabbitmq.sh)")
     env = second_node_env()
     with _node_for_session(env):
-        yield Broker(RabbitMQConnection(amqp_port=int(env["RBAK_AMQP_PORT"]), management_port=int(env["RBAK_MGMT_PORT"]),
-                                        stream_port=int(env["RBAK_STREAM_PORT"])), env)
+        yield _recorded(Broker(RabbitMQConnection(amqp_port=int(env["RBAK_AMQP_PORT"]),
+                                                  management_port=int(env["RBAK_MGMT_PORT"]),
+                                                  stream_port=int(env["RBAK_STREAM_PORT"])), env))
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ def export_while_stable(client: ManagementClient, storage, backup_id: str, compr
     """Export, and the API's document just before and after; retried when another client changed the broker meanwhile."""
     for _ in range(5):
         before = client.definitions_raw()
-        counts = export_definitions(client, storage, backup_id, compression)
+        counts = export_definitions(client, storage, backup_id, compression, include_users=True)
         after = client.definitions_raw()
         if before == after:
             return counts, after

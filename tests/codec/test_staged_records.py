@@ -19,6 +19,7 @@ from airflow_rbak.codec.staged_records import (
     QUORUM_BROKER_HEADERS,
     STREAM_BROKER_HEADERS,
     StagedRecordError,
+    dropped_code,
     read_staged,
     staged_record,
 )
@@ -89,8 +90,20 @@ def test_continuation_flag_words_and_bytes_after_the_last_property_are_read_past
 
 
 def test_the_dropped_header_codes():
-    assert DROPPED_HEADERS == (frozenset(), frozenset({"x-delivery-count"}), frozenset({"x-stream-offset"}))
+    # A code stands for a queue type, so a record staged before 4.3's x-acquired-count joined the table drops it too
+    assert DROPPED_HEADERS == (frozenset(), frozenset({"x-delivery-count", "x-acquired-count"}), frozenset({"x-stream-offset"}))
     assert (QUORUM_BROKER_HEADERS, STREAM_BROKER_HEADERS) == DROPPED_HEADERS[1:]
+    assert [dropped_code(t) for t in ("classic", "quorum", "stream")] == [0, 1, 2]
+
+
+def test_a_quorum_record_leaves_out_every_counter_the_broker_adds_and_keeps_the_publishers_headers():
+    table = sized(short(b"x-acquired-count") + b"l" + struct.pack(">q", 24) + short(b"n") + b"I" + struct.pack(">i", -5)
+                  + short(b"x-delivery-count") + b"l" + struct.pack(">q", 1))
+    properties = struct.pack(">H", 0x2000) + table  # headers only
+
+    record, _ = read_staged(staged(properties, b"hi", dropped=dropped_code("quorum")), "q", "v")
+
+    assert b'"headers":[["n",{"Long":-5}]]' in record
 
 
 def test_a_record_staged_as_json_by_an_older_version_is_refused_with_what_to_do():

@@ -1,10 +1,11 @@
 """``rbak_restore`` waits for a person: triggered and answered through Airflow's REST API, on a running Airflow.
 
 One Airflow (api-server, scheduler with the LocalExecutor, dag-processor; ``tests/airflow_stack.py``) serves
-both cases. Each triggers the DAG without ``skip_approval``, waits (by polling states) until the ``approve`` task
-is ``awaiting_input``, checks that nothing has reached the target yet, and answers through the Human-in-the-loop
-endpoint: approved, the run restores every message byte for byte; rejected, it ends ``failed`` at ``approve``
-saying so, and nothing was imported or published.
+every case. Each has a requester trigger the DAG without ``skip_approval``, waits (by polling states) until the
+``approve`` task is ``awaiting_input``, checks that nothing has reached the target yet, and answers through the
+Human-in-the-loop endpoint as another user: approved, the run restores every message byte for byte; rejected, it
+ends ``failed`` at ``approve`` saying so, and nothing was imported or published. The requester's own approval
+does not count (``[rbak] approval_by_trigger_user_allowed`` is off by default): the task asks again.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from tests.restore.helpers import backup, body_of, declare, message_view, props_
 
 DAG = "rbak_restore"
 QUEUE, COUNT = "orders", 40
+#: Who triggers the restores (the SimpleAuthManager role "user" may trigger runs and answer approvals), and a colleague.
+REQUESTER, COLLEAGUE = "requester", "colleague"
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
     """One running Airflow for the module, with ``rbak_restore`` parsed and unpaused."""
-    running = airflow_stack(tmp_path_factory.mktemp("airflow-stack"))
+    running = airflow_stack(tmp_path_factory.mktemp("airflow-stack"), {REQUESTER: "user", COLLEAGUE: "user"})
     try:
         running.start()
         running.wait_for_dag(DAG)
@@ -79,7 +82,7 @@ def test_a_restore_waits_for_approval_and_publishes_only_after_it(stack, broker,
     conf = _given_a_backup_and_a_connection(stack, broker, vhost, tmp_path, secret_user, target)
     try:
         # When rbak_restore is triggered through the REST API without skip_approval
-        run_id = stack.trigger(DAG, conf)
+        run_id = stack.trigger(DAG, conf, as_user=REQUESTER)
 
         # Then it waits at approve, showing the plan (and no secret) to the approver
         path, request = _awaiting_approval(stack, run_id)
@@ -118,13 +121,53 @@ def test_a_restore_waits_for_approval_and_publishes_only_after_it(stack, broker,
 
 
 @pytest.mark.broker
+def test_the_user_who_triggered_a_restore_cannot_approve_it_and_another_user_can(stack, broker, vhost, tmp_path,
+                                                                                 secret_user):
+    target = f"{vhost}-own"
+    conf = _given_a_backup_and_a_connection(stack, broker, vhost, tmp_path, secret_user, target)
+    try:
+        # Given a restore the requester triggered, waiting for approval
+        run_id = stack.trigger(DAG, conf, as_user=REQUESTER)
+        path, _ = _awaiting_approval(stack, run_id)
+
+        # When the requester approves it themselves (Airflow lets any user with the permission answer)
+        answer = stack.api("PATCH", path, json={"chosen_options": ["Approve"]}, as_user=REQUESTER).json()
+        assert answer["responded_by"]["name"] == REQUESTER
+
+        # Then the approval does not count: the task asks again, its answer cleared, and waits
+        stack.wait_until_parked(DAG, run_id, "approve", times=2)
+        request = stack.api("GET", path).json()
+        assert (request["response_received"], request["chosen_options"], request["responded_by_user"]) == (
+            False, None, None)
+        assert stack.task_states(DAG, run_id)["approve[-1]"] == "awaiting_input"
+        log = stack.task_log(DAG, run_id, "approve")
+        assert f"{REQUESTER} triggered this run and may not approve it" in log, log[-3000:]
+        # and nothing reached the target, nothing after approve started
+        assert not _vhost_exists(broker, target)
+        states = stack.task_states(DAG, run_id)
+        assert [t for t, s in states.items() if s is not None and t.split("[")[0] in ("definitions", "publish", "report")] == []
+
+        # When a colleague approves it
+        answer = stack.api("PATCH", path, json={"chosen_options": ["Approve"]}, as_user=COLLEAGUE).json()
+        assert answer["responded_by"]["name"] == COLLEAGUE
+
+        # Then the run goes on and restores every message
+        assert stack.wait_for_run(DAG, run_id) == "success", stack.task_states(DAG, run_id)
+        broker.api("PUT", f"permissions/{quote(target, safe='')}/guest", json={"configure": ".*", "write": ".*", "read": ".*"})
+        assert len(read_queue(broker.connection, target, QUEUE, "classic", COUNT)) == COUNT
+    finally:
+        if _vhost_exists(broker, target):
+            broker.api("DELETE", f"vhosts/{quote(target, safe='')}")
+
+
+@pytest.mark.broker
 def test_a_rejected_restore_imports_and_publishes_nothing_and_says_it_was_rejected(stack, broker, vhost, tmp_path,
                                                                                     secret_user):
     target = f"{vhost}-rejected"
     conf = _given_a_backup_and_a_connection(stack, broker, vhost, tmp_path, secret_user, target)
     try:
         # Given a restore waiting for approval
-        run_id = stack.trigger(DAG, conf)
+        run_id = stack.trigger(DAG, conf, as_user=REQUESTER)
         path, _ = _awaiting_approval(stack, run_id)
 
         # When the approver rejects it
@@ -152,7 +195,7 @@ def test_a_dry_run_asks_nobody_and_changes_nothing(stack, broker, vhost, tmp_pat
     conf = _given_a_backup_and_a_connection(stack, broker, vhost, tmp_path, secret_user, target)
 
     # When a dry run is triggered without skip_approval
-    run_id = stack.trigger(DAG, {**conf, "dry_run": True})
+    run_id = stack.trigger(DAG, {**conf, "dry_run": True}, as_user=REQUESTER)
 
     # Then it ends without waiting: approve asked nobody (no Human-in-the-loop request), and the target is untouched
     assert stack.wait_for_run(DAG, run_id) == "success", stack.task_states(DAG, run_id)

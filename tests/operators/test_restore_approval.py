@@ -8,9 +8,12 @@ after a day, is only reachable here.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
+from types import SimpleNamespace
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.providers.standard.operators import hitl
+from airflow.sdk.exceptions import AirflowFailException, TaskAwaitingInput
 
 from airflow_rbak.operators.restore_approval import RbakRestoreApprovalOperator
 from airflow_rbak.restore import RestorePlan
@@ -29,9 +32,22 @@ def _answer(option: str, user: str | None, timed_out: bool = False) -> dict:
             "responded_by_user": {"id": user, "name": user} if user else None, "timedout": timed_out}
 
 
+@pytest.fixture
+def asked(monkeypatch) -> list[dict]:
+    """What the task asked Airflow to show (the Human-in-the-loop request it writes), one entry per request."""
+    found: list[dict] = []
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **request: found.append(request))
+    return found
+
+
+def _context(triggered_by: str | None = "alice") -> dict:
+    return {"task_instance": SimpleNamespace(id=uuid.uuid4()), "dag_run": SimpleNamespace(triggering_user_name=triggered_by)}
+
+
 @pytest.mark.parametrize(("settings", "reason"), [({"dry_run": True}, "dry run: nothing is imported or published"),
                                                   ({}, "skip_approval is set")])
-def test_a_dry_run_or_skip_approval_goes_on_without_asking(settings, reason):
+def test_a_dry_run_or_skip_approval_where_allowed_goes_on_without_asking(settings, reason, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__RBAK__ALLOW_SKIP_APPROVAL", "True")
     operator = _approval(**settings)
     operator.skip_approval = not settings  # as the DAG renders {{ params.skip_approval }}
 
@@ -54,3 +70,73 @@ def test_no_answer_in_time_is_a_rejection_by_default():
     operator = _approval()
 
     assert (operator.defaults, operator.response_timeout) == (["Reject"], dt.timedelta(hours=24))
+
+
+def test_skip_approval_without_the_administrator_s_option_fails_at_once_naming_it(asked):
+    # Given the default [rbak] allow_skip_approval (off), and a run that asks to skip the approval
+    operator = _approval()
+    operator.skip_approval = True
+
+    # Then the task fails without retries, asking nobody, saying which option allows it
+    with pytest.raises(AirflowFailException, match=r"skip_approval is set, but \[rbak\] allow_skip_approval is off.*"
+                                                   r"nothing was imported or published"):
+        operator.execute(_context())
+    assert asked == []
+    # a dry run changes nothing, so it never waits, whatever the option says
+    dry = _approval(dry_run=True)
+    dry.skip_approval = True
+    assert dry.execute(_context())["asked"] is False
+
+
+def test_restore_approvers_are_assigned_in_airflow_without_the_user_who_triggered_the_run(asked, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__RBAK__RESTORE_APPROVERS", "alice bob")
+
+    # When alice's restore asks for approval
+    with pytest.raises(TaskAwaitingInput) as parked:
+        _approval().execute(_context("alice"))
+
+    # Then Airflow is told that only bob may answer (it refuses anyone else's answer), and the deadline travels along
+    assert asked[0]["assigned_users"] == [{"id": "bob", "name": "bob"}]
+    deadline = dt.datetime.fromisoformat(parked.value.kwargs["deadline"])
+    assert dt.timedelta(hours=23) < deadline - dt.datetime.now(dt.timezone.utc) <= dt.timedelta(hours=24)
+
+
+def test_with_nobody_left_to_approve_the_task_fails_before_asking(asked, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__RBAK__RESTORE_APPROVERS", "alice")
+
+    with pytest.raises(AirflowFailException, match=r"restore_approvers names only 'alice', who triggered this run"):
+        _approval().execute(_context("alice"))
+    assert asked == []
+
+
+def test_an_approval_by_the_trigger_user_does_not_count_and_the_task_asks_again_until_the_same_deadline(asked):
+    operator = _approval()
+    deadline = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)
+
+    # When alice, who triggered the run, approves it
+    with pytest.raises(TaskAwaitingInput) as parked:
+        operator.execute_complete(_context("alice"), _answer("Approve", "alice"), deadline.isoformat())
+
+    # Then the task asks again (Airflow clears the stored answer) and waits at most until the first deadline
+    assert len(asked) == 1
+    assert parked.value.kwargs["deadline"] == deadline.isoformat()
+    assert parked.value.timeout <= dt.timedelta(hours=2)
+    # and bob's approval counts; alice's rejection counts too (it changes nothing)
+    assert operator.execute_complete(_context("alice"), _answer("Approve", "bob"))["chosen_options"] == ["Approve"]
+    with pytest.raises(AirflowFailException, match="rejected by alice"):
+        _approval().execute_complete(_context("alice"), _answer("Reject", "alice"))
+
+
+def test_an_approval_by_the_trigger_user_after_the_deadline_ends_the_wait(asked):
+    past = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1)).isoformat()
+
+    with pytest.raises(AirflowFailException, match=r"the approval did not count \(alice triggered this run.*time to "
+                                                   r"approve has run out; nothing was imported or published"):
+        _approval().execute_complete(_context("alice"), _answer("Approve", "alice"), past)
+    assert asked == []
+
+
+def test_the_administrator_may_let_the_trigger_user_approve(asked, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__RBAK__APPROVAL_BY_TRIGGER_USER_ALLOWED", "True")
+
+    assert _approval().execute_complete(_context("alice"), _answer("Approve", "alice"))["chosen_options"] == ["Approve"]

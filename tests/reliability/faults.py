@@ -18,6 +18,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pika
 import requests
@@ -26,6 +27,8 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.storage.base import ObjectInfo, Storage
 
 NODE = os.environ.get("RBAK_RABBIT_NODE", "rabbit@localhost")
+#: rabbitmqctl runs where the node runs (a RabbitMQ 4.x node's in its chroot): through the script that started it.
+CTL = [str(Path(__file__).resolve().parents[2] / "scripts" / "rabbitmq.sh"), "ctl"]
 
 
 def _check_node() -> None:
@@ -38,7 +41,7 @@ def _check_node() -> None:
 def rabbitmqctl(*args: str, timeout: float = 120) -> str:
     """Run ``rabbitmqctl -n NODE args`` against the tests' private node; fail the test if it fails."""
     _check_node()
-    done = subprocess.run(["rabbitmqctl", "-n", NODE, *args], capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run([*CTL, *args], capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"rabbitmqctl {' '.join(args)} failed: {done.stderr.strip()[-500:]}"
     return done.stdout
 
@@ -83,7 +86,7 @@ def stop_app_when_vhost_has_exchanges(vhost: str, count: int) -> subprocess.Pope
         f"W(N) -> case length(rabbit_exchange:list(V)) >= {count} of true -> rabbit:stop(); "
         "false -> timer:sleep(5), W(N + 1) end end, Wait(0)."
     )
-    waiter = subprocess.Popen(["rabbitmqctl", "-n", NODE, "eval", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    waiter = subprocess.Popen([*CTL, "eval", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while rabbitmqctl("eval", "is_pid(whereis(rbak_fault_waiter)).").strip() != "true":
         if waiter.poll() is not None or time.monotonic() > deadline:

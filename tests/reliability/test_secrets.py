@@ -1,5 +1,5 @@
 """Secrets never leave: no password or password hash in logs (at DEBUG), reports, error messages or stored
-objects other than the definitions export; and ``include_users=False`` keeps users and hashes out of that too.
+objects other than the definitions export; and by default (``include_users=False``) none in that either.
 
 The full Airflow runs (task logs, XCom, Asset events) are checked by the DAG tests, which run as a user
 made the same way: ``tests/dags/test_rbak_backup.py`` and ``tests/dags/test_rbak_restore.py``.
@@ -44,7 +44,7 @@ def as_user(broker, user) -> RabbitMQConnection:
 
 
 def test_a_backup_and_restore_logged_at_debug_leak_no_password_or_hash(broker, vhost, secret_user, tmp_path, caplog):
-    # Given a queue, and a run as a user with a distinctive password, every logger at DEBUG
+    # Given a queue, and a run as a user with a distinctive password, every logger at DEBUG, users asked for
     declare(broker.connection, vhost, {"orders": "quorum"})
     publish(broker.connection, vhost, "orders", 0, 50)
     location = (tmp_path / "b").as_uri()
@@ -52,7 +52,7 @@ def test_a_backup_and_restore_logged_at_debug_leak_no_password_or_hash(broker, v
 
     # When it backs up (definitions included) and restores into another queue
     connection = as_user(broker, secret_user)
-    BackupRun(connection, BackupSettings("s-1", location, selector=QueueSelector(vhosts=(vhost,)))).run()
+    BackupRun(connection, BackupSettings("s-1", location, selector=QueueSelector(vhosts=(vhost,)), include_users=True)).run()
     report = RestoreRun(connection, RestoreRequest(location, backup_id="s-1", queue_map={"orders": "restored"},
                                                     strip_user_id=True, restore_definitions=True,
                                                     checkpoint_state=str(tmp_path / "r.db"))).run()
@@ -110,13 +110,15 @@ def _one_queue_plan(broker, vhost: str, tmp_path):
     return plan, plan.queues[0]
 
 
-def test_include_users_false_keeps_users_and_password_hashes_out_of_the_backup(broker, vhost, secret_user, tmp_path):
+def test_a_default_backup_keeps_users_and_password_hashes_out_of_every_stored_object(broker, vhost, secret_user,
+                                                                                      tmp_path):
     # Given a broker with users (guest and a user with a distinctive password)
     declare(broker.connection, vhost, {"orders": "classic"})
     location = (tmp_path / "b").as_uri()
 
-    # When a backup leaves users out of its definitions
-    manifest = BackupRun(broker.connection, BackupSettings("nu-1", location, selector=QueueSelector(vhosts=(vhost,)), include_users=False)).run()
+    # When a backup runs with the default settings (include_users is off unless asked for)
+    assert BackupSettings("x", location).include_users is False
+    manifest = BackupRun(broker.connection, BackupSettings("nu-1", location, selector=QueueSelector(vhosts=(vhost,)))).run()
 
     # Then the definitions hold the vhosts and queues but no user, permission or hash, and the manifest says so
     storage = open_storage(location)
@@ -125,5 +127,7 @@ def test_include_users_false_keeps_users_and_password_hashes_out_of_the_backup(b
     assert {"users", "permissions", "topic_permissions"}.isdisjoint(doc)
     assert any(q["name"] == "orders" and q["vhost"] == vhost for q in doc["queues"])
     assert b"password_hash" not in raw and leaks(secret_user, stored_objects(storage)) == []
+    # and no other object (manifest, reports, segments), decompressed, holds a hash either
+    assert [key for key, data in stored_objects(storage).items() if b"password_hash" in data] == []
     stored = ManifestStore(storage).load("nu-1").definitions
     assert stored.user_count == 0 and stored.extensions == {"users_included": False}

@@ -15,6 +15,7 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueSelector
 from airflow_rbak.broker.pika_connection import ConfirmChannel, blocking_connection
 from airflow_rbak.codec import BackupManifest
+from airflow_rbak.codec.broker_headers import ALL_BROKER_HEADER_NAMES
 from airflow_rbak.codec.field_table import decimal_value
 from airflow_rbak.codec.headers import HeaderValue as H
 from airflow_rbak.codec.properties import PIKA_NAMES
@@ -49,7 +50,7 @@ def props_of(i: int, decimal: bool = True, persistent: bool = False) -> amqp_typ
     )
 
 
-BROKER_HEADERS = ("x-delivery-count", "x-stream-offset")
+BROKER_HEADERS = ALL_BROKER_HEADER_NAMES  # broker state a consumer sees, not the publisher's (the one table)
 PROPERTY_NAMES = PIKA_NAMES  # pika's attribute names, from the one table
 
 

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 from hypothesis import given, settings
 
 from airflow_rbak.codec import BackupRecord, decode_record, encode_record
-from airflow_rbak.codec.field_table import BINARY_LONGSTR_TAG, TYPE_TAG
+from airflow_rbak.codec.field_table import BINARY_LONGSTR_TAG, TYPE_TAG, encode_table
 from airflow_rbak.codec.headers import HeaderValue as H
-from airflow_rbak.restore.wire import wire_record
+from airflow_rbak.codec.records import RecordError
+from airflow_rbak.restore.wire import ROUTING_HEADERS, left_out_headers, wire_record
 from tests.broker.record_reference import properties_from_record
 from tests.codec.strategies import small_body_records
 from tests.restore.helpers import props_of
 
 
 def _typed_frame(record: BackupRecord) -> bytes:
-    return b"".join(properties_from_record(record).encode())
+    """What the typed model sends for the record: every header but the ones the broker routes by."""
+    published = dataclasses.replace(record, headers=tuple(h for h in record.headers if h[0] not in ROUTING_HEADERS))
+    return b"".join(properties_from_record(published).encode())
 
 
 def _check(record: BackupRecord) -> None:
@@ -50,3 +54,46 @@ def test_every_wire_type_including_the_tagged_tables_and_non_finite_floats():
                ("other-tag", H.table([(TYPE_TAG, H.short_string("future")), ("x", H.long(1))])))
     _check(BackupRecord(body=b"\x00" * 1024, headers=headers, exchange="x", routing_key="rk", delivery_tag=9, backed_up_at=5))
     _check(BackupRecord(body=b""))
+
+
+def test_cc_and_bcc_are_left_out_of_what_is_published_and_every_other_header_kept_in_order():
+    headers = (("CC", H.array([H.long_string("audit")])), ("a", H.long(1)), ("BCC", H.array([H.long_string("x")])),
+               ("cc", H.long_string("lower case is not routed by")), ("x-CC", H.long(2)))
+    stored = encode_record(BackupRecord(body=b"m", headers=headers))
+
+    wire = wire_record(stored)
+
+    assert wire.properties.raw_headers == encode_table(headers[1:2] + headers[3:])
+    assert [h[0] for h in decode_record(stored).headers] == ["CC", "a", "BCC", "cc", "x-CC"]  # the record keeps them
+
+
+def test_a_record_of_only_routing_headers_is_published_without_a_header_table():
+    stored = encode_record(BackupRecord(body=b"m", headers=(("BCC", H.array([H.long_string("victim")])),)))
+
+    assert wire_record(stored).properties.raw_headers is None
+
+
+@pytest.mark.parametrize(("queue_type", "published"), [
+    ("quorum", ["a", "x-stream-offset"]), ("stream", ["x-delivery-count", "x-acquired-count", "a"]),
+    ("classic", ["x-delivery-count", "x-acquired-count", "a", "x-stream-offset"])])
+def test_headers_a_broker_adds_on_delivery_are_not_republished_for_the_queue_type_that_adds_them(queue_type, published):
+    """A record of an earlier version (or another writer) may hold broker state; a publisher's own header of that name
+    on a queue type that does not add it is content, and goes through."""
+    headers = (("x-delivery-count", H.long(3)), ("x-acquired-count", H.long(24)), ("a", H.long(1)),
+               ("x-stream-offset", H.long(7)))
+    stored = encode_record(BackupRecord(body=b"m", headers=headers))
+
+    wire = wire_record(stored, left_out_headers(queue_type))
+
+    assert wire.properties.raw_headers == encode_table(tuple(h for h in headers if h[0] in published))
+
+
+@pytest.mark.parametrize("second", [b',"body":[101,118,105,108]', b',"body":null', b',"bo\\u0064y":[1]'])
+def test_a_second_body_key_is_refused_not_published(second):
+    stored = encode_record(BackupRecord(body=b"verified"))
+    planted = stored[:-1] + second + b"}"
+
+    with pytest.raises(RecordError, match="body"):
+        wire_record(planted)
+    with pytest.raises(RecordError, match="body"):
+        decode_record(planted)

@@ -188,6 +188,14 @@ def test_a_report_larger_than_any_report_is_refused_unread(tmp_path):
     with planted.open("r+b") as report:  # sparse: a genuine report followed by a hole past the bound
         report.truncate(MAX_REPORT_BYTES + 1)
 
-    with pytest.raises(ReportError, match=f"larger than {MAX_REPORT_BYTES} bytes"):
+    with pytest.raises(ReportError, match=f"over the {MAX_REPORT_BYTES} bytes a report may hold; not read"):
         load_report(open_storage(url), done["report_key"])
     assert stages.load_part(open_storage(url), "b1", "prod", "orders/eu", work) is None
+
+
+def test_a_dense_report_is_refused_before_it_is_parsed(tmp_path):
+    storage = open_storage((tmp_path / "store").as_uri())
+    storage.put("b1/reports/encode-planted.json", b"[" + b"{}," * (8 * 1024**2 // 3) + b"{}]")  # 2.8 million objects
+
+    with pytest.raises(ReportError, match="JSON values, over the 3000000 a report may hold"):
+        load_report(storage, "b1/reports/encode-planted.json")
