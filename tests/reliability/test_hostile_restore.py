@@ -23,20 +23,23 @@ import orjson
 import pytest
 
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.capture.checkpoints import QueueProgress
 from airflow_rbak.cli.main import main
-from airflow_rbak.codec import BackupProperties, BackupRecord, HeaderValue
+from airflow_rbak.codec import BackupProperties, BackupRecord, HeaderValue, encode_record
 from airflow_rbak.codec.compression import compress
 from airflow_rbak.codec.constants import Compression
-from airflow_rbak.codec.layout import restore_state_prefix, rollback_definitions_key
+from airflow_rbak.codec.layout import checkpoint_key, restore_state_prefix, rollback_definitions_key
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.restore.approval import approval_body
 from airflow_rbak.restore.definitions import import_record_key
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
-from tests.broker.conftest import broker  # noqa: F401 - a fixture
+from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures
 from tests.reliability.target_state import changes, target_state
 from tests.repository.backup_writer import BackupWriter
+from tests.restore.helpers import backup, publish
+from tests.restore.helpers import declare as declare_typed
 
 BACKUP = "b-hostile"
 
@@ -49,7 +52,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, st
     return code, out.getvalue(), err.getvalue()
 
 
-def records(queue: str, count: int, headers: tuple = (), vhost: str = "src") -> list[BackupRecord]:
+def records(queue: str, count: int, headers: tuple = (), vhost: str = "src") -> list[BackupRecord]:  # noqa: F811
     """``count`` records of ``queue`` with distinct bodies, and ``headers`` on each."""
     return [BackupRecord(body=f"{queue}-{i}".encode(), properties=BackupProperties(message_id=f"{queue}-{i}", delivery_mode=2),
                          headers=headers, exchange="", routing_key=queue, delivery_tag=i + 1,
@@ -319,3 +322,60 @@ def test_an_export_of_millions_of_empty_objects_is_refused_and_changes_nothing(b
     assert changes(before, target_state(broker)) == []
 
 
+
+
+# --- records and exports that read two ways -------------------------------------------------------------------------
+
+
+def test_a_record_with_two_bodies_is_refused_as_damage_and_publishes_nothing(broker, location, target):  # noqa: F811
+    """The strict reader that verifies a segment and the fast path that publishes it would take different bodies."""
+    storage = open_storage(location)
+    writer = BackupWriter(storage, BACKUP)
+    sink = writer.queue("src", "orders")
+    for record in records("orders", 3):
+        stored = encode_record(record)
+        sink.add_encoded(stored[:-1] + b',"body":[101,118,105,108]}' if record.delivery_tag == 2 else stored,
+                         record.backed_up_at)
+    sink.close()
+    writer.write_definitions(b'{"vhosts": [{"name": "src"}]}')
+    writer.finish()
+    before = target_state(broker)
+
+    with pytest.raises(RbakError) as refused:
+        RestoreRun(broker.connection, request(location, target, "src")).run()
+
+    assert "segment-0001" in str(refused.value)
+    assert changes(before, target_state(broker)) == []
+
+
+@pytest.mark.parametrize("entry", ['"orders"', '["orders"]', '{"name": 7, "vhost": "src"}'])
+def test_an_export_entry_that_is_not_an_object_is_named_and_imports_nothing(broker, location, target, entry):  # noqa: F811
+    storage = open_storage(location)
+    write_backup(storage, "src", {"orders": records("orders", 2)})
+    export_key = next(i.key for i in storage.list(f"{BACKUP}/definitions/"))
+    storage.put(export_key, compress(b'{"vhosts": [{"name": "src"}], "queues": [' + entry.encode() + b"]}",
+                                     Compression.ZSTD, 3))
+    before = target_state(broker)
+
+    with pytest.raises(RbakError) as refused:
+        RestoreRun(broker.connection, request(location, target, "src", restore_definitions=True)).run()
+
+    assert "queues[0]" in str(refused.value)
+    assert changes(before, target_state(broker)) == []
+
+
+def test_a_planted_completed_capture_checkpoint_leaves_the_source_unchanged_and_the_queue_in_the_backup(
+        broker, location, vhost):  # noqa: F811
+    """The next backup's id is predictable; a checkpoint planted for it saying "completed" is not taken."""
+    storage = open_storage(location)
+    declare_typed(broker.connection, vhost, {"orders": "classic"})
+    publish(broker.connection, vhost, "orders", 0, 5)
+    storage.put(checkpoint_key("next-1", vhost, "orders"), json.dumps(
+        QueueProgress("next-1", vhost, "orders", "classic", target_count=0, completed=True).__dict__).encode())
+    before = target_state(broker)
+
+    manifest = backup(broker.connection, location, "next-1", vhost)
+
+    assert changes(before, target_state(broker)) == []
+    (queue,) = [q for q in manifest.queues if q.name == "orders"]
+    assert queue.message_count == 5
