@@ -98,6 +98,13 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "or a BaseNotifier subclass taking no arguments) or a callback(context). Imported when the DAGs are parsed."),
     "progress_interval": _option(
         "float", "10", "30", "Seconds between progress lines in the capture and publish task logs."),
+    "state_key": {**_option(
+        "string", None, None,
+        "The key (at least 32 characters) that seals the state the runs write to a storage location and read back: "
+        "restore and capture checkpoints, import records. Unset: derived from [core] fernet_key, else a key file "
+        "rbak-state.key in the Airflow home (one machine only). Every worker and the rbak command need the same key; "
+        "changing it makes earlier state untrusted (checkpoints start again, older imports cannot be rolled back)."),
+        "sensitive": True},
     "ui_locations": _option(
         "string", None, "s3://backups/eu s3://backups/us",
         "Further storage URLs the RabbitMQ backups view lists after storage_url, separated by spaces or newlines; "

@@ -20,6 +20,7 @@ from typing import Any
 from airflow_rbak.access import AccessPolicy, ApprovalRules, check_allowed_locations
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.provider import CONFIG_OPTIONS, CONFIG_SECTION
+from airflow_rbak.storage.sealed import KEY_FILE_NAME, StateSeal, resolve_state_key
 from airflow_rbak.storage.url import credentials_refusal, holds_credentials
 
 #: An option's configured text, or None when it is not set.
@@ -200,3 +201,12 @@ class RbakSettings:
     def storage_conn_id(self) -> str | None:
         """The Airflow connection every task takes storage credentials from; None: each cloud's own chain."""
         return self.text("storage_conn_id") or None
+
+    def state_seal(self, fernet_key: str | None) -> StateSeal:
+        """The seal of state objects the runs write to a location and read back (``storage.sealed``).
+
+        Its key: ``state_key``; else derived from Airflow's ``[core] fernet_key`` (given here, as Airflow reads it),
+        so every worker of a deployment shares it; else ``$AIRFLOW_HOME/rbak-state.key``, created on first use.
+        Never logged, never in an error.
+        """
+        return StateSeal(resolve_state_key(self._lookup("state_key"), fernet_key, airflow_home() / KEY_FILE_NAME))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,11 @@ import pytest
 
 from tests.broker.versions import report_lines, session_series, skip_unless_series
 from tests.wheel import build_wheel, install_wheel
+
+#: The state key of the whole session (``[rbak] state_key`` as a deployment sets it for every worker and ``rbak``):
+#: the engines' default seal, Airflow's tasks and the ``rbak`` command all read it, as they would in production.
+TEST_STATE_KEY = "rbak-test-state-key-" + "5" * 44
+os.environ.setdefault("AIRFLOW__RBAK__STATE_KEY", TEST_STATE_KEY)
 
 # --- The RabbitMQ series of the session (tests/broker/versions.py) ---------------
 

@@ -6,6 +6,7 @@ import json
 
 from airflow_rbak.broker.connection import DEFAULT_MANAGEMENT_PORT, DEFAULT_STREAM_PORT
 from airflow_rbak.provider import get_provider_info
+from tests.conftest import TEST_STATE_KEY
 from tests.dags.airflow_env import VENV_BIN, airflow_env, run
 
 
@@ -61,7 +62,8 @@ def test_airflow_config_list_shows_the_rbak_section_with_every_default_descripti
     env = airflow_env(tmp_path, AIRFLOW__RBAK__POOL="rbak-broker")
     given = {name: env[f"AIRFLOW__RBAK__{name.upper()}"] for name in CONFIG_OPTIONS if f"AIRFLOW__RBAK__{name.upper()}" in env}
     assert given == {"pool": "rbak-broker", "backup_schedule": "none", "task_retries": "0", "allowed_storage_urls": "*",
-                     "allowed_conn_ids": "*", "allow_skip_approval": "True"}
+                     "allowed_conn_ids": "*", "allow_skip_approval": "True", "state_key": TEST_STATE_KEY}
+    assert get_provider_info()["config"]["rbak"]["options"]["state_key"]["sensitive"] is True
 
     # When its own CLI lists the section
     done = run([str(VENV_BIN / "airflow"), "config", "list", "--section", "rbak", "--include-descriptions",

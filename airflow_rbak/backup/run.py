@@ -55,6 +55,7 @@ from airflow_rbak.repository.writer import now_ms
 from airflow_rbak.segments.encode import EncodeSpec, QueueRef, encode_queue_here
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
+from airflow_rbak.storage.sealed import StateSeal
 
 log = package_logger(__name__)
 
@@ -133,9 +134,11 @@ class BackupRun:
     """The steps of one backup against one broker and one storage location, one method per DAG task."""
 
     def __init__(self, connection: RabbitMQConnection | None, settings: BackupSettings,
-                 storage: Storage | None = None) -> None:
+                 storage: Storage | None = None, seal: StateSeal | None = None) -> None:
         self._connection = connection
         self.settings = settings
+        #: Seals the capture checkpoints (``storage.sealed``): a planted one is never resumed from.
+        self.seal = seal
         self.plain_storage = storage or open_storage(settings.storage_url)
         self.lock = BackupLock(self.plain_storage, settings.backup_id, settings.lock_owner)
         # Every write of every step is checked against the lock: a run whose lock is taken over stops at once.
@@ -339,7 +342,7 @@ class BackupRun:
     def checkpoints(self) -> CaptureCheckpoints:
         """This backup's capture checkpoints, in its own storage: any worker resumes any queue, and the capture
         task's progress lines read them from there."""
-        return CaptureCheckpoints(self.storage, self.settings.backup_id)
+        return CaptureCheckpoints(self.storage, self.settings.backup_id, self.seal)
 
     def _stream_mark(self, info: QueueInfo) -> StreamMark | None:
         """Where the newest complete backup holding this stream ended (None: capture it from its start).

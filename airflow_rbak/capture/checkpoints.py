@@ -17,11 +17,15 @@ what encode takes, so they are never encoded.
 
 ``finish`` summarises every checkpoint into ``state/offsets.db`` (the SQLite
 layout the RBAK format gives it, docs/format.md) for foreign readers; nothing here reads that file.
+
+Checkpoints are sealed (:mod:`airflow_rbak.storage.sealed`, bound to their key): a capture resumes only from one
+that opens under the deployment's seal, and starts its queue again otherwise (a planted ``completed`` never ends a
+capture). Encode and the summary read them as evidence, unverified: they only say which staged chunks of the same
+location to take, and hold no key on a Spark cluster.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 import tempfile
@@ -39,8 +43,14 @@ from airflow_rbak.codec.layout import (
     state_key,
     vhost_dir,
 )
+from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import RbakError
-from airflow_rbak.storage.base import ObjectNotFoundError, Storage
+from airflow_rbak.storage.base import Storage
+from airflow_rbak.storage.sealed import StateSeal, UntrustedStateError, default_seal, read_state, unverified_body
+
+log = package_logger(__name__)
+#: The seal purpose of a capture checkpoint.
+CAPTURE_PROGRESS = "capture-progress"
 
 _CHUNK_RE = re.compile(r"/chunk-(\d{8})(?:\.[a-z0-9]+)?$")
 
@@ -75,11 +85,13 @@ class CaptureCheckpoints:
     """The capture checkpoints of a backup, in its storage (one object per queue).
 
     ``save(..., sync=False)`` keeps a checkpoint in this process only: a queue's first checkpoint (its
-    target) needs no store, as there is nothing to resume before its first chunk.
+    target) needs no store, as there is nothing to resume before its first chunk. Stored checkpoints are sealed with
+    ``seal`` (default :func:`~airflow_rbak.storage.sealed.default_seal`); one that fails the seal reads as absent.
     """
 
-    def __init__(self, storage: Storage, backup_id: str) -> None:
+    def __init__(self, storage: Storage, backup_id: str, seal: StateSeal | None = None) -> None:
         self.storage, self.backup_id = storage, backup_id
+        self.seal = seal or default_seal()
         self._lock = threading.Lock()
         self._local: dict[tuple[str, str, str], QueueProgress] = {}
         self._consumers: dict[tuple[str, str, str], dict[str, int]] = {}
@@ -92,7 +104,7 @@ class CaptureCheckpoints:
         with self._lock:
             if (backup_id, vhost, queue) in self._local:
                 return self._local[(backup_id, vhost, queue)]
-        return read_progress(self.storage, checkpoint_key(backup_id, vhost, queue))
+        return _progress(self._trusted(checkpoint_key(backup_id, vhost, queue)), checkpoint_key(backup_id, vhost, queue))
 
     def save(self, progress: QueueProgress, *, sync: bool = True) -> None:
         """Replace one queue's checkpoint; stored (atomically, whole) unless ``sync`` is False."""
@@ -103,7 +115,7 @@ class CaptureCheckpoints:
 
     def all(self, backup_id: str) -> list[QueueProgress]:
         """Every stored checkpoint of the backup, by vhost and queue."""
-        found = [read_progress(self.storage, info.key) for info in self.storage.list(f"{backup_id}/state/queues/")
+        found = [_progress(self._trusted(info.key), info.key) for info in self.storage.list(f"{backup_id}/state/queues/")
                  if info.key.endswith(f"/{CHECKPOINT_NAME}")]
         return sorted((p for p in found if p is not None), key=lambda p: (p.vhost, p.queue))
 
@@ -119,7 +131,15 @@ class CaptureCheckpoints:
         with self._lock:
             if (backup_id, vhost, stream) in self._consumers:
                 return dict(self._consumers[(backup_id, vhost, stream)])
-        return _read(self.storage, checkpoint_key(backup_id, vhost, stream)).get("consumer_offsets", {})
+        return self._trusted(checkpoint_key(backup_id, vhost, stream)).get("consumer_offsets", {})
+
+    def _trusted(self, key: str) -> dict:
+        """The checkpoint document at ``key`` if it opens under the seal; else {} (absent, or untrusted: warned)."""
+        try:
+            return _read(self.storage, key, self.seal)
+        except UntrustedStateError as exc:
+            log.warning("%s; its queue is captured again from the start", exc)
+            return {}
 
     def _put(self, progress: QueueProgress) -> None:
         document = {**asdict(progress), "updated_at": int(time.time() * 1000)}
@@ -127,30 +147,40 @@ class CaptureCheckpoints:
         if consumers is not None:
             document["consumer_offsets"] = consumers
         key = checkpoint_key(progress.backup_id, progress.vhost, progress.queue)
-        self.storage.put(key, json.dumps(document, sort_keys=True).encode())
+        self.seal.write(self.storage, CAPTURE_PROGRESS, key, document)
 
 
-def _read(storage: Storage, key: str) -> dict:
-    try:
-        document = json.loads(storage.get(key))
-    except ObjectNotFoundError:
+def _read(storage: Storage, key: str, seal: StateSeal | None = None) -> dict:
+    """The checkpoint document at ``key`` ({} when absent): opened under ``seal``, or without one read as evidence."""
+    if seal is not None:
+        document = seal.read(storage, CAPTURE_PROGRESS, key)
+    else:
+        try:
+            data = read_state(storage, key)
+            document = None if data is None else unverified_body(key, data)
+        except UntrustedStateError as exc:
+            raise CheckpointFormatError(f"{key}: not a capture checkpoint ({exc})") from None
+    if document is None:
         return {}
-    except ValueError as exc:
-        raise CheckpointFormatError(f"{key}: not a capture checkpoint ({exc})") from None
     if not isinstance(document, dict):
         raise CheckpointFormatError(f"{key}: not a capture checkpoint (a JSON object is expected)")
     return document
 
 
-def read_progress(storage: Storage, key: str) -> QueueProgress | None:
-    """The checkpoint stored at ``key``, or None when there is none."""
-    document = _read(storage, key)
+def _progress(document: dict, key: str) -> QueueProgress | None:
     if not document:
         return None
     try:
         return QueueProgress(**{c: document[c] for c in _COLUMNS if c in document})
     except TypeError as exc:
         raise CheckpointFormatError(f"{key}: not a capture checkpoint ({exc})") from None
+
+
+def read_progress(storage: Storage, key: str) -> QueueProgress | None:
+    """The checkpoint stored at ``key`` as evidence (its seal unchecked), or None when there is none: for encode,
+    which takes from it only which staged chunks of the same location count. A capture resumes only through
+    :meth:`CaptureCheckpoints.get`, which checks the seal."""
+    return _progress(_read(storage, key), key)
 
 
 def chunk_sequence(key: str) -> int | None:
@@ -198,21 +228,22 @@ def write_offsets_summary(storage: Storage, backup_id: str) -> str:
     """Write every queue's final checkpoint as ``state/offsets.db`` (the RBAK format's SQLite layout); return its key.
 
     Only ``finish`` writes it, once, after every capture: a foreign reader sees each queue's last chunk,
-    counts and stream offsets. Resuming never reads it.
+    counts and stream offsets. Resuming never reads it. The checkpoints are read as evidence (as encode reads them).
     """
-    store = CaptureCheckpoints(storage, backup_id)
+    keys = [i.key for i in storage.list(f"{backup_id}/state/queues/") if i.key.endswith(f"/{CHECKPOINT_NAME}")]
+    documents = [(d, p) for d in (_read(storage, k) for k in keys) if (p := _progress(d, "")) is not None]
     now = int(time.time() * 1000)
     with tempfile.TemporaryDirectory(prefix="rbak-offsets-") as folder:
         path = Path(folder) / "offsets.db"
         db = sqlite3.connect(path)
         try:
             db.executescript(_SUMMARY_SCHEMA)
-            for p in store.all(backup_id):
+            for document, p in sorted(documents, key=lambda e: (e[1].vhost, e[1].queue)):
                 values = [int(v) if isinstance(v, bool) else v for v in (getattr(p, c) for c in _COLUMNS)]
                 db.execute(f"INSERT INTO queue_progress VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})", (*values, now))
                 db.executemany("INSERT INTO stream_consumer_offsets VALUES (?, ?, ?, ?, ?)",
                                [(backup_id, p.vhost, p.queue, ref, off)
-                                for ref, off in store.consumer_offsets(backup_id, p.vhost, p.queue).items()])
+                                for ref, off in (document.get("consumer_offsets") or {}).items()])
             db.commit()
         finally:
             db.close()

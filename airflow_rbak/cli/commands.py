@@ -11,7 +11,7 @@ import time
 from typing import IO
 from urllib.parse import urlsplit, urlunsplit
 
-from airflow_rbak.cli.configured import location
+from airflow_rbak.cli.configured import location, state_seal
 from airflow_rbak.cli.output import json_line, json_safe, listed, say
 from airflow_rbak.cli.runs import BROKER_URL_ENV, broker_connection
 from airflow_rbak.codec import read_header
@@ -159,6 +159,8 @@ def rebuild_cmd(args: argparse.Namespace, out: IO[str]) -> int:
 def rollback_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     """Return a broker's definitions to the snapshot a restore took before importing (see restore.rollback).
 
+    A dry run unless ``--apply``: it lists every object it would delete and put back, never cut short. Only a sealed
+    import record whose pinned snapshot matches is acted on (the seal's key from :func:`~.configured.state_seal`).
     The broker comes as for ``rbak restore`` (:func:`~airflow_rbak.cli.runs.broker_connection`), never from the
     command line, where ``ps`` and shell history would keep its password.
     """
@@ -169,18 +171,21 @@ def rollback_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         raise ConfigurationError(f"--broker is not taken: a password on the command line stays in ps and the shell's "
                                  f"history; give the broker in ${BROKER_URL_ENV} or in a file named by --broker-file")
     storage, backup_id = _chosen(args)
+    seal = state_seal()
     with ManagementClient(broker_connection(args)) as client:
-        result = rollback_definitions(client, storage, backup_id, args.snapshot, dry_run=args.dry_run)
+        result = rollback_definitions(client, storage, backup_id, args.snapshot, dry_run=not args.apply, seal=seal)
     if args.format == "json":
         json_line(out, result.to_json())
         return 0
     verb = "would" if result.dry_run else "did"
-    say(out, f"rollback to {result.snapshot_key}: {verb} delete {len(result.deleted)} and put back "
-              f"{len(result.restored)} objects")
+    say(out, f"rollback to {result.snapshot_key} (sha256 {result.snapshot_sha256}, as its sealed import record "
+              f"{result.record_key} pins): {verb} delete {len(result.deleted)} and put back {len(result.restored)} objects")
     for name in result.deleted:
         say(out, f"  delete {name}")
     for name in result.restored:
         say(out, f"  put back {name}")
+    if result.dry_run:
+        say(out, "dry run: nothing was changed; run again with --apply to do exactly this")
     return 0
 
 

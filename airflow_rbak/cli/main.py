@@ -46,7 +46,8 @@ EXAMPLES = {
     "unlock": "rbak unlock --backup-id prod-2026-11-22",
     "dump": "rbak segment dump /var/backups/rabbit/b1/queues/_default/orders/segment-0001.zst | head",
     "rebuild": "rbak manifest rebuild --backup-id prod-2026-11-22 --replace",
-    "rollback": "RBAK_BROKER_URL=amqp://... rbak definitions rollback --backup-id latest --dry-run",
+    "rollback": "RBAK_BROKER_URL=amqp://... rbak definitions rollback --backup-id latest   # lists, changes nothing\n"
+                "RBAK_BROKER_URL=amqp://... rbak definitions rollback --backup-id latest --apply",
     "restore": "RBAK_BROKER_URL=amqp://... rbak restore --backup-id latest --dry-run\n"
                "rbak restore --broker-file ~/.rbak-broker --backup-id b1 --vhost-map prod=prod-restored",
     "backup": "RBAK_BROKER_URL=amqp://... rbak backup --backup-id manual-1\n"
@@ -117,12 +118,17 @@ def build_parser() -> argparse.ArgumentParser:
     definitions = sub.add_parser("definitions", help="Work with the definitions a restore imported.").add_subparsers(
         dest="definitions_command", required=True)
     p = command("rollback", "Return a broker's definitions to the snapshot a restore took before importing: delete what "
-                            "the import created, put back what it replaced.", definitions)
+                            "the import created, put back what it replaced (queues, exchanges, bindings, policies and "
+                            "vhosts only, as its sealed import record lists them). Lists everything and changes "
+                            "nothing unless --apply.", definitions)
     _backup_args(p)
     runs.add_broker_args(p)
     p.add_argument("--broker", help=argparse.SUPPRESS)  # refused with a pointer to --broker-file, not echoed
     p.add_argument("--snapshot", help="the snapshot's key (default: the newest rollback-before-import-* of the backup)")
-    p.add_argument("--dry-run", action="store_true", help="list what would be deleted and put back; change nothing")
+    act = p.add_mutually_exclusive_group()
+    act.add_argument("--apply", action="store_true", help="delete and put back what the listing shows (default: only list)")
+    act.add_argument("--dry-run", action="store_true", help="list what would be deleted and put back; change nothing "
+                                                            "(the default)")
     p.set_defaults(run=commands.rollback_cmd)
 
     p = command("restore", "Restore a backup without Airflow: the rbak_restore DAG's engine and settings, in this "

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.cli.configured import location
+from airflow_rbak.cli.configured import location, state_seal
 from airflow_rbak.cli.output import json_line, listed, say
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
@@ -111,7 +111,7 @@ def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     _migration_args(args, conf)
     settings = RestoreRequest.from_conf(conf)
     connection = broker_connection(args)
-    report = RestoreRun(connection, settings).run()
+    report = RestoreRun(connection, settings, seal=state_seal()).run()
     if args.format == "json":
         json_line(out, report.to_json())
         return 0
@@ -181,7 +181,7 @@ def backup_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         settings = BackupSettings(backup_id, storage_url, selector=selector, **conf)
     except TypeError as exc:  # a name BackupSettings does not take
         raise ConfigurationError(f"unknown backup setting: {exc}") from None
-    run = BackupRun(broker_connection(args), settings)
+    run = BackupRun(broker_connection(args), settings, seal=state_seal())
     manifest = run.run()
     summary: dict[str, Any] = {
         "backup_id": manifest.backup_id, "queues": len(manifest.queues), "total_messages": manifest.total_messages,

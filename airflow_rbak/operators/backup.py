@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_rbak.airflow_settings import rbak_settings
+from airflow_rbak.airflow_settings import rbak_settings, state_seal
 from airflow_rbak.backup.run import STREAM_MODES, BackupAlreadyCompleteError, BackupRun, BackupSettings
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, group_queues
@@ -80,7 +80,7 @@ def backup_run(context: Any, connection: RabbitMQConnection | None, backup_id: s
                **settings: Any) -> BackupRun:
     """The :class:`BackupRun` of one task: settings validated before any I/O, the DAG run the lock's owner."""
     return run_step("setup", lambda: BackupRun(
-        connection, BackupSettings(backup_id, storage_url, lock_owner=lock_owner(context), **settings)))
+        connection, BackupSettings(backup_id, storage_url, lock_owner=lock_owner(context), **settings), seal=state_seal()))
 
 
 class RbakBrokerOperator(StorageConnectionMixin, BaseOperator):

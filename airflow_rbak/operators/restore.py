@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_rbak.airflow_settings import rbak_settings
+from airflow_rbak.airflow_settings import rbak_settings, state_seal
 from airflow_rbak.display import package_logger
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.operators import metrics
@@ -53,7 +53,8 @@ class RbakRestoreOperator(StorageConnectionMixin, BaseOperator):
     def restore_run(self) -> RestoreRun:
         """The engine for this task (settings validated before any I/O)."""
         settings = run_step("setup", lambda: RestoreRequest(**dict(self.restore_request)))
-        return run_step("setup", lambda: RestoreRun(RabbitMQHook(self.rabbitmq_conn_id).get_conn(), settings))
+        return run_step("setup", lambda: RestoreRun(RabbitMQHook(self.rabbitmq_conn_id).get_conn(), settings,
+                                                    seal=state_seal()))
 
 
 class RbakRestorePlanOperator(RbakRestoreOperator):

@@ -27,12 +27,17 @@ replaces one object whole (storage writes are atomic), so concurrent restore
 tasks never overwrite each other's progress. Stream offset pairs are stored
 in batches (``offsets-<first source offset>.json``), each written once, so
 a checkpoint stays small however long the stream.
+
+Whoever can write to the location could plant those objects, so each is sealed (:mod:`airflow_rbak.storage.sealed`,
+bound to its own key) and read back only through the seal: a progress object that fails it counts as absent (the
+restore starts again, and the refusal to add to a queue that holds messages then applies), unroutable and offsets
+objects that fail it are left out with a warning naming them. Objects of older versions, unsealed, fail it too.
+The SQLite store lives on the worker's own disk, outside the location, and is not sealed.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import sqlite3
 import time
 from dataclasses import dataclass, replace
@@ -40,8 +45,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from airflow_rbak.codec.layout import restore_state_prefix
+from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.storage.base import ObjectNotFoundError, Storage
+from airflow_rbak.storage.base import Storage
+from airflow_rbak.storage.sealed import StateSeal, UntrustedStateError, default_seal
+
+log = package_logger(__name__)
+#: The seal purposes of the three kinds of object (an object sealed as one is never taken as another).
+PROGRESS, UNROUTABLE, OFFSETS = "restore-progress", "restore-unroutable", "restore-offsets"
 
 _KEY_COLUMNS = ("target_cluster TEXT NOT NULL, location TEXT NOT NULL, backup_id TEXT NOT NULL, source_vhost TEXT NOT NULL, "
                 "source_queue TEXT NOT NULL, target_vhost TEXT NOT NULL, target_queue TEXT NOT NULL")
@@ -117,20 +128,22 @@ class RestoreCheckpointStore(Protocol):
 IN_BACKUP_STORAGE = "backup"
 
 
-def open_checkpoint_store(location: str, backup_storage: Storage | None = None) -> RestoreCheckpoints | StoredRestoreCheckpoints:
+def open_checkpoint_store(location: str, backup_storage: Storage | None = None,
+                          seal: StateSeal | None = None) -> RestoreCheckpoints | StoredRestoreCheckpoints:
     """The checkpoint store ``checkpoint_state`` names; close it after use.
 
     ``backup`` (default): objects in the backup's storage, so a restore task resumes on any worker; a storage
-    URL (``s3://…``, ``file://…``): objects there; a plain path: a local SQLite file (one worker only).
+    URL (``s3://…``, ``file://…``): objects there; a plain path: a local SQLite file (one worker only). Objects in
+    storage are sealed with ``seal`` (default: :func:`~airflow_rbak.storage.sealed.default_seal`).
     """
     from airflow_rbak.storage import open_storage
 
     if location == IN_BACKUP_STORAGE:
         if backup_storage is None:
             raise ConfigurationError("checkpoint_state 'backup' needs the backup's storage")
-        return StoredRestoreCheckpoints(backup_storage)
+        return StoredRestoreCheckpoints(backup_storage, seal)
     if "://" in location:
-        return StoredRestoreCheckpoints(open_storage(location))
+        return StoredRestoreCheckpoints(open_storage(location), seal)
     return RestoreCheckpoints(location)
 
 
@@ -205,11 +218,22 @@ def _key(cp: QueueCheckpoint) -> tuple[str, ...]:
     return (cp.target_cluster, cp.location, cp.backup_id, cp.source_vhost, cp.source_queue, cp.target_vhost, cp.target_queue)
 
 
-class StoredRestoreCheckpoints:
-    """Restore checkpoints as objects in ``storage`` (the backup's own location, or another the user names)."""
+def _is_progress(row: Any, blank: QueueCheckpoint) -> bool:
+    """True when ``row`` has the fields and types :meth:`StoredRestoreCheckpoints.save` writes, for ``blank``'s key."""
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
-    def __init__(self, storage: Storage) -> None:
+    return (isinstance(row, dict) and row.get("key") == list(_key(blank)) and isinstance(row.get("window"), str)
+            and count(row.get("next_ordinal")) and count(row.get("published"))
+            and (row.get("depth_base") is None or count(row.get("depth_base"))) and isinstance(row.get("completed"), bool))
+
+
+class StoredRestoreCheckpoints:
+    """Restore checkpoints as sealed objects in ``storage`` (the backup's own location, or another the user names)."""
+
+    def __init__(self, storage: Storage, seal: StateSeal | None = None) -> None:
         self.storage = storage
+        self.seal = seal or default_seal()
         self._offsets: dict[str, list[tuple[int, int]]] = {}
 
     def close(self) -> None:
@@ -225,18 +249,13 @@ class StoredRestoreCheckpoints:
         digest = hashlib.sha256("\0".join(_key(cp)).encode()).hexdigest()[:32]
         return f"{restore_state_prefix(cp.backup_id)}{digest}/"
 
-    def _get(self, key: str) -> Any:
-        try:
-            return json.loads(self.storage.get(key))
-        except ObjectNotFoundError:
-            return None
-
-    def _put(self, key: str, value: Any) -> None:
-        self.storage.put(key, json.dumps(value, sort_keys=True).encode())
+    def _put(self, purpose: str, key: str, value: Any) -> None:
+        self.seal.write(self.storage, purpose, key, value)
 
     def load(self, blank: QueueCheckpoint) -> QueueCheckpoint:
-        """The stored checkpoint for ``blank``'s key, or ``blank``; refuses a different window."""
-        row = self._get(self._folder(blank) + "progress.json")
+        """The stored checkpoint for ``blank``'s key, or ``blank`` (also when the stored one is not trusted);
+        refuses a different window."""
+        row = self._progress(blank)
         if row is None:
             return blank
         if row["window"] != blank.window:
@@ -244,31 +263,59 @@ class StoredRestoreCheckpoints:
                 f"{self.storage.url} holds a restore of {blank.source_vhost}/{blank.source_queue} with window "
                 f"{row['window']}, not {blank.window}; use another checkpoint_state, or the same window to resume")
         return replace(blank, next_ordinal=row["next_ordinal"], published=row["published"], depth_base=row["depth_base"],
-                       completed=bool(row["completed"]), stored=True)
+                       completed=row["completed"], stored=True)
+
+    def _progress(self, blank: QueueCheckpoint) -> dict[str, Any] | None:
+        """The stored progress of ``blank``'s restore; None when there is none or it is not trusted (said in a warning)."""
+        key = self._folder(blank) + "progress.json"
+        try:
+            row = self.seal.read(self.storage, PROGRESS, key)
+            if row is not None and not _is_progress(row, blank):
+                raise UntrustedStateError(key, "its body is not this restore's progress")
+        except UntrustedStateError as exc:
+            log.warning("%s; the restore of %s/%s starts again as if it had none", exc, blank.source_vhost,
+                        blank.source_queue)
+            return None
+        return row
 
     def save(self, cp: QueueCheckpoint) -> None:
-        self._put(self._folder(cp) + "progress.json", {
+        self._put(PROGRESS, self._folder(cp) + "progress.json", {
             "key": list(_key(cp)), "window": cp.window, "next_ordinal": cp.next_ordinal, "published": cp.published,
             "depth_base": cp.depth_base, "completed": cp.completed})
 
     def add_unroutable(self, cp: QueueCheckpoint, item: Unroutable) -> None:
-        self._put(f"{self._folder(cp)}unroutable-{item.ordinal:020d}.json", item.__dict__)
+        self._put(UNROUTABLE, f"{self._folder(cp)}unroutable-{item.ordinal:020d}.json", item.__dict__)
 
     def unroutable(self, cp: QueueCheckpoint) -> list[Unroutable]:
+        """The unroutable records this restore stored; objects that fail their seal are left out, with a warning."""
         keys = sorted(i.key for i in self.storage.list(self._folder(cp) + "unroutable-"))
-        return [Unroutable(**self._get(k)) for k in keys]
+        return [Unroutable(**row) for row in self._trusted(UNROUTABLE, keys, dict)]
 
     def add_stream_offsets(self, cp: QueueCheckpoint, pairs: list[tuple[int, int]]) -> None:
         """Remember which new stream offset each restored record (by source offset) received."""
         if pairs:
-            self._put(f"{self._folder(cp)}offsets-{min(s for s, _ in pairs):020d}.json", sorted(pairs))
+            self._put(OFFSETS, f"{self._folder(cp)}offsets-{min(s for s, _ in pairs):020d}.json", sorted(pairs))
             self._offsets.pop(self._folder(cp), None)
 
     def mapped_offset(self, cp: QueueCheckpoint, source_offset: int) -> int | None:
         """The new offset of the last restored record at or before ``source_offset``, or None."""
         folder = self._folder(cp)
         if folder not in self._offsets:
-            pairs = [p for i in self.storage.list(folder + "offsets-") for p in self._get(i.key)]
+            keys = [i.key for i in self.storage.list(folder + "offsets-")]
+            pairs = [p for batch in self._trusted(OFFSETS, keys, list) for p in batch]
             self._offsets[folder] = sorted((int(s), int(t)) for s, t in pairs)
         before = [t for s, t in self._offsets[folder] if s <= source_offset]
         return before[-1] if before else None
+
+    def _trusted(self, purpose: str, keys: list[str], shape: type) -> list[Any]:
+        """The bodies of ``keys`` that open under the seal and have ``shape``; each other one is named in a warning."""
+        found = []
+        for key in keys:
+            try:
+                body = self.seal.read(self.storage, purpose, key)
+            except UntrustedStateError as exc:
+                log.warning("%s; left out of this restore's checkpoint", exc)
+                continue
+            if isinstance(body, shape):
+                found.append(body)
+        return found

@@ -16,11 +16,15 @@ will create and replace at ``definitions/import-record-<timestamp>.json``
 (what ``rollback`` undoes); any failure raises :class:`DefinitionsImportError`,
 and the run stops before publishing. Before any of that, the step recomputes
 the import and checks it against the approved plan's pin (:mod:`.contract`):
-a replaced export or a changed target refuses with nothing written.
+a replaced export or a changed target refuses with nothing written. The import
+record is sealed (:mod:`airflow_rbak.storage.sealed`) and pins the snapshot by
+SHA-256 and size, so a rollback acts only on a record this deployment wrote,
+beside the snapshot it wrote.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -45,6 +49,10 @@ from airflow_rbak.restore.plan import RestorePlan
 from airflow_rbak.restore.quorum_support import target_version
 from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest, matches
 from airflow_rbak.storage.base import Storage, StorageError, read_bounded
+from airflow_rbak.storage.sealed import StateSeal, default_seal
+
+#: The seal purpose of an import record.
+IMPORT_RECORD = "definitions-import-record"
 
 log = package_logger(__name__)
 
@@ -198,16 +206,18 @@ def rollback_timestamp(now: datetime | None = None) -> str:
     return now.strftime("%Y%m%dT%H%M%S") + f"{now.microsecond // 1000:03d}Z"
 
 
-def save_rollback(client: ManagementClient, storage: Storage, backup_id: str, definitions_key: str) -> str:
-    """Store the target's current definitions, credentials left out, (compressed like the backup's); return the key."""
+def save_rollback(client: ManagementClient, storage: Storage, backup_id: str, definitions_key: str) -> tuple[str, dict[str, Any]]:
+    """Store the target's current definitions, credentials left out, (compressed like the backup's); return the key
+    and its pin (``sha256`` and ``size`` of the stored bytes) for the import record."""
     compression = compression_from_key(definitions_key)
     key = rollback_definitions_key(backup_id, rollback_timestamp(), compression)
     try:
         raw = without_credentials(client.definitions_raw())  # a restore never changes users or parameters
-        storage.put(key, compress(raw, compression, 3))
+        data = compress(raw, compression, 3)
+        storage.put(key, data)
     except (BrokerError, StorageError) as exc:
         raise DefinitionsImportError(f"could not save the rollback snapshot {key} ({exc}); nothing was imported") from None
-    return key
+    return key, {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
 
 
 def import_record_key(rollback_key: str) -> str:
@@ -279,9 +289,11 @@ def plan_definitions(client: ManagementClient, storage: Storage, settings: Resto
 
 
 def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest,
-                        plan: RestorePlan) -> DefinitionsResult:
+                        plan: RestorePlan, seal: StateSeal | None = None) -> DefinitionsResult:
     """Recompute the import and check it against the plan's pin; unless dry run, then save the rollback snapshot and
-    the import record, and import. A drift from the pin refuses before anything is written (:mod:`.contract`)."""
+    the import record (sealed with ``seal``, default :func:`~airflow_rbak.storage.sealed.default_seal`), and import.
+    A drift from the pin refuses before anything is written (:mod:`.contract`)."""
+    seal = seal or default_seal()  # resolved first: a key that cannot be had stops the run before anything is written
     proposal = plan_definitions(client, storage, settings, plan.backup_id, plan.definitions_key, plan.backup_vhosts,
                                 plan.queue_vhosts)
     selected, changes = proposal.selected, proposal.changes
@@ -295,13 +307,14 @@ def restore_definitions(client: ManagementClient, storage: Storage, settings: Re
         log.info("transformed definitions stored at %s (importable by hand)", result.transformed_key)
     if settings.dry_run:
         return result
-    result.rollback_key = save_rollback(client, storage, plan.backup_id, key)
+    result.rollback_key, pin = save_rollback(client, storage, plan.backup_id, key)
     log.info("saved the target's definitions to %s before import", result.rollback_key)
-    record = {"snapshot": result.rollback_key, "mode": changes.mode,
-              "created": [{"kind": k, "item": i} for k, i in changes.create],
+    record = {"snapshot": result.rollback_key, "snapshot_sha256": pin["sha256"], "snapshot_size": pin["size"],
+              "mode": changes.mode, "created": [{"kind": k, "item": i} for k, i in changes.create],
               "replaced": [{"kind": k, "item": i} for k, i in changes.replace] if changes.mode == "replace" else []}
     try:
-        storage.put(import_record_key(result.rollback_key), orjson.dumps(record))
+        record_key = import_record_key(result.rollback_key)
+        seal.write(storage, IMPORT_RECORD, record_key, record)
     except StorageError as exc:
         raise DefinitionsImportError(f"could not save the import record ({exc}); nothing was imported") from None
     for vhost in selected:

@@ -9,10 +9,19 @@ not touch are left alone, so changes others made since are kept. Deleting a
 queue or vhost the import created deletes the messages restored into it:
 that is what returning to the snapshot means. Afterwards every touched
 object is read back and compared with the snapshot.
+
+Both files lie in the backup's location, where anyone who can write could
+plant them, so neither is taken as it is. The import record must open under
+the deployment's seal (:mod:`airflow_rbak.storage.sealed`), name this
+snapshot, and pin it by SHA-256 and size, which the snapshot must match; and
+it may list only the kinds a restore imports (:data:`ROLLBACK_KINDS`): a
+record naming anything else (users, permissions, parameters) is refused
+whole. Any refusal changes nothing on the target.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -22,24 +31,39 @@ import orjson
 from airflow_rbak.broker import management_admin
 from airflow_rbak.broker.errors import ManagementWriteError
 from airflow_rbak.broker.management import ManagementClient, addressable
+from airflow_rbak.codec import CodecError
+from airflow_rbak.codec.bounded_json import DEFINITIONS_LIMITS, JsonLimits, loads_bounded
+from airflow_rbak.codec.compression import decompress
+from airflow_rbak.codec.layout import compression_from_key
 from airflow_rbak.display import package_logger
-from airflow_rbak.restore.definitions import current_definitions, import_record_key, load_definitions
+from airflow_rbak.restore.definitions import IMPORT_RECORD, current_definitions, import_record_key
 from airflow_rbak.restore.definitions_diff import IDENTITY, identity, index, label
 from airflow_rbak.restore.errors import DefinitionsImportError, DefinitionsRollbackError
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
+from airflow_rbak.storage.sealed import StateSeal, UntrustedStateError, default_seal
 
 log = package_logger(__name__)
 _SNAPSHOT_PREFIX = "definitions/rollback-before-import-"
+#: The kinds a definitions restore imports (``restore.definitions``), and so the only kinds a rollback changes: never
+#: users, permissions, topic permissions, parameters or global parameters.
+ROLLBACK_KINDS = ("bindings", "queues", "exchanges", "policies", "vhosts")
+#: The caps of an import record (it lists objects, as a definitions export does).
+RECORD_LIMITS = JsonLimits(max_bytes=DEFINITIONS_LIMITS.max_bytes, max_values=DEFINITIONS_LIMITS.max_values,
+                           what="an import record")
+_NAME_FIELDS = {"vhosts": ("name",), "queues": ("vhost", "name"), "exchanges": ("vhost", "name"),
+                "policies": ("vhost", "name"), "bindings": ("vhost", "source", "destination")}
 
 
 @dataclass
 class RollbackResult:
-    """What a rollback deleted and put back (object labels), and from which snapshot."""
+    """What a rollback deleted and put back (object labels, every one), and from which snapshot and record."""
 
     snapshot_key: str
     deleted: list[str] = field(default_factory=list)
     restored: list[str] = field(default_factory=list)
     dry_run: bool = False
+    record_key: str = ""
+    snapshot_sha256: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -54,14 +78,20 @@ def latest_snapshot(storage: Storage, backup_id: str) -> str:
 
 
 def rollback_definitions(client: ManagementClient, storage: Storage, backup_id: str, snapshot_key: str | None = None,
-                         dry_run: bool = False) -> RollbackResult:
-    """Return the target's definitions to the snapshot taken before the import; checks the result object by object."""
+                         dry_run: bool = False, seal: StateSeal | None = None) -> RollbackResult:
+    """Return the target's definitions to the snapshot taken before the import; checks the result object by object.
+
+    Only a sealed import record (``seal``, default :func:`~airflow_rbak.storage.sealed.default_seal`) beside a
+    snapshot matching its pin is acted on; anything else raises :class:`DefinitionsRollbackError` before the target
+    is touched.
+    """
+    seal = seal or default_seal()
     key = snapshot_key or latest_snapshot(storage, backup_id)
     if not key.startswith(f"{backup_id}/{_SNAPSHOT_PREFIX}"):
         raise DefinitionsRollbackError(f"{key} is not a rollback snapshot of backup {backup_id!r}")
-    record = _load_record(storage, key)
+    record = load_record(storage, key, seal)
+    snapshot = index(pinned_snapshot(storage, key, record))
     try:
-        snapshot = index(load_definitions(storage, key))
         current = index(current_definitions(client))
     except DefinitionsImportError as exc:
         raise DefinitionsRollbackError(str(exc).replace("nothing was imported", "nothing was changed")) from None
@@ -70,10 +100,9 @@ def rollback_definitions(client: ManagementClient, storage: Storage, backup_id: 
                 if identity(k, i) in snapshot and current.get(identity(k, i)) != snapshot[identity(k, i)]]
     unaddressable = [label(identity(k, i)) for k, i in deletes if not all(addressable(str(v)) for v in _path_names(k, i))]
     if unaddressable:
-        raise DefinitionsRollbackError(f"the management API cannot address {unaddressable[:5]} in a URL; nothing was changed")
-    result = RollbackResult(
-        key, [label(identity(k, i)) for k, i in deletes], [label(identity(k, i)) for k, i in restores], dry_run
-    )
+        raise DefinitionsRollbackError(f"the management API cannot address {unaddressable} in a URL; nothing was changed")
+    result = RollbackResult(key, [label(identity(k, i)) for k, i in deletes], [label(identity(k, i)) for k, i in restores],
+                            dry_run, import_record_key(key), record["snapshot_sha256"])
     if dry_run:
         return result
     try:
@@ -88,23 +117,87 @@ def rollback_definitions(client: ManagementClient, storage: Storage, backup_id: 
     return result
 
 
-def _load_record(storage: Storage, snapshot_key: str) -> dict[str, Any]:
+def load_record(storage: Storage, snapshot_key: str, seal: StateSeal) -> dict[str, Any]:
+    """The import record beside ``snapshot_key``, opened under ``seal`` and checked entry by entry."""
     key = import_record_key(snapshot_key)
     try:
-        record = orjson.loads(storage.get(key))
-    except ObjectNotFoundError:
+        record = seal.read(storage, IMPORT_RECORD, key, RECORD_LIMITS)
+    except UntrustedStateError as exc:
+        raise DefinitionsRollbackError(f"{exc}; a rollback acts only on an import record this deployment's restore "
+                                       "wrote and sealed: nothing was changed") from None
+    except StorageError as exc:
+        raise DefinitionsRollbackError(f"{key} cannot be read ({type(exc).__name__}); nothing was changed") from None
+    if record is None:
         raise DefinitionsRollbackError(
             f"{key} is missing: without the record of what the import created, a rollback cannot tell it from what "
-            "others created since; nothing was changed") from None
-    except (StorageError, orjson.JSONDecodeError) as exc:
-        raise DefinitionsRollbackError(f"{key} cannot be read ({type(exc).__name__}); nothing was changed") from None
-    if not isinstance(record, dict):
-        raise DefinitionsRollbackError(f"{key} is not an import record; nothing was changed")
+            "others created since; nothing was changed")
+    if not isinstance(record, dict) or record.get("snapshot") != snapshot_key:
+        raise DefinitionsRollbackError(f"{key} is not the import record of {snapshot_key}; nothing was changed")
+    if not isinstance(record.get("snapshot_sha256"), str) or not isinstance(record.get("snapshot_size"), int):
+        raise DefinitionsRollbackError(f"{key} pins no snapshot (written by an older version?); nothing was changed")
+    refused = [f"{part}[{n}]: {_describe(entry)}" for part in ("created", "replaced")
+               for n, entry in enumerate(_entries(record, part)) if not _acceptable(entry)]
+    if not isinstance(record.get("created"), list) or not isinstance(record.get("replaced", []), list):
+        refused.append("created/replaced: not lists")
+    if refused:
+        raise DefinitionsRollbackError(
+            f"{key} lists what a restore never imports (a rollback changes only {', '.join(ROLLBACK_KINDS)}): "
+            f"{'; '.join(refused)}; nothing was changed")
     return record
 
 
+def _entries(record: dict[str, Any], part: str) -> list[Any]:
+    entries = record.get(part) or []
+    return entries if isinstance(entries, list) else []
+
+
+def _acceptable(entry: Any) -> bool:
+    """An entry of a kind a restore imports, whose naming fields are strings (a binding's destination type too)."""
+    if not isinstance(entry, dict) or entry.get("kind") not in ROLLBACK_KINDS or not isinstance(entry.get("item"), dict):
+        return False
+    item = entry["item"]
+    if not all(isinstance(item.get(name), str) for name in _NAME_FIELDS[entry["kind"]]):
+        return False
+    return entry["kind"] != "bindings" or item.get("destination_type") in ("queue", "exchange")
+
+
+def _describe(entry: Any) -> str:
+    """An entry as the refusal names it: its kind and item (sorted JSON, at most 200 characters)."""
+    if not isinstance(entry, dict):
+        return f"not an object ({type(entry).__name__})"
+    item = orjson.dumps(entry.get("item"), option=orjson.OPT_SORT_KEYS).decode()
+    return f"{str(entry.get('kind'))[:40]} {item[:200]}"
+
+
+def pinned_snapshot(storage: Storage, key: str, record: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot's definitions, read only when its size and SHA-256 are the ones the record pins."""
+    size, digest = record["snapshot_size"], record["snapshot_sha256"]
+    try:
+        found = storage.stat(key).size
+        if found != size:
+            raise DefinitionsRollbackError(f"{key} holds {found} bytes, not the {size} its import record pins; "
+                                           "nothing was changed")
+        data = storage.get_range(key, 0, size + 1) if size else b""
+    except ObjectNotFoundError:
+        raise DefinitionsRollbackError(f"{key} is missing; nothing was changed") from None
+    except StorageError as exc:
+        raise DefinitionsRollbackError(f"{key} cannot be read ({type(exc).__name__}); nothing was changed") from None
+    if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
+        raise DefinitionsRollbackError(f"{key} is not the snapshot its import record pins (SHA-256 differs); "
+                                       "nothing was changed")
+    try:  # parsed as ``restore.definitions.load_definitions`` does, from the bytes just checked
+        text = decompress(data, compression_from_key(key), DEFINITIONS_LIMITS.max_bytes, key)
+        doc = loads_bounded(text, key, DEFINITIONS_LIMITS, unique_keys=True)
+    except CodecError as exc:
+        raise DefinitionsRollbackError(f"{key} cannot be read ({type(exc).__name__}); nothing was changed") from None
+    if not isinstance(doc, dict):
+        raise DefinitionsRollbackError(f"{key} is not a definitions document; nothing was changed")
+    return doc
+
+
 def _items(record: dict[str, Any], part: str) -> list[tuple[str, dict[str, Any]]]:
-    return [(e["kind"], e["item"]) for e in record.get(part) or [] if isinstance(e, dict) and e.get("kind") in IDENTITY]
+    """The record's entries of ``part`` (every one checked by :func:`load_record`)."""
+    return [(e["kind"], e["item"]) for e in _entries(record, part)]
 
 
 def _deletes(record: dict[str, Any], snapshot: dict, current: dict) -> list[tuple[str, dict[str, Any]]]:
@@ -133,12 +226,8 @@ def _delete(client: ManagementClient, kind: str, item: dict[str, Any]) -> None:
                 management_admin.send(client, "DELETE", f"{path}/{q(found['properties_key'])}")
         return
     paths = {"queues": f"queues/{q(vhost)}/{q(item.get('name'))}", "exchanges": f"exchanges/{q(vhost)}/{q(item.get('name'))}",
-             "policies": f"policies/{q(vhost)}/{q(item.get('name'))}", "vhosts": f"vhosts/{q(item.get('name'))}",
-             "parameters": f"parameters/{q(item.get('component'))}/{q(vhost)}/{q(item.get('name'))}",
-             "permissions": f"permissions/{q(vhost)}/{q(item.get('user'))}",
-             "topic_permissions": f"topic-permissions/{q(vhost)}/{q(item.get('user'))}",
-             "global_parameters": f"global-parameters/{q(item.get('name'))}", "users": f"users/{q(item.get('name'))}"}
-    management_admin.send(client, "DELETE", paths[kind])
+             "policies": f"policies/{q(vhost)}/{q(item.get('name'))}", "vhosts": f"vhosts/{q(item.get('name'))}"}
+    management_admin.send(client, "DELETE", paths[kind])  # only ROLLBACK_KINDS reach here (load_record)
 
 
 def _document(objects: list[tuple[str, dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:

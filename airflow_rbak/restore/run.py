@@ -30,6 +30,7 @@ from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.restore.target import check_target, inspect_target, refusal
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
+from airflow_rbak.storage.sealed import StateSeal, default_seal
 
 log = package_logger(__name__)
 
@@ -75,10 +76,13 @@ def report_line(report: Mapping[str, Any]) -> str:
 class RestoreRun:
     """The steps of one restore from one storage location into one broker."""
 
-    def __init__(self, connection: RabbitMQConnection, settings: RestoreRequest, storage: Storage | None = None) -> None:
+    def __init__(self, connection: RabbitMQConnection, settings: RestoreRequest, storage: Storage | None = None,
+                 seal: StateSeal | None = None) -> None:
         self.connection = connection
         self.settings = settings
         self.storage = storage or open_storage(settings.storage_url)
+        #: Seals the checkpoints and the import record this run writes to the location (``storage.sealed``).
+        self.seal = seal or default_seal()
 
     def run(self) -> RestoreReport:
         """Every step in order; a definitions failure stops the run before any message is published."""
@@ -99,7 +103,7 @@ class RestoreRun:
         plan = plan_restore(self.storage, self.settings)
         with (
             ManagementClient(self.connection) as client,
-            open_checkpoint_store(self.settings.checkpoint_state, self.storage) as checkpoints,
+            open_checkpoint_store(self.settings.checkpoint_state, self.storage, self.seal) as checkpoints,
         ):
             if self.settings.restore_definitions:  # first: a refused queue is neither inspected nor published
                 proposal = plan_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key,
@@ -119,12 +123,12 @@ class RestoreRun:
         """Check the import against the plan's pin, then rollback snapshot and import (dry run: only the counts of what
         would be imported); a drift from the pin raises PlanChangedError with nothing imported."""
         with ManagementClient(self.connection) as client:
-            return restore_definitions(client, self.storage, self.settings, plan)
+            return restore_definitions(client, self.storage, self.settings, plan, seal=self.seal)
 
     def publish(self, plan: RestorePlan, queue: QueuePlan) -> QueueResult:
         """Restore one queue of the plan."""
         self._check_same_target(plan)
-        with open_checkpoint_store(self.settings.checkpoint_state, self.storage) as checkpoints:
+        with open_checkpoint_store(self.settings.checkpoint_state, self.storage, self.seal) as checkpoints:
             result = restore_queue(self.connection, self.storage, self.settings, plan, queue, checkpoints)
             if self.settings.restore_consumer_offsets and not self.settings.dry_run and queue.queue_type == "stream":
                 cp = queue_checkpoint(plan, queue, self.settings)
@@ -136,7 +140,7 @@ class RestoreRun:
         blank = queue_checkpoint(plan, queue, self.settings)
 
         def sample() -> tuple[int, int | None] | None:
-            with open_checkpoint_store(self.settings.checkpoint_state, self.storage) as store:
+            with open_checkpoint_store(self.settings.checkpoint_state, self.storage, self.seal) as store:
                 cp = store.load(blank)
             return (cp.published, None) if cp.stored else None
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 from airflow_rbak.capture.checkpoints import CaptureCheckpoints, QueueProgress, accounted_chunk_keys, write_offsets_summary
 from airflow_rbak.codec.layout import checkpoint_key, state_key
 from airflow_rbak.storage import open_storage
+from airflow_rbak.storage.sealed import StateSeal
 
 
 def progress(**changes: object) -> QueueProgress:
@@ -128,3 +130,21 @@ def test_the_offsets_summary_is_seed_001s_sqlite_layout_for_foreign_readers(tmp_
         consumers = db.execute("SELECT stream, reference, stored_offset FROM stream_consumer_offsets").fetchall()
     assert rows == [("events", 0, 0, 0, 9), ("orders", 3, 100, 1, None)]
     assert consumers == [("events", "billing", 4)]
+
+
+def test_a_checkpoint_that_fails_its_seal_is_not_resumed_from_but_encode_still_sees_its_chunks(location, caplog):
+    # Given checkpoints planted for two queues: one unsealed saying complete, one sealed with another deployment's key
+    storage = open_storage(location)
+    storage.put(checkpoint_key("b1", "/", "orders"),
+                json.dumps({**progress(last_chunk=1, completed=True).__dict__, "consumer_offsets": {"x": 1}}).encode())
+    CaptureCheckpoints(storage, "b1", StateSeal(b"another deployment's state key")).save(progress(queue="events", completed=True))
+
+    # Then a capture finds no checkpoint to resume from (it starts again), and says why
+    store = CaptureCheckpoints(storage, "b1")
+    assert store.get("b1", "/", "orders") is None and store.get("b1", "/", "events") is None
+    assert store.consumer_offsets("b1", "/", "orders") == {} and store.all("b1") == []
+    assert f"{checkpoint_key('b1', '/', 'orders')} is not trusted state: no seal" in caplog.text
+    assert f"{checkpoint_key('b1', '/', 'events')} is not trusted state: bad MAC" in caplog.text
+    # and encode, reading them as evidence of which chunks of the same location count, still does
+    keys = ["b1/staging/_default/orders/chunk-00000001.zst"]
+    assert accounted_chunk_keys(storage, "b1", "_default", "orders", keys) == keys

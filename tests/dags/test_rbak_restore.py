@@ -11,7 +11,9 @@ import requests
 from airflow_rbak.cli.runs import AIRFLOW_ONLY
 from airflow_rbak.operators.metrics import location_tag
 from airflow_rbak.restore.request import CONF_NAMES
+from airflow_rbak.restore.rollback import load_record
 from airflow_rbak.storage import open_storage
+from airflow_rbak.storage.sealed import default_seal
 from tests.dags.airflow_env import REPO, airflow_env, dags_test, rabbitmq_conn, run, run_facts
 from tests.dags.conftest import documented
 from tests.reliability.secrets import leaks, log_files, stored_objects
@@ -54,6 +56,9 @@ def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, v
         report = facts["xcom"]["report[-1].return_value"]
         assert report["planned"] == report["published"] == 180 and report["unroutable"] == 0
         assert report["definitions"]["rollback_key"].startswith("dag-r1/definitions/rollback-before-import-")
+        # and its import record is sealed with the deployment's [rbak] state_key, pinning the snapshot
+        record = load_record(open_storage(location), report["definitions"]["rollback_key"], default_seal())
+        assert record["snapshot"] == report["definitions"]["rollback_key"] and len(record["snapshot_sha256"]) == 64
         # and the run's metrics reached StatsD: the restore's counts, and each queue's
         metrics, where = documented(statsd.received()), location_tag(location)
         assert {k: v for k, v in metrics.items() if len(k) == 2} == {

@@ -56,7 +56,8 @@ def backed_up(broker, vhost, tmp_path):
     return location
 
 
-def _rollback(broker, location: str, *extra: str) -> dict:
+def _rollback(broker, location: str, *extra: str, output: str = "json") -> dict | str:
+    """``rbak definitions rollback`` of backup pol-1 (a dry run unless ``extra`` says ``--apply``)."""
     c = broker.connection
     url = f"amqp://{c.username}:{c.password}@{c.host}:{c.amqp_port}/?management_port={c.management_port}"
     out = io.StringIO()
@@ -65,9 +66,9 @@ def _rollback(broker, location: str, *extra: str) -> dict:
         broker_file.write_text(url)
         with redirect_stdout(out):
             code = main(["definitions", "rollback", "--path", location, "--backup-id", "pol-1",
-                         "--broker-file", str(broker_file), "--format", "json", *extra])
+                         "--broker-file", str(broker_file), "--format", output, *extra])
     assert code == 0
-    return json.loads(out.getvalue())
+    return json.loads(out.getvalue()) if output == "json" else out.getvalue()
 
 
 def test_a_newer_policy_survives_the_default_import_replace_overwrites_it_and_rollback_restores_it(
@@ -98,7 +99,7 @@ def test_a_newer_policy_survives_the_default_import_replace_overwrites_it_and_ro
     snapshot_key = replaced.definitions["rollback_key"]
 
     # When that import is rolled back
-    result = _rollback(broker, backed_up)
+    result = _rollback(broker, backed_up, "--apply")
 
     # Then GET /api/definitions equals the snapshot taken before it, object by object, and the policy is 50,000 again
     assert result["snapshot_key"] == snapshot_key and result["restored"] == [f"policy {vhost}/limits"]
@@ -119,10 +120,13 @@ def test_rollback_deletes_every_object_the_import_created_and_nothing_else(broke
     assert f"queue {target_vhost}/orders" in created and f"exchange {target_vhost}/orders.x" in created
     assert index(broker.api("GET", "definitions").json()) != index(before)
     assert _rollback(broker, backed_up, "--dry-run")["dry_run"] is True
+    listing = _rollback(broker, backed_up, output="text")  # without --apply: a dry run, listing everything
     assert index(broker.api("GET", "definitions").json()) != index(before)  # a dry run changes nothing
+    assert f"  delete vhost {target_vhost}\n" in listing and "run again with --apply" in listing
+    assert "sealed import record" in listing
 
     # When the import is rolled back
-    result = _rollback(broker, backed_up)
+    result = _rollback(broker, backed_up, "--apply")
 
     # Then the target's definitions are the snapshot's again, object by object (the created vhost is gone with its
     # contents), and the snapshot is exactly what the broker held before the restore
