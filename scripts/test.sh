@@ -21,7 +21,9 @@ RESTORE_TESTS=(tests/restore tests/cli tests/deployed tests/ui tests/spark_jobs 
                tests/codec tests/storage)
 # Tests whose expectations are RabbitMQ 4.x behaviour (marked rabbitmq("4.0") / rabbitmq("4.3"); the other parts skip
 # those tests). A folder named here runs whole on each 4.x series.
-RABBITMQ4_TESTS=(tests/backup/test_broker_state_headers.py)
+RABBITMQ4_TESTS=(tests/backup/test_broker_state_headers.py tests/restore/test_message_size.py
+                 tests/restore/test_definitions_into_4x.py tests/restore/test_upgrade_to_43.py
+                 tests/dags/test_rbak_restore_upgrade_43.py)
 IGNORE=()
 for path in "${STACK_TESTS[@]}" "${RESTORE_TESTS[@]}"; do IGNORE+=(--ignore "$path"); done
 

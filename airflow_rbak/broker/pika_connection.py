@@ -90,6 +90,10 @@ class ConfirmChannel:
                  on_return: Callable[[Any, spec.Basic.Return, spec.BasicProperties, bytes], None] | None = None) -> None:
         self.channel = conn.channel()
         self._async = self.channel._impl  # noqa: SLF001 - the one use of this internal; its test checks it
+        #: Why the broker closed the channel (``reply_code``, ``reply_text``), once it did: a publish it refuses
+        #: outright (a message over ``max_message_size``) closes the channel, and its confirm never comes.
+        self.closed_by_broker: tuple[int, str] | None = None
+        self._async.add_on_close_callback(self._on_close)
         if on_return is not None:
             self._async.add_on_return_callback(on_return)
         ready: list[bool] = []
@@ -101,6 +105,10 @@ class ConfirmChannel:
                 mandatory: bool = False) -> None:
         """Send one message; its confirm (and its return, if unroutable and ``mandatory``) reaches the callbacks later."""
         self._async.basic_publish(exchange, routing_key, body, properties, mandatory=mandatory)
+
+    def _on_close(self, _channel: Any, reason: Exception) -> None:
+        if isinstance(reason, pika.exceptions.ChannelClosedByBroker):
+            self.closed_by_broker = (reason.reply_code, reason.reply_text)
 
     @property
     def is_open(self) -> bool:

@@ -35,6 +35,7 @@ from airflow_rbak.display import md_code, printable
 from airflow_rbak.restore.errors import RestoreRejectedError
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan
 from airflow_rbak.restore.request import RestoreRequest
+from airflow_rbak.restore.size_limits import oversized
 
 #: The sections of the definitions import, by kind, in the order the request shows them.
 SECTIONS = {"vhosts": "Vhosts created", "policies": "Policies", "queues": "Queues declared",
@@ -86,6 +87,8 @@ def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id:
         *_definitions_sections(plan, settings),
         *_migration_lines(plan),
         *_skipped_lines(plan),
+        *_size_lines(plan),
+        *_compatibility_lines(plan),
         "",
         "Approve to import and publish exactly as above. Reject (or no answer in time) imports and publishes nothing. "
         "Should the definitions export or the target change before a step runs, that step refuses.",
@@ -133,6 +136,10 @@ def _summary(plan: RestorePlan, settings: RestoreRequest) -> list[str]:
     if plan.migration:
         lines.append(f"- transformations: {len(plan.migration['changes'])} changes, "
                      f"{len(plan.migration['refused'])} queues refused")
+    over = oversized(plan)
+    if over:
+        lines.append(f"- **{len(over)} records are larger than the target's max_message_size "
+                     f"({plan.target_max_message_size} bytes): the restore is refused** (listed below)")
     if plan.skipped_segments:
         lines.append(f"- **{len(plan.skipped_segments)} damaged segments are skipped** "
                      f"({sum(s.record_count for s in plan.skipped_segments)} records)")
@@ -242,6 +249,33 @@ def _skipped_lines(plan: RestorePlan) -> list[str]:
     lines = ["", f"### Damaged segments skipped ({len(plan.skipped_segments)})", ""]
     return lines + [f"- {md_code(s.key)} ({s.record_count} records of {md_code(f'{s.vhost}/{s.queue}')}): "
                     f"{md_code('; '.join(s.reasons))}" for s in sorted(plan.skipped_segments, key=lambda s: s.key)]
+
+
+def _size_lines(plan: RestorePlan) -> list[str]:
+    """The target's message size limit, and every record over it (each refuses the restore)."""
+    if plan.target_max_message_size is None:
+        return []
+    lines = ["", "### Message size", "", f"The target takes messages of at most {plan.target_max_message_size} bytes "
+             f"({printable(plan.target_message_size_source or 'max_message_size')})."]
+    over = oversized(plan)
+    if over:
+        lines += ["", f"**{len(over)} records are larger, so the restore is refused:**", ""]
+        lines += [f"- {md_code(where)} segment {md_code(key)} record {index}: {size} bytes"
+                  for where, (key, index, size) in over]
+    return lines
+
+
+def _compatibility_lines(plan: RestorePlan) -> list[str]:
+    """The definitions the target's version treats differently: applied, changed or refused (which refuses the run)."""
+    findings = plan.definitions_compatibility or []
+    if not findings:
+        return []
+    refused = sum(1 for f in findings if f["outcome"] == "refused")
+    lines = ["", f"### Definitions the target's RabbitMQ treats differently ({len(findings)})", ""]
+    if refused:
+        lines += [f"**{refused} are refused by the target, so the restore is refused.**", ""]
+    return lines + [f"- {md_code(f['kind'] + ' ' + f['vhost'] + '/' + f['name'])} **{printable(f['outcome'])}**: "
+                    f"{md_code(f['detail'])}" for f in sorted(findings, key=lambda f: (f["kind"], f["vhost"], f["name"]))]
 
 
 def _object(change: dict[str, str]) -> str:

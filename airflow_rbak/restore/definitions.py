@@ -40,12 +40,13 @@ from airflow_rbak.codec.bounded_json import DEFINITIONS_LIMITS, loads_bounded
 from airflow_rbak.codec.compression import compress, decompress
 from airflow_rbak.codec.layout import compression_from_key, rollback_definitions_key
 from airflow_rbak.display import package_logger, printable
-from airflow_rbak.restore import migration
+from airflow_rbak.restore import migration, target_compatibility
 from airflow_rbak.restore.contract import DefinitionsPin, check_definitions, pin_definitions
 from airflow_rbak.restore.definitions_diff import ImportChanges, compare, per_vhost
 from airflow_rbak.restore.errors import DefinitionsImportError
 from airflow_rbak.restore.import_view import import_view
 from airflow_rbak.restore.plan import RestorePlan
+from airflow_rbak.restore.quorum_support import target_version
 from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest, matches
 from airflow_rbak.storage.base import Storage, StorageError, read_bounded
 from airflow_rbak.storage.sealed import StateSeal, default_seal
@@ -253,6 +254,8 @@ class DefinitionsProposal:
     current: dict[str, Any]
     migration: dict[str, Any] | None = None
     transformed: dict[str, Any] | None = None
+    #: What the target's version does with each object it treats differently (:mod:`.target_compatibility`).
+    compatibility: list[dict[str, str]] | None = None
 
     def view(self) -> list[dict[str, Any]]:
         """Every object the import applies, with what acts beyond it (:mod:`.import_view`)."""
@@ -272,16 +275,17 @@ def plan_definitions(client: ManagementClient, storage: Storage, settings: Resto
     selection = settings.definitions_of(backup_vhosts, queue_vhosts)
     selected = select_definitions(saved, selection, settings, key) if selection is not None else {}
     summary = transformed = None
+    try:
+        version = client.version()
+    except BrokerError as exc:
+        raise DefinitionsImportError(f"cannot read the target's RabbitMQ version ({exc}); nothing was imported") from None
     if settings.transformations:
-        try:
-            version = client.version()
-        except BrokerError as exc:
-            raise DefinitionsImportError(f"cannot read the target's RabbitMQ version ({exc}); nothing was imported") from None
         selected, summary, transformed = migration.transform_selection(selected, settings, version)
+    selected, compatibility = target_compatibility.adapt(selected, target_version(version))
     current = current_definitions(client)
     changes = compare(selected, current, settings.definitions_mode)
     return DefinitionsProposal(selected, changes, pin_definitions(key, raw, changes.to_apply()), current, summary,
-                               transformed)
+                               transformed, compatibility)
 
 
 def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest,

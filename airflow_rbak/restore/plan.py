@@ -27,8 +27,10 @@ from airflow_rbak.repository.chain import segment_owner
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.repository.ownership import foreign_objects
 from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
+from airflow_rbak.restore import target_compatibility
 from airflow_rbak.restore.checkpoints import QueueCheckpoint
 from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
+from airflow_rbak.restore.message_sizes import LargeMessage, large_messages
 from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
@@ -91,6 +93,8 @@ class QueuePlan:
     drawn_from: tuple[str, ...] = ()
     #: The type the target queue gets when a transformation converts it (None: the backup's ``queue_type``).
     target_queue_type: str | None = None
+    #: Records in the window whose body is over ``message_sizes.LARGE_MESSAGE_BYTES``: (segment key, index, bytes).
+    large_messages: tuple[LargeMessage, ...] = ()
 
     @property
     def to_add(self) -> int:
@@ -132,6 +136,11 @@ class RestorePlan:
     definitions_pin: dict[str, Any] | None = None
     #: Every object the definitions import creates or replaces, with what acts beyond it (``import_view``).
     definitions_import: list[dict[str, Any]] | None = None
+    #: The target's ``max_message_size`` and where it was read (:mod:`.message_sizes`); None: not inspected.
+    target_max_message_size: int | None = None
+    target_message_size_source: str | None = None
+    #: What the target's version does with the definitions it treats differently (``target_compatibility``).
+    definitions_compatibility: list[dict[str, str]] | None = None
 
     @property
     def records_in_window(self) -> int:
@@ -155,6 +164,7 @@ class RestorePlan:
                     "segments": tuple(SegmentPlan(**s) for s in q["segments"]),
                     "exchanges": tuple(q.get("exchanges", ())),
                     "drawn_from": tuple(q.get("drawn_from", ())),
+                    "large_messages": tuple(tuple(m) for m in q.get("large_messages", ())),
                 }
             )
             for q in obj["queues"]
@@ -195,6 +205,7 @@ class RestorePlan:
             if self.backup_vhosts:
                 lines.append(f"  the backup was asked for vhosts {', '.join(map(repr, self.backup_vhosts))}: "
                              "unless this restore names vhosts or a definitions selection, only their definitions")
+        lines += target_compatibility.summary_lines(self.definitions_compatibility)
         for s in self.skipped_segments:
             lines.append(f"  SKIPPED damaged segment {s.key} ({s.record_count} records): {'; '.join(s.reasons)}")
         return lines
@@ -274,10 +285,11 @@ def _check_targets_unique(selected: list[QueueBackup], settings: RestoreRequest)
 def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreRequest) -> tuple:
     segments, skipped, defects = [], [], {}
     exchanges: set[str] = set()
+    large: list[LargeMessage] = []
     ordinal = verified = outside = 0
     for meta in sorted(entry.segments, key=lambda s: s.sequence):
         first_ordinal, ordinal = ordinal, ordinal + meta.record_count
-        check, in_window = verify_and_count(storage, entry, meta, settings, exchanges)
+        check, in_window = verify_and_count(storage, entry, meta, settings, exchanges, large)
         verified += 1
         if not check.ok:
             defects[meta.key] = check.defects
@@ -297,6 +309,7 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreRequest) 
         records_in_window=sum(s.in_window for s in segments), segments=tuple(segments), exchanges=tuple(sorted(exchanges)),
         consumer_offsets={str(k): int(v) for k, v in offsets.items()} if isinstance(offsets, dict) else {},
         drawn_from=tuple(dict.fromkeys(segment_owner(s.key) for s in segments if s.in_window)),
+        large_messages=tuple(m for m in large if m[0] in {s.key for s in segments}),
     )
     return plan, skipped, defects, verified, outside
 
@@ -317,9 +330,11 @@ def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata,
 
 
 def verify_and_count(
-    storage: Storage, entry: QueueBackup, meta: SegmentMetadata, settings: RestoreRequest, exchanges: set[str]
+    storage: Storage, entry: QueueBackup, meta: SegmentMetadata, settings: RestoreRequest, exchanges: set[str],
+    large: list[LargeMessage] | None = None,
 ) -> tuple[SegmentCheck, int]:
-    """Verify one segment completely; count its records inside the window and note their exchanges.
+    """Verify one segment completely; count its records inside the window, note their exchanges and (into ``large``)
+    those too large for some targets (:mod:`.message_sizes`).
 
     A segment that fails because it came back shorter or longer than the manifest says is read again (up to
     :data:`READ_ATTEMPTS` reads) before it is called damaged: a body cut short in transfer fails the same checks,
@@ -332,6 +347,8 @@ def verify_and_count(
         check, data = _fetch_checked(storage, entry, meta, settings)
     if not check.ok or data is None:
         return check, 0
+    if large is not None:
+        large += large_messages(data, meta, settings)
     if not settings.has_window and settings.publish_mode == "queue":
         return check, meta.record_count
     count = 0

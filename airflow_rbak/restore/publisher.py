@@ -75,6 +75,7 @@ class ConfirmPipeline:
         while len(self.pending) >= self.max_in_flight:
             self._pump(0.05)
         self._throttle()
+        self._check_open()
         entry = _InFlight(self.next_tag, item, exchange, routing_key, target_offset)
         self.channel.publish(exchange, routing_key, item.record.body, properties, mandatory=True)
         self.pending.append(entry)
@@ -88,6 +89,7 @@ class ConfirmPipeline:
         """Wait for every outstanding confirm and commit the checkpoint."""
         deadline = time.monotonic() + _CONFIRM_TIMEOUT
         while self.pending:
+            self._check_open()
             if time.monotonic() > deadline:
                 raise PublishError(f"{len(self.pending)} publishes to {self.cp.target_vhost}/{self.cp.target_queue} were "
                                    f"not confirmed within {_CONFIRM_TIMEOUT:.0f} s; re-run to resume")
@@ -110,12 +112,27 @@ class ConfirmPipeline:
                 f"publishing to {self.cp.target_vhost}/{self.cp.target_queue} stopped ({type(exc).__name__}: {exc}); "
                 f"{self.cp.published} records are confirmed and checkpointed; re-run to resume") from None
         self._advance()
+        self._check_open()
         if self._nacked is not None:
             self._commit()
             raise PublishError(
                 f"the broker refused (basic.nack) a message for {self.cp.target_vhost}/{self.cp.target_queue}; "
                 f"{self.cp.published} records are confirmed and checkpointed; check the queue's limits, then re-run"
             )
+
+    def _check_open(self) -> None:
+        """Raise what the broker said when it closed the channel: its confirms will never come, so waiting for them
+        would only end in a timeout that names the wrong cause."""
+        if self.channel.closed_by_broker is None:
+            return
+        code, text = self.channel.closed_by_broker
+        self._commit()
+        first = (f" (the first: segment {self.pending[0].item.segment_key} record {self.pending[0].item.index})"
+                 if self.pending else "")
+        raise PublishError(
+            f"the broker closed the channel publishing to {self.cp.target_vhost}/{self.cp.target_queue} "
+            f"(reply {code}: {text}); {self.cp.published} records are confirmed and checkpointed, {len(self.pending)} "
+            f"publishes were not confirmed{first}. Fix the cause, then re-run")
 
     def _on_confirm(self, frame: pika.frame.Method) -> None:
         method = frame.method

@@ -19,7 +19,7 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.display import count, package_logger
 from airflow_rbak.progress import Sample
-from airflow_rbak.restore import migration
+from airflow_rbak.restore import migration, size_limits
 from airflow_rbak.restore.checkpoints import open_checkpoint_store
 from airflow_rbak.restore.definitions import DefinitionsResult, plan_definitions, restore_definitions
 from airflow_rbak.restore.errors import PlanChangedError, RestoreRefusedError, UnroutableMessagesError
@@ -111,9 +111,10 @@ class RestoreRun:
                 plan = migration.apply_to_plan(replace(plan, definitions_changes=proposal.changes.to_json(),
                                                        migration=proposal.migration,
                                                        definitions_pin=proposal.pin.to_json(),
-                                                       definitions_import=proposal.view()))
+                                                       definitions_import=proposal.view(),
+                                                       definitions_compatibility=proposal.compatibility))
             plan = inspect_target(plan, client, self.connection, self.settings, checkpoints)
-        for line in plan.summary_lines() + migration.summary_lines(plan.migration):
+        for line in plan.summary_lines() + size_limits.summary_lines(plan) + migration.summary_lines(plan.migration):
             log.info("%s", line)
         check_target(plan, self.settings)
         return plan

@@ -34,11 +34,15 @@ from airflow_rbak.broker import stream_protocol
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.errors import QueueNotFoundError
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.broker.message_size_limit import message_size_limit
 from airflow_rbak.display import package_logger
+from airflow_rbak.restore import target_compatibility
 from airflow_rbak.restore.checkpoints import RestoreCheckpointStore
 from airflow_rbak.restore.errors import PublishError, RestoreRefusedError
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
+from airflow_rbak.restore.quorum_support import target_version
 from airflow_rbak.restore.request import RestoreRequest
+from airflow_rbak.restore.size_limits import size_refusal
 
 
 def queue_exists(conn: pika.BlockingConnection, name: str) -> bool:
@@ -114,6 +118,10 @@ def inspect_target(plan: RestorePlan, client: ManagementClient, connection: Rabb
     """The plan with the target's identity and, per queue, its depth now and what this restore already put there."""
     plan = replace(plan, target_cluster=client.cluster_name(), target_cluster_id=client.cluster_identity())
     vhosts = set(client.vhosts())
+    # max_message_size is the node's: read it through a vhost the restore reaches (one that exists, else "/")
+    reach = next((q.target_vhost for q in plan.queues if q.target_vhost in vhosts), "/")
+    limit = message_size_limit(connection, reach, target_version(client.version()))
+    plan = replace(plan, target_max_message_size=limit.max_bytes, target_message_size_source=limit.source)
     queues = []
     for queue in plan.queues:
         cp = checkpoints.load(queue_checkpoint(plan, queue, settings))
@@ -129,7 +137,14 @@ def inspect_target(plan: RestorePlan, client: ManagementClient, connection: Rabb
 
 
 def refusal(plan: RestorePlan, settings: RestoreRequest) -> str | None:
-    """Why this restore must not run with ``on_existing_messages: refuse`` (None: nothing to refuse)."""
+    """Why this restore must not run: records the target cannot take, or (with ``on_existing_messages: refuse``)
+    target queues that hold messages. None: nothing to refuse."""
+    reasons = [r for r in (target_compatibility.refusal(plan.definitions_compatibility), size_refusal(plan),
+                           _existing_refusal(plan, settings)) if r]
+    return " | ".join(reasons) or None
+
+
+def _existing_refusal(plan: RestorePlan, settings: RestoreRequest) -> str | None:
     if settings.on_existing_messages == "append":
         return None
     held = []

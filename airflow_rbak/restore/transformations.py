@@ -37,6 +37,13 @@ MIRRORING_POLICY_PREFIX, MIRRORING_ARGUMENT_PREFIX = "ha-", "x-ha-"
 QUORUM_POLICY_TARGETS = ("queues", "all", "quorum_queues")
 #: RabbitMQ's longest name (bytes; so at most as many characters).
 MAX_NAME = 255
+#: From 4.0 a quorum queue delivers by each message's priority property, which a classic queue without
+#: x-max-priority ignores: measured on 4.3.6 (tests/restore/test_upgrade_to_43.py), a converted queue's messages of
+#: priorities 5, 4 .. 0 published in that reverse order come out highest first.
+PRIORITY_ORDER_SINCE = (4, 0, 0)
+PRIORITY_ORDER_NOTE = ("delivery order: from RabbitMQ 4.0 a quorum queue delivers messages by their priority "
+                       "property, highest first (4.0: two levels, 0-4 and 5 and above), which this classic queue "
+                       "ignored; messages published with different priorities no longer come out in publish order")
 #: The kinds a transformed document lists, in the order the diff shows them, each with its singular.
 KINDS = {"vhosts": "vhost", "queues": "queue", "exchanges": "exchange", "bindings": "binding", "policies": "policy"}
 
@@ -152,6 +159,8 @@ def convert_to_quorum(doc: dict[str, Any], options: TransformOptions) -> Transfo
                 changes.append(Change(name, "queue", q["vhost"], q["name"], REFUSED, _refusal(q["name"], losses)))
             else:
                 queues.append(converted)
+                if options.target_version >= PRIORITY_ORDER_SINCE and "x-max-priority" not in (q.get("arguments") or {}):
+                    notes.append(PRIORITY_ORDER_NOTE)
                 changes.append(Change(name, "queue", q["vhost"], q["name"], CHANGED, "; ".join(notes)))
     bindings = []
     for b in _items(doc, "bindings"):

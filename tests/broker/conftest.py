@@ -64,16 +64,18 @@ def _env() -> dict[str, str]:
 
 
 @contextmanager
-def _node_for_session(env: dict[str, str]) -> Iterator[None]:
-    """Start the private node unless it runs already, and stop it at the end only if this session started it, so
-    that ``make test`` leaves no broker behind; ``RBAK_KEEP_BROKERS=1`` keeps it for the next run."""
-    if os.geteuid() != 0 or (session_series() == "3.10" and shutil.which("rabbitmq-server") is None):
+def _node_for_session(env: dict[str, str], series: str | None = None) -> Iterator[None]:
+    """Start the private node (of the session's series unless ``series`` names another) unless it runs already, and
+    stop it at the end only if this session started it, so that ``make test`` leaves no broker behind;
+    ``RBAK_KEEP_BROKERS=1`` keeps it for the next run."""
+    series = series or session_series()
+    if os.geteuid() != 0 or (series == "3.10" and shutil.which("rabbitmq-server") is None):
         unavailable("broker tests need root and, for RabbitMQ 3.10, the host's rabbitmq-server (see scripts/rabbitmq.sh)")
     # A 4.x node's chroot is built here the first time (a minute or two), once for all parts (the script locks).
     provisioned = subprocess.run([str(SCRIPT), "provision"], capture_output=True, text=True, env=env, timeout=1800)
     if provisioned.returncode != 0:
         why = " | ".join(line.strip() for line in provisioned.stderr.strip().splitlines()[-3:])
-        unavailable(f"no RabbitMQ {session_series()} node: {why[-800:]}")
+        unavailable(f"no RabbitMQ {series} node: {why[-800:]}")
     was_running = subprocess.run([str(SCRIPT), "status"], capture_output=True, env=env).returncode == 0
     subprocess.run([str(SCRIPT), "start"], check=True, capture_output=True, env=env)
     try:
@@ -135,6 +137,37 @@ def second_broker() -> Iterator[Broker]:
         return
     env = second_node_env()
     with _node_for_session(env):
+        yield _recorded(Broker(RabbitMQConnection(amqp_port=int(env["RBAK_AMQP_PORT"]),
+                                                  management_port=int(env["RBAK_MGMT_PORT"]),
+                                                  stream_port=int(env["RBAK_STREAM_PORT"])), env))
+
+
+def node_310_env() -> dict[str, str]:
+    """scripts/rabbitmq.sh's environment for a RabbitMQ 3.10 node beside a 4.x session's: ``RBAK_*3`` variables,
+    by default the first node's ports + 5 (a part's nodes are 10 apart; TLS takes + 1)."""
+    env = _env()
+    amqp = int(env.get("RBAK_AMQP_PORT3", int(env.get("RBAK_AMQP_PORT", 5672)) + 5))
+    node = env.get("RBAK_RABBIT_NODE", "rabbit@localhost")
+    env.update({
+        "RBAK_RABBITMQ_VERSION": "3.10", "RBAK_AMQP_PORT": str(amqp),
+        "RBAK_MGMT_PORT": env.get("RBAK_MGMT_PORT3", str(int(env.get("RBAK_MGMT_PORT", 15672)) + 5)),
+        "RBAK_STREAM_PORT": env.get("RBAK_STREAM_PORT3", str(int(env.get("RBAK_STREAM_PORT", 5552)) + 5)),
+        "RBAK_DIST_PORT": str(amqp + 20000), "RBAK_RABBIT_NODE": env.get("RBAK_RABBIT_NODE3", f"rabbit310-{node}"),
+        "RBAK_RABBIT_DIR": env.get("RBAK_RABBIT_DIR3", str(REPO / ".run" / f"rabbitmq310-{node.partition('@')[0]}")),
+    })
+    env.pop("RBAK_EPMD_PORT", None)  # the host's 3.10 nodes share the host's port mapper
+    return env
+
+
+@pytest.fixture(scope="session")
+def broker_310(broker: Broker) -> Iterator[Broker]:
+    """A RabbitMQ 3.10 node, the source of the upgrade tests: the session's own broker in a 3.10 session, else a
+    node of the host's package beside the session's 4.x one (``node_310_env``)."""
+    if session_series() == "3.10":
+        yield broker
+        return
+    env = node_310_env()
+    with _node_for_session(env, "3.10"):
         yield _recorded(Broker(RabbitMQConnection(amqp_port=int(env["RBAK_AMQP_PORT"]),
                                                   management_port=int(env["RBAK_MGMT_PORT"]),
                                                   stream_port=int(env["RBAK_STREAM_PORT"])), env))
