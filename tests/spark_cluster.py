@@ -26,9 +26,17 @@ BARE_PYTHON = Path(getattr(sys, "_base_executable", sys.executable))  # the inte
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports: all held at once while chosen, so no two are the same port (Spark's
+    daemons move a taken web UI port to the next one, and the master's UI would then answer on another's)."""
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 def bare_env(**extra: str) -> dict[str, str]:
@@ -43,13 +51,13 @@ def bare_env(**extra: str) -> dict[str, str]:
 def standalone_cluster(folder: Path) -> Iterator[str]:
     """A standalone master and one worker from the venv's spark-class, on free loopback ports; yields the master URL."""
     spark_class = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
-    port, ui = free_port(), free_port()
+    port, ui, worker_ui = free_ports(3)
     env = bare_env(SPARK_LOG_DIR=str(folder), SPARK_WORKER_DIR=str(folder / "work"))
     master = subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
                                str(port), "--webui-port", str(ui)], env=env, stdout=(folder / "master.log").open("wb"),
                               stderr=subprocess.STDOUT)
     worker = subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
-                               "--cores", "2", "--memory", "2g", "--host", "127.0.0.1", "--webui-port", str(free_port()),
+                               "--cores", "2", "--memory", "2g", "--host", "127.0.0.1", "--webui-port", str(worker_ui),
                                "--work-dir", str(folder / "work")], env=env,
                               stdout=(folder / "worker.log").open("wb"), stderr=subprocess.STDOUT)
     try:
@@ -59,7 +67,7 @@ def standalone_cluster(folder: Path) -> Iterator[str]:
                 with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as reply:
                     if json.loads(reply.read()).get("aliveworkers", 0) >= 1:
                         break
-            except OSError:
+            except (OSError, ValueError):  # not up yet, or another daemon's page while the ports settle
                 pass
             assert time.monotonic() < deadline, (folder / "worker.log").read_text()[-3000:]
             time.sleep(0.5)
