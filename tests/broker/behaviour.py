@@ -44,6 +44,15 @@ class Behaviour:
             return True
         return queue_type == "quorum" and returned
 
+    def stream_bytes_as_long_string(self) -> bool:
+        """Whether a stream delivers an AMQP 0-9-1 byte-array header (``x``) back as a long string (``S``) of the same
+        bytes: from 4.0 (a stream stores AMQP 1.0, where the value is binary, and 0-9-1 has no binary type of its own)."""
+        return self.series >= (4, 0)
+
+    def stream_keeps_table_headers(self) -> bool:
+        """Whether a stream keeps table- and array-valued headers published over AMQP 0-9-1: from 4.0 (3.10 drops them)."""
+        return self.series >= (4, 0)
+
     def delivery_order(self, queue_type: str, priorities: Sequence[int]) -> list[int]:
         """The indices of messages published in order with ``priorities``, in the order the queue delivers them.
 
@@ -68,6 +77,12 @@ class Behaviour:
                 order.append(normal.pop(0))
                 run = 0
         return order
+
+    def consumer_timeout_enforced_on(self) -> str:
+        """A queue type on which the broker enforces a ``consumer_timeout`` set at run time, taking the messages of a
+        consumer that held them too long back: a classic queue on 3.10 (it closes the channel); a quorum queue on 4.3
+        (it cancels the consumer, the channel stays open; classic queues have no consumer timeout there)."""
+        return "quorum" if self.series >= (4, 3) else "classic"
 
     def returns_count(self, queue_type: str) -> bool:
         """Whether giving a delivered message back raises its ``x-delivery-count`` (and so counts toward a delivery

@@ -210,15 +210,10 @@ def test_on_4_3_a_delivery_limit_leaves_nothing_out_and_repeated_backups_raise_n
 
 
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])
-def test_order_survives_many_consumers_and_for_quorum_a_delivery_limit(request, broker, behaviour, vhost, queue_type):
-    """40 consumers of 50 messages: a quorum queue's return (RabbitMQ 3.10) is in hash order for a nack under a
-    delivery limit and for a closed channel's consumers past 32. Either way the capture must leave the queue in
-    its order."""
-    if queue_type == "quorum" and behaviour.series >= (4, 3):
-        # Measured twice on 4.3.6: after the first pass's basic.nack, the second pass staged the last window of 50 (priority
-        # 0) ahead of 100 messages of priority 1, while a third pass found the queue's order again. Open (issue 40).
-        request.applymarker(pytest.mark.xfail(reason="4.3: the pass after a nack return of 40 consumers' windows is "
-                                               "staged out of the queue's priority order", strict=False))
+def test_order_survives_many_consumers_and_for_quorum_a_delivery_limit(broker, behaviour, vhost, queue_type):
+    """40 consumers of 50 messages: a quorum queue's return is in hash order past 32 consumers on a channel, for a
+    closed channel (3.10, 4.0) and for one basic.nack of everything a channel holds (4.3). Either way the capture must
+    leave the queue in its order (by priority on 4.x)."""
     # Given a queue (quorum: with a delivery limit) captured with a window of 50
     count = 2000
     limit = {"x-delivery-limit": 10} if queue_type == "quorum" else {}
