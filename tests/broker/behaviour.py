@@ -20,9 +20,13 @@ QUORUM_PRIORITY_LEVELS_4_3 = 32
 DEFAULT_QUORUM_DELIVERY_LIMIT_4X = 20
 
 
-def _parse(version: str) -> tuple[int, int, int]:
-    parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in version.split(".")[:3]]
-    return (parts + [0, 0, 0])[0], (parts + [0, 0, 0])[1], (parts + [0, 0, 0])[2]
+def _series(version: str) -> tuple[int, int]:
+    """``(4, 3)`` of ``4.3.6``; a version that does not say its series fails the test rather than pass for 3.10."""
+    major, _, rest = version.partition(".")
+    minor = rest.partition(".")[0]
+    if not (major.isdigit() and minor.isdigit()):
+        raise AssertionError(f"the broker reported no usable version ({version!r}): cannot tell what it should do")
+    return int(major), int(minor)
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ class Behaviour:
 
     @property
     def series(self) -> tuple[int, int]:
-        return _parse(self.version)[:2]
+        return _series(self.version)
 
     def sorts_headers(self, queue_type: str, returned: bool = False) -> bool:
         """Whether a delivered message's header table comes sorted by key rather than in the publisher's order.
