@@ -172,10 +172,11 @@ def test_broker_fault_mid_restore_then_a_rerun_publishes_every_message_once(brok
     assert read_queue(broker.connection, vhost, "restored", queue_type, RESTORE_COUNT) == target
 
 
-@pytest.mark.rabbitmq("3.10", "4.0")
+@pytest.mark.rabbitmq("3.10")
 def test_broker_restart_mid_definitions_import_then_a_rerun_imports_everything(broker, vhost, tmp_path):  # noqa: F811
-    """Not on 4.3: on 4.3.6 the stop landed only once the import had completed (the run then failed at its publish
-    step, the management API unreachable), so this way of stopping cannot place the fault inside the import there."""
+    """RabbitMQ 3.10 only: on 4.0.5 and 4.3.6 the import's POST had returned before the stop landed (the run then failed
+    at its publish step, the management API unreachable), so this way of stopping places no fault inside the import
+    there."""
     # Given a backup of a vhost with many queues, exchanges and bindings, one queue holding messages
     names = [f"q{i:04d}" for i in range(QUEUES)]
     routes = sorted((f"x.{name}.{k}", name) for name in names for k in range(EXCHANGES_PER_QUEUE))
