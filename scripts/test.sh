@@ -23,8 +23,8 @@ RESTORE_TESTS=(tests/restore tests/cli tests/deployed tests/ui tests/spark_jobs 
 # Part "rabbitmq4": the capture and backup engine's broker tests, whose expectations follow the version the broker
 # reports (tests/broker/behaviour.py; a test of one series only is marked rabbitmq("4.3") etc. and skipped elsewhere),
 # the queue-features table row by row among them (tests/capture/test_queue_features_on_broker.py). 4.3, the current
-# series, runs them all (7 1/2 min alone on these 2-core machines); 4.0 the capture tests, the broker-state headers and
-# the broker faults (5 min), which keeps the part near 12 minutes.
+# series, runs them all (6 1/2 min on these 2-core machines); 4.0 the capture tests, the broker-state headers and
+# the broker faults (5 min): the part took 11 1/2 min here.
 RABBITMQ43_TESTS=(tests/backup tests/capture tests/reliability/test_broker_faults.py)
 RABBITMQ40_TESTS=(tests/capture tests/backup/test_broker_state_headers.py tests/reliability/test_broker_faults.py)
 IGNORE=()
