@@ -6,9 +6,11 @@ See :mod:`airflow_rbak.capture.queue_capture` for the design and the measurement
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pika
 import pika.exceptions
+import pika.frame
 from pika.adapters.blocking_connection import BlockingChannel
 
 from airflow_rbak.broker import amqp_types
@@ -53,6 +55,9 @@ class QueueRun:
         self.deadline = Deadline(consumer_timeout_ms(info, self.opts.consumer_timeout_ms))
         self.inconclusive = 0
         self.channel_closed_by_broker = False
+        #: The tag of a consumer the broker cancelled (from RabbitMQ 4.3 its consumer timeout on a quorum queue cancels
+        #: the consumer and takes its messages back, leaving the channel open).
+        self.cancelled_by_broker: str | None = None
         #: For depth queries only: the messages are held on ``channels``, so that closing those can return them.
         self.channel = conn.channel()
         if progress is None:
@@ -70,8 +75,6 @@ class QueueRun:
         self.consumers: list[tuple[BlockingChannel, str, int]] = []
         self.cancelled: set[str] = set()
         self.channels: list[BlockingChannel] = []
-        #: The highest delivery tag received (on the one holding channel where the return is a nack with ``multiple``).
-        self.last_tag = 0
         self.watch_limit = self.plan.counts and self.plan.limit is not None
         #: The last staged delivery, for the checkpoint's fingerprint (a record is built once per chunk, not per message).
         self.last_delivery: tuple[pika.spec.Basic.Deliver, pika.spec.BasicProperties, bytes] | None = None
@@ -157,8 +160,13 @@ class QueueRun:
         """The channel the next consumer (or ``basic.get``) receives on: a new one once the last holds enough consumers."""
         per_channel = self.plan.consumers_per_channel
         if not self.channels or (per_channel is not None and len(self.consumers) >= per_channel * len(self.channels)):
-            self.channels.append(self.conn.channel())
+            channel = self.conn.channel()
+            channel.add_on_cancel_callback(self._on_broker_cancel)
+            self.channels.append(channel)
         return self.channels[-1]
+
+    def _on_broker_cancel(self, frame: pika.frame.Method) -> None:
+        self.cancelled_by_broker = self.cancelled_by_broker or str(frame.method.consumer_tag)
 
     def _open_consumer(self) -> None:
         if self.method is CaptureMethod.ONE_CONSUMER_AT_A_TIME and self.consumers:
@@ -199,6 +207,7 @@ class QueueRun:
             before = self.received
             self.conn.process_data_events(time_limit=0.25)
             self._raise_if_a_holding_channel_closed()
+            self._raise_if_a_consumer_was_cancelled()
             now = time.monotonic()
             if self.received != before:
                 idle_since = now
@@ -213,6 +222,17 @@ class QueueRun:
         """pika raises a broker's ``channel.close`` only from a call on that channel, and none is made while consuming."""
         if any(channel.is_closed for channel in self.channels):
             raise pika.exceptions.ChannelWrongStateError("a channel holding captured messages was closed")
+
+    def _raise_if_a_consumer_was_cancelled(self) -> None:
+        """A consumer the broker cancelled has lost its messages to the queue, which would deliver them again."""
+        if self.cancelled_by_broker is None:
+            return
+        held = time.monotonic() - (self.deadline.started or time.monotonic())
+        raise ConsumerTimeoutError(self._timeout_message(
+            f"the broker cancelled the capture's consumer {self.cancelled_by_broker} and took its messages back after "
+            f"the capture had held messages for {held:.0f} s (RabbitMQ 4.3 does so when a quorum queue's consumer "
+            "timeout passes; a deleted queue cancels its consumers too); the capture stopped and gave every "
+            "message back"))
 
     def _consume_by_get(self) -> None:
         """Read with ``basic.get``, which registers no consumer (auto-delete and single-active-consumer queues).
@@ -285,7 +305,6 @@ class QueueRun:
     def _on_message(self, _ch: object, method: pika.spec.Basic.Deliver, props: pika.spec.BasicProperties, body: bytes) -> None:
         """Stage one delivery (runs once per message: keep it lean)."""
         self.received += 1
-        self.last_tag = method.delivery_tag
         if self.risk is not None or self.stopping or (self.watch_limit and self._reaches_limit(props)):
             return
         if self.received <= self.skip:
@@ -352,9 +371,9 @@ class QueueRun:
             if channel.is_open and tag not in self.cancelled:
                 channel.basic_cancel(tag)
         if self.plan.method == "close":
-            self._close_in_order()
-        elif self.last_tag and self.channels[0].is_open:  # "nack": everything is held on the one channel
-            self.channels[0].basic_nack(self.last_tag, multiple=True, requeue=True)
+            self._return_in_order(lambda channel: channel.close())
+        elif self.received:  # "nack": tag 0 with multiple is every message the channel holds
+            self._return_in_order(lambda channel: channel.basic_nack(0, multiple=True, requeue=True))
         self.return_wait_s += time.monotonic() - started
 
     def _receive_the_rest(self, quiet: float = 1.0) -> None:
@@ -372,18 +391,19 @@ class QueueRun:
             if self.received != before:
                 idle_since = time.monotonic()
 
-    def _close_in_order(self) -> None:
-        """Close the holding channels one by one; each waits until the previous one's messages are back.
+    def _return_in_order(self, give_back: Callable[[BlockingChannel], None]) -> None:
+        """Give back the holding channels' messages one channel at a time (``give_back``: close it, or nack all it
+        holds); each waits until the previous one's messages are back.
 
         The broker returns a closed channel's messages when it sees the channel's process end, and two
-        channels' ends carry no order between them: without the wait a later group could queue first.
+        channels' ends (or nacks) carry no order between them: without the wait a later group could queue first.
         """
         base = self.depth() if len(self.channels) > 1 else 0
         returned = 0
         for n, channel in enumerate(self.channels):
             returned += sum(step for ch, _tag, step in self.consumers if ch is channel)
             if channel.is_open:
-                channel.close()
+                give_back(channel)
             if n + 1 < len(self.channels) and self.await_depth(base + returned, 10.0) < base + returned:
                 log.warning("queue %r in vhost %r: returned messages of consumer group %d not visible after 10s; "
                             "returning the next group anyway", self.info.name, self.info.vhost, n + 1)

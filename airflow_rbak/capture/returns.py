@@ -6,8 +6,11 @@ return can be a channel's close:
 
 * ``"close"`` on a classic queue: each message goes back to its own position, far sooner than after a
   requeueing ``basic.nack``, which keeps a queue read by ``basic.get`` busy for minutes.
-* ``"nack"`` (one ``basic.nack(multiple, requeue)``): quorum queues from RabbitMQ 4.3, where a nack does not
-  count toward a delivery limit and a close does.
+* ``"nack"`` (one ``basic.nack(multiple, requeue)`` per holding channel): quorum queues from RabbitMQ 4.3, where a
+  nack does not count toward a delivery limit and a close does. A channel's nacked messages go back per consumer in
+  consumer-tag order only up to :data:`CONSUMERS_PER_CHANNEL` consumers too (measured on 4.3.6: 40 consumers on one
+  channel came back with one consumer's messages out of place), so this plan also puts at most that many on a channel
+  and nacks the channels one at a time.
 * ``"close"`` on a quorum queue before 4.3: a nack counts there too, and 3.10 re-appends every nacked message to
   the Raft log (its leader busy for seconds, answering its depth as 0) or, under a limit, scrambles them. A
   closed channel's messages go back in delivery order per consumer and in consumer-tag order, but only up to
@@ -32,8 +35,8 @@ from dataclasses import dataclass
 
 from airflow_rbak.broker.discovery import QueueInfo, effective_delivery_limit, parse_version
 
-#: A closed channel's consumers go back in tag order only up to this many (the broker keeps them in an Erlang map,
-#: which iterates in key order only while it holds at most 32 keys).
+#: A closed (or, from 4.3, nacked) channel's consumers go back in tag order only up to this many (the broker keeps them
+#: in an Erlang map, which iterates in key order only while it holds at most 32 keys).
 CONSUMERS_PER_CHANNEL = 32
 
 
@@ -57,4 +60,4 @@ def return_plan(info: QueueInfo, version: str) -> ReturnPlan:
     limit = effective_delivery_limit(info, v)
     if v < (4, 3, 0):
         return ReturnPlan("close", counts=True, limit=limit, consumers_per_channel=CONSUMERS_PER_CHANNEL)
-    return ReturnPlan("nack", counts=False, limit=limit)
+    return ReturnPlan("nack", counts=False, limit=limit, consumers_per_channel=CONSUMERS_PER_CHANNEL)

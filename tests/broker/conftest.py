@@ -21,6 +21,7 @@ import pytest
 import requests
 
 from airflow_rbak.broker.connection import RabbitMQConnection
+from tests.broker.behaviour import Behaviour
 from tests.broker.versions import NODES, session_series, unavailable
 
 REPO = Path(__file__).resolve().parents[2]
@@ -188,3 +189,9 @@ def vhost(broker: Broker) -> Iterator[str]:
         broker.api("DELETE", f"vhosts/{quote(name, safe='')}")
     except requests.RequestException:
         pass
+
+
+@pytest.fixture(scope="session")
+def behaviour(broker: Broker) -> Behaviour:
+    """What the session's broker does, by the version it reports (tests/broker/behaviour.py)."""
+    return Behaviour(broker.version)

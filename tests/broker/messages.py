@@ -76,11 +76,24 @@ def header_table(i: int, stream: bool = False) -> bytes:
     return _sized(b"".join(f for _, f in fields))
 
 
-def expected_headers(i: int, stream: bool = False) -> list:
-    """The spec-000 JSON of :func:`header_table` (unsigned and 8-bit integers widen; decimal is a tagged table)."""
+def expected_headers(i: int, stream: bool = False, sorted_headers: bool = False, bytes_as_long_string: bool = False) -> list:
+    """The spec-000 JSON of :func:`header_table` (unsigned and 8-bit integers widen; decimal is a tagged table);
+    ``sorted_headers``: in key order, as a broker that re-encodes the table delivers it; ``bytes_as_long_string``: a
+    byte-array header delivered as a long string of the same bytes, as RabbitMQ 4.x streams do (tests/broker/behaviour.py)."""
+    headers = _expected_headers(i)
+    if bytes_as_long_string:
+        headers = [[k, long_string_json(bytes(v["Bytes"]))] if isinstance(v, dict) and "Bytes" in v else [k, v] for k, v in headers]
     if stream:
-        return sorted(h for h in _expected_headers(i) if h[0] not in _NOT_IN_STREAMS)
-    return _expected_headers(i)
+        return sorted(h for h in headers if h[0] not in _NOT_IN_STREAMS)
+    return sorted(headers) if sorted_headers else headers
+
+
+def long_string_json(raw: bytes) -> object:
+    """The spec-000 JSON of a long string header: its text, or a tagged table holding bytes that are not UTF-8."""
+    try:
+        return {"LongString": raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"Table": [["rbak:type", {"ShortString": "longstr"}], ["value", {"Bytes": list(raw)}]]}
 
 
 def _expected_headers(i: int) -> list:
@@ -129,12 +142,14 @@ class WireProperties(spec.BasicProperties):
         return [self.encoded]
 
 
-def expected_prefix(i: int, size: int, routing_key: str, exchange: str = "", user: str = "guest", stream: bool = False) -> bytes:
-    """The start of message ``i``'s record JSON, up to the delivery state (``delivery_tag`` onwards varies)."""
+def expected_prefix(i: int, size: int, routing_key: str, exchange: str = "", user: str = "guest", stream: bool = False,
+                    sorted_headers: bool = False, bytes_as_long_string: bool = False) -> bytes:
+    """The start of message ``i``'s record JSON, up to the delivery state (``delivery_tag`` onwards varies);
+    ``sorted_headers`` and ``bytes_as_long_string`` as in :func:`expected_headers`."""
     head = {
         "body": numpy.frombuffer(body_of(i, size), numpy.uint8) if size else None,
         "properties": _property_values(i, user, stream),
-        "headers": expected_headers(i, stream),
+        "headers": expected_headers(i, stream, sorted_headers, bytes_as_long_string),
         "exchange": exchange,
         "routing_key": routing_key,
     }

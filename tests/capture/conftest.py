@@ -1,3 +1,3 @@
 """The broker fixtures live with the broker tests; captures read from the same broker."""
 
-from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures, imported to register them here
+from tests.broker.conftest import behaviour, broker, vhost  # noqa: F401 - fixtures, imported to register them here

@@ -14,9 +14,11 @@ from airflow_rbak.capture.errors import CaptureInterruptedError, DeliveryLimitRi
 from airflow_rbak.codec.field_table import encode_value
 from airflow_rbak.codec.records import decode_record
 from airflow_rbak.storage import open_storage
+from tests.broker.behaviour import Behaviour, message_priorities
 from tests.broker.helpers import declare, depth, publish
 from tests.broker.messages import expected_prefix, sequence_of, split_record
 from tests.reliability.faulty_storage import FaultyStorage
+from tests.restore.helpers import read_queue
 
 from .helpers import capture_queue, staged_json
 
@@ -47,12 +49,21 @@ class PeakRss:
         return self.peak - self.start
 
 
-def assert_first_capture_exact(storage, backup_id: str, vhost: str, queue: str, count: int, size: int, window: tuple[int, int]) -> None:
-    """Every staged record equals its published message byte for byte, in queue order, first delivery."""
+def delivery_order(behaviour: Behaviour, queue_type: str, count: int) -> list[int]:
+    """The test messages ``0..count-1`` in the order this broker's queue of ``queue_type`` delivers them."""
+    return behaviour.delivery_order(queue_type, message_priorities(count))
+
+
+def assert_first_capture_exact(storage, backup_id: str, vhost: str, queue: str, count: int, size: int, window: tuple[int, int],
+                               behaviour: Behaviour, queue_type: str) -> None:
+    """Every staged record equals its published message byte for byte, in the queue's delivery order (publish order,
+    or by priority on a 4.x quorum queue), first delivery, headers as this broker delivers them."""
+    order = delivery_order(behaviour, queue_type, count)
+    sort = behaviour.sorts_headers(queue_type)
     n = -1
     for n, raw in enumerate(staged_json(storage, backup_id, vhost, queue)):
         prefix, state = split_record(raw)
-        assert prefix == expected_prefix(n, size, queue), f"record {n} differs from message {n}"
+        assert prefix == expected_prefix(order[n], size, queue, sorted_headers=sort), f"record {n} differs from message {order[n]}"
         assert state["delivery_tag"] == n + 1 and state["redelivered"] is False, (n, state)
         assert window[0] <= state["backed_up_at"] <= window[1], (n, state)
         assert (state["source_queue"], state["source_vhost"]) == (queue, vhost), (n, state)
@@ -60,21 +71,24 @@ def assert_first_capture_exact(storage, backup_id: str, vhost: str, queue: str, 
 
 
 @pytest.mark.parametrize(("queue_type", "count"), [("classic", 100_000), ("quorum", 70_000)])
-def test_deep_queue_captured_exactly_and_left_unchanged(broker, vhost, tmp_path, queue_type, count):
+def test_deep_queue_captured_exactly_and_left_unchanged(broker, behaviour, vhost, tmp_path, queue_type, count):
+    """Queue order is the broker's delivery order: a 4.x quorum queue delivers by priority (tests/broker/behaviour.py),
+    and 4.0 counts a capture's returns toward its default delivery limit, so there the capture is allowed to."""
     # Given a queue deeper than the 16-bit prefetch (and, for quorum, far past its 2,000 default)
     declare(broker.connection, vhost, "deep", queue_type)
     publish(broker.connection, vhost, "deep", count)
     storage = open_storage((tmp_path / "store").as_uri())
+    allowed = {"allow_delivery_count_increase": True} if behaviour.backup_leaves_out_by_default(queue_type) else {}
 
     # When it is captured
     started = int(time.time() * 1000)
     with PeakRss() as rss:
-        result = capture_queue(broker.connection, storage, "b1", vhost, "deep", chunk_max_bytes=2 * 1024 * 1024)
+        result = capture_queue(broker.connection, storage, "b1", vhost, "deep", chunk_max_bytes=2 * 1024 * 1024, **allowed)
     window = (started, int(time.time() * 1000))
 
     # Then every message is staged in queue order, byte-exact, with every property and typed header
     assert (result.messages, result.target, result.depth_after, result.bytes) == (count, count, count, count * 1024)
-    assert_first_capture_exact(storage, "b1", vhost, "deep", count, 1024, window)
+    assert_first_capture_exact(storage, "b1", vhost, "deep", count, 1024, window, behaviour, queue_type)
     # and the client held far less than the data (bodies alone are count KiB; JSON records ~4x that)
     assert rss.growth < count * 1024 / 3, f"peak RSS grew {rss.growth / 1e6:.1f} MB"
 
@@ -85,11 +99,12 @@ def test_deep_queue_captured_exactly_and_left_unchanged(broker, vhost, tmp_path,
         # so the exact depth and the head message suffice here; the full second pass is the quorum case's.
         assert head_of(broker.connection, vhost, "deep") == (0, True)
     else:
-        # Quorum queues (3.10) re-enqueue returns in the order they arrive: only a full second pass shows order.
-        again = capture_queue(broker.connection, storage, "b2", vhost, "deep", chunk_max_bytes=4 * 1024 * 1024)
+        # Quorum queues re-enqueue returns in the order they arrive: only a full second pass shows order.
+        again = capture_queue(broker.connection, storage, "b2", vhost, "deep", chunk_max_bytes=4 * 1024 * 1024, **allowed)
         assert (again.messages, again.depth_after) == (count, count)
         second = staged_json(storage, "b2", vhost, "deep")
-        assert [(sequence_of(raw), b'"redelivered":true' in raw) for raw in second] == [(i, True) for i in range(count)]
+        order = delivery_order(behaviour, queue_type, count)
+        assert [(sequence_of(raw), b'"redelivered":true' in raw) for raw in second] == [(i, True) for i in order]
 
 
 def head_of(connection, vhost: str, queue: str) -> tuple[int, bool]:
@@ -145,8 +160,10 @@ def test_every_wire_type_survives(broker, vhost):
     assert got["S"].value == "\u20ac" and got["T"].value == 1_712_756_400
 
 
+@pytest.mark.rabbitmq("3.10", "4.0")
 def test_delivery_limit_refused_by_default_and_never_exceeded_when_allowed(broker, vhost):
-    # Given a quorum queue with x-delivery-limit 3 (3.10 honours the argument; every return counts)
+    """RabbitMQ before 4.3 counts every return toward a quorum queue's delivery limit (4.3: the next test)."""
+    # Given a quorum queue with x-delivery-limit 3 (honoured from 3.10; every return counts)
     declare(broker.connection, vhost, "limited", "quorum", **{"x-delivery-limit": 3})
     publish(broker.connection, vhost, "limited", 50, size=64)
     storage = open_storage("memory://")
@@ -173,11 +190,30 @@ def test_delivery_limit_refused_by_default_and_never_exceeded_when_allowed(broke
     assert depth(broker.connection, vhost, "limited", 50) == 50
 
 
+@pytest.mark.rabbitmq("4.3")
+def test_on_4_3_a_delivery_limit_leaves_nothing_out_and_repeated_backups_raise_no_delivery_count(broker, vhost):
+    """RabbitMQ 4.3 counts a basic.nack's return in x-acquired-count, not x-delivery-count: a quorum queue under a
+    limit of 3 is backed up more times than its limit, unchanged."""
+    # Given a quorum queue with x-delivery-limit 3
+    declare(broker.connection, vhost, "limited", "quorum", **{"x-delivery-limit": 3})
+    publish(broker.connection, vhost, "limited", 50, size=64)
+    storage = open_storage("memory://")
+
+    # When it is backed up five times without allow_delivery_count_increase
+    results = [capture_queue(broker.connection, storage, f"b{n}", vhost, "limited") for n in range(5)]
+
+    # Then each backup took every message, and the queue still holds all 50, none with a delivery count
+    assert [(r.method, r.messages, r.depth_after, r.left_out) for r in results] == [("consumers", 50, 50, None)] * 5
+    views = read_queue(broker.connection, vhost, "limited", "quorum", 50, broker_headers=True)
+    assert len(views) == 50
+    assert [[k for k, _v in headers if k == "x-delivery-count"] for _b, _p, headers in views] == [[]] * 50
+
+
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])
-def test_order_survives_many_consumers_and_for_quorum_a_delivery_limit(broker, vhost, queue_type):
-    """40 consumers of 50 messages: a quorum queue's return (RabbitMQ 3.10) is in hash order for a nack under a
-    delivery limit and for a closed channel's consumers past 32. Either way the capture must leave the queue in
-    its order."""
+def test_order_survives_many_consumers_and_for_quorum_a_delivery_limit(broker, behaviour, vhost, queue_type):
+    """40 consumers of 50 messages: a quorum queue's return is in hash order past 32 consumers on a channel, for a
+    closed channel (3.10, 4.0) and for one basic.nack of everything a channel holds (4.3). Either way the capture must
+    leave the queue in its order (by priority on 4.x)."""
     # Given a queue (quorum: with a delivery limit) captured with a window of 50
     count = 2000
     limit = {"x-delivery-limit": 10} if queue_type == "quorum" else {}
@@ -190,15 +226,17 @@ def test_order_survives_many_consumers_and_for_quorum_a_delivery_limit(broker, v
     first = capture_queue(broker.connection, storage, "b1", vhost, "ordered", **options)
     again = capture_queue(broker.connection, storage, "b2", vhost, "ordered", **options)
 
-    # Then each pass staged every message in queue order, the second finding each returned once, nothing lost
+    # Then each pass staged every message in queue order (delivery order: by priority on a 4.x quorum queue), the
+    # second finding each returned once, nothing lost
+    order = delivery_order(behaviour, queue_type, count)
     assert (first.messages, first.depth_after, again.messages, again.depth_after) == (count, count, count, count)
-    assert [sequence_of(raw) for raw in staged_json(storage, "b1", vhost, "ordered")] == list(range(count))
+    assert [sequence_of(raw) for raw in staged_json(storage, "b1", vhost, "ordered")] == order
     second = staged_json(storage, "b2", vhost, "ordered")
-    assert [(sequence_of(raw), b'"redelivered":true' in raw) for raw in second] == [(i, True) for i in range(count)]
+    assert [(sequence_of(raw), b'"redelivered":true' in raw) for raw in second] == [(i, True) for i in order]
     assert depth(broker.connection, vhost, "ordered", count) == count
 
 
-def test_broker_stopped_mid_capture_then_rerun_completes_without_duplicates(broker, vhost, tmp_path):
+def test_broker_stopped_mid_capture_then_rerun_completes_without_duplicates(broker, behaviour, vhost, tmp_path):
     # Given a durable classic queue of persistent messages
     count = 24_000
     declare(broker.connection, vhost, "crash", "classic")
@@ -233,5 +271,7 @@ def test_broker_stopped_mid_capture_then_rerun_completes_without_duplicates(brok
     assert 0 < result.resumed_from < count and result.messages == count and result.depth_after == count
     staged = [split_record(raw)[0] for raw in staged_json(storage, "b1", vhost, "crash")]
     assert len(staged) == count
-    first_wrong = next((i for i, prefix in enumerate(staged) if prefix != expected_prefix(i, 512, "crash")), None)
+    # (headers as this broker delivers them: a 4.x broker sorts them by key, tests/broker/behaviour.py)
+    sort = behaviour.sorts_headers("classic")
+    first_wrong = next((i for i, prefix in enumerate(staged) if prefix != expected_prefix(i, 512, "crash", sorted_headers=sort)), None)
     assert first_wrong is None, f"staged record {first_wrong} is not message {first_wrong}"

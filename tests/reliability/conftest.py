@@ -1,3 +1,3 @@
 """Reliability tests use the broker tests' session broker and per-test vhosts, and the loopback S3 fixtures."""
 
-from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures, imported to register them here
+from tests.broker.conftest import behaviour, broker, vhost  # noqa: F401 - fixtures, imported to register them here

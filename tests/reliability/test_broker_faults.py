@@ -25,10 +25,11 @@ from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.restore import DefinitionsImportError, RestoreRequest, RestoreRun
 from airflow_rbak.restore.errors import PublishError
 from airflow_rbak.storage import open_storage
-from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures
+from tests.broker.behaviour import Behaviour
+from tests.broker.conftest import behaviour, broker, vhost  # noqa: F401 - fixtures
 from tests.reliability import faults
 from tests.reliability.expect import assert_clear_failure, backed_up, header_order_free, published, without_broker_headers
-from tests.restore.helpers import backup, declare, publish, read_queue
+from tests.restore.helpers import PROPERTY_NAMES, backup, declare, publish, read_queue
 
 pytestmark = pytest.mark.broker
 COUNT, SIZE = 3_000, 6_144  # three staging chunks (a chunk ends at 5,000 deliveries or 8 MiB staged: ~6.2 KiB each here)
@@ -41,12 +42,15 @@ BUILT_IN_EXCHANGES = 7  # the default exchange and amq.*
 
 
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])
-def test_connections_closed_mid_capture_then_a_rerun_backs_up_every_message_once(broker, vhost, tmp_path, queue_type):  # noqa: F811
+def test_connections_closed_mid_capture_then_a_rerun_backs_up_every_message_once(broker, behaviour, vhost, tmp_path, queue_type):  # noqa: F811
+    """Order and header order as this broker delivers (tests/broker/behaviour.py); a closed connection's return counts
+    on every quorum queue, the re-run's basic.nack only before 4.3; 4.0's default limit needs the capture allowed."""
     # Given a queue of messages with every property and typed header
     declare(broker.connection, vhost, {"orders": queue_type})
     publish(broker.connection, vhost, "orders", 0, COUNT, SIZE)
     storage = faults.TriggerStorage(open_storage((tmp_path / "b").as_uri()))
-    settings = BackupSettings("close-1", storage.url, selector=QueueSelector(vhosts=(vhost,)))
+    settings = BackupSettings("close-1", storage.url, selector=QueueSelector(vhosts=(vhost,)),
+                              allow_delivery_count_increase=behaviour.backup_leaves_out_by_default(queue_type))
 
     # When the broker closes every connection once the first chunk is staged (the rest are delivered, unacked)
     storage.arm(lambda op, key: op == "put" and key.endswith("chunk-00000001.zst"), lambda: faults.close_all_connections(vhost))
@@ -63,21 +67,37 @@ def test_connections_closed_mid_capture_then_a_rerun_backs_up_every_message_once
 
     # Then the backup holds every message once, in order, byte-exact, and the source queue is unchanged
     assert manifest.completed_at is not None and manifest.queue(vhost, "orders").message_count == COUNT
-    same = header_order_free if queue_type == "quorum" else list  # quorum returns re-sort header tables (3.10)
-    expected = same(published(COUNT, SIZE))
-    assert same(backed_up(storage, "close-1", vhost, "orders")) == expected
+    expected = as_delivered(behaviour, queue_type, published(COUNT, SIZE), returned=True)
+    # (where only a returned message's headers come sorted, 3.10's quorum queues, the first staged chunk kept the
+    # publisher's order and the resumed rest came sorted: the backup then holds each message's set of headers)
+    sorted_on_return_only = behaviour.sorts_headers(queue_type, returned=True) != behaviour.sorts_headers(queue_type)
+    same = header_order_free if sorted_on_return_only else list
+    assert same(backed_up(storage, "close-1", vhost, "orders")) == same(expected)
     source, delivery_counts = without_broker_headers(read_queue(broker.connection, vhost, "orders", queue_type, COUNT, broker_headers=True))
-    assert same(source) == expected
-    # Quorum queues count each return (RabbitMQ 3.10): the closed connection's and the re-run's
-    assert set(delivery_counts) == ({2} if queue_type == "quorum" else {0})
+    assert source == expected
+    # A quorum queue counts the closed connection's return, and the re-run's where returns count (before 4.3)
+    counted = (queue_type == "quorum") + behaviour.returns_count(queue_type)
+    assert set(delivery_counts) == {counted}
 
 
-def test_a_queue_consumed_between_interrupted_run_and_rerun_is_refused_and_left_in_order(broker, vhost, tmp_path):  # noqa: F811
+PRIORITY = PROPERTY_NAMES.index("priority")
+
+
+def as_delivered(behaviour: Behaviour, queue_type: str, views: list[tuple], returned: bool = False) -> list[tuple]:
+    """Published views in the order this broker's queue delivers them, header tables as it delivers them."""
+    order = behaviour.delivery_order(queue_type, [props[PRIORITY] or 0 for _body, props, _headers in views])
+    ordered = [views[i] for i in order]
+    return header_order_free(ordered) if behaviour.sorts_headers(queue_type, returned) else ordered
+
+
+def test_a_queue_consumed_between_interrupted_run_and_rerun_is_refused_and_left_in_order(broker, behaviour, vhost, tmp_path):  # noqa: F811
+    """In order: the queue's delivery order (by priority on 4.x; tests/broker/behaviour.py)."""
     # Given a quorum queue whose capture was interrupted after the first staged chunk
     declare(broker.connection, vhost, {"orders": "quorum"})
     publish(broker.connection, vhost, "orders", 0, COUNT, SIZE)
     storage = faults.TriggerStorage(open_storage((tmp_path / "b").as_uri()))
-    settings = BackupSettings("changed-1", storage.url, selector=QueueSelector(vhosts=(vhost,)))
+    settings = BackupSettings("changed-1", storage.url, selector=QueueSelector(vhosts=(vhost,)),
+                              allow_delivery_count_increase=behaviour.backup_leaves_out_by_default("quorum"))
     storage.arm(lambda op, key: op == "put" and key.endswith("chunk-00000001.zst"), lambda: faults.close_all_connections(vhost))
     with pytest.raises(CaptureInterruptedError):
         BackupRun(broker.connection, settings, storage).run()
@@ -91,7 +111,7 @@ def test_a_queue_consumed_between_interrupted_run_and_rerun_is_refused_and_left_
     assert_clear_failure(failed.value, CaptureIntegrityError, "Start a new backup_id")
     assert ManifestStore(storage).load("changed-1").completed_at is None
     source = read_queue(broker.connection, vhost, "orders", "quorum", COUNT - 1)
-    assert header_order_free(source) == header_order_free(published(COUNT, SIZE)[1:])
+    assert source == as_delivered(behaviour, "quorum", published(COUNT, SIZE), returned=True)[1:]
 
 
 def test_the_resume_fingerprint_ignores_header_order_but_not_header_values():
@@ -118,12 +138,15 @@ def _restore_settings(location: str, tmp_path, **extra) -> RestoreRequest:
 
 
 @pytest.mark.parametrize(("queue_type", "fault"), [("classic", "close_all_connections"), ("quorum", "restart")])
-def test_broker_fault_mid_restore_then_a_rerun_publishes_every_message_once(broker, vhost, tmp_path, queue_type, fault):  # noqa: F811
+def test_broker_fault_mid_restore_then_a_rerun_publishes_every_message_once(broker, behaviour, vhost, tmp_path, queue_type, fault):  # noqa: F811
+    """In order: the backup holds the source's delivery order, and the target delivers what was published in that order
+    as its own queue type does (tests/broker/behaviour.py)."""
     # Given a backup of persistent messages (a restart keeps them), split into many segments
     declare(broker.connection, vhost, {"orders": queue_type})
     publish(broker.connection, vhost, "orders", 0, RESTORE_COUNT, persistent=True)
     location = (tmp_path / "b").as_uri()
-    manifest = backup(broker.connection, location, "r-1", vhost, segment_max_bytes=64 * 1024)
+    manifest = backup(broker.connection, location, "r-1", vhost, segment_max_bytes=64 * 1024,
+                      allow_delivery_count_increase=behaviour.backup_leaves_out_by_default(queue_type))
     segments = manifest.queue(vhost, "orders").segments
     assert len(segments) >= 40
     storage = faults.TriggerStorage(open_storage(location))
@@ -148,10 +171,16 @@ def test_broker_fault_mid_restore_then_a_rerun_publishes_every_message_once(brok
     assert row["resumed_from"] + row["already_delivered"] + row["published"] == RESTORE_COUNT
 
     # And the target holds every message exactly once, in order, byte-exact
-    assert read_queue(broker.connection, vhost, "restored", queue_type, RESTORE_COUNT) == published(RESTORE_COUNT, persistent=True)
+    backed = as_delivered(behaviour, queue_type, published(RESTORE_COUNT, persistent=True))
+    target = as_delivered(behaviour, queue_type, backed)
+    assert read_queue(broker.connection, vhost, "restored", queue_type, RESTORE_COUNT) == target
 
 
+@pytest.mark.rabbitmq("3.10")
 def test_broker_restart_mid_definitions_import_then_a_rerun_imports_everything(broker, vhost, tmp_path):  # noqa: F811
+    """RabbitMQ 3.10 only: on 4.0.5 and 4.3.6 the import's POST had returned before the stop landed (the run then failed
+    at its publish step, the management API unreachable), so this way of stopping places no fault inside the import
+    there."""
     # Given a backup of a vhost with many queues, exchanges and bindings, one queue holding messages
     names = [f"q{i:04d}" for i in range(QUEUES)]
     routes = sorted((f"x.{name}.{k}", name) for name in names for k in range(EXCHANGES_PER_QUEUE))

@@ -1,0 +1,108 @@
+"""What the broker under test does, by the exact version it reports: the tests' expectations per RabbitMQ series.
+
+The code decides from a version (``capture/returns.py``, ``capture/queue_features.py``); a test that asserted its
+own copy of those decisions would prove nothing. This table is written from what the brokers were seen to do
+(RabbitMQ 3.10.8, 4.0.5 and 4.3.6 on loopback), independently of the code, and a test asserts it against the broker
+of the session: a broker that behaves otherwise fails the test. Each rule names its series; the version comes from
+the broker itself (:attr:`tests.broker.conftest.Broker.version`), never from the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: RabbitMQ 4.0 quorum queues: a message of priority above this is "high"; high and normal go out two to one.
+QUORUM_HIGH_PRIORITY_ABOVE_4_0 = 4
+#: RabbitMQ 4.3 quorum queues: priorities 0..31, each a level of its own, the higher delivered first.
+QUORUM_PRIORITY_LEVELS_4_3 = 32
+#: The delivery limit a quorum queue has from RabbitMQ 4.0 when nothing sets one.
+DEFAULT_QUORUM_DELIVERY_LIMIT_4X = 20
+
+
+def _series(version: str) -> tuple[int, int]:
+    """``(4, 3)`` of ``4.3.6``; a version that does not say its series fails the test rather than pass for 3.10."""
+    major, _, rest = version.partition(".")
+    minor = rest.partition(".")[0]
+    if not (major.isdigit() and minor.isdigit()):
+        raise AssertionError(f"the broker reported no usable version ({version!r}): cannot tell what it should do")
+    return int(major), int(minor)
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """The observed behaviour of one RabbitMQ version, for the tests' expectations."""
+
+    version: str
+
+    @property
+    def series(self) -> tuple[int, int]:
+        return _series(self.version)
+
+    def sorts_headers(self, queue_type: str, returned: bool = False) -> bool:
+        """Whether a delivered message's header table comes sorted by key rather than in the publisher's order.
+
+        3.10: a stream always, a quorum queue once the message was returned, a classic queue never.
+        4.0 and 4.3: every queue type, on every delivery."""
+        if self.series >= (4, 0) or queue_type == "stream":
+            return True
+        return queue_type == "quorum" and returned
+
+    def stream_bytes_as_long_string(self) -> bool:
+        """Whether a stream delivers an AMQP 0-9-1 byte-array header (``x``) back as a long string (``S``) of the same
+        bytes: from 4.0 (a stream stores AMQP 1.0, where the value is binary, and 0-9-1 has no binary type of its own)."""
+        return self.series >= (4, 0)
+
+    def stream_keeps_table_headers(self) -> bool:
+        """Whether a stream keeps table- and array-valued headers published over AMQP 0-9-1: from 4.0 (3.10 drops them)."""
+        return self.series >= (4, 0)
+
+    def delivery_order(self, queue_type: str, priorities: Sequence[int]) -> list[int]:
+        """The indices of messages published in order with ``priorities``, in the order the queue delivers them.
+
+        Classic queues without ``x-max-priority`` and 3.10 quorum queues ignore priority (publish order). 4.0
+        quorum queues keep two levels (above 4 is high) and deliver two high for one normal while both hold
+        messages; 4.3 quorum queues keep 32 levels and deliver the higher first. Publish order within a level."""
+        indices = list(range(len(priorities)))
+        if queue_type != "quorum" or self.series < (4, 0):
+            return indices
+        if self.series >= (4, 3):
+            top = QUORUM_PRIORITY_LEVELS_4_3 - 1
+            return sorted(indices, key=lambda i: -min(priorities[i], top))
+        high = [i for i in indices if priorities[i] > QUORUM_HIGH_PRIORITY_ABOVE_4_0]
+        normal = [i for i in indices if priorities[i] <= QUORUM_HIGH_PRIORITY_ABOVE_4_0]
+        order: list[int] = []
+        run = 0
+        while high or normal:
+            if high and (run < 2 or not normal):
+                order.append(high.pop(0))
+                run += 1
+            else:
+                order.append(normal.pop(0))
+                run = 0
+        return order
+
+    def consumer_timeout_enforced_on(self) -> str:
+        """A queue type on which the broker enforces a ``consumer_timeout`` set at run time, taking the messages of a
+        consumer that held them too long back: a classic queue on 3.10 (it closes the channel); a quorum queue on 4.3
+        (it cancels the consumer, the channel stays open; classic queues have no consumer timeout there)."""
+        return "quorum" if self.series >= (4, 3) else "classic"
+
+    def returns_count(self, queue_type: str) -> bool:
+        """Whether giving a delivered message back raises its ``x-delivery-count`` (and so counts toward a delivery
+        limit): quorum queues before 4.3; 4.3 counts a ``basic.nack`` in ``x-acquired-count`` instead."""
+        return queue_type == "quorum" and self.series < (4, 3)
+
+    def default_delivery_limit(self, queue_type: str) -> int | None:
+        """The delivery limit of a quorum queue that sets none: 20 from 4.0, none before."""
+        return DEFAULT_QUORUM_DELIVERY_LIMIT_4X if queue_type == "quorum" and self.series >= (4, 0) else None
+
+    def backup_leaves_out_by_default(self, queue_type: str) -> bool:
+        """Whether a backup leaves a queue of this type with no limit of its own out unless
+        ``allow_delivery_count_increase``: where returns count and a default limit applies (4.0 quorum)."""
+        return self.returns_count(queue_type) and self.default_delivery_limit(queue_type) is not None
+
+
+def message_priorities(count: int) -> list[int]:
+    """The priorities of the test messages ``0..count-1`` (``tests/broker/messages.py``, ``tests/restore/helpers.py``)."""
+    return [i % 10 for i in range(count)]
