@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
+from tests.broker.versions import SERIES
 from tests.dags.airflow_env import REPO, airflow_env, run
 
 SERVICES = {"rabbitmq", "minio", "minio-init", "spark-master", "spark-worker", "airflow"}
@@ -56,9 +57,11 @@ def test_the_file_is_valid_and_airflow_uses_this_repositorys_dags_and_provider(c
     env = airflow["environment"]
     mounts = {v.split(":")[1]: v.split(":")[0] for v in airflow["volumes"]}
     assert mounts[env["AIRFLOW__CORE__DAGS_FOLDER"]] == str(REPO / "dags")
-    # RabbitMQ 4 with the management and stream plugins; MinIO creates the bucket the storage URL names
+    # RabbitMQ of the newest series the suite runs, with the management and stream plugins; MinIO creates the bucket
+    # the storage URL names
     rabbitmq = services["rabbitmq"]
-    assert re.fullmatch(r"rabbitmq:4\.\d+\.\d+-management", rabbitmq["image"])
+    newest = max(SERIES, key=lambda series: tuple(int(part) for part in series.split(".")))
+    assert re.fullmatch(rf"rabbitmq:{re.escape(newest)}\.\d+-management", rabbitmq["image"])
     plugins = {v.split(":")[1]: Path(v.split(":")[0]) for v in rabbitmq["volumes"]}["/etc/rabbitmq/enabled_plugins"]
     assert {"rabbitmq_management", "rabbitmq_stream"} <= set(plugins.read_text().strip(" .\n[]").split(","))
     bucket = urlsplit(env["AIRFLOW__RBAK__STORAGE_URL"]).netloc
