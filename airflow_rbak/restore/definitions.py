@@ -262,6 +262,21 @@ class DefinitionsProposal:
         return import_view(self.changes, self.current, self.selected)
 
 
+def import_selection(saved: dict[str, Any], selection: DefinitionsSelection | None, settings: RestoreRequest,
+                     version: str, key: str = "export") -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None,
+                                                              dict[str, Any] | None, list[dict[str, str]]]:
+    """What a restore imports from an export into a target of ``version``: the selection renamed by the maps,
+    transformed (if the settings name transformations) and adapted to the version; with the migration summary, the
+    transformed document and the version's findings. Pure, so that what the plan imports can be compared with
+    what other tools make of the same export (tests/restore/test_rabbitmqadmin_ng.py)."""
+    selected = select_definitions(saved, selection, settings, key) if selection is not None else {}
+    summary = transformed = None
+    if settings.transformations:
+        selected, summary, transformed = migration.transform_selection(selected, settings, version)
+    selected, compatibility = target_compatibility.adapt(selected, target_version(version))
+    return selected, summary, transformed, compatibility
+
+
 def plan_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest, backup_id: str,
                      definitions_key: str | None, backup_vhosts: tuple[str, ...] | None = None,
                      queue_vhosts: tuple[str, ...] = ()) -> DefinitionsProposal:
@@ -273,15 +288,11 @@ def plan_definitions(client: ManagementClient, storage: Storage, settings: Resto
     key = _saved_definitions(backup_id, definitions_key)
     raw, saved = read_export(storage, key)
     selection = settings.definitions_of(backup_vhosts, queue_vhosts)
-    selected = select_definitions(saved, selection, settings, key) if selection is not None else {}
-    summary = transformed = None
     try:
         version = client.version()
     except BrokerError as exc:
         raise DefinitionsImportError(f"cannot read the target's RabbitMQ version ({exc}); nothing was imported") from None
-    if settings.transformations:
-        selected, summary, transformed = migration.transform_selection(selected, settings, version)
-    selected, compatibility = target_compatibility.adapt(selected, target_version(version))
+    selected, summary, transformed, compatibility = import_selection(saved, selection, settings, version, key)
     current = current_definitions(client)
     changes = compare(selected, current, settings.definitions_mode)
     return DefinitionsProposal(selected, changes, pin_definitions(key, raw, changes.to_apply()), current, summary,
