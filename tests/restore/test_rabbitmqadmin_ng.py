@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 import pytest
+import requests
 
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.restore import RestoreRequest
@@ -205,8 +206,9 @@ def test_the_tools_transformations_and_ours_differ_only_where_the_table_says(bro
     assert ours_differ <= listed
 
 
-def test_the_tools_export_loses_apply_to_and_internal_on_import(broker_310, tool, source):
-    """The two fields its export leaves out, read back after its own import into a scratch vhost of the 3.10 node."""
+def test_what_the_tools_export_gives_a_broker(broker_310, tool, source):
+    """Measured on the 3.10 node, in a scratch vhost: the two fields its export leaves out, read back after its own
+    import, and the two quorum queues it writes that RabbitMQ 3.10 refuses to declare (non-durable, x-max-priority)."""
     doc = orjson.loads(_admin(broker_310, "definitions", "export", "--transformations", THEIRS, "--stdout"))
     scratch = f"adm-i-{uuid.uuid4().hex[:8]}"
     broker_310.api("PUT", _path("vhosts", scratch))
@@ -219,5 +221,11 @@ def test_the_tools_export_loses_apply_to_and_internal_on_import(broker_310, tool
         policy = broker_310.api("GET", _path("policies", scratch, "mirrored")).json()
         exchange = broker_310.api("GET", _path("exchanges", scratch, "internal.x")).json()
         assert (policy["apply-to"], exchange["internal"]) == ("all", False)
+        for queue in (q for q in doc["queues"] if q["vhost"] == source and q["name"] in ("scratch", "prio-m")):
+            assert queue["arguments"]["x-queue-type"] == "quorum"
+            with pytest.raises(requests.HTTPError) as refused:
+                broker_310.api("PUT", _path("queues", scratch, queue["name"]),
+                               json={k: queue[k] for k in ("durable", "auto_delete", "arguments")})
+            assert refused.value.response.status_code == 400
     finally:
         broker_310.api("DELETE", _path("vhosts", scratch))
