@@ -27,9 +27,10 @@ import orjson
 import pytest
 import requests
 
+from airflow_rbak.broker.definitions import without_credentials
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.restore import RestoreRequest
-from airflow_rbak.restore.definitions import import_selection
+from airflow_rbak.restore.definitions import ImportSelection, import_selection
 from tests.broker.conftest import Broker
 from tests.broker.versions import unavailable
 from tests.restore.migration_source import MIGRATION, set_up
@@ -55,7 +56,7 @@ DURABLE = "a transient queue it converts stays non-durable, ours makes it durabl
 QUEUE_MODE = "queue-mode in policies: it keeps the key, ours removes it from policies that reach a quorum queue"
 CLASSIC_ARGS = "classic-only arguments of a queue it leaves classic"
 INTERNAL = "its export leaves out an exchange's internal flag"
-OPERATOR_POLICY = "operator policies: its export carries them, a restore does not import them"
+OPERATOR_POLICY = "operator policies: its export carries them, a restore does not import them and the plan says so"
 
 #: (kind, name, field) -> (rabbitmqadmin-ng, airflow-rbak, row); "" field: the whole object (present/absent).
 DIFFERENCES: dict[tuple[str, str, str], tuple[Any, Any, str]] = {
@@ -163,14 +164,14 @@ def _theirs(broker: Broker, vhost: str) -> dict[str, list[dict[str, Any]]]:
     return parts
 
 
-def _ours(broker: Broker, vhost: str) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
-    """What a restore of this vhost's definitions with the migration's transformations imports into ``TARGET``."""
-    saved = orjson.loads(ManagementClient(broker.connection).definitions_raw())  # what a backup stores
+def _ours(broker: Broker, vhost: str) -> ImportSelection:
+    """What a restore of this vhost's definitions with the migration's transformations plans for ``TARGET``."""
+    saved = orjson.loads(without_credentials(ManagementClient(broker.connection).definitions_raw()))  # as backed up
     settings = RestoreRequest(storage_url="file:///unused", backup_id="adm", vhosts=[vhost], restore_definitions=True,
                               transformations=MIGRATION)
-    selected, summary, _, compatibility = import_selection(saved, settings.definitions_of((vhost,)), settings, TARGET)
-    assert compatibility == [] and summary is not None and summary["refused"] == []
-    return selected[vhost], summary
+    chosen = import_selection(saved, settings.definitions_of((vhost,)), settings, TARGET)
+    assert chosen.compatibility == [] and chosen.migration is not None and chosen.migration["refused"] == []
+    return chosen
 
 
 def _differences(theirs: dict, ours: dict) -> dict[tuple[str, str, str], tuple[Any, Any]]:
@@ -190,20 +191,23 @@ def test_the_tools_transformations_and_ours_differ_only_where_the_table_says(bro
     assert Path(tool).name == "rabbitmqadmin"
     version = subprocess.run([str(TOOL), "version"], capture_output=True, text=True, check=True).stdout.strip()
     assert version == TOOL_VERSION, f"rabbitmqadmin-ng {version}: compare it again and update DIFFERENCES and the docs"
-    theirs, (ours, summary) = _objects(_theirs(broker_310, source)), _ours(broker_310, source)
+    theirs, chosen = _objects(_theirs(broker_310, source)), _ours(broker_310, source)
+    ours = _objects(chosen.selected[source])
 
-    found = _differences(theirs, _objects(ours))
+    found = _differences(theirs, ours)
 
     assert found == {key: (a, b) for key, (a, b, _) in DIFFERENCES.items()}
     # Everything else is the same on both sides: the bindings and exchanges (so the dead-letter topology), the
     # policies left without keys (dropped by both), the mirroring keys (removed by both), overflow.
-    assert not any(k for k in theirs if k[0] == "binding" and k not in _objects(ours))
-    assert ("policy", "ha-only") not in theirs and ("policy", "ha-only") not in _objects(ours)
-    # Every difference in what ours imports is a change the plan lists (or, for the operator policy, documented).
-    listed = {(c["kind"], c["name"]) for c in summary["changes"]}
+    assert sum(kind == "binding" for kind, _ in ours) == 5
+    assert ("policy", "ha-only") not in theirs and ("policy", "ha-only") not in ours
+    # Every difference on our side is in the plan: a change the transformations list, or a parameter not imported.
+    listed = {(c["kind"], c["name"]) for c in chosen.migration["changes"]}
+    listed |= {(p["kind"].replace("_", " "), p["name"]) for p in chosen.not_imported}
     ours_differ = {(kind, name) for (kind, name, _), (_, _, row) in DIFFERENCES.items()
-                   if kind in ("queue", "policy") and row != TOOL_WRITES_APPLY_TO}
+                   if row not in (TOOL_WRITES_APPLY_TO, INTERNAL)}
     assert ours_differ <= listed
+    assert chosen.not_imported == [{"kind": "operator_policy", "vhost": source, "name": "op"}]
 
 
 def test_what_the_tools_export_gives_a_broker(broker_310, tool, source):
