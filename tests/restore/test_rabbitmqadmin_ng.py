@@ -4,8 +4,8 @@ migration's transformations, on the same RabbitMQ 3.10 definitions, object by ob
 The source is the migration tests' vhost (``tests/restore/migration_source.py``: a mirroring policy beside another
 key, a queue declared with ``x-ha-mode``, a lazy policy, a priority queue, a dead-letter topology) and what else an
 operator leaving mirroring may have: a policy of mirroring keys only, a mirroring policy that also reaches a
-transient queue and a priority queue, a lazy queue by argument with overflow ``reject-publish-dlx``, an internal
-exchange and an operator policy. ``rabbitmqadmin definitions export --transformations
+transient queue and a priority queue, a lazy queue by argument with overflow ``reject-publish-dlx``, a queue that
+only a policy without mirroring keys matches, an internal exchange and an operator policy. ``rabbitmqadmin definitions export --transformations
 prepare_for_quorum_queue_migration,strip_cmq_keys_from_policies,drop_empty_policies`` exports it; the restore's
 own path (:func:`~airflow_rbak.restore.definitions.import_selection`, what the plan imports) transforms the export
 a backup stores with ``convert_to_quorum``, ``strip_mirroring`` and ``drop_empty_policies`` for a RabbitMQ 4.3.6
@@ -62,6 +62,7 @@ OPERATOR_POLICY = "operator policies: its export carries them, a restore does no
 DIFFERENCES: dict[tuple[str, str, str], tuple[Any, Any, str]] = {
     ("policy", "mirrored", "apply-to"): ("all", "queues", TOOL_WRITES_APPLY_TO),
     ("policy", "mirror-more", "apply-to"): ("all", "queues", TOOL_WRITES_APPLY_TO),
+    ("policy", "limits", "apply-to"): ("all", "queues", TOOL_WRITES_APPLY_TO),
     ("queue", "dead-letters", "type"): ("classic", "quorum", ONLY_POLICY_MATCHED),
     ("queue", "prio", "type"): ("classic", "quorum", ONLY_POLICY_MATCHED),
     ("queue", "prio", "arguments.x-max-priority"): (5, None, ONLY_POLICY_MATCHED),
@@ -115,6 +116,9 @@ def source(broker_310: Broker):
                                 "x-overflow": "reject-publish-dlx", "x-max-length": 10}),
             ("scratch", False, {}), ("prio-m", True, {"x-max-priority": 10})):
         api("PUT", _path("queues", vhost, name), json={"durable": durable, "arguments": arguments})
+    api("PUT", _path("queues", vhost, "limited"), json={"durable": True})
+    api("PUT", _path("policies", vhost, "limits"), json={
+        "pattern": "^limited$", "apply-to": "queues", "definition": {"max-length": 100}})
     api("PUT", _path("exchanges", vhost, "internal.x"), json={"type": "topic", "durable": True, "internal": True})
     api("POST", _path("bindings", vhost, "e", "internal.x", "q", "audit"), json={"routing_key": "#"})
     api("PUT", _path("operator-policies", vhost, "op"), json={
@@ -200,6 +204,8 @@ def test_the_tools_transformations_and_ours_differ_only_where_the_table_says(bro
     # Everything else is the same on both sides: the bindings and exchanges (so the dead-letter topology), the
     # policies left without keys (dropped by both), the mirroring keys (removed by both), overflow.
     assert sum(kind == "binding" for kind, _ in ours) == 5
+    # The tool converts a queue that any policy matches, one without mirroring keys too.
+    assert theirs[("queue", "limited")]["type"] == ours[("queue", "limited")]["type"] == "quorum"
     assert ("policy", "ha-only") not in theirs and ("policy", "ha-only") not in ours
     # Every difference on our side is in the plan: a change the transformations list, or a parameter not imported.
     listed = {(c["kind"], c["name"]) for c in chosen.migration["changes"]}
