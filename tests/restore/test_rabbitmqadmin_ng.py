@@ -78,7 +78,7 @@ DIFFERENCES: dict[tuple[str, str, str], tuple[Any, Any, str]] = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tool() -> str:
     """The tool's binary (provisioned once, in the sid chroot), or the test skipped / failed in CI with why."""
     if os.geteuid() != 0:
@@ -191,7 +191,7 @@ def _differences(theirs: dict, ours: dict) -> dict[tuple[str, str, str], tuple[A
     return found
 
 
-def test_the_tools_transformations_and_ours_differ_only_where_the_table_says(broker_310, tool, source):
+def test_the_tools_transformations_and_ours_differ_only_where_the_table_says(tool, broker_310, source):
     assert Path(tool).name == "rabbitmqadmin"
     version = subprocess.run([str(TOOL), "version"], capture_output=True, text=True, check=True).stdout.strip()
     assert version == TOOL_VERSION, f"rabbitmqadmin-ng {version}: compare it again and update DIFFERENCES and the docs"
@@ -216,7 +216,7 @@ def test_the_tools_transformations_and_ours_differ_only_where_the_table_says(bro
     assert chosen.not_imported == [{"kind": "operator_policy", "vhost": source, "name": "op"}]
 
 
-def test_what_the_tools_export_gives_a_broker(broker_310, tool, source):
+def test_what_the_tools_export_gives_a_broker(tool, broker_310, source):
     """Measured on the 3.10 node, in a scratch vhost: the two fields its export leaves out, read back after its own
     import, and the two quorum queues it writes that RabbitMQ 3.10 refuses to declare (non-durable, x-max-priority)."""
     doc = orjson.loads(_admin(broker_310, "definitions", "export", "--transformations", THEIRS, "--stdout"))
