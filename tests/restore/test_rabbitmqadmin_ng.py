@@ -204,8 +204,12 @@ def test_the_tools_transformations_and_ours_differ_only_where_the_table_says(too
     # Everything else is the same on both sides: the bindings and exchanges (so the dead-letter topology), the
     # policies left without keys (dropped by both), the mirroring keys (removed by both), overflow.
     assert sum(kind == "binding" for kind, _ in ours) == 5
-    # The tool converts a queue that any policy matches, one without mirroring keys too.
+    # The tool converts a queue that any policy matches, one without mirroring keys too; and replaces overflow
+    # reject-publish-dlx on a queue it leaves classic, which could dead-letter rejected publishes (ours converts it).
     assert theirs[("queue", "limited")]["type"] == ours[("queue", "limited")]["type"] == "quorum"
+    assert theirs[("queue", "lazy-arg")]["type"] == "classic"
+    assert theirs[("queue", "lazy-arg")]["arguments.x-overflow"] == ours[("queue", "lazy-arg")]["arguments.x-overflow"] \
+        == "reject-publish"
     assert ("policy", "ha-only") not in theirs and ("policy", "ha-only") not in ours
     # Every difference on our side is in the plan: a change the transformations list, or a parameter not imported.
     listed = {(c["kind"], c["name"]) for c in chosen.migration["changes"]}
