@@ -48,15 +48,16 @@ TARGET = "4.3.6"
 #: What RabbitMQ's definitions import reads for a field an export leaves out (measured below on 3.10.8).
 IMPORT_DEFAULTS = {"policy": {"apply-to": "all"}, "exchange": {"internal": False}}
 
-#: Table row -> the fields it explains.
-TOOL_WRITES_APPLY_TO = "its export writes apply_to, which the import ignores: every policy applies to all"
-ONLY_POLICY_MATCHED = "it converts the queues a policy matches, ours the queues queue_types names (all by default)"
-PRIORITIES = "x-max-priority: it keeps the argument on the quorum queue, ours drops it (4.x: two levels) or refuses"
-DURABLE = "a transient queue it converts stays non-durable, ours makes it durable"
-QUEUE_MODE = "queue-mode in policies: it keeps the key, ours removes it from policies that reach a quorum queue"
+#: The rows of the table in docs/operations.md, by their first column; each difference below names one.
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+ONLY_POLICY_MATCHED = "which queues become quorum"
+PRIORITIES = "`x-max-priority` on a converted queue"
+DURABLE = "a transient (non-durable) queue it converts"
+QUEUE_MODE = "`queue-mode` in policies"
 CLASSIC_ARGS = "classic-only arguments of a queue it leaves classic"
-INTERNAL = "its export leaves out an exchange's internal flag"
-OPERATOR_POLICY = "operator policies: its export carries them, a restore does not import them and the plan says so"
+TOOL_WRITES_APPLY_TO = "a policy's `apply-to`"
+INTERNAL = "an exchange's `internal` flag"
+OPERATOR_POLICY = "operator policies"
 
 #: (kind, name, field) -> (rabbitmqadmin-ng, airflow-rbak, row); "" field: the whole object (present/absent).
 DIFFERENCES: dict[tuple[str, str, str], tuple[Any, Any, str]] = {
@@ -189,6 +190,15 @@ def _differences(theirs: dict, ours: dict) -> dict[tuple[str, str, str], tuple[A
             if a.get(field) != b.get(field):
                 found[(*key, field)] = (a.get(field), b.get(field))
     return found
+
+
+def test_every_difference_is_a_row_of_the_table_in_the_docs():
+    text = DOCS.read_text()
+    table = text[text.index("### Compared with rabbitmqadmin-ng's transformations"):]
+    table = table[:table.index("\n\n", table.index("| object / field |"))]
+    rows = [line.split(" | ")[0].removeprefix("| ") for line in table.splitlines() if line.startswith("| ")][1:]
+
+    assert sorted(rows) == sorted({row for _, _, row in DIFFERENCES.values()})
 
 
 def test_the_tools_transformations_and_ours_differ_only_where_the_table_says(tool, broker_310, source):
