@@ -27,6 +27,15 @@ rbak_release_for() {
 
 rbak_chroot_path() { echo "$RBAK_CHROOT_CACHE/$(rbak_release_for "$1")"; }
 
+# The packages a release's chroot installs: rabbitmq-server, and in sid the broker team's rabbitmqadmin v2
+# (rabbitmqadmin-ng, which the tests compare the migration's transformations with; scripts/rabbitmqadmin-ng.sh).
+rbak_chroot_packages() {
+  case "$1" in
+    sid) echo "rabbitmq-server rabbitmqadmin-ng" ;;
+    *) echo "rabbitmq-server" ;;
+  esac
+}
+
 # The first Debian archive URI of the host's apt sources (deb822 .sources files first, then sources.list), skipping
 # the security archive: the chroot is made from the same mirror the host already trusts and reaches.
 rbak_debian_mirror() {
@@ -100,11 +109,11 @@ rbak_chroot_build() {
   # sources may name) serves one past that date. Its signature is still checked.
   apt_options="-o Acquire::Check-Valid-Until=false"
   if ! chroot "$partial" /usr/bin/env DEBIAN_FRONTEND=noninteractive sh -c \
-       "apt-get $apt_options update -qq && apt-get $apt_options install -y -qq --no-install-recommends rabbitmq-server && apt-get clean" \
+       "apt-get $apt_options update -qq && apt-get $apt_options install -y -qq --no-install-recommends $(rbak_chroot_packages "$release") && apt-get clean" \
        >>"$RBAK_CHROOT_CACHE/$release.build.log" 2>&1; then
     umount "$partial/proc" || true
     tail -n 5 "$RBAK_CHROOT_CACHE/$release.build.log" >&2 || true
-    echo "rabbitmq: installing rabbitmq-server in the $release chroot failed; see $RBAK_CHROOT_CACHE/$release.build.log" >&2
+    echo "rabbitmq: installing $(rbak_chroot_packages "$release") in the $release chroot failed; see $RBAK_CHROOT_CACHE/$release.build.log" >&2
     flock -u "$lockfd"; return 1
   fi
   umount "$partial/proc"

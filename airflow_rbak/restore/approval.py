@@ -89,6 +89,7 @@ def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id:
         *_skipped_lines(plan),
         *_size_lines(plan),
         *_compatibility_lines(plan),
+        *_not_imported_lines(plan),
         "",
         "Approve to import and publish exactly as above. Reject (or no answer in time) imports and publishes nothing. "
         "Should the definitions export or the target change before a step runs, that step refuses.",
@@ -276,6 +277,17 @@ def _compatibility_lines(plan: RestorePlan) -> list[str]:
         lines += [f"**{refused} are refused by the target, so the restore is refused.**", ""]
     return lines + [f"- {md_code(f['kind'] + ' ' + f['vhost'] + '/' + f['name'])} **{printable(f['outcome'])}**: "
                     f"{md_code(f['detail'])}" for f in sorted(findings, key=lambda f: (f["kind"], f["vhost"], f["name"]))]
+
+
+def _not_imported_lines(plan: RestorePlan) -> list[str]:
+    """The runtime parameters of the imported vhosts that the restore leaves to the target's operator."""
+    left = plan.definitions_not_imported or []
+    if not left:
+        return []
+    return ["", f"### Not imported: runtime parameters of these vhosts ({len(left)})", "",
+            "A restore imports no runtime parameters (operator policies, shovels, federation upstreams): set them on "
+            "the target yourself where the queues need them.", ""] + [
+        f"- {md_code(p['kind'] + ' ' + p['vhost'] + '/' + p['name'])}" for p in left]
 
 
 def _object(change: dict[str, str]) -> str:

@@ -256,10 +256,62 @@ class DefinitionsProposal:
     transformed: dict[str, Any] | None = None
     #: What the target's version does with each object it treats differently (:mod:`.target_compatibility`).
     compatibility: list[dict[str, str]] | None = None
+    #: The runtime parameters of the imported vhosts that a restore does not import (:func:`not_imported`).
+    not_imported: list[dict[str, str]] | None = None
 
     def view(self) -> list[dict[str, Any]]:
         """Every object the import applies, with what acts beyond it (:mod:`.import_view`)."""
         return import_view(self.changes, self.current, self.selected)
+
+
+#: Runtime parameters a plan names as not imported, at most (the plan travels as XCom); the rest are counted.
+MAX_NOT_IMPORTED = 100
+
+
+@dataclass(frozen=True)
+class ImportSelection:
+    """What a restore imports from an export (per target vhost), what the transformations and the target's version
+    did to it, and the runtime parameters of the same vhosts that it does not import."""
+
+    selected: dict[str, dict[str, Any]]
+    migration: dict[str, Any] | None
+    transformed: dict[str, Any] | None
+    compatibility: list[dict[str, str]]
+    not_imported: list[dict[str, str]]
+
+
+def import_selection(saved: dict[str, Any], selection: DefinitionsSelection | None, settings: RestoreRequest,
+                     version: str, key: str = "export") -> ImportSelection:
+    """What a restore imports from an export into a target of ``version``: the selection renamed by the maps,
+    transformed (if the settings name transformations) and adapted to the version. Pure, so that what the plan
+    imports can be compared with what other tools make of the same export (tests/restore/test_rabbitmqadmin_ng.py)."""
+    selected = select_definitions(saved, selection, settings, key) if selection is not None else {}
+    left_out = not_imported(saved, selection, selected, settings) if selection is not None else []
+    summary = transformed = None
+    if settings.transformations:
+        selected, summary, transformed = migration.transform_selection(selected, settings, version)
+    selected, compatibility = target_compatibility.adapt(selected, target_version(version))
+    return ImportSelection(selected, summary, transformed, compatibility, left_out)
+
+
+def not_imported(saved: dict[str, Any], selection: DefinitionsSelection, selected: dict[str, dict[str, Any]],
+                 settings: RestoreRequest) -> list[dict[str, str]]:
+    """The runtime parameters (operator policies, shovels, federation upstreams, ...) of the vhosts whose definitions
+    are imported, by component and name, under the target vhost's name: a restore never imports them, and an
+    operator policy (a ``max-length``, a ``delivery-limit``) changes what the queues do, so the plan names each one
+    rather than leave it out unsaid. Values are never copied (a URI may hold credentials)."""
+    found = []
+    for p in saved.get("parameters") or []:
+        if not isinstance(p, dict) or not all(isinstance(p.get(k), str) for k in ("vhost", "component", "name")):
+            continue
+        target = settings.target_vhost(p["vhost"])
+        if matches(p["vhost"], selection.vhosts) and target in selected:
+            found.append({"kind": printable(p["component"])[:64], "vhost": printable(target)[:255],
+                          "name": printable(p["name"])[:255]})
+    found.sort(key=lambda f: (f["vhost"], f["kind"], f["name"]))
+    if len(found) > MAX_NOT_IMPORTED:
+        found = found[:MAX_NOT_IMPORTED] + [{"kind": "more", "vhost": "", "name": f"{len(found) - MAX_NOT_IMPORTED} more"}]
+    return found
 
 
 def plan_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest, backup_id: str,
@@ -273,19 +325,15 @@ def plan_definitions(client: ManagementClient, storage: Storage, settings: Resto
     key = _saved_definitions(backup_id, definitions_key)
     raw, saved = read_export(storage, key)
     selection = settings.definitions_of(backup_vhosts, queue_vhosts)
-    selected = select_definitions(saved, selection, settings, key) if selection is not None else {}
-    summary = transformed = None
     try:
         version = client.version()
     except BrokerError as exc:
         raise DefinitionsImportError(f"cannot read the target's RabbitMQ version ({exc}); nothing was imported") from None
-    if settings.transformations:
-        selected, summary, transformed = migration.transform_selection(selected, settings, version)
-    selected, compatibility = target_compatibility.adapt(selected, target_version(version))
+    chosen = import_selection(saved, selection, settings, version, key)
     current = current_definitions(client)
-    changes = compare(selected, current, settings.definitions_mode)
-    return DefinitionsProposal(selected, changes, pin_definitions(key, raw, changes.to_apply()), current, summary,
-                               transformed, compatibility)
+    changes = compare(chosen.selected, current, settings.definitions_mode)
+    return DefinitionsProposal(chosen.selected, changes, pin_definitions(key, raw, changes.to_apply()), current,
+                               chosen.migration, chosen.transformed, chosen.compatibility, chosen.not_imported)
 
 
 def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest,

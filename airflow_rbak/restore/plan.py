@@ -141,6 +141,8 @@ class RestorePlan:
     target_message_size_source: str | None = None
     #: What the target's version does with the definitions it treats differently (``target_compatibility``).
     definitions_compatibility: list[dict[str, str]] | None = None
+    #: The runtime parameters (operator policies, ...) of the imported vhosts that a restore does not import.
+    definitions_not_imported: list[dict[str, str]] | None = None
 
     @property
     def records_in_window(self) -> int:
@@ -205,6 +207,9 @@ class RestorePlan:
             if self.backup_vhosts:
                 lines.append(f"  the backup was asked for vhosts {', '.join(map(repr, self.backup_vhosts))}: "
                              "unless this restore names vhosts or a definitions selection, only their definitions")
+        if self.definitions_not_imported:
+            lines.append("  not imported (a restore imports no runtime parameters; set them on the target yourself): "
+                         + ", ".join(f"{p['kind']} {p['vhost']}/{p['name']}" for p in self.definitions_not_imported))
         lines += target_compatibility.summary_lines(self.definitions_compatibility)
         for s in self.skipped_segments:
             lines.append(f"  SKIPPED damaged segment {s.key} ({s.record_count} records): {'; '.join(s.reasons)}")

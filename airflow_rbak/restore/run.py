@@ -112,7 +112,8 @@ class RestoreRun:
                                                        migration=proposal.migration,
                                                        definitions_pin=proposal.pin.to_json(),
                                                        definitions_import=proposal.view(),
-                                                       definitions_compatibility=proposal.compatibility))
+                                                       definitions_compatibility=proposal.compatibility,
+                                                       definitions_not_imported=proposal.not_imported))
             plan = inspect_target(plan, client, self.connection, self.settings, checkpoints)
         for line in plan.summary_lines() + size_limits.summary_lines(plan) + migration.summary_lines(plan.migration):
             log.info("%s", line)

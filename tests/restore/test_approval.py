@@ -166,6 +166,18 @@ def test_a_migration_shows_each_change_the_refusals_and_the_diff_and_hostile_nam
     assert blocks == ["".join(f"{printable(line)}\n" for line in diff)]
 
 
+def test_the_runtime_parameters_a_restore_does_not_import_are_named_in_the_request_and_the_plan():
+    left = [{"kind": "operator_policy", "vhost": "prod", "name": "cap` | x"}]
+    plan = _plan(definitions_not_imported=left)
+
+    body = approval_body(plan, RestoreRequest("memory://", restore_definitions=True), "rabbitmq_default")
+
+    assert _sections(body)["Not imported: runtime parameters of these vhosts (1)"] == ["operator_policy prod/cap` | x"]
+    assert "  not imported (a restore imports no runtime parameters; set them on the target yourself): " \
+           "operator_policy prod/cap` | x" in plan.summary_lines()
+    assert RestorePlan.from_json(plan.to_json()) == plan
+
+
 def _sections(body: str) -> dict[str, list[str]]:
     """Each heading of the rendered request with the text of its list items (code spans as their literal text)."""
     out: dict[str, list[str]] = {}

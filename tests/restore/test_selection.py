@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_rbak.restore.definitions import counts, rollback_timestamp, select_definitions
+from airflow_rbak.restore.definitions import (
+    MAX_NOT_IMPORTED,
+    counts,
+    import_selection,
+    not_imported,
+    rollback_timestamp,
+    select_definitions,
+)
 from airflow_rbak.restore.errors import DefinitionsImportError
 from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest
 
@@ -51,6 +58,26 @@ def test_explicit_exchanges_come_along_and_every_vhost_by_default():
     everything = select_definitions(DOC, DefinitionsSelection(), settings)
     assert counts(everything) == {"prod": {"queues": 3, "exchanges": 3, "bindings": 4, "policies": 1},
                                   "dev": {"queues": 1, "exchanges": 0, "bindings": 0, "policies": 0}}
+
+
+def test_the_runtime_parameters_of_the_imported_vhosts_are_named_as_not_imported_never_their_values():
+    settings = RestoreRequest("memory://", vhost_map={"prod": "dr"})
+    doc = {**DOC, "parameters": [
+        {"vhost": "prod", "component": "operator_policy", "name": "cap", "value": {"definition": {"max-length": 5}}},
+        {"vhost": "prod", "component": "federation-upstream", "name": "up", "value": {"uri": "amqp://u:secret@h"}},
+        {"vhost": "dev", "component": "operator_policy", "name": "dev-cap", "value": {}},
+        {"vhost": "prod", "component": 7, "name": "bad"}, "not an object"]}
+
+    chosen = import_selection(doc, DefinitionsSelection(vhosts=["prod"]), settings, "4.3.6")
+
+    assert list(chosen.selected) == ["dr"]
+    assert chosen.not_imported == [{"kind": "federation-upstream", "vhost": "dr", "name": "up"},
+                                   {"kind": "operator_policy", "vhost": "dr", "name": "cap"}]
+    assert "secret" not in repr(chosen)
+    many = {**DOC, "parameters": [{"vhost": "prod", "component": "operator_policy", "name": f"p{i:03d}"}
+                                  for i in range(MAX_NOT_IMPORTED + 5)]}
+    listed = not_imported(many, DefinitionsSelection(), select_definitions(many, DefinitionsSelection(), settings), settings)
+    assert len(listed) == MAX_NOT_IMPORTED + 1 and listed[-1] == {"kind": "more", "vhost": "", "name": "5 more"}
 
 
 def test_rollback_timestamps_sort_and_are_safe_in_keys():
