@@ -152,6 +152,40 @@ def test_the_restore_role_restores_every_message_into_queues_it_creates(broker, 
 
 
 @pytest.mark.broker
+def test_the_roles_with_definitions_export_them_and_import_them_into_another_vhost(broker, vhost, role_user, queues,
+                                                                                   behaviour: Behaviour, tmp_path):
+    # Given a user with the backup-with-definitions role (tag administrator, read only) and one with the
+    # restore-with-definitions role (tag administrator, every permission) on a second, empty vhost
+    target = f"{vhost}-to"
+    broker.api("PUT", f"vhosts/{quote(target, safe='')}")
+    try:
+        backup_user, restore_user = role_user("backup with definitions"), role_user("restore with definitions")
+        granted = ROLES["restore with definitions"]
+        broker.api("PUT", f"permissions/{quote(target, safe='')}/{restore_user.username}",
+                   json={"configure": granted.configure, "write": granted.write, "read": granted.read})
+
+        # When the first backs up with definitions, and the second restores them and the messages into the new vhost
+        location = (tmp_path / "b").as_uri()
+        manifest = BackupRun(backup_user, BackupSettings("least-d", location, selector=QueueSelector(vhosts=(vhost,)),
+                                                         include_definitions=True)).run()
+        report = RestoreRun(restore_user, RestoreRequest(location, backup_id="least-d", vhost_map={vhost: target},
+                                                         restore_definitions=True, strip_user_id=True,
+                                                         checkpoint_state=(tmp_path / "state").as_uri())).run()
+
+        # Then the export held the queues, the import declared them with their types, and every message is there
+        assert manifest.definitions is not None and manifest.definitions.queue_count >= len(QUEUES)
+        assert report.published == COUNT * len(QUEUES)
+        declared = {q["name"]: q["type"] for q in broker.api("GET", f"queues/{quote(target, safe='')}").json()}
+        assert declared == QUEUES
+        for queue, queue_type in QUEUES.items():
+            order = behaviour.delivery_order(queue_type, message_priorities(COUNT))
+            found = read_queue(broker.connection, target, queue, queue_type, COUNT)
+            assert [body for body, _, _ in found] == [body_of(i, 300) for i in order], queue
+    finally:
+        broker.api("DELETE", f"vhosts/{quote(target, safe='')}")
+
+
+@pytest.mark.broker
 def test_a_user_who_may_do_nothing_useful_fails_the_connection_test_naming_each_missing_right(broker, vhost, role_user):
     # Given a user with a management tag whose only permission on the vhost is to configure
     user = role_user("backup")
