@@ -53,8 +53,16 @@ LIMITS = {"pattern": "^pol-", "definition": {"delivery-limit": 3, "max-length": 
           "apply-to": "queues", "priority": 1}
 CAP = {"pattern": "^cap-", "definition": {"max-length": 10}, "apply-to": "queues", "priority": 1}
 OPERATOR = {"pattern": "^pol-q$", "definition": {"delivery-limit": 5}, "apply-to": "queues", "priority": 1}
-#: A negative x-delivery-limit means none from 4.0; declared only there (3.10 gives it no such meaning).
+#: From 4.0 a negative delivery limit means none, and the broker reports the limit it applies: quorum queues that
+#: combine a negative or zero limit with the others (argument, policy "unlimited", operator policies), declared only
+#: there (3.10 gives a negative limit no such meaning and reports none).
 UNLIMITED = "q-unlimited"
+QUORUM_4X = {UNLIMITED: {"x-delivery-limit": -1}, "q-zero": {"x-delivery-limit": 0}, "unl-plain": {},
+             "unl-arg": {"x-delivery-limit": 6}, "unl-op": {}, "cap-op": {}, "plain-opneg": {},
+             "arg-opneg": {"x-delivery-limit": 7}}
+UNLIMITED_POLICY = {"pattern": "^unl-", "definition": {"delivery-limit": -1}, "apply-to": "queues", "priority": 1}
+OPERATOR_2 = {"pattern": "-op$", "definition": {"delivery-limit": 2}, "apply-to": "queues", "priority": 1}
+OPERATOR_NONE = {"pattern": "-opneg$", "definition": {"delivery-limit": -1}, "apply-to": "queues", "priority": 2}
 
 
 def _wait_for(what: str, check: Any, timeout: float = 40.0) -> Any:
@@ -81,7 +89,10 @@ def described(broker: Broker) -> Iterator[tuple[str, dict[str, dict[str, Any]]]]
     broker.api("PUT", f"operator-policies/{v}/operator", json=OPERATOR)
     queues = dict(QUEUES)
     if behaviour.reports_delivery_limit():
-        queues[UNLIMITED] = ("quorum", {"x-delivery-limit": -1}, 0)
+        broker.api("PUT", f"policies/{v}/unlimited", json=UNLIMITED_POLICY)
+        broker.api("PUT", f"operator-policies/{v}/two", json=OPERATOR_2)
+        broker.api("PUT", f"operator-policies/{v}/none", json=OPERATOR_NONE)
+        queues.update({name: ("quorum", arguments, 0) for name, arguments in QUORUM_4X.items()})
     with pika.BlockingConnection(broker.connection.pika_parameters(vhost)) as conn:
         channel = conn.channel()
         channel.confirm_delivery()
@@ -93,6 +104,7 @@ def described(broker: Broker) -> Iterator[tuple[str, dict[str, dict[str, Any]]]]
     def listed() -> dict[str, dict[str, Any]] | None:
         rows = {q["name"]: q for q in broker.api("GET", f"queues/{v}").json()}
         shown = all(rows.get(n, {}).get("policy") for n in ("pol-q", "cap-c")) and rows.get("q-arg", {}).get("messages") == 3
+        shown = shown and all(rows.get(n, {}).get("operator_policy") for n in queues if n.endswith(("-op", "-opneg")))
         return rows if shown else None
 
     try:
@@ -144,7 +156,7 @@ def test_the_delivery_limit_the_code_computes_is_the_one_the_broker_applies(brok
         applied = {name: None if listed[name]["delivery_limit"] == "unlimited" else listed[name]["delivery_limit"]
                    for name in quorum}
         assert {name: effective_delivery_limit(infos[name], version) for name in quorum} == applied
-        assert applied[UNLIMITED] is None
+        assert applied[UNLIMITED] is None and applied["cap-op"] == 2
     else:
         assert all("delivery_limit" not in row for row in listed.values())
 
