@@ -14,6 +14,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
@@ -28,6 +29,7 @@ from airflow_rbak.broker.discovery import (
     parse_version,
 )
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.broker.preflight import ROLES
 from airflow_rbak.capture.capture_options import management_counts
 from airflow_rbak.capture.queue_features import CaptureMethod, Facts, decide
 from airflow_rbak.restore.transformations import queue_type as exported_queue_type
@@ -206,3 +208,28 @@ def test_the_cluster_identity_and_the_stream_consumers_are_read_from_the_node(br
 def _depth(broker: Broker, vhost: str, queue: str) -> int:
     with pika.BlockingConnection(broker.connection.pika_parameters(vhost)) as conn:
         return conn.channel().queue_declare(queue, passive=True).method.message_count
+
+
+def test_the_backup_role_reads_every_queue_as_an_administrator_does_but_not_the_cluster_id(broker: Broker, described):
+    # Given a user with exactly the backup role on the module's vhost (tests/broker/test_roles.py runs its backup)
+    vhost, listed = described
+    role, name = ROLES["backup"], f"fields-{uuid.uuid4().hex[:6]}"
+    broker.api("PUT", f"users/{name}", json={"password": "Fields-Pw/1", "tags": role.tag})
+    broker.api("PUT", f"permissions/{quote(vhost, safe='')}/{name}",
+               json={"configure": role.configure, "write": role.write, "read": role.read})
+    try:
+        # When it and the administrator describe every queue, and name the cluster
+        with ManagementClient(replace(broker.connection, username=name, password="Fields-Pw/1")) as client:
+            as_role = {q: describe_queue(client, vhost, q) for q in listed}
+            role_identity = client.cluster_identity()
+        with ManagementClient(broker.connection) as client:
+            as_admin = {q: describe_queue(client, vhost, q) for q in listed}
+            admin_identity, cluster_name = client.cluster_identity(), client.cluster_name()
+    finally:
+        broker.api("DELETE", f"users/{name}")
+
+    # Then it reads the same types, arguments, policies and operator policies (the counts may have been resampled)
+    assert {q: replace(i, messages=0, consumers=0) for q, i in as_role.items()} == \
+        {q: replace(i, messages=0, consumers=0) for q, i in as_admin.items()}
+    # But not the cluster's random id: it names the cluster by its name (docs/operations.md#least-privilege)
+    assert role_identity != admin_identity and str(cluster_name) in role_identity
