@@ -192,17 +192,50 @@ def test_the_message_counts_the_capture_reads_are_the_queues(broker: Broker, des
     assert (info.messages, info.consumers) == (3, 0)
 
 
-def test_the_cluster_identity_and_the_stream_consumers_are_read_from_the_node(broker: Broker, described):
-    vhost, _ = described
+def test_the_cluster_identity_is_the_nodes_own_random_id(broker: Broker):
     with ManagementClient(broker.connection) as client:
         identity, again, name = client.cluster_identity(), client.cluster_identity(), client.cluster_name()
-        consumers = client.get(f"stream/consumers/{quote(vhost, safe='')}")
 
     # The broker's own random cluster id (3.8+), not the fallback of name and node that two clusters may share
     assert identity == again and identity.startswith("rabbitmq-cluster-id-"), identity
     assert isinstance(name, str) and name
-    # The endpoint a stream capture reads named consumers from answers (rabbitmq_stream_management): a list
-    assert consumers == []
+
+
+def test_a_named_stream_consumer_is_listed_as_the_stream_capture_reads_it(broker: Broker, described):
+    # Given a stream-protocol consumer named "reader-1" subscribed to the stream "s"
+    vhost, _ = described
+    with ManagementClient(broker.connection) as client:
+
+        def listed() -> list[dict[str, Any]]:
+            return _wait_for("the named stream consumer", lambda: client.stream_consumers(vhost))
+
+        # When the management API lists the vhost's stream consumers while it is subscribed
+        consumers = _while_subscribed(broker, vhost, "s", "reader-1", listed)
+
+    # Then it is there with the two fields the stream capture reads to find its stored offset
+    # (capture/stream_capture.py: consumer["queue"]["name"] and consumer["properties"]["name"])
+    assert [(c.get("queue", {}).get("name"), (c.get("properties") or {}).get("name")) for c in consumers] == [("s", "reader-1")]
+
+
+def _while_subscribed(broker: Broker, vhost: str, stream: str, name: str, check: Any) -> Any:
+    """``check()`` run while a stream-protocol consumer with the subscription property ``name`` reads ``stream``."""
+    import asyncio
+
+    import rstream
+
+    c = broker.connection
+
+    async def main() -> Any:
+        consumer = rstream.Consumer(host=c.host, port=c.stream_port, vhost=vhost, username=c.username, password=c.password)
+        await consumer.start()
+        try:
+            await consumer.subscribe(stream, lambda message, context: None, properties={"name": name},
+                                     offset_specification=rstream.ConsumerOffsetSpecification(rstream.OffsetType.FIRST))
+            return await asyncio.to_thread(check)
+        finally:
+            await consumer.close()
+
+    return asyncio.run(main())
 
 
 def _depth(broker: Broker, vhost: str, queue: str) -> int:
