@@ -97,6 +97,16 @@ class Behaviour:
         """The delivery limit of a quorum queue that sets none: 20 from 4.0, none before."""
         return DEFAULT_QUORUM_DELIVERY_LIMIT_4X if queue_type == "quorum" and self.series >= (4, 0) else None
 
+    def announces_max_message_size(self) -> bool:
+        """Whether the node tells a client its ``max_message_size`` (in the AMQP 1.0 attach; 4.x serves AMQP 1.0 without
+        a plugin): from 4.0. A 3.10 node has no AMQP 1.0 unless its plugin is enabled, so its limit is its version's."""
+        return self.series >= (4, 0)
+
+    def reports_delivery_limit(self) -> bool:
+        """Whether the management API gives a quorum queue's delivery limit as the broker applies it (the queue's
+        ``delivery_limit`` field: a number, or ``unlimited``): 4.x does; 3.10 has no such field."""
+        return self.series >= (4, 0)
+
     def backup_leaves_out_by_default(self, queue_type: str) -> bool:
         """Whether a backup leaves a queue of this type with no limit of its own out unless
         ``allow_delivery_count_increase``: where returns count and a default limit applies (4.0 quorum)."""
