@@ -7,12 +7,14 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from urllib.parse import quote
 
 import pytest
 import requests
 
+from airflow_rbak.broker.connection import RabbitMQConnection
 from tests.broker.conftest import SCRIPT, _recorded
 from tests.broker.versions import session_series, unavailable
 from tests.cluster import nodes as cluster_nodes
@@ -25,6 +27,11 @@ class Cluster:
 
     nodes: tuple[ClusterNode, ...]
     version: str
+
+    def connection(self, *order: int) -> RabbitMQConnection:
+        """One connection to the nodes of ``order`` (0-based; all, node 1 first, by default), tried in that order."""
+        first, *rest = [self.nodes[i].connection for i in (order or range(len(self.nodes)))]
+        return replace(first, more_nodes=tuple(c.first_node for c in rest))
 
     def running(self) -> list[str]:
         """The nodes the management API of the first running node lists as running."""
@@ -58,9 +65,9 @@ def cluster() -> Iterator[Cluster]:
             cluster_nodes.stop(envs, purge=True)
 
 
-@pytest.fixture
-def cluster_vhost(cluster: Cluster) -> Iterator[str]:
-    """A vhost of its own on the cluster for one test, deleted afterwards (through whichever node answers)."""
+@contextmanager
+def vhost_on(cluster: Cluster) -> Iterator[str]:
+    """A vhost of its own on the cluster, deleted afterwards (through whichever node answers)."""
     name = f"c-{uuid.uuid4().hex[:10]}"
     first = cluster.nodes[0]
     first.api("PUT", f"vhosts/{quote(name, safe='')}")
@@ -73,3 +80,10 @@ def cluster_vhost(cluster: Cluster) -> Iterator[str]:
             return
         except requests.RequestException:
             continue
+
+
+@pytest.fixture
+def cluster_vhost(cluster: Cluster) -> Iterator[str]:
+    """A vhost of its own on the cluster for one test."""
+    with vhost_on(cluster) as name:
+        yield name
