@@ -19,6 +19,7 @@ from tests.broker.conftest import SCRIPT, _recorded
 from tests.broker.versions import session_series, unavailable
 from tests.cluster import nodes as cluster_nodes
 from tests.cluster.nodes import ClusterNode
+from tests.cluster.proxy import TcpProxy, proxies
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,26 @@ def cluster() -> Iterator[Cluster]:
     finally:
         if not was_running and os.environ.get("RBAK_KEEP_BROKERS") != "1":
             cluster_nodes.stop(envs, purge=True)
+
+
+@dataclass(frozen=True)
+class ClusterProxy:
+    """A TCP proxy in front of the three nodes (tests/cluster/proxy.py): one address per protocol, as a load
+    balancer gives; ``connection`` reaches the cluster through it."""
+
+    connection: RabbitMQConnection
+    amqp: TcpProxy
+    management: TcpProxy
+    stream: TcpProxy
+
+
+@pytest.fixture(scope="session")
+def cluster_proxy(cluster: Cluster) -> Iterator[ClusterProxy]:
+    nodes = [node.connection for node in cluster.nodes]
+    with proxies([(c.host, c.amqp_port) for c in nodes], [(c.host, c.management_port) for c in nodes],
+                 [(c.host, c.stream_port) for c in nodes]) as (amqp, management, stream):
+        yield ClusterProxy(RabbitMQConnection(amqp_port=amqp.port, management_port=management.port, stream_port=stream.port),
+                           amqp, management, stream)
 
 
 @contextmanager

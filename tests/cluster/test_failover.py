@@ -1,5 +1,6 @@
 """A connection that lists the cluster's nodes reaches the cluster while its first node is down: AMQP, the
-management API and the stream port each fail over to the next node, and a backup through it is byte-exact."""
+management API and the stream port each fail over to the next node, and a backup through it is byte-exact; so is
+one through a TCP proxy in front of the three nodes (one address, as a load balancer gives)."""
 
 from __future__ import annotations
 
@@ -37,12 +38,15 @@ def node_1_down(cluster):
             cluster.nodes[0].start()
 
 
-def test_a_backup_through_the_node_list_completes_byte_exact_while_the_first_node_is_down(cluster, node_1_down,
-                                                                                          tmp_path):
+@pytest.mark.parametrize("through", ["node list", "proxy"])
+def test_a_backup_completes_byte_exact_while_the_first_node_is_down(cluster, cluster_proxy, node_1_down, tmp_path, through):
+    """Through the list [node 1, node 2, node 3], or a TCP proxy in front of the three (that sends each connection
+    to the first node that takes it)."""
     cluster_vhost, seeded = node_1_down
     behaviour = Behaviour(cluster.version)
     location = (tmp_path / "backups").as_uri()
-    connection = cluster.connection(0, 1, 2)
+    connection = cluster.connection(0, 1, 2) if through == "node list" else cluster_proxy.connection
+    routed_before = len(cluster_proxy.amqp.routed)
     settings = BackupSettings("fo-1", location, selector=QueueSelector(vhosts=(cluster_vhost,)),
                               allow_delivery_count_increase=behaviour.backup_leaves_out_by_default("quorum"))
 
@@ -57,6 +61,9 @@ def test_a_backup_through_the_node_list_completes_byte_exact_while_the_first_nod
         order = behaviour.delivery_order(queue.queue_type, [i % 10 for i in range(queue.message_count)])
         assert found == [expected_json(queue.name, i, behaviour) for i in order], queue.name
     assert settled_depths(cluster.nodes[1], cluster_vhost, seeded) == seeded
+    node_2 = cluster.nodes[1].connection
+    if through == "proxy":  # every AMQP connection of the run went to node 2
+        assert set(cluster_proxy.amqp.routed[routed_before:]) == {(node_2.host, node_2.amqp_port)}
 
 
 def test_the_management_client_answers_from_the_next_node_and_stays_there(cluster, node_1_down):
