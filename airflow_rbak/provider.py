@@ -31,6 +31,11 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     "cert_file": {"label": "Client certificate file", "schema": {"type": ["string", "null"]}},
     "key_file": {"label": "Client key file", "schema": {"type": ["string", "null"]}},
     "timeout": {"label": "Timeout (seconds)", "schema": {"type": ["number", "null"], "default": 10}},
+    "hosts": {
+        "label": "Other cluster nodes",
+        "description": "Tried in order after the host when it does not answer: host:port, comma-separated",
+        "schema": {"type": ["string", "array", "null"]},
+    },
 }
 
 #: Relabels and placeholders of the standard fields, in provider-info ``ui-field-behaviour`` form.

@@ -11,6 +11,8 @@
 # RBAK_STREAM_TLS_PORT (default: each plain port + 1).
 # `provision` builds what the version needs (the 4.x chroot; nothing for 3.10) and fails with the reason if it cannot;
 # `version` prints the running node's exact RabbitMQ version; `ctl` runs rabbitmqctl against the node (in its chroot).
+# Clusters: the nodes of one series share the rabbitmq user's Erlang cookie (and a 4.x chroot's nodes the port mapper of
+# RBAK_EPMD_PORT), so `ctl join_cluster` joins them; tests/cluster/nodes.py starts three and joins them.
 # Needs root (the server drops to the rabbitmq user; the chroot needs mounts).
 set -euo pipefail
 
@@ -73,9 +75,10 @@ provision() {
   rbak_chroot_build "$VERSION" >/dev/null
 }
 
-# The chroot's mounts for a node: /proc (shared by the chroot's nodes) and the node's folder at its own path.
+# The chroot's mounts for a node: /proc (shared by the chroot's nodes; under a lock, since a cluster's nodes start
+# together) and the node's folder at its own path.
 mount_chroot() {
-  mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc"
+  (flock 9; mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc") 9>"$ROOT.mount.lock"
   cp /etc/hosts /etc/resolv.conf "$ROOT/etc/" 2>/dev/null || true
   mkdir -p "$DIR" "$ROOT$DIR"
   mountpoint -q "$ROOT$DIR" || mount --bind "$DIR" "$ROOT$DIR"

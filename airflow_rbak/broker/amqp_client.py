@@ -19,19 +19,20 @@ CONNECTION_ERRORS = (
 
 
 def open_connection(connection: RabbitMQConnection, vhost: str) -> pika.BlockingConnection:
-    """A blocking AMQP connection with typed errors (never showing the password)."""
+    """A blocking AMQP connection with typed errors (never showing the password), to the first of the connection's
+    nodes that takes it."""
     try:
-        return blocking_connection(connection.pika_parameters(vhost))
+        return blocking_connection(connection.pika_parameters_all(vhost))
     except pika.exceptions.ProbableAuthenticationError:
         raise BrokerAuthError(f"AMQP login refused for user {connection.username!r} on vhost {vhost!r}") from None
     except pika.exceptions.ProbableAccessDeniedError:
         raise BrokerAuthError(f"user {connection.username!r} may not access vhost {vhost!r}") from None
     except (pika.exceptions.AMQPError, OSError) as exc:
-        tls = tls_failure(exc, f"{connection.host}:{connection.amqp_port}")
+        tls = tls_failure(exc, connection.addresses)
         if tls is not None:
             raise tls from None
         raise BrokerUnreachableError(
-            f"cannot connect to RabbitMQ at {connection.host}:{connection.amqp_port} (vhost {vhost!r}): "
+            f"cannot connect to RabbitMQ at {connection.addresses} (vhost {vhost!r}): "
             f"{type(exc).__name__}; check host, amqp_port and that the broker is running"
         ) from None
 

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 import requests
+from urllib3.exceptions import NewConnectionError
 
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.errors import BrokerApiError, BrokerAuthError, BrokerUnreachableError, QueueNotFoundError, tls_failure
@@ -40,11 +41,25 @@ def _q(name: str) -> str:
     return quote(name, safe="")
 
 
+def _not_sent(exc: requests.RequestException) -> bool:
+    """Whether a request failed before the node could have received it (refused, or no connection in time): only
+    then may it go to another node, since a write that timed out may have been applied."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None
+    return isinstance(exc, requests.ConnectionError) and isinstance(reason, NewConnectionError)
+
+
 class ManagementClient:
-    """Talks to ``/api`` of one node; one HTTP session per client."""
+    """Talks to ``/api`` of one node, the first of the connection's nodes that answers; one HTTP session per client.
+
+    A request that cannot reach the node goes to the next one (``RabbitMQConnection.nodes``), which then serves the
+    client's later requests: every node of a cluster answers for the whole cluster."""
 
     def __init__(self, connection: RabbitMQConnection) -> None:
         self.connection = connection
+        self._bases = connection.management_base_urls
+        self._current = 0
         self._session = requests.Session()
         self._session.auth = (connection.username, connection.password)
         # Passed with every request, not set on the session: requests lets REQUESTS_CA_BUNDLE (set system-wide
@@ -59,6 +74,27 @@ class ManagementClient:
         """One HTTP request on this client's session, verified against the connection's CA."""
         return self._session.request(method, url, verify=self._verify, **kwargs)
 
+    @property
+    def base_url(self) -> str:
+        """The management API base URL of the node this client talks to now."""
+        return self._bases[self._current]
+
+    def send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """``method /api/{path}`` on the current node, else on the next node that can be reached; raises the last
+        node's error when none can be (a GET on any error of the connection, a write only when it was not sent)."""
+        for attempt in range(len(self._bases)):
+            index = (self._current + attempt) % len(self._bases)
+            try:
+                response = self.request(method, f"{self._bases[index]}/api/{path}", **kwargs)
+            except requests.RequestException as exc:
+                retry = isinstance(exc, requests.ConnectionError | requests.Timeout) if method == "GET" else _not_sent(exc)
+                if attempt + 1 == len(self._bases) or not retry:
+                    raise
+                continue
+            self._current = index
+            return response
+        raise AssertionError("unreachable: the connection has at least one node")
+
     def close(self) -> None:
         self._session.close()
 
@@ -70,12 +106,12 @@ class ManagementClient:
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
         """GET ``/api/{path}`` and return the parsed JSON; typed errors for unreachable, 401 and others."""
-        url = f"{self.connection.management_base_url}/api/{path}"
         try:
-            response = self.request("GET", url, params=params, timeout=self.connection.timeout)
+            response = self.send("GET", path, params=params, timeout=self.connection.timeout)
         except requests.RequestException as exc:
-            raise tls_failure(exc, self.connection.management_base_url) or BrokerUnreachableError(
-                f"management API at {self.connection.management_base_url} is unreachable "
+            where = " or ".join(self._bases)
+            raise tls_failure(exc, where) or BrokerUnreachableError(
+                f"management API at {where} is unreachable "
                 f"({type(exc).__name__}); check management_port/management_url and that the "
                 "rabbitmq_management plugin is enabled"
             ) from None
@@ -98,11 +134,10 @@ class ManagementClient:
 
     def get_text(self, path: str) -> bytes:
         """GET ``/api/{path}`` and return the raw body (definitions are saved byte for byte)."""
-        url = f"{self.connection.management_base_url}/api/{path}"
         try:
-            response = self.request("GET", url, timeout=max(self.connection.timeout, 60))
+            response = self.send("GET", path, timeout=max(self.connection.timeout, 60))
         except requests.RequestException as exc:
-            raise tls_failure(exc, self.connection.management_base_url) or BrokerUnreachableError(
+            raise tls_failure(exc, " or ".join(self._bases)) or BrokerUnreachableError(
                 f"management API unreachable while reading /api/{path} ({type(exc).__name__})"
             ) from None
         if response.status_code == 401:

@@ -17,9 +17,8 @@ from airflow_rbak.broker.management import ManagementClient, addressable, reason
 
 
 def send(client: ManagementClient, method: str, path: str, body: Any = None) -> requests.Response:
-    url = f"{client.connection.management_base_url}/api/{path}"
     try:
-        response = client.request(method, url, json=body, timeout=max(client.connection.timeout, 60))
+        response = client.send(method, path, json=body, timeout=max(client.connection.timeout, 60))
     except requests.RequestException as exc:
         raise ManagementWriteError(f"management API unreachable during {method} /api/{path} ({type(exc).__name__})") from None
     if response.status_code >= 400:

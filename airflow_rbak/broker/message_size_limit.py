@@ -58,8 +58,19 @@ def message_size_limit(connection: RabbitMQConnection, vhost: str, version: tupl
 
 
 def probe_max_message_size(connection: RabbitMQConnection, vhost: str) -> int | None:
-    """The node's ``max-message-size`` from an AMQP 1.0 sending link's attach (None: no limit announced)."""
-    raw = socket.create_connection((connection.host, connection.amqp_port), timeout=min(connection.timeout, 30))
+    """The node's ``max-message-size`` from an AMQP 1.0 sending link's attach (None: no limit announced), asked of
+    the first of the connection's nodes that takes a TCP connection (a cluster's nodes share the setting)."""
+    *others, last = connection.each_node()
+    for node in others:
+        try:
+            raw = socket.create_connection((node.host, node.amqp_port), timeout=min(node.timeout, 30))
+        except OSError:
+            continue
+        return _probe(node, raw, vhost)
+    return _probe(last, socket.create_connection((last.host, last.amqp_port), timeout=min(last.timeout, 30)), vhost)
+
+
+def _probe(connection: RabbitMQConnection, raw: socket.socket, vhost: str) -> int | None:
     context = connection.ssl_context()
     sock = context.wrap_socket(raw, server_hostname=connection.host) if context else raw
     with sock:

@@ -25,7 +25,7 @@ touches pika's internals.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pika
@@ -72,8 +72,10 @@ class RbakSelectConnection(pika.SelectConnection):
         super()._proto_connection_made(transport)
 
 
-def blocking_connection(parameters: pika.connection.Parameters) -> pika.BlockingConnection:
-    """A blocking connection of this project: deliveries carry ``typed_headers`` (see ``amqp_types.headers_of``)."""
+def blocking_connection(parameters: pika.connection.Parameters | Sequence[pika.connection.Parameters]) -> pika.BlockingConnection:
+    """A blocking connection of this project: deliveries carry ``typed_headers`` (see ``amqp_types.headers_of``).
+
+    Given several parameters (a cluster's nodes), pika connects to the first that takes the connection."""
     return pika.BlockingConnection(parameters, _impl_class=RbakSelectConnection)
 
 

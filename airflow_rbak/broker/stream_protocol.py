@@ -46,6 +46,18 @@ _REFUSALS = {"AuthenticationFailure": "login refused", "SASLAuthenticationFailur
 
 
 def _run(connection: RabbitMQConnection, vhost: str, work: Any) -> Any:
+    """``work`` on the first of the connection's nodes whose stream port answers (every call here may be repeated:
+    reads, and a store of the same offset); the last node's error when none does."""
+    *others, last = connection.each_node()
+    for node in others:
+        try:
+            return _run_on(node, vhost, work)
+        except BrokerUnreachableError:
+            continue
+    return _run_on(last, vhost, work)
+
+
+def _run_on(connection: RabbitMQConnection, vhost: str, work: Any) -> Any:
     rstream = _require_rstream()
     try:
         return asyncio.run(_with_client(connection, vhost, work))

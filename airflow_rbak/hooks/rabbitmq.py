@@ -6,7 +6,9 @@ port (AMQP), login, password and schema (the default vhost) are the standard
 fields; the rest are extras, with or without the ``extra__rabbitmq__``
 prefix older Airflow UIs write: ``management_port``, ``stream_port``,
 ``management_url``, ``tls``, ``tls_verify``, ``ca_file``, ``cert_file``,
-``key_file``, ``heartbeat``, ``timeout``.
+``key_file``, ``heartbeat``, ``timeout``, and ``hosts``: a cluster's nodes, tried in order after ``host`` on
+connect (``"h2:5672,h3:5672"``, or a JSON list of such entries or of objects with ``host`` and per-node ports; see
+``broker.connection.nodes_from``).
 
 The connection form's fields are declared once, in the provider info (:data:`airflow_rbak.provider.CONN_FIELDS`,
 ``UI_FIELD_BEHAVIOUR``), which Airflow reads from 3.2 on; on 3.0 and 3.1 the extras are typed as JSON.
@@ -19,7 +21,15 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_rbak.broker.connection import DEFAULT_AMQPS_PORT, TRUE_TEXTS, RabbitMQConnection
+from airflow_rbak.broker.connection import (
+    DEFAULT_AMQP_PORT,
+    DEFAULT_AMQPS_PORT,
+    DEFAULT_MANAGEMENT_PORT,
+    DEFAULT_STREAM_PORT,
+    TRUE_TEXTS,
+    RabbitMQConnection,
+    nodes_from,
+)
 from airflow_rbak.exceptions import ConfigurationError
 
 _PREFIX = "extra__rabbitmq__"
@@ -58,6 +68,10 @@ def connection_from_airflow(
             raise ConfigurationError(f"extra 'timeout' must be a number of seconds, got {extra['timeout']!r:.40}") from None
     if kwargs.get("tls") and not port:
         kwargs["amqp_port"] = DEFAULT_AMQPS_PORT
+    if "hosts" in extra:
+        kwargs["more_nodes"] = nodes_from(extra["hosts"], amqp_port=kwargs.get("amqp_port", DEFAULT_AMQP_PORT),
+                                          management_port=kwargs.get("management_port", DEFAULT_MANAGEMENT_PORT),
+                                          stream_port=kwargs.get("stream_port", DEFAULT_STREAM_PORT))
     return RabbitMQConnection(**kwargs)
 
 

@@ -77,9 +77,9 @@ def restore_queue(connection: RabbitMQConnection, storage: Storage, settings: Re
 def _publish(connection: RabbitMQConnection, storage: Storage, settings: RestoreRequest, queue: QueuePlan,
              checkpoints: RestoreCheckpointStore, cp: QueueCheckpoint, result: QueueResult) -> QueueCheckpoint:
     try:
-        conn = blocking_connection(connection.pika_parameters(queue.target_vhost))
+        conn = blocking_connection(connection.pika_parameters_all(queue.target_vhost))
     except pika.exceptions.AMQPError as exc:
-        raise PublishError(f"cannot connect to vhost {queue.target_vhost!r} on {connection.host}:{connection.amqp_port} "
+        raise PublishError(f"cannot connect to vhost {queue.target_vhost!r} on {connection.addresses} "
                            f"({type(exc).__name__}); check the connection and that the vhost exists") from None
     try:
         if settings.publish_mode == "queue":

@@ -185,7 +185,7 @@ def target_depth(client: ManagementClient, connection: RabbitMQConnection, vhost
     if info.get("type") == "stream":
         tail = stream_protocol.stream_tail(connection, vhost, queue, wait=2.0)
         return max(total, 0 if tail is None else tail + 1)
-    with pika.BlockingConnection(connection.pika_parameters(vhost)) as conn:
+    with pika.BlockingConnection(connection.pika_parameters_all(vhost)) as conn:
         try:
             ready = conn.channel().queue_declare(queue, passive=True).method.message_count
         except pika.exceptions.ChannelClosedByBroker as exc:

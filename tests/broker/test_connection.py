@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.broker.connection import BrokerAddress, RabbitMQConnection, nodes_from
 from airflow_rbak.exceptions import ConfigurationError
 
 SECRET = "s3cr3t/p@ss"
@@ -88,3 +88,42 @@ def test_pika_parameters_carry_vhost_credentials_and_tls():
     assert (params.credentials.username, params.credentials.password) == ("u", SECRET)
     assert params.ssl_options is not None
     assert SECRET not in repr(params)
+
+
+# --- A cluster's nodes ---------------------------------------------------------------------------------------------
+
+
+def test_a_url_lists_the_clusters_other_nodes_with_its_own_management_and_stream_ports():
+    conn = RabbitMQConnection.from_url(f"amqp://u:{SECRET.replace('/', '%2F').replace('@', '%40')}@mq1:5673/"
+                                       "?management_port=15673&stream_port=5553&hosts=mq2,mq3:5674,[fd00::3]:5675")
+
+    assert conn.nodes == (BrokerAddress("mq1", 5673, 15673, 5553), BrokerAddress("mq2", 5673, 15673, 5553),
+                          BrokerAddress("mq3", 5674, 15673, 5553), BrokerAddress("fd00::3", 5675, 15673, 5553))
+    assert conn.addresses == "mq1:5673, mq2:5673, mq3:5674, fd00::3:5675"
+    assert conn.management_base_urls[:2] == ("http://mq1:15673", "http://mq2:15673")
+    assert [(p.host, p.port) for p in conn.pika_parameters_all("v")] == [("mq1", 5673), ("mq2", 5673), ("mq3", 5674),
+                                                                           ("fd00::3", 5675)]
+    assert "mq3:5674" in repr(conn) and SECRET not in repr(conn)
+
+
+def test_the_first_node_listed_again_is_tried_once_and_a_management_url_stands_for_every_node():
+    conn = RabbitMQConnection(host="mq1", more_nodes=nodes_from(["mq1:5672", {"host": "mq2", "management_port": 8080}],
+                                                                amqp_port=5672, management_port=15672, stream_port=5552),
+                              management_url="https://lb.example/rabbitmq")
+
+    assert conn.nodes == (BrokerAddress("mq1"), BrokerAddress("mq2", management_port=8080))
+    assert conn.management_base_urls == ("https://lb.example/rabbitmq",)
+    assert conn.at(conn.nodes[1]).more_nodes == () and conn.at(conn.nodes[1]).password == conn.password
+
+
+@pytest.mark.parametrize(("hosts", "message"), [
+    ("mq2:99999", "hosts entry 1's port must be 1-65535"),
+    ([{"host": "mq2", "password": "x"}], "unknown keys"),
+    (["mq2", 5], "hosts entry 2 must be"),
+    ([{"amqp_port": 5672}], "host must be"),
+    (",".join(f"mq{i}" for i in range(20)), "at most 16"),
+    ("[fd00::1]x", "IPv6"),
+])
+def test_a_bad_node_list_is_refused_naming_the_entry_by_position(hosts, message):
+    with pytest.raises(ConfigurationError, match=message):
+        nodes_from(hosts, amqp_port=5672, management_port=15672, stream_port=5552)

@@ -100,3 +100,15 @@ def test_ui_behaviour_relabels_the_standard_fields_and_gives_placeholders():
     assert behaviour["placeholders"]["schema"] == "/"
     assert behaviour["placeholders"]["management_port"] == "15672"
     assert "password" not in behaviour["hidden-fields"]
+
+
+def test_the_hosts_extra_names_the_clusters_other_nodes_as_a_list_or_a_comma_separated_text():
+    listed = connection_from_airflow("mq1", 5672, "u", SECRET, {"hosts": ["mq2:5672", {"host": "mq3", "stream_port": 6552}],
+                                                                "management_port": 15673})
+    written = connection_from_airflow("mq1", None, "u", SECRET, {"extra__rabbitmq__hosts": "mq1, mq2:5673"})
+
+    assert [(n.host, n.amqp_port, n.management_port, n.stream_port) for n in listed.nodes] == [
+        ("mq1", 5672, 15673, 5552), ("mq2", 5672, 15673, 5552), ("mq3", 5672, 15673, 6552)]
+    assert [str(n) for n in written.nodes] == ["mq1:5672", "mq2:5673"]
+    with pytest.raises(ConfigurationError, match="hosts entry 1's port"):
+        connection_from_airflow("mq1", None, "u", SECRET, {"hosts": "mq2:x"})
