@@ -89,6 +89,7 @@ def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id:
         *_skipped_lines(plan),
         *_size_lines(plan),
         *_compatibility_lines(plan),
+        *_delivery_order_lines(plan),
         "",
         "Approve to import and publish exactly as above. Reject (or no answer in time) imports and publishes nothing. "
         "Should the definitions export or the target change before a step runs, that step refuses.",
@@ -276,6 +277,15 @@ def _compatibility_lines(plan: RestorePlan) -> list[str]:
         lines += [f"**{refused} are refused by the target, so the restore is refused.**", ""]
     return lines + [f"- {md_code(f['kind'] + ' ' + f['vhost'] + '/' + f['name'])} **{printable(f['outcome'])}**: "
                     f"{md_code(f['detail'])}" for f in sorted(findings, key=lambda f: (f["kind"], f["vhost"], f["name"]))]
+
+
+def _delivery_order_lines(plan: RestorePlan) -> list[str]:
+    """The queues whose target delivers messages of different priorities in another order than the source did."""
+    warned = [q for q in plan.queues if q.delivery_order_warning]
+    if not warned:
+        return []
+    return ["", f"### Delivery order ({len(warned)} queues)", ""] + [
+        f"- {md_code(f'{q.target_vhost}/{q.target_queue}')}: {md_code(q.delivery_order_warning or '')}" for q in warned]
 
 
 def _object(change: dict[str, str]) -> str:
