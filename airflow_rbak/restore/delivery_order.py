@@ -2,9 +2,10 @@
 
 A restore publishes a queue's records in the order the backup stored them, which is the order the source delivered
 them in. A target queue that orders by priority the way the source did, or less (not at all; two levels after 4.3's
-32, whose order is already highest first), delivers them in that order again; one that orders by more reorders them, and nothing in the messages is lost, so the restore is not
-refused: the plan and the approval request say it, per queue, before anything is published. Quorum queues order
-priorities by version (measured on 3.10.8, 4.0.5 and 4.3.6; ``tests/broker/behaviour.py``):
+32, whose order is already highest first), delivers them in that order again; one that orders by more reorders
+them. Nothing in the messages is lost, so the restore is not refused: the plan and the approval request say it, per
+queue, before anything is published. Quorum queues order priorities by version (measured on 3.10.8, 4.0.5 and
+4.3.6; ``tests/broker/behaviour.py``):
 
 * before 4.0: no priorities, publish order;
 * 4.0 to 4.2: two levels (above 4 is high), high first but every third delivery the older of the two levels' oldest

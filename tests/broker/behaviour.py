@@ -85,6 +85,12 @@ class Behaviour:
             counter = 0 if counter == 2 else counter + 1
         return order
 
+    def refuses_queue_version_1(self) -> bool:
+        """Whether a declare or definitions import of a classic queue with ``x-queue-version: 1`` is refused
+        ("unsupported queue version"): 4.3; 4.0 takes it and ignores it (v1 was removed, every queue is v2), 3.10
+        makes a version 1 queue."""
+        return self.series >= (4, 3)
+
     def quorum_orders_priorities(self) -> bool:
         """Whether a quorum queue delivers by each message's priority (from 4.0; 3.10 refuses ``x-max-priority`` on a
         quorum queue and delivers in publish order)."""
