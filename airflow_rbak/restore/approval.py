@@ -90,6 +90,7 @@ def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id:
         *_size_lines(plan),
         *_compatibility_lines(plan),
         *_not_imported_lines(plan),
+        *_delivery_order_lines(plan),
         "",
         "Approve to import and publish exactly as above. Reject (or no answer in time) imports and publishes nothing. "
         "Should the definitions export or the target change before a step runs, that step refuses.",
@@ -288,6 +289,15 @@ def _not_imported_lines(plan: RestorePlan) -> list[str]:
             "A restore imports no runtime parameters (operator policies, shovels, federation upstreams): set them on "
             "the target yourself where the queues need them.", ""] + [
         f"- {md_code(p['kind'] + ' ' + p['vhost'] + '/' + p['name'])}" for p in left]
+
+
+def _delivery_order_lines(plan: RestorePlan) -> list[str]:
+    """The queues whose target delivers messages of different priorities in another order than the source did."""
+    warned = [q for q in plan.queues if q.delivery_order_warning]
+    if not warned:
+        return []
+    return ["", f"### Delivery order ({len(warned)} queues)", ""] + [
+        f"- {md_code(f'{q.target_vhost}/{q.target_queue}')}: {md_code(q.delivery_order_warning or '')}" for q in warned]
 
 
 def _object(change: dict[str, str]) -> str:

@@ -95,6 +95,8 @@ class QueuePlan:
     target_queue_type: str | None = None
     #: Records in the window whose body is over ``message_sizes.LARGE_MESSAGE_BYTES``: (segment key, index, bytes).
     large_messages: tuple[LargeMessage, ...] = ()
+    #: Why the target will deliver this queue's messages in another order than the source (:mod:`.delivery_order`).
+    delivery_order_warning: str | None = None
 
     @property
     def to_add(self) -> int:
@@ -143,6 +145,9 @@ class RestorePlan:
     definitions_compatibility: list[dict[str, str]] | None = None
     #: The runtime parameters (operator policies, ...) of the imported vhosts that a restore does not import.
     definitions_not_imported: list[dict[str, str]] | None = None
+    #: The RabbitMQ versions of the source (the backup's manifest) and of the target (when inspected).
+    source_rabbitmq_version: str | None = None
+    target_rabbitmq_version: str | None = None
 
     @property
     def records_in_window(self) -> int:
@@ -193,6 +198,8 @@ class RestorePlan:
                          f"{q.records_in_window} of {q.records_total} records in {len(q.segments)} segments "
                          f"from {', '.join(q.drawn_from) or '-'}; target {now}, "
                          f"adds {q.to_add}" + (f" (resuming: {q.published_before} confirmed before)" if q.resumes else ""))
+            if q.delivery_order_warning:
+                lines.append(f"    WARNING: {q.delivery_order_warning}")
         changes = self.definitions_changes
         if changes:
             lines.append(f"  definitions ({changes['mode']} mode): create {changes['create'] or 'nothing'}; "
@@ -263,6 +270,7 @@ def plan_restore(storage: Storage, settings: RestoreRequest) -> RestorePlan:
         window_end=settings.time_window_end, queues=tuple(queues), skipped_segments=tuple(skipped),
         definitions_key=manifest.definitions.key if manifest.definitions else None,
         segments_verified=verified, segments_outside_window=outside, source_cluster=manifest.source_cluster,
+        source_rabbitmq_version=manifest.rabbitmq_version,
         drawn_from=tuple(dict.fromkeys(owner for q in queues for owner in q.drawn_from)),
         backup_vhosts=manifest.selected_vhosts(), queue_vhosts=tuple(sorted({q.vhost for q in selected})),
     )

@@ -63,8 +63,10 @@ QUORUM_RULES: tuple[QuorumRule, ...] = (
     QuorumRule("x-max-priority", None, since=(4, 0, 0),
                before=Outcome(LOSS, "quorum queues before RabbitMQ 4.0 have no message priorities: messages would be "
                                     "delivered in the order they were published"),
-               after=Outcome(DROP, "quorum queues of RabbitMQ 4.0 and later order messages by priority in two levels "
-                                   "(0-4 normal, 5 and above high) without the argument")),
+               after=Outcome(DROP, "quorum queues of RabbitMQ 4.0 and later order messages by priority without the "
+                                   "argument: in two levels (0-4 normal, 5 and above high: high first, every third delivery the "
+                                   "older of the two levels' oldest) "
+                                   "before 4.3, in 32 levels (0-31, the higher first) from 4.3")),
     QuorumRule("x-message-ttl", "message-ttl", since=(3, 10, 0),
                before=Outcome(LOSS, "quorum queues before RabbitMQ 3.10 have no message TTL: messages would never expire")),
 )

@@ -36,7 +36,7 @@ from airflow_rbak.broker.errors import QueueNotFoundError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.broker.message_size_limit import message_size_limit
 from airflow_rbak.display import package_logger
-from airflow_rbak.restore import target_compatibility
+from airflow_rbak.restore import delivery_order, target_compatibility
 from airflow_rbak.restore.checkpoints import RestoreCheckpointStore
 from airflow_rbak.restore.errors import PublishError, RestoreRefusedError
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
@@ -120,8 +120,10 @@ def inspect_target(plan: RestorePlan, client: ManagementClient, connection: Rabb
     vhosts = set(client.vhosts())
     # max_message_size is the node's: read it through a vhost the restore reaches (one that exists, else "/")
     reach = next((q.target_vhost for q in plan.queues if q.target_vhost in vhosts), "/")
-    limit = message_size_limit(connection, reach, target_version(client.version()))
-    plan = replace(plan, target_max_message_size=limit.max_bytes, target_message_size_source=limit.source)
+    version = client.version()
+    limit = message_size_limit(connection, reach, target_version(version))
+    plan = replace(plan, target_max_message_size=limit.max_bytes, target_message_size_source=limit.source,
+                   target_rabbitmq_version=version)
     queues = []
     for queue in plan.queues:
         cp = checkpoints.load(queue_checkpoint(plan, queue, settings))
@@ -133,7 +135,7 @@ def inspect_target(plan: RestorePlan, client: ManagementClient, connection: Rabb
         queues.append(replace(queue, target_depth=depth, resumes=cp.started, published_before=cp.published,
                               completed_before=cp.completed, resume_ordinal=cp.next_ordinal,
                               vhost_depths={k: v for k, v in others.items() if v}))
-    return replace(plan, queues=tuple(queues))
+    return delivery_order.with_warnings(replace(plan, queues=tuple(queues)))
 
 
 def refusal(plan: RestorePlan, settings: RestoreRequest) -> str | None:

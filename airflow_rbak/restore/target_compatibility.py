@@ -8,8 +8,10 @@ version, and every such object gets one of three outcomes, listed in the plan an
 * ``applied``: the target takes it as it is; the finding says what it means there (``x-queue-mode`` and a policy's
   ``queue-mode``: accepted, no effect, classic queues have no lazy mode from 3.12 on; a transient non-exclusive
   queue: imported, a deprecated feature whose messages a node restart loses).
-* ``changed``: ``x-queue-version`` 1 is removed (4.x has only version 2 and refuses 1; the version is the queue's
-  index format on disk, nothing a client sees).
+* ``changed``: ``x-queue-version`` 1 is removed where the target refuses it (4.3.6 does; the version is the queue's
+  index format on disk, nothing a client sees). 4.0 has only version 2 too but takes the argument and ignores it
+  (measured on 4.0.5): ``applied`` there. 4.1 and 4.2 were not measured and are treated as refusing it, which costs
+  nothing where the argument is ignored.
 * ``refused``: mirroring keys (a policy's ``ha-*``, a queue's ``x-ha-*``): 4.x rejects them, so the restore is
   refused before anything is imported, naming each object and the transformation that removes them
   (``strip_mirroring``, with ``convert_to_quorum`` to keep the queues replicated).
@@ -28,6 +30,8 @@ from airflow_rbak.restore.transformations import MIRRORING_ARGUMENT_PREFIX, MIRR
 APPLIED, CHANGED, REFUSED = "applied", "changed", "refused"
 #: The first version these rules are for: mirroring and queue version 1 went in 4.0.
 FROM = (4, 0, 0)
+#: The first version taken to refuse ``x-queue-version`` 1 (4.0.5 ignores it, 4.3.6 refuses it; 4.1, 4.2 unmeasured).
+QUEUE_VERSION_1_REFUSED_FROM = (4, 1, 0)
 
 
 @dataclass(frozen=True)
@@ -53,14 +57,15 @@ def adapt(selected: dict[str, dict[str, list[dict[str, Any]]]], version: Version
     findings: list[Finding] = []
     out = {}
     for vhost, part in selected.items():
-        queues = [_queue(vhost, q, where, findings) for q in part.get("queues", [])]
+        queues = [_queue(vhost, q, version, findings) for q in part.get("queues", [])]
         for policy in part.get("policies", []):
             _policy(vhost, policy, where, findings)
         out[vhost] = {**part, "queues": queues}
     return out, [f.to_json() for f in findings]
 
 
-def _queue(vhost: str, queue: dict[str, Any], where: str, findings: list[Finding]) -> dict[str, Any]:
+def _queue(vhost: str, queue: dict[str, Any], version: Version, findings: list[Finding]) -> dict[str, Any]:
+    where = f"RabbitMQ {version_text(version)}"
     name, arguments = str(queue.get("name")), dict(queue.get("arguments") or {})
     if queue.get("durable") is False and not queue.get("exclusive"):
         findings.append(Finding("queue", vhost, name, APPLIED, f"transient and not exclusive: {where} still imports "
@@ -72,7 +77,11 @@ def _queue(vhost: str, queue: dict[str, Any], where: str, findings: list[Finding
     if mirroring:
         findings.append(Finding("queue", vhost, name, REFUSED, f"mirroring arguments {mirroring}: {where} has no "
                                 "classic queue mirroring and refuses them"))
-    if "x-queue-version" in arguments and arguments["x-queue-version"] != 2:
+    if "x-queue-version" in arguments and arguments["x-queue-version"] != 2 and version < QUEUE_VERSION_1_REFUSED_FROM:
+        findings.append(Finding("queue", vhost, name, APPLIED, f"x-queue-version {arguments['x-queue-version']!r} is "
+                                f"kept as an argument and ignored by {where} (its classic queues are all version 2: "
+                                "the index format on disk, nothing a client sees)"))
+    elif "x-queue-version" in arguments and arguments["x-queue-version"] != 2:
         findings.append(Finding("queue", vhost, name, CHANGED, f"x-queue-version {arguments['x-queue-version']!r} "
                                 f"removed: {where} has only version 2 and refuses the import of any other (the "
                                 "version is the index format on disk, nothing a client sees)"))

@@ -61,8 +61,11 @@ class Behaviour:
         """The indices of messages published in order with ``priorities``, in the order the queue delivers them.
 
         Classic queues without ``x-max-priority`` and 3.10 quorum queues ignore priority (publish order). 4.0
-        quorum queues keep two levels (above 4 is high) and deliver two high for one normal while both hold
-        messages; 4.3 quorum queues keep 32 levels and deliver the higher first. Publish order within a level."""
+        quorum queues keep two levels (above 4 is high): of every three deliveries the first two take the oldest
+        high message (a normal one when no high is left) and the third the older of the two levels' oldest; so two
+        high for one normal while normal messages wait longer, but high ones all first when they are all older
+        (a restore of 4.3's order: measured on 4.0.5). 4.3 quorum queues keep 32 levels and deliver the higher
+        first. Publish order within a level."""
         indices = list(range(len(priorities)))
         if queue_type != "quorum" or self.series < (4, 0):
             return indices
@@ -72,15 +75,26 @@ class Behaviour:
         high = [i for i in indices if priorities[i] > QUORUM_HIGH_PRIORITY_ABOVE_4_0]
         normal = [i for i in indices if priorities[i] <= QUORUM_HIGH_PRIORITY_ABOVE_4_0]
         order: list[int] = []
-        run = 0
+        counter = 0  # deliveries since the last third one
         while high or normal:
-            if high and (run < 2 or not normal):
-                order.append(high.pop(0))
-                run += 1
+            if high and normal and counter == 2:
+                level = high if high[0] < normal[0] else normal
             else:
-                order.append(normal.pop(0))
-                run = 0
+                level = high or normal
+            order.append(level.pop(0))
+            counter = 0 if counter == 2 else counter + 1
         return order
+
+    def refuses_queue_version_1(self) -> bool:
+        """Whether a declare or definitions import of a classic queue with ``x-queue-version: 1`` is refused
+        ("unsupported queue version"): 4.3; 4.0 takes it and ignores it (v1 was removed, every queue is v2), 3.10
+        makes a version 1 queue."""
+        return self.series >= (4, 3)
+
+    def quorum_orders_priorities(self) -> bool:
+        """Whether a quorum queue delivers by each message's priority (from 4.0; 3.10 refuses ``x-max-priority`` on a
+        quorum queue and delivers in publish order)."""
+        return self.series >= (4, 0)
 
     def consumer_timeout_enforced_on(self) -> str:
         """A queue type on which the broker enforces a ``consumer_timeout`` set at run time, taking the messages of a
@@ -111,6 +125,11 @@ class Behaviour:
         """Whether a backup leaves a queue of this type with no limit of its own out unless
         ``allow_delivery_count_increase``: where returns count and a default limit applies (4.0 quorum)."""
         return self.returns_count(queue_type) and self.default_delivery_limit(queue_type) is not None
+
+    def declared_arguments(self, arguments: dict) -> dict:
+        """A queue's arguments as the management API shows them after a declare without ``x-queue-type``: 4.0 and 4.3
+        add ``x-queue-type: classic`` (the default queue type, now recorded), 3.10 shows them as declared."""
+        return {**arguments, "x-queue-type": "classic"} if self.series >= (4, 0) else dict(arguments)
 
 
 def message_priorities(count: int) -> list[int]:

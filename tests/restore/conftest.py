@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from tests.broker.conftest import broker, broker_310, second_broker, vhost  # noqa: F401 - fixtures, imported to register them here
+from tests.broker.conftest import behaviour, broker, broker_310, second_broker, vhost  # noqa: F401 - fixtures, imported to register them here
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from airflow_rbak.restore.plan import plan_restore
 from airflow_rbak.restore.records import iter_window_records
 from airflow_rbak.storage import open_storage
 from tests.codec.independent_writer import PROPERTIES, QueueSpec, SegmentSpec, record, write_backup
+from tests.reliability.expect import header_order_free
 from tests.restore.helpers import read_queue
 
 pytestmark = pytest.mark.broker
@@ -109,7 +110,8 @@ def test_a_window_selects_exactly_the_records_stamped_inside_it(foreign_backup):
         assert queue.records_in_window == 5
 
 
-def test_a_restore_into_another_vhost_publishes_each_record_once_in_stored_order(broker, vhost, foreign_backup, tmp_path):
+def test_a_restore_into_another_vhost_publishes_each_record_once_in_stored_order(broker, behaviour, vhost, foreign_backup,
+                                                                                  tmp_path):
     _, url, _, written = foreign_backup
     settings = RestoreRequest(url, backup_id="foreign-1", vhosts=[SOURCE_VHOST], vhost_map={SOURCE_VHOST: vhost},
                                checkpoint_state=str(tmp_path / "restore.db"))
@@ -119,4 +121,7 @@ def test_a_restore_into_another_vhost_publishes_each_record_once_in_stored_order
     assert report.planned == report.published == len(NAMES) * COUNT
     for name, records in written.items():
         restored = read_queue(broker.connection, vhost, name, "classic", COUNT)
-        assert [(view[0], view[1], view[2]) for view in restored] == [consumer_view(r) for r in records], name
+        expected = [consumer_view(r) for r in records]
+        # (a 4.x classic queue delivers the header table sorted by key: tests/broker/behaviour.py)
+        assert [(view[0], view[1], view[2]) for view in restored] == (
+            header_order_free(expected) if behaviour.sorts_headers("classic") else expected), name

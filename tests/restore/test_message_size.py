@@ -1,4 +1,4 @@
-"""A backup holding a message larger than the target's ``max_message_size`` is refused in the plan, on RabbitMQ 4.3.
+"""A backup holding a message larger than the target's ``max_message_size`` is refused in the plan, on RabbitMQ 4.0 and 4.3.
 
 RabbitMQ 4.0 lowered ``max_message_size`` to 16 MiB (128 MiB before) and closes the channel of a publish over it. A
 restore that met such a record half-way once waited 120 s for confirms that never came and left part of the queue
@@ -21,7 +21,8 @@ from airflow_rbak.storage import open_storage
 from tests.repository.backup_writer import BackupWriter
 from tests.restore.helpers import read_queue, ready_count
 
-pytestmark = [pytest.mark.broker, pytest.mark.rabbitmq("4.3")]
+#: 3.10 (128 MiB, taken at the version's default) is held to in tests/broker/test_message_size_limit.py.
+pytestmark = [pytest.mark.broker, pytest.mark.rabbitmq("4.0", "4.3")]
 
 MiB = 1024 * 1024
 BIG = 20 * MiB
@@ -69,7 +70,7 @@ def test_the_node_announces_its_max_message_size_over_amqp_1_0(broker, vhost, de
 
 def test_a_message_over_the_targets_limit_is_refused_in_the_plan_and_nothing_is_published(
         broker, vhost, tmp_path, default_limit):
-    # Given a backup (as if taken on 3.10) holding one 20 MiB message among four small ones, and a 4.3 target
+    # Given a backup (as if taken on 3.10) holding one 20 MiB message among four small ones, and a 4.x target
     write_backup((tmp_path / "b").as_uri())
     assert broker.api("GET", f"queues/{vhost}").json() == []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.restore.delivery_order import order_warning
 from airflow_rbak.restore.quorum_support import (
     DROP,
     KEEP,
@@ -58,3 +59,22 @@ def test_the_version_is_read_from_the_management_apis_text():
     assert target_version("3.10.8") == V3_10 and target_version("4.1.2+1.g0d2e") == V4_1
     with pytest.raises(ConfigurationError):
         target_version("unknown")
+
+
+@pytest.mark.parametrize(("source", "target", "warned"), [
+    # the same ordering on both sides: the stored order (the source's delivery order) comes out again
+    ((3, 10, 8), (3, 13, 0), False), ((4, 0, 5), (4, 2, 1), False), ((4, 3, 6), (4, 4, 0), False),
+    # a target that orders by less delivers the stored order: none (3.x), or 4.0's two levels after 4.3's strict
+    # order (highest first, so the high messages are the older ones: test_delivery_order.py shows it on 4.0)
+    ((4, 3, 6), (3, 10, 8), False), ((4, 0, 5), (3, 10, 8), False), ((4, 3, 6), (4, 0, 5), False),
+    # a target that orders by more than the source did reorders messages of different priorities
+    ((3, 10, 8), (4, 0, 5), True), ((3, 10, 8), (4, 3, 6), True), ((4, 0, 5), (4, 3, 6), True),
+    # an unknown source version: the target's ordering is said
+    (None, (4, 3, 6), True),
+])
+def test_a_quorum_queue_restored_onto_another_priority_ordering_is_warned(source, target, warned):
+    assert (order_warning(source, "quorum", target, "quorum") is not None) == warned
+    # classic queues order by x-max-priority on every version, streams have no priorities, conversions are noted
+    # by the transformations
+    for source_type, target_type in (("classic", "classic"), ("stream", "stream"), ("classic", "quorum")):
+        assert order_warning(source, source_type, target, target_type) is None

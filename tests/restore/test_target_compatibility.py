@@ -1,6 +1,6 @@
 """The definitions a 4.x target treats differently, read against its version: applied, changed or refused.
 
-The broker's side of each row is held by tests/restore/test_definitions_into_4x.py on a real 4.3 node."""
+The broker's side of each row is held by tests/restore/test_definitions_into_4x.py on real 4.0 and 4.3 nodes."""
 
 from __future__ import annotations
 
@@ -34,6 +34,15 @@ def test_on_4_x_each_object_gets_its_outcome_and_only_x_queue_version_1_is_chang
     assert SELECTED["v"]["queues"][0]["arguments"] == {"x-queue-version": 1}, "the input is not changed"
     reason = refusal(findings)
     assert reason and "policy v/ha" in reason and "queue v/mirrored" in reason and "strip_mirroring" in reason
+
+
+def test_on_4_0_x_queue_version_1_is_applied_as_it_is():
+    # 4.0.5 takes the argument and ignores it (tests/restore/test_definitions_into_4x.py holds the broker to it)
+    selected, findings = adapt(SELECTED, (4, 0, 5))
+
+    assert {(f["kind"], f["name"]): f["outcome"] for f in findings}[("queue", "v1")] == "applied"
+    assert selected["v"]["queues"][0]["arguments"] == {"x-queue-version": 1}
+    assert adapt(SELECTED, (4, 1, 0))[0]["v"]["queues"][0]["arguments"] == {}, "4.1 and later: removed"
 
 
 def test_nothing_refused_no_refusal():

@@ -16,7 +16,7 @@ import pytest
 from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.restore.errors import RestoreRefusedError
 from airflow_rbak.restore.request import DEFAULT_CHECKPOINT_STATE
-from tests.restore.helpers import backup, body_of, declare, expected_view, publish, read_queue, ready_count
+from tests.restore.helpers import backup, body_of, declare, expected_views, publish, read_queue, ready_count
 
 pytestmark = pytest.mark.broker
 REPO = Path(__file__).resolve().parents[2]
@@ -84,14 +84,14 @@ def _kill_worker(node, settings: dict, source_vhost: str, queue: str, after: int
 
 
 def test_one_backup_restored_into_two_clusters_with_default_checkpoints_holds_every_message_once_in_each(
-        broker, second_broker, vhost, tmp_path):
+        broker, second_broker, behaviour, vhost, tmp_path):
     # Given a backup of a classic, a quorum and a stream queue on the first node
     declare(broker.connection, vhost, {n: t for n, (t, _) in QUEUES.items()})
     for name, (queue_type, count) in QUEUES.items():
         publish(broker.connection, vhost, name, 0, count, decimal=queue_type != "stream")
     location = (tmp_path / "b").as_uri()
     backup(broker.connection, location, "two-1", vhost, segment_max_bytes=32 * 1024)
-    published = {n: [expected_view(i, t) for i in range(c)] for n, (t, c) in QUEUES.items()}  # what a consumer saw
+    published = {n: expected_views(c, t, behaviour) for n, (t, c) in QUEUES.items()}  # what a consumer saw
     target = f"dr-{uuid.uuid4().hex[:8]}"
     make_vhost(broker, target)
     make_vhost(second_broker, target)
