@@ -1,93 +1,99 @@
 #!/usr/bin/env bash
-# The test suite as `make test` (and so CI) runs it: three parts at once, each with private RabbitMQ nodes of its
+# The test suite as `make test` (and so CI) runs it: five parts at once, each with private RabbitMQ nodes of its
 # own, so that no part's broker faults (tests that stop, restart or reconfigure a node) reach another.
 #   scripts/test.sh [pytest args...]   extra args go to every part
-# Part "stack": the DAGs end to end (`airflow dags test`), mostly waiting on Airflow and JVM start-up. Part
-# "restore": the restore engine, the command line, the deployed stacks (LocalExecutor, CeleryExecutor), the view,
-# the Spark jobs, the broker clients, hooks and operators, and the broker-free codec and storage tests. Part "engine": everything else (capture, the
-# backup runs and the repository, reliability), so a new test folder lands there. Each part's output is kept in
-# .run/tests/<part>.log; the engine part streams, the others are printed when all are done. Exit status: 0 only if
-# every part passed. Every part but "rabbitmq4" runs RabbitMQ 3.10 (the host's package); part "rabbitmq4" runs
-# RABBITMQ43_TESTS on RabbitMQ 4.3 and then RABBITMQ40_TESTS on 4.0, one node at a time (scripts/rabbitmq.sh builds
-# each series' chroot the first time, about a minute and a half), and prints each series' time. Each part's log ends
-# with the exact version it ran against.
+# On RabbitMQ 3.10 (the host's package): part "stack", the DAGs end to end (`airflow dags test`, mostly waiting on
+# Airflow and JVM start-up) and the three-node cluster (tests/cluster); part "restore", the restore engine, the
+# command line, the deployed stacks (LocalExecutor, CeleryExecutor), the view, the Spark jobs, the broker clients,
+# hooks and operators, and the broker-free codec and storage tests; part "engine", everything else (capture, the
+# backup runs and the repository, reliability), so a new test folder lands there. Part "rabbitmq43" runs
+# RABBITMQ43_TESTS on RabbitMQ 4.3 (the current series) and part "rabbitmq40" RABBITMQ40_TESTS on 4.0, each in a
+# chroot scripts/rabbitmq.sh builds the first time (about a minute and a half). Each part's output is kept in
+# .run/tests/<part>.log and ends with the exact RabbitMQ version of every node it ran against; the engine part
+# streams, the others are printed when all are done, each with its time. Exit status: 0 only if every part passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 PYTEST="${VENV:-.venv}/bin/pytest"
 LOGS=.run/tests
 mkdir -p "$LOGS"
-STACK_TESTS=(tests/dags)
+STACK_TESTS=(tests/dags tests/cluster)
 RESTORE_TESTS=(tests/restore tests/cli tests/deployed tests/ui tests/spark_jobs tests/broker tests/hooks tests/operators
                tests/codec tests/storage)
-# Part "rabbitmq4": the capture and backup engine's broker tests, whose expectations follow the version the broker
-# reports (tests/broker/behaviour.py; a test of one series only is marked rabbitmq("4.3") etc. and skipped elsewhere),
-# the queue-features table row by row among them (tests/capture/test_queue_features_on_broker.py), and the restore
-# into 4.x (message size limit, 3.10 definitions, the 3.10 -> 4.3 upgrade, also through `airflow dags test`). 4.3,
-# the current series, runs them all; 4.0 the capture tests, the broker-state headers and the broker faults.
-RABBITMQ43_TESTS=(tests/backup tests/capture tests/reliability/test_broker_faults.py tests/restore/test_message_size.py
-                  tests/restore/test_definitions_into_4x.py tests/restore/test_upgrade_to_43.py
-                  tests/dags/test_rbak_restore_upgrade_43.py)
-RABBITMQ40_TESTS=(tests/capture tests/backup/test_broker_state_headers.py tests/reliability/test_broker_faults.py)
+# The 4.x parts: the tests whose expectations follow the version the broker reports (tests/broker/behaviour.py; a
+# test of one series only is marked rabbitmq("4.3") etc. and skipped elsewhere). 4.3, the current series, runs the
+# broker clients, capture (streams among it), backup, broker faults, the three-node cluster, the restore (the
+# migration among it) and the 3.10 -> 4.3 upgrade through `airflow dags test`; 4.0 the capture, the broker-state
+# headers, the broker faults, the restore and the message size probe.
+RABBITMQ43_TESTS=(tests/broker tests/backup tests/capture tests/cluster tests/reliability/test_broker_faults.py
+                  tests/restore tests/dags/test_rbak_restore_upgrade_43.py)
+RABBITMQ40_TESTS=(tests/capture tests/backup/test_broker_state_headers.py tests/reliability/test_broker_faults.py
+                  tests/restore tests/broker/test_message_size_limit.py)
 IGNORE=()
 for path in "${STACK_TESTS[@]}" "${RESTORE_TESTS[@]}"; do IGNORE+=(--ignore "$path"); done
 
 # Each part's nodes: their own ports, names and folders (the engine part keeps scripts/rabbitmq.sh's defaults).
-# A node's TLS listeners take its plain ports + 1, so the nodes of a part are 10 apart.
+# A node's TLS listeners take its plain ports + 1, so the nodes of a part are 10 apart (a 3.10 node beside a 4.x
+# session's takes + 5); a part's three-node cluster takes RBAK_CLUSTER_* ports, its nodes 10 apart too.
 nodes_env() {  # part amqp mgmt stream
   local part=$1 amqp=$2 mgmt=$3 stream=$4
   echo "RBAK_AMQP_PORT=$amqp RBAK_MGMT_PORT=$mgmt RBAK_STREAM_PORT=$stream" \
        "RBAK_RABBIT_NODE=rabbit-$part@localhost RBAK_RABBIT_DIR=$PWD/.run/rabbitmq-$part" \
        "RBAK_AMQP_PORT2=$((amqp + 10)) RBAK_MGMT_PORT2=$((mgmt + 10)) RBAK_STREAM_PORT2=$((stream + 10))" \
-       "RBAK_RABBIT_NODE2=rabbit2-$part@localhost RBAK_RABBIT_DIR2=$PWD/.run/rabbitmq2-$part"
+       "RBAK_RABBIT_NODE2=rabbit2-$part@localhost RBAK_RABBIT_DIR2=$PWD/.run/rabbitmq2-$part" \
+       "RBAK_CLUSTER_NODE=rabbit-cluster-$part@localhost RBAK_CLUSTER_DIR=$PWD/.run/cluster-$part"
+}
+cluster_env() {  # amqp mgmt stream
+  echo "RBAK_CLUSTER_AMQP_PORT=$1 RBAK_CLUSTER_MGMT_PORT=$2 RBAK_CLUSTER_STREAM_PORT=$3"
 }
 read -r -a stack_env <<<"$(nodes_env stack "${RBAK_STACK_AMQP_PORT:-5772}" "${RBAK_STACK_MGMT_PORT:-15772}" \
-  "${RBAK_STACK_STREAM_PORT:-5652}")"
+  "${RBAK_STACK_STREAM_PORT:-5652}") $(cluster_env 6172 16172 6272)"
 read -r -a restore_env <<<"$(nodes_env restore "${RBAK_RESTORE_AMQP_PORT:-5872}" "${RBAK_RESTORE_MGMT_PORT:-15872}" \
   "${RBAK_RESTORE_STREAM_PORT:-5752}")"
+read -r -a rabbitmq43_env <<<"$(nodes_env rabbitmq43 "${RBAK_RABBITMQ43_AMQP_PORT:-5972}" \
+  "${RBAK_RABBITMQ43_MGMT_PORT:-15972}" "${RBAK_RABBITMQ43_STREAM_PORT:-5852}") $(cluster_env 6372 16372 6472)"
+rabbitmq43_env+=(RBAK_RABBITMQ_VERSION=4.3)
+read -r -a rabbitmq40_env <<<"$(nodes_env rabbitmq40 "${RBAK_RABBITMQ40_AMQP_PORT:-6072}" \
+  "${RBAK_RABBITMQ40_MGMT_PORT:-16072}" "${RBAK_RABBITMQ40_STREAM_PORT:-5952}")"
+rabbitmq40_env+=(RBAK_RABBITMQ_VERSION=4.0)
 
-rabbitmq4_part() {  # each series on a node of its own ports, name and folder (a folder keeps one series' data)
-  local rc=0 series part tests
-  # On a fresh machine 4.0's chroot is built while the 4.3 tests run (the script's lock: never twice); a failure
-  # shows again, with its reason, when the 4.0 session provisions its node.
-  RBAK_RABBITMQ_VERSION=4.0 scripts/rabbitmq.sh provision >/dev/null 2>&1 &
-  for series in 4.3 4.0; do
-    part="v${series/./}"
-    read -r -a series_env <<<"$(nodes_env "$part" "${RBAK_RABBITMQ4_AMQP_PORT:-5972}" "${RBAK_RABBITMQ4_MGMT_PORT:-15972}" \
-      "${RBAK_RABBITMQ4_STREAM_PORT:-5852}")"
-    if [ "$series" = 4.3 ]; then tests=("${RABBITMQ43_TESTS[@]}"); else tests=("${RABBITMQ40_TESTS[@]}"); fi
-    echo "=== RabbitMQ $series"
-    local series_started=$SECONDS
-    env "${series_env[@]}" RBAK_RABBITMQ_VERSION="$series" "$PYTEST" -q -p no:cacheprovider "${tests[@]}" "$@" || rc=1
-    echo "=== RabbitMQ $series: $((SECONDS - series_started)) s"
-  done
+part() {  # name tests... -- runs one part's pytest session and says how long it took
+  local name=$1 rc=0 part_started=$SECONDS
+  shift
+  "$PYTEST" -q -p no:cacheprovider "$@" || rc=$?
+  echo "=== part $name: $((SECONDS - part_started)) s"
   return $rc
 }
 
 started=$(date +%s)
 # Azurite (npm) is installed once here, before the parts start, rather than by whichever part needs it first.
 "${VENV:-.venv}/bin/python" -c 'from tests.emulators import azurite_binary; azurite_binary()' >/dev/null 2>&1 || true
-env "${stack_env[@]}" "$PYTEST" -q -p no:cacheprovider "${STACK_TESTS[@]}" "$@" >"$LOGS/stack.log" 2>&1 &
-stack_pid=$!
-env "${restore_env[@]}" "$PYTEST" -q -p no:cacheprovider "${RESTORE_TESTS[@]}" "$@" >"$LOGS/restore.log" 2>&1 &
-restore_pid=$!
-rabbitmq4_part "$@" >"$LOGS/rabbitmq4.log" 2>&1 &
-rabbitmq4_pid=$!
-"$PYTEST" -q -p no:cacheprovider "${IGNORE[@]}" "$@" 2>&1 | tee "$LOGS/engine.log"
+run_part() {  # name tests... (then the extra args): one part in the background, its log in $LOGS/<name>.log
+  local name=$1
+  shift
+  local -n part_env="${name}_env"
+  (export "${part_env[@]}"; part "$name" "$@") >"$LOGS/$name.log" 2>&1 &
+  pids[$name]=$!
+}
+declare -A pids=()
+PARTS=(stack restore rabbitmq43 rabbitmq40)
+run_part stack "${STACK_TESTS[@]}" "$@"
+run_part restore "${RESTORE_TESTS[@]}" "$@"
+run_part rabbitmq43 "${RABBITMQ43_TESTS[@]}" "$@"
+run_part rabbitmq40 "${RABBITMQ40_TESTS[@]}" "$@"
+part engine "${IGNORE[@]}" "$@" 2>&1 | tee "$LOGS/engine.log"
 engine_rc=${PIPESTATUS[0]}
-wait "$stack_pid"
-stack_rc=$?
-wait "$restore_pid"
-restore_rc=$?
-wait "$rabbitmq4_pid"
-rabbitmq4_rc=$?
-
-for part in stack restore rabbitmq4; do
+summary="engine: exit $engine_rc"
+failed=$(( engine_rc != 0 ))
+for name in "${PARTS[@]}"; do
+  wait "${pids[$name]}"
+  rc=$?
   echo
-  echo "=== part $part, log $LOGS/$part.log"
-  cat "$LOGS/$part.log"
+  echo "=== part $name, log $LOGS/$name.log"
+  cat "$LOGS/$name.log"
+  summary+="; $name: exit $rc"
+  [ "$rc" -eq 0 ] || failed=1
 done
 echo
-echo "engine: exit $engine_rc; stack: exit $stack_rc; restore: exit $restore_rc; rabbitmq4: exit $rabbitmq4_rc;" \
-     "$(( $(date +%s) - started )) s in all"
-[ "$engine_rc" -eq 0 ] && [ "$stack_rc" -eq 0 ] && [ "$restore_rc" -eq 0 ] && [ "$rabbitmq4_rc" -eq 0 ]
+echo "$summary; $(( $(date +%s) - started )) s in all"
+[ "$failed" -eq 0 ]

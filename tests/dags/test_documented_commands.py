@@ -23,7 +23,7 @@ RUN_ELSEWHERE = {
     "make test": "the suite itself (CI runs `make test`)",
     "pip install": "the suite's venv is that install (`make setup`); tests/deployed runs the built wheel",
     "docker-compose": "tests/test_compose.py validates the file (no Docker engine on the test machines)",
-    "RBAK_RABBITMQ_VERSION=4.3 scripts/rabbitmq.sh": "the rabbitmq4 part of `make test`: its broker fixture starts a "
+    "RBAK_RABBITMQ_VERSION=4.3 scripts/rabbitmq.sh": "the rabbitmq43 part of `make test`: its broker fixture starts a "
                                                      "4.3 node, runs rabbitmqctl in it and stops it through "
                                                      "scripts/rabbitmq.sh, and reads its version (tests/broker/conftest.py)",
 }
