@@ -80,6 +80,18 @@ def test_the_runtime_parameters_of_the_imported_vhosts_are_named_as_not_imported
     assert len(listed) == MAX_NOT_IMPORTED + 1 and listed[-1] == {"kind": "more", "vhost": "", "name": "5 more"}
 
 
+def test_global_parameters_of_an_export_are_never_imported_a_restore_imports_per_vhost():
+    settings = RestoreRequest("memory://")
+    doc = {**DOC, "global_parameters": [{"name": "cluster_name", "value": "source-cluster"},
+                                        {"name": "internal_cluster_id", "value": "rabbitmq-cluster-id-x"}]}
+
+    chosen = import_selection(doc, DefinitionsSelection(), settings, "4.3.6")
+
+    assert set(chosen.selected) == {"prod", "dev"}
+    assert all("global_parameters" not in body and "source-cluster" not in repr(body)
+               for body in chosen.selected.values())
+
+
 def test_rollback_timestamps_sort_and_are_safe_in_keys():
     stamp = rollback_timestamp()
     assert len(stamp) == 19 and stamp.endswith("Z") and stamp.replace("T", "").replace("Z", "").isdigit()
