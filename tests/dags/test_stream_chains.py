@@ -15,8 +15,7 @@ from airflow_rbak.repository.chain import dependencies, referenced_keys, segment
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from tests.dags.airflow_env import airflow_env, dags_test, rabbitmq_conn, run_facts
-from tests.restore.helpers import body_of, declare, publish, read_queue
-from tests.restore.test_roundtrip import expected_view
+from tests.restore.helpers import body_of, declare, expected_view, publish, read_queue
 
 GROWTH = (10_000, 5_000, 5_000)
 TOTAL = sum(GROWTH)

@@ -29,8 +29,7 @@ from airflow_rbak.restore.plan import plan_restore
 from airflow_rbak.storage import open_storage
 from tests.codec.independent_reader import read_segment
 from tests.restore.conftest import target_vhost  # noqa: F401 - fixture, imported to register it here
-from tests.restore.helpers import backup, body_of, declare, publish, read_queue
-from tests.restore.test_roundtrip import expected_view
+from tests.restore.helpers import backup, body_of, declare, expected_view, publish, read_queue
 
 pytestmark = pytest.mark.broker
 

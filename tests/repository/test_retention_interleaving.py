@@ -20,8 +20,7 @@ from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.segments.reports import JobReport
 from airflow_rbak.storage import open_storage
 from tests.restore.conftest import target_vhost  # noqa: F401 - fixture, imported to register it here
-from tests.restore.helpers import body_of, declare, publish, read_queue
-from tests.restore.test_roundtrip import expected_view
+from tests.restore.helpers import body_of, declare, expected_view, publish, read_queue
 
 pytestmark = pytest.mark.broker
 
