@@ -88,6 +88,11 @@ class Behaviour:
         (it cancels the consumer, the channel stays open; classic queues have no consumer timeout there)."""
         return "quorum" if self.series >= (4, 3) else "classic"
 
+    def per_queue_consumer_timeout_on(self) -> str:
+        """A queue type that takes an ``x-consumer-timeout`` argument: classic before 4.3 (3.10 keeps it as an argument
+        of no effect, and a policy key only from 3.12); quorum from 4.3, which refuses it on a classic queue."""
+        return "quorum" if self.series >= (4, 3) else "classic"
+
     def returns_count(self, queue_type: str) -> bool:
         """Whether giving a delivered message back raises its ``x-delivery-count`` (and so counts toward a delivery
         limit): quorum queues before 4.3; 4.3 counts a ``basic.nack`` in ``x-acquired-count`` instead."""
@@ -102,7 +107,30 @@ class Behaviour:
         ``allow_delivery_count_increase``: where returns count and a default limit applies (4.0 quorum)."""
         return self.returns_count(queue_type) and self.default_delivery_limit(queue_type) is not None
 
+    def policy_accepts(self, key: str, operator: bool = False) -> bool:
+        """Whether a (operator) policy may set ``key`` on this broker; it refuses one that may not (400)."""
+        if key in DECLARATION_ONLY or (operator and key not in OPERATOR_POLICY_KEYS):
+            return False
+        return self.series >= POLICY_KEYS_SINCE.get(key, (0, 0))
+
+    def counters_after_returns(self, queue_type: str, counters: dict[str, int], returns: int) -> dict[str, int]:
+        """A message's broker counters after ``returns`` more returns the way a backup and the tests give messages
+        back (a channel close before 4.3, ``basic.nack`` from 4.3, both for one requeueing nack): a quorum queue raises
+        ``x-delivery-count`` before 4.3 and ``x-acquired-count`` from 4.3; a classic queue keeps none."""
+        if queue_type != "quorum" or returns == 0:
+            return dict(counters)
+        key = "x-delivery-count" if self.returns_count(queue_type) else "x-acquired-count"
+        return {**counters, key: counters.get(key, 0) + returns}
+
 
 def message_priorities(count: int) -> list[int]:
     """The priorities of the test messages ``0..count-1`` (``tests/broker/messages.py``, ``tests/restore/helpers.py``)."""
     return [i % 10 for i in range(count)]
+
+
+#: Queue settings no policy can set (RabbitMQ refuses the key, 400, on 3.10, 4.0 and 4.3): declared with the queue only.
+DECLARATION_ONLY = frozenset({"exclusive", "auto-delete", "single-active-consumer"})
+#: Keys an operator policy may set, on every series (overflow, dead-lettering and consumer-timeout may not).
+OPERATOR_POLICY_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-bytes", "delivery-limit"})
+#: Policy keys and the series from which RabbitMQ accepts them (a per-queue consumer timeout arrived in 3.12).
+POLICY_KEYS_SINCE = {"consumer-timeout": (3, 12)}
