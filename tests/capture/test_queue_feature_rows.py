@@ -20,7 +20,7 @@ import pytest
 from airflow_rbak.capture.errors import ConsumerTimeoutError, DeliveryLimitRiskError
 from airflow_rbak.storage import open_storage
 from tests.broker.behaviour import Behaviour
-from tests.broker.helpers import PLAIN, publish
+from tests.broker.helpers import PLAIN, depth, publish
 from tests.broker.messages import body_of, sequence_of
 from tests.reliability.faulty_storage import FaultyStorage
 
@@ -28,7 +28,6 @@ from .helpers import capture_queue, staged_json
 from .source_state import (
     HOW,
     SourceState,
-    apply_policy,
     declare_with,
     policy_refused,
     read_state,
@@ -339,13 +338,10 @@ def test_on_4_3_a_classic_capture_held_past_the_brokers_consumer_timeout_complet
     assert_kept(before, source_state(broker.connection, vhost, "row"), behaviour, "classic", captured=True)
 
 
-@pytest.mark.parametrize("how", BY_DECLARATION)
-def test_row_stream(broker, behaviour, vhost, how):
-    """Read by offset whatever the rows above say: by policy, under one that would leave a classic queue out."""
-    declare_with(broker, vhost, "row", "stream", "argument", {})
-    if how == "policy":
-        apply_policy(broker, vhost, "row", {"expires": 600_000, "max-length-bytes": 10_000_000, "overflow": "reject-publish"},
-                     apply_to="all")
+def test_row_stream(broker, behaviour, vhost):
+    """Read by offset, nothing held: the stream as it was, offsets and all. (A queue type is declared, never set by a
+    policy; the table's other rows on a stream: tests/capture/test_queue_features.py, no broker needed.)"""
+    declare_with(broker, vhost, "row", "stream", "argument", {"max-age": "1D"})
     publish(broker.connection, vhost, "row", COUNT, SIZE, rich=False, stream=True)
     before = source_state(broker.connection, vhost, "row", stream=COUNT)
     assert before.order == list(range(COUNT))
@@ -407,3 +403,19 @@ def test_before_4_3_an_allowed_capture_stops_before_any_message_passes_its_limit
 
 def sequence_of_body(body: bytes) -> int:
     return int.from_bytes(body[:8], "big")
+
+
+@pytest.mark.rabbitmq("3.10", "4.0")
+@pytest.mark.xfail(strict=True, reason=(
+    "known gap (issue 40): the capture that stops leaves every message at the limit, and a later allowed capture "
+    "cannot see a count before delivering: its return takes every message it received past the limit (measured on "
+    "4.0.5: all 12 dropped). Passes once an allowed capture of such a queue refuses before its first delivery"))
+def test_before_4_3_an_allowed_capture_after_one_that_stopped_drops_nothing(broker, behaviour, vhost):
+    set_feature(broker, behaviour, vhost, "quorum", "policy", {"delivery-limit": 3})
+    storage = open_storage("memory://")
+    for n in range(4):  # two complete, the third stops, the fourth is the next scheduled run
+        try:
+            capture_queue(broker.connection, storage, f"ok-{n}", vhost, "row", allow_delivery_count_increase=True)
+        except DeliveryLimitRiskError:
+            pass
+    assert depth(broker.connection, vhost, "row", COUNT) == COUNT
