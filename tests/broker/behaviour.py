@@ -113,6 +113,11 @@ class Behaviour:
             return False
         return self.series >= POLICY_KEYS_SINCE.get(key, (0, 0))
 
+    def counters_on_first_delivery(self, queue_type: str, limited: bool) -> dict[str, int]:
+        """The broker counters a message never delivered before carries: 3.10 sends ``x-delivery-count: 0`` from a
+        quorum queue with a delivery limit of its own (argument or policy); 4.x sends none until it was returned."""
+        return {"x-delivery-count": 0} if queue_type == "quorum" and limited and self.series < (4, 0) else {}
+
     def counters_after_returns(self, queue_type: str, counters: dict[str, int], returns: int) -> dict[str, int]:
         """A message's broker counters after ``returns`` more returns the way a backup and the tests give messages
         back (a channel close before 4.3, ``basic.nack`` from 4.3, both for one requeueing nack): a quorum queue raises
