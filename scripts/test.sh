@@ -22,7 +22,7 @@ RESTORE_TESTS=(tests/restore tests/cli tests/deployed tests/ui tests/spark_jobs 
                tests/codec tests/storage)
 # Part "rabbitmq4": the capture and backup engine's broker tests, whose expectations follow the version the broker
 # reports (tests/broker/behaviour.py; a test of one series only is marked rabbitmq("4.3") etc. and skipped elsewhere),
-# the queue-features table row by row among them (tests/capture/test_queue_features_on_broker.py), and the restore
+# the queue-features table row by row among them (tests/capture/test_queue_feature_rows.py), and the restore
 # into 4.x (message size limit, 3.10 definitions, the 3.10 -> 4.3 upgrade, also through `airflow dags test`). 4.3,
 # the current series, runs them all; 4.0 the capture tests, the broker-state headers and the broker faults.
 RABBITMQ43_TESTS=(tests/backup tests/capture tests/reliability/test_broker_faults.py tests/restore/test_message_size.py

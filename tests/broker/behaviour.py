@@ -18,6 +18,12 @@ QUORUM_HIGH_PRIORITY_ABOVE_4_0 = 4
 QUORUM_PRIORITY_LEVELS_4_3 = 32
 #: The delivery limit a quorum queue has from RabbitMQ 4.0 when nothing sets one.
 DEFAULT_QUORUM_DELIVERY_LIMIT_4X = 20
+#: Queue settings no policy can set (RabbitMQ refuses the key, 400, on 3.10, 4.0 and 4.3): declared with the queue only.
+DECLARATION_ONLY = frozenset({"exclusive", "auto-delete", "single-active-consumer"})
+#: Keys an operator policy may set on every series (4.3.6 takes overflow too; none takes dead-lettering or consumer-timeout).
+OPERATOR_POLICY_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-bytes", "delivery-limit"})
+#: Policy keys and the series from which RabbitMQ accepts them (a per-queue consumer timeout arrived in 3.12).
+POLICY_KEYS_SINCE = {"consumer-timeout": (3, 12)}
 
 
 def _series(version: str) -> tuple[int, int]:
@@ -131,11 +137,3 @@ class Behaviour:
 def message_priorities(count: int) -> list[int]:
     """The priorities of the test messages ``0..count-1`` (``tests/broker/messages.py``, ``tests/restore/helpers.py``)."""
     return [i % 10 for i in range(count)]
-
-
-#: Queue settings no policy can set (RabbitMQ refuses the key, 400, on 3.10, 4.0 and 4.3): declared with the queue only.
-DECLARATION_ONLY = frozenset({"exclusive", "auto-delete", "single-active-consumer"})
-#: Keys an operator policy may set, on every series (overflow, dead-lettering and consumer-timeout may not).
-OPERATOR_POLICY_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-bytes", "delivery-limit"})
-#: Policy keys and the series from which RabbitMQ accepts them (a per-queue consumer timeout arrived in 3.12).
-POLICY_KEYS_SINCE = {"consumer-timeout": (3, 12)}
