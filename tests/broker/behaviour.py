@@ -18,6 +18,12 @@ QUORUM_HIGH_PRIORITY_ABOVE_4_0 = 4
 QUORUM_PRIORITY_LEVELS_4_3 = 32
 #: The delivery limit a quorum queue has from RabbitMQ 4.0 when nothing sets one.
 DEFAULT_QUORUM_DELIVERY_LIMIT_4X = 20
+#: Queue settings no policy can set (RabbitMQ refuses the key, 400, on 3.10, 4.0 and 4.3): declared with the queue only.
+DECLARATION_ONLY = frozenset({"exclusive", "auto-delete", "single-active-consumer"})
+#: Keys an operator policy may set on every series (4.3.6 takes overflow too; none takes dead-lettering or consumer-timeout).
+OPERATOR_POLICY_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-bytes", "delivery-limit"})
+#: Policy keys and the series from which RabbitMQ accepts them (a per-queue consumer timeout arrived in 3.12).
+POLICY_KEYS_SINCE = {"consumer-timeout": (3, 12)}
 
 
 def _series(version: str) -> tuple[int, int]:
@@ -102,6 +108,11 @@ class Behaviour:
         (it cancels the consumer, the channel stays open; classic queues have no consumer timeout there)."""
         return "quorum" if self.series >= (4, 3) else "classic"
 
+    def per_queue_consumer_timeout_on(self) -> str:
+        """A queue type that takes an ``x-consumer-timeout`` argument: classic before 4.3 (3.10 keeps it as an argument
+        of no effect, and a policy key only from 3.12); quorum from 4.3, which refuses it on a classic queue."""
+        return "quorum" if self.series >= (4, 3) else "classic"
+
     def returns_count(self, queue_type: str) -> bool:
         """Whether giving a delivered message back raises its ``x-delivery-count`` (and so counts toward a delivery
         limit): quorum queues before 4.3; 4.3 counts a ``basic.nack`` in ``x-acquired-count`` instead."""
@@ -130,6 +141,26 @@ class Behaviour:
         """A queue's arguments as the management API shows them after a declare without ``x-queue-type``: 4.0 and 4.3
         add ``x-queue-type: classic`` (the default queue type, now recorded), 3.10 shows them as declared."""
         return {**arguments, "x-queue-type": "classic"} if self.series >= (4, 0) else dict(arguments)
+
+    def policy_accepts(self, key: str, operator: bool = False) -> bool:
+        """Whether a (operator) policy may set ``key`` on this broker; it refuses one that may not (400)."""
+        if key in DECLARATION_ONLY or (operator and key not in OPERATOR_POLICY_KEYS):
+            return False
+        return self.series >= POLICY_KEYS_SINCE.get(key, (0, 0))
+
+    def counters_on_first_delivery(self, queue_type: str, limited: bool) -> dict[str, int]:
+        """The broker counters a message never delivered before carries: 3.10 sends ``x-delivery-count: 0`` from a
+        quorum queue with a delivery limit of its own (argument or policy); 4.x sends none until it was returned."""
+        return {"x-delivery-count": 0} if queue_type == "quorum" and limited and self.series < (4, 0) else {}
+
+    def counters_after_returns(self, queue_type: str, counters: dict[str, int], returns: int) -> dict[str, int]:
+        """A message's broker counters after ``returns`` more returns the way a backup and the tests give messages
+        back (a channel close before 4.3, ``basic.nack`` from 4.3, both for one requeueing nack): a quorum queue raises
+        ``x-delivery-count`` before 4.3 and ``x-acquired-count`` from 4.3; a classic queue keeps none."""
+        if queue_type != "quorum" or returns == 0:
+            return dict(counters)
+        key = "x-delivery-count" if self.returns_count(queue_type) else "x-acquired-count"
+        return {**counters, key: counters.get(key, 0) + returns}
 
 
 def message_priorities(count: int) -> list[int]:
