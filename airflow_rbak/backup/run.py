@@ -270,6 +270,10 @@ class BackupRun:
         else:
             out.info("captured %s/%s (%s): %d messages, %.1f MB in %.1fs", info.vhost, info.name, result.method,
                      result.messages, result.bytes / 1e6, result.duration_s)
+        if result.depth_at_start is not None and result.messages < result.depth_at_start:
+            out.warning("%s/%s completed short: %d captured of the %d ready at the capture's start; consumers took "
+                        "the rest during the capture (docs/production.md)", info.vhost, info.name, result.messages,
+                        result.depth_at_start)
         return result
 
     def _progress(self, info: QueueInfo, every: float | None, logger: Any) -> contextlib.AbstractContextManager[Any]:

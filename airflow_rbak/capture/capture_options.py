@@ -110,6 +110,9 @@ class CaptureResult:
     left_out: str | None = None
     #: How it was read (:class:`~airflow_rbak.capture.queue_features.CaptureMethod`).
     method: str | None = None
+    #: Classic and quorum queues: the ready messages when the capture started (its first run's, when resumed). Fewer
+    #: ``messages`` than this means other consumers took the rest during the capture: it "completed short".
+    depth_at_start: int | None = None
 
 
 def result_from(p: QueueProgress, duration: float, skipped: bool = False) -> CaptureResult:

@@ -67,6 +67,8 @@ class QueueRun:
             # Committed locally only: the first chunk's checkpoint uploads it, and before that there is nothing to resume.
             self.checkpoints.save(progress, sync=False)
         self.progress = progress
+        #: The ready messages when the capture (its first run) started: the report's measure of "completed short".
+        self.depth_at_start = progress.target_count
         self.target, self.skip = progress.target_count, progress.staged_records
         self.staged, self.staged_bytes = progress.staged_records, progress.staged_bytes
         self.received = self.requested = 0
@@ -278,7 +280,8 @@ class QueueRun:
                 f"because its consumer_timeout is shorter than consumer_timeout_ms ({self.deadline.timeout_ms} ms)")) from None
 
     def _drained(self) -> None:
-        log.warning("queue %r in vhost %r was drained by another consumer during capture; %d of %d captured",
+        log.warning("queue %r in vhost %r was drained by another consumer during capture: it completes short, %d "
+                    "captured of the %d ready at its start (the others' consumers took the rest)",
                     self.info.name, self.info.vhost, self.received, self.target)
         self.target = self.received
 
@@ -413,5 +416,5 @@ class QueueRun:
             vhost=self.info.vhost, queue=self.info.name, queue_type=self.info.queue_type, messages=self.staged,
             bytes=self.staged_bytes, staged_chunks=self.progress.last_chunk, duration_s=round(duration, 3),
             target=self.target, resumed_from=self.skip, depth_after=depth_after, return_wait_s=round(self.return_wait_s, 3),
-            method=self.method.value,
+            method=self.method.value, depth_at_start=self.depth_at_start,
         )
