@@ -94,6 +94,8 @@ class BackupSettings:
     on_unsafe_queue: str = "skip"
     #: The broker's ``consumer_timeout`` in ms (rabbitmq.conf; RabbitMQ's default is 30 min).
     consumer_timeout_ms: int = DEFAULT_CONSUMER_TIMEOUT_MS
+    #: The longest a capture may withhold a queue's messages from its consumers, in ms; None: the consumer timeout's.
+    max_hold_ms: int | None = None
 
     def __post_init__(self) -> None:
         check_backup_id(self.backup_id)
@@ -289,6 +291,7 @@ class BackupRun:
             allow_delivery_count_increase=self.settings.allow_delivery_count_increase,
             on_unsafe_queue=self.settings.on_unsafe_queue,
             consumer_timeout_ms=self.settings.consumer_timeout_ms,
+            max_hold_ms=self.settings.max_hold_ms,
         )
         checkpoints = self.checkpoints()
         try:

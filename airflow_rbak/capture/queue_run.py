@@ -19,7 +19,13 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueInfo
 from airflow_rbak.capture.capture_options import CaptureOwner, CaptureResult, Deadline, drained_by_others, management_counts
 from airflow_rbak.capture.checkpoints import QueueProgress
-from airflow_rbak.capture.errors import CaptureIntegrityError, CaptureStalledError, ConsumerTimeoutError, DeliveryLimitRiskError
+from airflow_rbak.capture.errors import (
+    CaptureIntegrityError,
+    CaptureStalledError,
+    ConsumerTimeoutError,
+    DeliveryLimitRiskError,
+    HoldLimitError,
+)
 from airflow_rbak.capture.message_identity import fingerprint, identity
 from airflow_rbak.capture.queue_features import CaptureMethod, QueueDecision, consumer_timeout_ms
 from airflow_rbak.capture.staged_delivery import stage_delivery
@@ -52,7 +58,10 @@ class QueueRun:
         self.opts, self.checkpoints, self.conn, self.info = owner.options, owner.checkpoints, conn, info
         self.method, self.plan = decision.method, decision.return_plan
         self.connection = owner.connection
-        self.deadline = Deadline(consumer_timeout_ms(info, self.opts.consumer_timeout_ms))
+        timeout_ms, cap_ms = consumer_timeout_ms(info, self.opts.consumer_timeout_ms), self.opts.max_hold_ms
+        #: Whether the user's ``max_hold_ms``, not the broker's consumer timeout, bounds how long messages are held.
+        self.hold_capped = cap_ms is not None and cap_ms < timeout_ms
+        self.deadline = Deadline(cap_ms, bound="max_hold_ms") if cap_ms is not None and self.hold_capped else Deadline(timeout_ms)
         self.inconclusive = 0
         self.channel_closed_by_broker = False
         #: The tag of a consumer the broker cancelled (from RabbitMQ 4.3 its consumer timeout on a quorum queue cancels
@@ -254,8 +263,15 @@ class QueueRun:
 
     def _check_time(self) -> None:
         """Stop before the broker's consumer timeout could close a channel that holds messages."""
-        if (why := self.deadline.exceeded(self.received, self.target)) is not None:
-            raise ConsumerTimeoutError(self._timeout_message(f"the capture {why}; it stopped and gave every message back"))
+        if (why := self.deadline.exceeded(self.received, self.target)) is None:
+            return
+        if self.hold_capped:
+            raise HoldLimitError(
+                f"{self.info.queue_type} queue {self.info.name!r} in vhost {self.info.vhost!r}: the capture {why}; it "
+                f"stopped after {self.received} of {self.target} messages and gave every message back. No message was "
+                "removed, and the queue is not marked complete. max_hold_ms is the longest a capture may withhold a "
+                "queue's messages from its consumers: raise it, or back this queue up when it is shallower")
+        raise ConsumerTimeoutError(self._timeout_message(f"the capture {why}; it stopped and gave every message back"))
 
     def _timeout_message(self, what: str) -> str:
         return (f"{self.info.queue_type} queue {self.info.name!r} in vhost {self.info.vhost!r}: {what} after {self.received} "
