@@ -111,6 +111,9 @@ PARAMS = {
     "consumer_timeout_ms": Param(DEFAULT_CONSUMER_TIMEOUT_MS, type="integer", minimum=1000,
                                  description="the broker's consumer_timeout (rabbitmq.conf); a capture gives every "
                                              "message back before it runs out"),
+    "max_hold_ms": Param(None, type=["null", "integer"], minimum=1000,
+                         description="the longest a capture may withhold a queue's messages from its consumers "
+                                     "(docs/production.md); null: as long as consumer_timeout_ms allows"),
     "max_capture_tasks": Param(256, type="integer", minimum=1, maximum=1024,
                                description="at most this many capture tasks (Airflow maps at most [core] max_map_length, "
                                            "1,024); more queues than that are captured in groups, one after another"),
@@ -124,7 +127,8 @@ PARAMS = {
 SECTIONS = {
     "Broker and storage": ("rabbitmq_conn_id", "spark_conn_id", "storage_url", "backup_id"),
     "What to back up": ("vhosts", "include", "exclude", "queue_types", "streams", "include_definitions", "include_users"),
-    "Queues that cannot be read unchanged": ("on_unsafe_queue", "allow_delivery_count_increase", "consumer_timeout_ms"),
+    "Queues that cannot be read unchanged": ("on_unsafe_queue", "allow_delivery_count_increase", "consumer_timeout_ms",
+                                             "max_hold_ms"),
     "Segments": ("compression", "compression_level", "segment_max_bytes", "segment_max_interval_ms", "segment_work",
                  "in_process_max_bytes", "compact_below_bytes"),
     "After the backup": ("verify", "retention"),
@@ -163,7 +167,7 @@ with DAG(
         task_id="capture", compression="{{ params.compression }}",
         allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}",
         on_unsafe_queue="{{ params.on_unsafe_queue }}", consumer_timeout_ms="{{ params.consumer_timeout_ms }}",
-        streams="{{ params.streams }}", segment_work=SEGMENT_WORK,
+        max_hold_ms="{{ params.max_hold_ms }}", streams="{{ params.streams }}", segment_work=SEGMENT_WORK,
         map_index_template=GROUP_LABEL, **CONFIG.queue_task_limits(), **broker,
     ).expand(queue_info=discover.output)
     encode = RbakBackupSegmentsOperator(

@@ -94,6 +94,8 @@ class BackupSettings:
     on_unsafe_queue: str = "skip"
     #: The broker's ``consumer_timeout`` in ms (rabbitmq.conf; RabbitMQ's default is 30 min).
     consumer_timeout_ms: int = DEFAULT_CONSUMER_TIMEOUT_MS
+    #: The longest a capture may withhold a queue's messages from its consumers, in ms; None: the consumer timeout's.
+    max_hold_ms: int | None = None
 
     def __post_init__(self) -> None:
         check_backup_id(self.backup_id)
@@ -270,6 +272,10 @@ class BackupRun:
         else:
             out.info("captured %s/%s (%s): %d messages, %.1f MB in %.1fs", info.vhost, info.name, result.method,
                      result.messages, result.bytes / 1e6, result.duration_s)
+        if result.depth_at_start is not None and result.messages < result.depth_at_start:
+            out.warning("%s/%s completed short: %d captured of the %d ready at the capture's start; consumers took "
+                        "the rest during the capture (docs/production.md)", info.vhost, info.name, result.messages,
+                        result.depth_at_start)
         return result
 
     def _progress(self, info: QueueInfo, every: float | None, logger: Any) -> contextlib.AbstractContextManager[Any]:
@@ -285,6 +291,7 @@ class BackupRun:
             allow_delivery_count_increase=self.settings.allow_delivery_count_increase,
             on_unsafe_queue=self.settings.on_unsafe_queue,
             consumer_timeout_ms=self.settings.consumer_timeout_ms,
+            max_hold_ms=self.settings.max_hold_ms,
         )
         checkpoints = self.checkpoints()
         try:

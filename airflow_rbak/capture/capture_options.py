@@ -61,6 +61,9 @@ class CaptureOptions:
     on_unsafe_queue: str = "skip"
     #: The broker's ``consumer_timeout`` (rabbitmq.conf), unless the queue sets its own.
     consumer_timeout_ms: int = DEFAULT_CONSUMER_TIMEOUT_MS
+    #: The longest the capture may withhold a queue's messages from its consumers (docs/production.md), the return
+    #: included; None: as long as the consumer timeout allows. The lower of the two bounds the capture.
+    max_hold_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.window <= MAX_PREFETCH:
@@ -71,6 +74,8 @@ class CaptureOptions:
             raise ConfigurationError(f"on_unsafe_queue must be 'skip' or 'fail', got {self.on_unsafe_queue!r}")
         if self.consumer_timeout_ms < 1000:
             raise ConfigurationError(f"consumer_timeout_ms must be at least 1000, got {self.consumer_timeout_ms}")
+        if self.max_hold_ms is not None and self.max_hold_ms < 1000:
+            raise ConfigurationError(f"max_hold_ms must be at least 1000 (or null), got {self.max_hold_ms}")
         object.__setattr__(self, "compression", Compression.parse(self.compression))
 
 
@@ -110,6 +115,9 @@ class CaptureResult:
     left_out: str | None = None
     #: How it was read (:class:`~airflow_rbak.capture.queue_features.CaptureMethod`).
     method: str | None = None
+    #: Classic and quorum queues: the ready messages when the capture started (its first run's, when resumed). Fewer
+    #: ``messages`` than this means other consumers took the rest during the capture: it "completed short".
+    depth_at_start: int | None = None
 
 
 def result_from(p: QueueProgress, duration: float, skipped: bool = False) -> CaptureResult:
@@ -127,6 +135,8 @@ class Deadline:
 
     timeout_ms: int
     started: float | None = None
+    #: What sets ``timeout_ms``, for the messages (the broker's consumer timeout unless the user's ``max_hold_ms``).
+    bound: str = "a consumer_timeout"
 
     @property
     def budget_s(self) -> float:
@@ -144,11 +154,11 @@ class Deadline:
             return None
         elapsed = time.monotonic() - self.started
         if elapsed >= self.budget_s:
-            return f"held its messages for {elapsed:.0f} s, the most it may within a consumer_timeout of {self.timeout_ms} ms"
+            return f"held its messages for {elapsed:.0f} s, the most it may within {self.bound} of {self.timeout_ms} ms"
         projected = elapsed * target / received
         if elapsed >= self.budget_s / 4 and projected > self.budget_s:
             return (f"would need about {projected:.0f} s for {target} messages at the rate so far ({received} in "
-                    f"{elapsed:.0f} s), more than a consumer_timeout of {self.timeout_ms} ms allows")
+                    f"{elapsed:.0f} s), more than {self.bound} of {self.timeout_ms} ms allows")
         return None
 
 

@@ -37,3 +37,9 @@ class CaptureStalledError(CaptureInterruptedError):
 class ConsumerTimeoutError(BrokerError):
     """The capture could not give its messages back inside the broker's ``consumer_timeout``; it stopped and
     returned them (or the broker did, closing the channel), and nothing was marked complete."""
+
+
+class HoldLimitError(ConsumerTimeoutError):
+    """The capture could not finish within the user's ``max_hold_ms``, the longest it may withhold a queue's messages
+    from its consumers; it stopped and returned them, and nothing was marked complete. A bound like the broker's
+    consumer timeout, only set by the user, so handled alike (a retry would hold the messages as long again)."""

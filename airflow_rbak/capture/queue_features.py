@@ -227,7 +227,8 @@ FEATURES: tuple[Feature, ...] = (
         "captured within the timeout",
         "every message is back before the oldest held one reaches the broker's "
         "consumer_timeout (consumer_timeout_ms, 30 min by default; x-consumer-timeout or a consumer-timeout policy where "
-        "the broker has them); a capture that cannot finish in time stops, gives everything back and fails",
+        "the broker has them), and before max_hold_ms where it is set and lower (docs/production.md); a capture that cannot "
+        "finish in time stops, gives everything back and fails",
     ),
     Feature(
         "stream",

@@ -19,7 +19,13 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueInfo
 from airflow_rbak.capture.capture_options import CaptureOwner, CaptureResult, Deadline, drained_by_others, management_counts
 from airflow_rbak.capture.checkpoints import QueueProgress
-from airflow_rbak.capture.errors import CaptureIntegrityError, CaptureStalledError, ConsumerTimeoutError, DeliveryLimitRiskError
+from airflow_rbak.capture.errors import (
+    CaptureIntegrityError,
+    CaptureStalledError,
+    ConsumerTimeoutError,
+    DeliveryLimitRiskError,
+    HoldLimitError,
+)
 from airflow_rbak.capture.message_identity import fingerprint, identity
 from airflow_rbak.capture.queue_features import CaptureMethod, QueueDecision, consumer_timeout_ms
 from airflow_rbak.capture.staged_delivery import stage_delivery
@@ -52,7 +58,10 @@ class QueueRun:
         self.opts, self.checkpoints, self.conn, self.info = owner.options, owner.checkpoints, conn, info
         self.method, self.plan = decision.method, decision.return_plan
         self.connection = owner.connection
-        self.deadline = Deadline(consumer_timeout_ms(info, self.opts.consumer_timeout_ms))
+        timeout_ms, cap_ms = consumer_timeout_ms(info, self.opts.consumer_timeout_ms), self.opts.max_hold_ms
+        #: Whether the user's ``max_hold_ms``, not the broker's consumer timeout, bounds how long messages are held.
+        self.hold_capped = cap_ms is not None and cap_ms < timeout_ms
+        self.deadline = Deadline(cap_ms, bound="max_hold_ms") if cap_ms is not None and self.hold_capped else Deadline(timeout_ms)
         self.inconclusive = 0
         self.channel_closed_by_broker = False
         #: The tag of a consumer the broker cancelled (from RabbitMQ 4.3 its consumer timeout on a quorum queue cancels
@@ -67,6 +76,8 @@ class QueueRun:
             # Committed locally only: the first chunk's checkpoint uploads it, and before that there is nothing to resume.
             self.checkpoints.save(progress, sync=False)
         self.progress = progress
+        #: The ready messages when the capture (its first run) started: the report's measure of "completed short".
+        self.depth_at_start = progress.target_count
         self.target, self.skip = progress.target_count, progress.staged_records
         self.staged, self.staged_bytes = progress.staged_records, progress.staged_bytes
         self.received = self.requested = 0
@@ -252,8 +263,15 @@ class QueueRun:
 
     def _check_time(self) -> None:
         """Stop before the broker's consumer timeout could close a channel that holds messages."""
-        if (why := self.deadline.exceeded(self.received, self.target)) is not None:
-            raise ConsumerTimeoutError(self._timeout_message(f"the capture {why}; it stopped and gave every message back"))
+        if (why := self.deadline.exceeded(self.received, self.target)) is None:
+            return
+        if self.hold_capped:
+            raise HoldLimitError(
+                f"{self.info.queue_type} queue {self.info.name!r} in vhost {self.info.vhost!r}: the capture {why}; it "
+                f"stopped after {self.received} of {self.target} messages and gave every message back. No message was "
+                "removed, and the queue is not marked complete. max_hold_ms is the longest a capture may withhold a "
+                "queue's messages from its consumers: raise it, or back this queue up when it is shallower")
+        raise ConsumerTimeoutError(self._timeout_message(f"the capture {why}; it stopped and gave every message back"))
 
     def _timeout_message(self, what: str) -> str:
         return (f"{self.info.queue_type} queue {self.info.name!r} in vhost {self.info.vhost!r}: {what} after {self.received} "
@@ -278,7 +296,8 @@ class QueueRun:
                 f"because its consumer_timeout is shorter than consumer_timeout_ms ({self.deadline.timeout_ms} ms)")) from None
 
     def _drained(self) -> None:
-        log.warning("queue %r in vhost %r was drained by another consumer during capture; %d of %d captured",
+        log.warning("queue %r in vhost %r was drained by another consumer during capture: it completes short, %d "
+                    "captured of the %d ready at its start (the others' consumers took the rest)",
                     self.info.name, self.info.vhost, self.received, self.target)
         self.target = self.received
 
@@ -413,5 +432,5 @@ class QueueRun:
             vhost=self.info.vhost, queue=self.info.name, queue_type=self.info.queue_type, messages=self.staged,
             bytes=self.staged_bytes, staged_chunks=self.progress.last_chunk, duration_s=round(duration, 3),
             target=self.target, resumed_from=self.skip, depth_after=depth_after, return_wait_s=round(self.return_wait_s, 3),
-            method=self.method.value,
+            method=self.method.value, depth_at_start=self.depth_at_start,
         )

@@ -165,13 +165,15 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
     """
 
     template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "queue_info", "compression",
-                                      "allow_delivery_count_increase", "on_unsafe_queue", "consumer_timeout_ms", "streams",
+                                      "allow_delivery_count_increase", "on_unsafe_queue", "consumer_timeout_ms", "max_hold_ms",
+                                      "streams",
                                       "segment_work")
     operator_extra_links = (RabbitMQQueueLink(),)
 
     def __init__(self, *, queue_info: list[dict[str, Any]], compression: str = "zstd",
                  allow_delivery_count_increase: bool = False, on_unsafe_queue: str = "skip",
-                 consumer_timeout_ms: int = DEFAULT_CONSUMER_TIMEOUT_MS, streams: str = "incremental",
+                 consumer_timeout_ms: int = DEFAULT_CONSUMER_TIMEOUT_MS, max_hold_ms: int | None = None,
+                 streams: str = "incremental",
                  progress_interval: float | None = None, segment_work: dict[str, Any] | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -182,6 +184,7 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
         self.allow_delivery_count_increase = allow_delivery_count_increase
         self.progress_interval = progress_interval  # None: [rbak] progress_interval, read when the task runs
         self.on_unsafe_queue, self.consumer_timeout_ms = on_unsafe_queue, consumer_timeout_ms
+        self.max_hold_ms = max_hold_ms
         self.rbak_queue_url: str | None = None
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
@@ -189,7 +192,8 @@ class RbakCaptureQueueOperator(RbakBrokerOperator):
             raise AirflowFailException(f"streams must be one of {list(STREAM_MODES)}, got {self.streams!r}")
         run = self.backup_run(context, compression=self.compression, incremental_streams=str(self.streams) == "incremental",
                               allow_delivery_count_increase=bool(self.allow_delivery_count_increase),
-                              on_unsafe_queue=str(self.on_unsafe_queue), consumer_timeout_ms=int(self.consumer_timeout_ms))
+                              on_unsafe_queue=str(self.on_unsafe_queue), consumer_timeout_ms=int(self.consumer_timeout_ms),
+                              max_hold_ms=None if self.max_hold_ms in (None, "", "None") else int(self.max_hold_ms))
         given = self.segment_work
         segments = run_step("segment settings", lambda: stages.work_from(given)) if given is not None else None
         return [self.capture(run, QueueInfo(**q), segments) for q in self.queue_info]
