@@ -112,13 +112,14 @@ def test_the_quorum_leader_stopped_mid_capture_then_every_message_is_backed_up_a
 
 def test_a_rolling_restart_of_the_three_nodes_mid_backup_then_the_backup_completes_and_the_source_is_unchanged(
         cluster, cluster_vhost, tmp_path):
-    """Node 1 restarts at the first staged chunk, node 2 at the second, node 3 at the third: the capture's own node,
-    the classic queue's home, the quorum queue's leader. Each restart is over (the node back in the cluster) before
-    the capture goes on, as in an upgrade rolled through the nodes one at a time."""
+    """Node 2 restarts at the first chunk staged of the classic queue it holds, node 3 at the first staged of the
+    quorum queue it leads, node 1 (the capture's own) at the quorum queue's next: each restart lands on a capture
+    holding messages, and is over (the node back in the cluster) before the capture goes on, as an upgrade rolled
+    through the nodes one at a time."""
     behaviour = Behaviour(cluster.version)
     vhost = cluster_vhost
     node_1, node_2, node_3 = cluster.nodes
-    queues = {"orders": "classic", "payments": "quorum"}
+    queues = {"orders": "classic", "payments": "quorum"}  # captured in this order
     # Given a classic queue on node 2 and a quorum queue led by node 3, of persistent messages (a classic queue keeps
     # only those across its node's restart)
     declare(node_2.connection, vhost, {"orders": "classic"})
@@ -131,21 +132,21 @@ def test_a_rolling_restart_of_the_three_nodes_mid_backup_then_the_backup_complet
     settings = BackupSettings("rolling-1", storage.url, selector=QueueSelector(vhosts=(vhost,)),
                               allow_delivery_count_increase=behaviour.backup_leaves_out_by_default("quorum"))
 
-    # When the nodes restart one at a time, each at the next chunk the capture stages
-    order = [node_2, node_3, node_1]
+    # When the nodes restart one at a time, each at a chunk the capture stages
+    roll = [(node_2, "orders"), (node_3, "payments"), (node_1, "payments")]
     restarted: list[str] = []
 
-    def restart_next() -> None:
-        node = order[len(restarted)]
+    def arm_next() -> None:
+        node, queue = roll[len(restarted)]
+        storage.arm(lambda op, key: op == "put" and f"/staging/{vhost}/{queue}/chunk-" in key, lambda: restart_then_arm(node))
+
+    def restart_then_arm(node: ClusterNode) -> None:
         restart(node)
         restarted.append(node.name)
-        if len(restarted) < len(order):
-            storage.arm(is_chunk, restart_next)
+        if len(restarted) < len(roll):
+            arm_next()
 
-    def is_chunk(op: str, key: str) -> bool:
-        return op == "put" and "/staging/" in key and "/chunk-" in key
-
-    storage.arm(is_chunk, restart_next)
+    arm_next()
     failures: list[str] = []
     try:
         manifest = run_until_complete(settings, cluster.connection, storage, failures)
@@ -155,7 +156,7 @@ def test_a_rolling_restart_of_the_three_nodes_mid_backup_then_the_backup_complet
                 node.start()
 
     # Then all three restarted during the backup, which completed, every queue byte-exact
-    assert restarted == [node.name for node in order], failures
+    assert restarted == [node.name for node, _ in roll], failures
     assert manifest.completed_at is not None
     for name, queue_type in queues.items():
         expected = expected_source(behaviour, queue_type, persistent=True)
