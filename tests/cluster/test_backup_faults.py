@@ -37,12 +37,14 @@ MAX_RUNS = 4
 
 
 def leader_of(cluster: Cluster, vhost: str, queue: str) -> str:
-    """The node leading a quorum queue, as the management API reports it (its figures lag a few seconds)."""
+    """The node leading a quorum queue or a stream, as the management API reports it (its figures lag a few seconds;
+    RabbitMQ 3.10 names a stream's leader as its ``node`` only)."""
     deadline = time.monotonic() + 30
     while True:
         info = cluster.nodes[0].api("GET", f"queues/{quote(vhost, safe='')}/{quote(queue, safe='')}").json()
-        if info.get("leader") or time.monotonic() > deadline:
-            return str(info.get("leader"))
+        leader = info.get("leader") or (info.get("node") if info.get("type") == "stream" else None)
+        if leader or time.monotonic() > deadline:
+            return str(leader)
         time.sleep(0.5)
 
 
@@ -165,7 +167,7 @@ def test_a_rolling_restart_of_the_three_nodes_mid_backup_then_the_backup_complet
         # And the source holds every message in order once
         source, delivery_counts = source_state(cluster, vhost, name, queue_type, behaviour)
         assert source == expected, name
-        # (a quorum queue counts each return by a closed connection, and by the capture where returns count)
-        interrupted = sum(f"queue {name!r}" in failure for failure in failures)
-        counted = interrupted + behaviour.returns_count(queue_type) if queue_type == "quorum" else 0
+        # (a quorum queue counts the capture's own return where returns count, not the return of the messages held by
+        # a consumer whose node went down: the broker cannot tell that from a network partition)
+        counted = behaviour.returns_count(queue_type) if queue_type == "quorum" else 0
         assert set(delivery_counts) == {counted}, (name, failures)
