@@ -21,6 +21,7 @@ from airflow_rbak.capture.capture_options import CaptureOwner, CaptureResult, De
 from airflow_rbak.capture.checkpoints import QueueProgress
 from airflow_rbak.capture.errors import (
     CaptureIntegrityError,
+    CaptureInterruptedError,
     CaptureStalledError,
     ConsumerTimeoutError,
     DeliveryLimitRiskError,
@@ -235,10 +236,22 @@ class QueueRun:
             raise pika.exceptions.ChannelWrongStateError("a channel holding captured messages was closed")
 
     def _raise_if_a_consumer_was_cancelled(self) -> None:
-        """A consumer the broker cancelled has lost its messages to the queue, which would deliver them again."""
+        """A consumer the broker cancelled has lost its messages to the queue, which would deliver them again.
+
+        Only a quorum queue's consumer is cancelled for holding messages too long (RabbitMQ 4.3; a classic queue's
+        timeout closes the channel instead). A classic queue cancels its consumers when it goes away: its node
+        stopped (a restart, a rolling upgrade) or it was deleted. That is an interruption the task's retry resumes,
+        not a timeout the user must configure away, which would stop the retries of a scheduled backup."""
         if self.cancelled_by_broker is None:
             return
         held = time.monotonic() - (self.deadline.started or time.monotonic())
+        if self.info.queue_type != "quorum":
+            raise CaptureInterruptedError(
+                f"capture of {self.info.queue_type} queue {self.info.name!r} in vhost {self.info.vhost!r} was "
+                f"interrupted after {self.received} of {self.target} messages: the broker cancelled the capture's "
+                f"consumer {self.cancelled_by_broker} after {held:.0f} s, as it does when the queue's node stops or "
+                "the queue is deleted. No message was removed: the queue keeps the messages the capture held. Re-run "
+                "the same backup_id to resume once the queue's node is running.")
         raise ConsumerTimeoutError(self._timeout_message(
             f"the broker cancelled the capture's consumer {self.cancelled_by_broker} and took its messages back after "
             f"the capture had held messages for {held:.0f} s (RabbitMQ 4.3 does so when a quorum queue's consumer "

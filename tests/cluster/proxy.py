@@ -28,6 +28,9 @@ class TcpProxy:
         self._closed = False
         #: Which upstream each accepted connection went to, in order (a test can say where its client landed).
         self.routed: list[tuple[str, int]] = []
+        #: Set, every byte the nodes send from then on is dropped (a network losing the replies: a publisher's
+        #: confirms); what clients send still goes through.
+        self.replies_lost = threading.Event()
         threading.Thread(target=self._accept, daemon=True, name=f"proxy-{self.port}").start()
 
     def _accept(self) -> None:
@@ -49,7 +52,7 @@ class TcpProxy:
                 upstream.close()
                 return
             self._open.update((client, upstream))
-        threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+        threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
         self._pump(client, upstream)
 
     def _connect(self) -> socket.socket | None:
@@ -64,10 +67,11 @@ class TcpProxy:
             return upstream
         return None
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, replies: bool = False) -> None:
         try:
             while data := source.recv(65536):
-                sink.sendall(data)
+                if not (replies and self.replies_lost.is_set()):
+                    sink.sendall(data)
         except OSError:
             pass
         finally:
