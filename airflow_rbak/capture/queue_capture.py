@@ -29,7 +29,9 @@ How it works, and why:
   shows them back.
   Quorum queues count every return toward ``x-delivery-count``; where a
   delivery limit is in force the capture is refused before the first
-  message, unless explicitly allowed (:mod:`.returns`).
+  message, unless explicitly allowed (:mod:`.returns`), and after an
+  allowed capture stopped at the limit until the risk is gone
+  (:mod:`.limit_stops`).
 """
 
 from __future__ import annotations
@@ -49,11 +51,12 @@ from airflow_rbak.capture.capture_options import (  # noqa: F401 - the capture's
     result_from,
 )
 from airflow_rbak.capture.checkpoints import CaptureCheckpoints
-from airflow_rbak.capture.errors import CaptureInterruptedError, UnsafeQueueError
+from airflow_rbak.capture.errors import CaptureInterruptedError, DeliveryLimitRiskError, UnsafeQueueError
+from airflow_rbak.capture.limit_stops import record_stop, stop_reason
 from airflow_rbak.capture.queue_features import CaptureMethod, Facts, QueueDecision, decide
 from airflow_rbak.capture.queue_run import QueueRun
 from airflow_rbak.display import package_logger
-from airflow_rbak.storage.base import Storage
+from airflow_rbak.storage.base import Storage, StorageError
 
 log = package_logger(__name__)
 
@@ -93,6 +96,8 @@ class QueueCapture:
             # The broker re-enqueues while the last chunk is written; the depth check then confirms it.
             run.finish_staging()
             depth_after = run.settled_depth()
+        except DeliveryLimitRiskError as exc:
+            raise self._record_stop(info, decision, exc) from None
         except CONNECTION_ERRORS as exc:
             if run is not None:
                 run.writer.close()  # the chunk being stored commits its checkpoint first
@@ -116,7 +121,33 @@ class QueueCapture:
                 info = describe_queue(client, info.vhost, info.name)
         except QueueNotFoundError:
             return info, QueueDecision(CaptureMethod.LEAVE_OUT, "the queue no longer exists (deleted since discovery)")
-        return info, decide(info, Facts(broker_version, self.options.allow_delivery_count_increase))
+        decision = decide(info, Facts(broker_version, self.options.allow_delivery_count_increase))
+        plan = decision.return_plan
+        if plan is None or not plan.counts or plan.limit is None:
+            return info, decision
+        # Returns count and the user allowed it: unless an earlier capture stopped at the limit (:mod:`.limit_stops`).
+        reason = stop_reason(self.storage, info, plan.limit, lambda: self._exact_depth(info))
+        return info, decision if reason is None else QueueDecision(CaptureMethod.LEAVE_OUT, reason)
+
+    def _exact_depth(self, info: QueueInfo) -> int:
+        """The queue's ready messages over AMQP (exact, where the management API's count is sampled)."""
+        conn = open_connection(self.connection, info.vhost)
+        try:
+            return int(conn.channel().queue_declare(info.name, passive=True).method.message_count)
+        finally:
+            close_quietly(conn)
+
+    def _record_stop(self, info: QueueInfo, decision: QueueDecision, exc: DeliveryLimitRiskError) -> DeliveryLimitRiskError:
+        """Remember the stop in the location (:mod:`.limit_stops`), so that later captures leave the queue out."""
+        assert decision.return_plan is not None and decision.return_plan.limit is not None
+        try:
+            key = record_stop(self.storage, info, decision.return_plan.limit, self.options.backup_id)
+        except StorageError as failure:
+            return DeliveryLimitRiskError(
+                f"{exc} The stop could not be recorded in the backup location ({failure}): the next capture of this "
+                "queue with allow_delivery_count_increase would drop its messages; do not run one")
+        return DeliveryLimitRiskError(f"{exc} Later backups leave it out until {key} in the backup location is deleted "
+                                      "(by a backup that sees the queue empty or its limit raised, or by you).")
 
     def _leave_out(self, info: QueueInfo, reason: str) -> CaptureResult:
         """Leave a queue out before its first message is received (or fail, under ``on_unsafe_queue=fail``)."""

@@ -147,7 +147,8 @@ FEATURES: tuple[Feature, ...] = (
     Feature(
         "delivery limit on a quorum queue, RabbitMQ before 4.3",
         lambda q: q.queue_type == "quorum",
-        "left out unless allow_delivery_count_increase; then captured, stopping before any message reaches the limit",
+        "left out unless allow_delivery_count_increase; then captured, stopping before any message reaches the limit, "
+        "and left out after such a stop until the queue is seen empty or its limit raised",
         "every return counts toward the limit before 4.3 (basic.nack and channel close alike), so repeated backups "
         "would drop or dead-letter messages",
         leave_out=_delivery_limit_reason,

@@ -24,8 +24,11 @@ after a return exceeds *L* is dropped or dead-lettered.
 * Returns count (RabbitMQ < 4.3, quorum, *L* set) and not allowed: the queue is left out before any message is
   consumed (:mod:`.queue_features`).
 * Allowed (``allow_delivery_count_increase=True``): the capture stops at the first message with *c + 1 >= L*,
-  returns everything and raises ``DeliveryLimitRiskError``. A message already at *c = L* when received cannot be
-  protected (its count is visible only after delivery), which is why it is opt-in.
+  returns everything and raises ``DeliveryLimitRiskError``. Its messages end at (up to) *L*, and a message at
+  *c = L* cannot be protected once received (its count is visible only after delivery), so the stop is recorded in
+  the location and later captures leave the queue out before receiving anything until the risk is gone
+  (:mod:`.limit_stops`). A message that reached *L* otherwise (the application's own returns) is not protected,
+  which is why the increase is opt-in.
 * RabbitMQ 4.3+: ``basic.nack`` does not count, so nothing is refused.
 """
 

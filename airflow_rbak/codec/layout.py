@@ -173,6 +173,21 @@ def lock_key(backup_id: str) -> str:
 CHAIN_LOCK_KEY = "_chains.lock.json"
 
 
+#: Location-wide state that belongs to no backup. ``_`` starts no backup id, and the catalog skips keys under it.
+LOCATION_STATE_PREFIX = "_state/"
+
+
+def is_location_state(key: str) -> bool:
+    """Whether ``key`` is location-wide state (:data:`LOCATION_STATE_PREFIX`), not part of any backup."""
+    return key.startswith(LOCATION_STATE_PREFIX)
+
+
+def delivery_limit_stop_key(vhost: str, queue: str) -> str:
+    """Where a capture that stopped at a quorum queue's delivery limit records it, for every later backup of the
+    location (:mod:`airflow_rbak.capture.limit_stops`)."""
+    return f"{LOCATION_STATE_PREFIX}delivery-limit-stops/{vhost_dir(vhost)}/{encode_name(queue)}.json"
+
+
 def state_key(backup_id: str) -> str:
     """The SQLite summary of a backup's capture checkpoints that ``finish`` writes for foreign readers (docs/format.md)."""
     return f"{check_backup_id(backup_id)}/state/offsets.db"

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from airflow_rbak.codec import BackupManifest
-from airflow_rbak.codec.layout import compression_from_key, manifest_key
+from airflow_rbak.codec.layout import compression_from_key, is_location_state, manifest_key
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.chain import dependencies, undeclared_owners
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
@@ -67,7 +67,7 @@ def list_backups(storage: Storage, workers: int = 1, *, now_ms: int | None = Non
     """
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     stored = {info.key: info.size for info in storage.list("")}
-    backup_ids = sorted({key.split("/", 1)[0] for key in stored if "/" in key})
+    backup_ids = sorted({key.split("/", 1)[0] for key in stored if "/" in key and not is_location_state(key)})
     store = ManifestStore(storage)
 
     def summary(backup_id: str) -> BackupSummary:

@@ -7,7 +7,7 @@ from contextlib import nullcontext
 
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.errors import ManifestError
-from airflow_rbak.codec.layout import check_backup_id, manifest_key
+from airflow_rbak.codec.layout import check_backup_id, is_location_state, manifest_key
 from airflow_rbak.codec.manifest import MAX_MANIFEST_BYTES, check_manifest_bytes, check_manifest_size
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage
@@ -66,5 +66,6 @@ class ManifestStore:
 
     def backup_ids(self) -> list[str]:
         """Every backup id that has at least one object under its prefix, sorted."""
-        ids = {info.key.split("/", 1)[0] for info in self.storage.list("") if "/" in info.key}
+        ids = {info.key.split("/", 1)[0] for info in self.storage.list("")
+               if "/" in info.key and not is_location_state(info.key)}
         return sorted(ids)

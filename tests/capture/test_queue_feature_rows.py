@@ -18,6 +18,7 @@ import pika
 import pytest
 
 from airflow_rbak.capture.errors import ConsumerTimeoutError, DeliveryLimitRiskError
+from airflow_rbak.codec.layout import delivery_limit_stop_key
 from airflow_rbak.storage import open_storage
 from tests.broker.behaviour import Behaviour
 from tests.broker.helpers import PLAIN, depth, publish
@@ -408,16 +409,33 @@ def sequence_of_body(body: bytes) -> int:
 
 
 @pytest.mark.rabbitmq("3.10", "4.0")
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap (issue 40): the capture that stops leaves every message at the limit, and a later allowed capture "
-    "cannot see a count before delivering: its return takes every message it received past the limit (measured on "
-    "4.0.5: all 12 dropped). Passes once an allowed capture of such a queue refuses before its first delivery"))
 def test_before_4_3_an_allowed_capture_after_one_that_stopped_drops_nothing(broker, behaviour, vhost):
+    """The capture that stops leaves every message at the limit, and a later capture cannot see a count before
+    delivering (measured on 4.0.5: its return dropped all 12). So the stop is recorded in the location and the next
+    scheduled run leaves the queue out before receiving anything, saying which backup stopped and what to do."""
     set_feature(broker, behaviour, vhost, "quorum", "policy", {"delivery-limit": 3})
     storage = open_storage("memory://")
-    for n in range(4):  # two complete, the third stops, the fourth is the next scheduled run
+    stopped = None
+    for n in range(3):  # two complete, the third stops
         try:
             capture_queue(broker.connection, storage, f"ok-{n}", vhost, "row", allow_delivery_count_increase=True)
-        except DeliveryLimitRiskError:
-            pass
+        except DeliveryLimitRiskError as exc:
+            stopped = str(exc)
+    key = delivery_limit_stop_key(vhost, "row")
+    assert stopped is not None and key in stopped and storage.exists(key)
+
+    # The next scheduled run (another backup id): left out, nothing read from the queue
+    fourth = capture_queue(broker.connection, storage, "ok-3", vhost, "row", allow_delivery_count_increase=True)
+    assert (fourth.method, fourth.messages) == ("left out", 0)
+    assert "backup 'ok-2' stopped at this queue's delivery limit of 3" in fourth.left_out and key in fourth.left_out
+
+    # Nothing dropped: every message still there, in order, byte-exact, at the limit (read last: this reading's own
+    # return takes them past it)
     assert depth(broker.connection, vhost, "row", COUNT) == COUNT
+    conn = pika.BlockingConnection(broker.connection.pika_parameters(vhost))
+    try:
+        after = read_state(conn.channel(), "row")
+    finally:
+        conn.close()
+    assert (after.order, [m.body for m in after.messages]) == (list(range(COUNT)), [body_of(i, SIZE) for i in range(COUNT)])
+    assert {c.get("x-delivery-count") for c in after.counters()} == {3}
