@@ -1,16 +1,17 @@
 """A capture that stopped at a quorum queue's delivery limit, remembered in the location until the risk is gone.
 
 Before RabbitMQ 4.3 every return counts toward a quorum queue's delivery limit *L* (:mod:`.returns`). An allowed
-capture stops at the first message whose return would bring it to *L* and gives everything back, so its messages
-end at (up to) *L*. The next capture cannot see a count before the message is delivered, and its return would take
-each message it received past *L*: the broker drops or dead-letters them (measured on 4.0.5: all 12 of a test
-queue). So the capture that stops records it in the location, not under its backup id (later backups have other
-ids): :func:`~airflow_rbak.codec.layout.delivery_limit_stop_key`. Every later capture of that queue whose returns
-count leaves it out before receiving anything (:func:`stop_reason`), until the risk is gone:
+capture stops at the first message that another capture's return would bring to *L* and gives everything back, so
+its messages end at (up to) *L - 1*. The next capture cannot see a count before the message is delivered, and its
+return would bring each message it received to *L* (where the application has no retry left; one more return, and
+the broker drops or dead-letters them: measured on 4.0.5, all 12 of a test queue). So the capture that stops records
+it in the location, not under its backup id (later backups have other ids):
+:func:`~airflow_rbak.codec.layout.delivery_limit_stop_key`. Every later capture of that queue whose returns count
+leaves it out before receiving anything (:func:`stop_reason`), until the risk is gone:
 
-* the queue is seen empty (no message is left to be at the limit): the record is deleted;
-* its limit was raised above the recorded one (every message is then at most at the old limit, and a return takes it
-  at most to the new one): deleted;
+* the queue is seen empty (no message is left near the limit): the record is deleted;
+* its limit was raised above the recorded one (every message is then at most one below the old limit, and a return
+  takes it at most to the old limit, below the new one): deleted;
 * or the operator deletes the key the reason names.
 
 The record is untrusted input: read bounded, and one that cannot be read or parsed counts as a stop (the safe
@@ -70,15 +71,15 @@ def stop_reason(storage: Storage, info: QueueInfo, limit: int, exact_depth: Call
     if not isinstance(recorded, int) or isinstance(recorded, bool):
         problem = document if isinstance(document, str) else "not a stop record: no integer limit"
         return (f"the delivery-limit stop record {key} in the backup location is unreadable ({problem}); it counts "
-                f"as a stop: the messages may be at the delivery limit of {limit}, and another capture would drop or "
-                f"dead-letter them. It is deleted once a backup sees the queue empty; or delete it yourself once the "
+                f"as a stop: the messages may be near the delivery limit of {limit}, and another capture would "
+                f"bring them to it. It is deleted once a backup sees the queue empty; or delete it yourself once the "
                 "messages are safe")
     if limit > recorded:
         _clear(storage, key, f"its delivery limit was raised from {recorded} to {limit}")
         return None
     return (f"backup {str(document.get('backup_id'))[:200]!r} stopped at this queue's delivery limit of {recorded} "
-            f"(at {str(document.get('stopped_at'))[:40]}): its messages are at the limit and another capture would "
-            f"drop or dead-letter them. {key} in the backup location records it and is deleted once a backup sees "
+            f"(at {str(document.get('stopped_at'))[:40]}): its messages may be one below the limit and another "
+            f"capture would bring them to it. {key} in the backup location records it and is deleted once a backup sees "
             "the queue empty or its limit raised; or delete it yourself once the messages are safe")
 
 

@@ -30,7 +30,7 @@ How it works, and why:
   Quorum queues count every return toward ``x-delivery-count``; where a
   delivery limit is in force the capture is refused before the first
   message, unless explicitly allowed (:mod:`.returns`), and after an
-  allowed capture stopped at the limit until the risk is gone
+  allowed capture stopped short of the limit until the risk is gone
   (:mod:`.limit_stops`).
 """
 
@@ -125,7 +125,7 @@ class QueueCapture:
         plan = decision.return_plan
         if plan is None or not plan.counts or plan.limit is None:
             return info, decision
-        # Returns count and the user allowed it: unless an earlier capture stopped at the limit (:mod:`.limit_stops`).
+        # Returns count and the user allowed it: unless an earlier capture stopped short of the limit (:mod:`.limit_stops`).
         reason = stop_reason(self.storage, info, plan.limit, lambda: self._exact_depth(info))
         return info, decision if reason is None else QueueDecision(CaptureMethod.LEAVE_OUT, reason)
 
@@ -145,7 +145,8 @@ class QueueCapture:
         except StorageError as failure:
             return DeliveryLimitRiskError(
                 f"{exc} The stop could not be recorded in the backup location ({failure}): the next capture of this "
-                "queue with allow_delivery_count_increase would drop its messages; do not run one")
+                "queue with allow_delivery_count_increase would bring its messages to the delivery limit; do not run "
+                "one")
         return DeliveryLimitRiskError(f"{exc} Later backups leave it out until {key} in the backup location is deleted "
                                       "(by a backup that sees the queue empty or its limit raised, or by you).")
 

@@ -102,7 +102,15 @@ def consumer_timeout_ms(info: QueueInfo, broker_default_ms: int) -> int:
 
 def _delivery_limit_reason(info: QueueInfo, facts: Facts) -> str | None:
     plan = return_plan(info, facts.broker_version)
-    if not (plan.counts and plan.limit is not None) or facts.allow_delivery_count_increase:
+    if not (plan.counts and plan.limit is not None):
+        return None
+    if plan.captures_nothing:
+        return (f"RabbitMQ {facts.broker_version} counts every returned message toward this quorum queue's delivery "
+                f"limit of {plan.limit}, and a backup must stop before its return could bring a message to the limit "
+                "(its consumers would have no retry left): under this limit it would stop at the first message, so "
+                "it is left out even with allow_delivery_count_increase; raise the limit above 2, remove it, or "
+                "upgrade to RabbitMQ 4.3+")
+    if facts.allow_delivery_count_increase:
         return None
     return (f"RabbitMQ {facts.broker_version} counts every returned message toward this quorum queue's delivery limit "
             f"of {plan.limit}, so each backup would raise every message's x-delivery-count and repeated backups would "
@@ -147,8 +155,9 @@ FEATURES: tuple[Feature, ...] = (
     Feature(
         "delivery limit on a quorum queue, RabbitMQ before 4.3",
         lambda q: q.queue_type == "quorum",
-        "left out unless allow_delivery_count_increase; then captured, stopping before any message reaches the limit, "
-        "and left out after such a stop until the queue is seen empty or its limit raised",
+        "left out unless allow_delivery_count_increase (always under a limit of 2 or less); then captured, stopping "
+        "before any return brings a message to the limit, and left out after such a stop until the queue is seen "
+        "empty or its limit raised",
         "every return counts toward the limit before 4.3 (basic.nack and channel close alike), so repeated backups "
         "would drop or dead-letter messages",
         leave_out=_delivery_limit_reason,

@@ -350,15 +350,19 @@ class QueueRun:
         self.writer.add(stage_delivery(method, props, body, now_ms, self.dropped), now_ms)
 
     def _reaches_limit(self, props: pika.spec.BasicProperties) -> bool:
-        """Whether returning this message would bring it to the delivery limit; if so, stop (``risk``)."""
+        """Whether this message is too near the delivery limit to be captured again; if so, stop (``risk``).
+
+        Its return makes its count ``count + 1`` and the next capture's ``count + 2``: stop while that would reach the
+        limit, so that no capture's return brings a message to it (:meth:`.ReturnPlan.stops_at`)."""
         count = _delivery_count(props)
-        if self.plan.limit is None or count + 1 < self.plan.limit:
+        if not self.plan.stops_at(count):
             return False
         self.risk = (
             f"stopped the backup of quorum queue {self.info.name!r} in vhost {self.info.vhost!r}: message "
-            f"{self.received} has x-delivery-count {count}, and returning it again would bring it "
-            f"to the queue's delivery limit of {self.plan.limit}. The messages were returned; this queue cannot "
-            "be backed up safely by consume-and-return until its messages are consumed or the limit is raised."
+            f"{self.received} has x-delivery-count {count}, and after this backup's return another backup's "
+            f"would bring it to the queue's delivery limit of {self.plan.limit}. The messages were returned; this "
+            "queue cannot be backed up safely by consume-and-return until its messages are consumed or the limit "
+            "is raised."
         )
         return True
 

@@ -23,12 +23,15 @@ after a return exceeds *L* is dropped or dead-lettered.
 
 * Returns count (RabbitMQ < 4.3, quorum, *L* set) and not allowed: the queue is left out before any message is
   consumed (:mod:`.queue_features`).
-* Allowed (``allow_delivery_count_increase=True``): the capture stops at the first message with *c + 1 >= L*,
-  returns everything and raises ``DeliveryLimitRiskError``. Its messages end at (up to) *L*, and a message at
-  *c = L* cannot be protected once received (its count is visible only after delivery), so the stop is recorded in
-  the location and later captures leave the queue out before receiving anything until the risk is gone
-  (:mod:`.limit_stops`). A message that reached *L* otherwise (the application's own returns) is not protected,
-  which is why the increase is opt-in.
+* Allowed (``allow_delivery_count_increase=True``): the capture stops at the first message with *c + 2 >= L*,
+  returns everything and raises ``DeliveryLimitRiskError``: no capture's return brings a message to *L* (where a
+  consumer of the application would have no retry left), so its messages end at (up to) *L - 1*. The next
+  capture's return would bring those to *L*, and it cannot see a count before receiving the message, so the stop
+  is recorded in the location and later captures leave the queue out before receiving anything until the risk is
+  gone (:mod:`.limit_stops`). Under a limit *L <= 2* even a message never returned stops the capture (*L <= 1*:
+  any return reaches the limit), so such a queue is left out before anything is received, even when allowed. A
+  message the application's own returns brought to *c >= L - 1* is not protected (this capture's return brings it
+  to *L* or past it), which is why the increase is opt-in.
 * RabbitMQ 4.3+: ``basic.nack`` does not count, so nothing is refused.
 """
 
@@ -53,6 +56,17 @@ class ReturnPlan:
     #: Consumers that may share a channel (None: any number); quorum queues return a channel's consumers in order only
     #: up to :data:`CONSUMERS_PER_CHANNEL`.
     consumers_per_channel: int | None = None
+
+    def stops_at(self, delivery_count: int) -> bool:
+        """Whether a capture must stop at a message received with this ``x-delivery-count``: after its return, the
+        next capture's would bring it to the limit (*c + 2 >= L*, module docstring)."""
+        return self.counts and self.limit is not None and delivery_count + 2 >= self.limit
+
+    @property
+    def captures_nothing(self) -> bool:
+        """A limit of 2 or less: even a message never returned (count 0) stops a capture at once, so an allowed one
+        could take nothing and would only raise counts; the queue is left out before anything is received."""
+        return self.stops_at(0)
 
 
 def return_plan(info: QueueInfo, version: str) -> ReturnPlan:

@@ -32,7 +32,7 @@ def test_a_stop_is_recorded_outside_every_backup_and_leaves_later_captures_of_th
     reason = stop_reason(storage, queue(), 3, never_asked)
     assert reason is not None
     assert "backup 'nightly-2' stopped at this queue's delivery limit of 3" in reason
-    assert "another capture would drop or dead-letter them" in reason and KEY in reason
+    assert "its messages may be one below the limit and another capture would bring them to it" in reason and KEY in reason
     assert stop_reason(storage, queue(), 3, never_asked) == reason  # it stays until the risk is gone
     # another queue, or the same name in another vhost, is not concerned
     assert stop_reason(storage, QueueInfo("other", "orders/eu", "quorum", messages=12), 3, never_asked) is None
@@ -59,7 +59,7 @@ def test_a_limit_raised_above_the_recorded_one_clears_the_stop_and_a_lowered_one
 
     assert "delivery limit of 3" in stop_reason(storage, queue(), 2, never_asked)
     assert stop_reason(storage, queue(), 3, never_asked) is not None
-    # every message is at most at 3, and a return takes it at most to 4: never past the new limit
+    # every message is at most at 2 (one below the old limit), and a return takes it at most to 3: below the new one
     assert stop_reason(storage, queue(), 4, never_asked) is None
     assert not storage.exists(KEY)
 

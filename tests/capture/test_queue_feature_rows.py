@@ -364,10 +364,11 @@ def test_row_stream(broker, behaviour, vhost):
 
 @pytest.mark.rabbitmq("3.10", "4.0")
 @pytest.mark.parametrize("limit", ["default", "policy-3"])
-def test_before_4_3_an_allowed_capture_stops_before_any_message_passes_its_limit(broker, behaviour, vhost, limit):
+def test_before_4_3_an_allowed_capture_stops_before_any_message_reaches_its_limit(broker, behaviour, vhost, limit):
     """Must show 2 on 4.0: a quorum queue under the default limit of 20 and one under a policy limit of 3, captured
     with allow_delivery_count_increase again and again: each capture raises every x-delivery-count by one, until
-    the capture that would bring a message to its limit stops and gives everything back; nothing is ever dropped."""
+    the capture after whose return the next one's would bring a message to its limit stops and gives everything
+    back: every message ends one below its limit, none reaches it, nothing is dropped."""
     settings = {"delivery-limit": 3} if limit == "policy-3" else {}
     set_feature(broker, behaviour, vhost, "quorum", "policy" if settings else "argument", settings)
     limit_of = 3 if settings else behaviour.default_delivery_limit("quorum")
@@ -391,17 +392,17 @@ def test_before_4_3_an_allowed_capture_stops_before_any_message_passes_its_limit
         assert (result.messages, result.depth_after) == (COUNT, COUNT)
         taken += 1
     assert stopped is not None and f"delivery limit of {limit_of}" in stopped
-    assert taken == limit_of - 1
+    assert taken == limit_of - 2
 
-    # Then every message is still there, in order, byte-exact, each counted once a capture and never past its limit
-    # (read without waiting for the messages back: this reading's own return takes them past the limit)
+    # Then every message is still there, in order, byte-exact, each counted once a capture and one below its limit
+    # (read without waiting for the messages back: this reading's own return takes them to the limit)
     conn = pika.BlockingConnection(broker.connection.pika_parameters(vhost))
     try:
         after = read_state(conn.channel(), "row")
     finally:
         conn.close()
     assert (after.order, [m.body for m in after.messages]) == (list(range(COUNT)), [body_of(i, SIZE) for i in range(COUNT)])
-    assert {c.get("x-delivery-count") for c in after.counters()} == {limit_of}
+    assert {c.get("x-delivery-count") for c in after.counters()} == {limit_of - 1}
 
 
 def sequence_of_body(body: bytes) -> int:
@@ -410,13 +411,14 @@ def sequence_of_body(body: bytes) -> int:
 
 @pytest.mark.rabbitmq("3.10", "4.0")
 def test_before_4_3_an_allowed_capture_after_one_that_stopped_drops_nothing(broker, behaviour, vhost):
-    """The capture that stops leaves every message at the limit, and a later capture cannot see a count before
-    delivering (measured on 4.0.5: its return dropped all 12). So the stop is recorded in the location and the next
+    """The capture that stops leaves every message one below the limit, and a later capture cannot see a count
+    before delivering: its return would bring every message to the limit (and the one after it, past: measured on
+    4.0.5 before the stop was one earlier, all 12 dropped). So the stop is recorded in the location and the next
     scheduled run leaves the queue out before receiving anything, saying which backup stopped and what to do."""
     set_feature(broker, behaviour, vhost, "quorum", "policy", {"delivery-limit": 3})
     storage = open_storage("memory://")
     stopped = None
-    for n in range(3):  # two complete, the third stops
+    for n in range(2):  # one completes, the second stops
         try:
             capture_queue(broker.connection, storage, f"ok-{n}", vhost, "row", allow_delivery_count_increase=True)
         except DeliveryLimitRiskError as exc:
@@ -425,12 +427,12 @@ def test_before_4_3_an_allowed_capture_after_one_that_stopped_drops_nothing(brok
     assert stopped is not None and key in stopped and storage.exists(key)
 
     # The next scheduled run (another backup id): left out, nothing read from the queue
-    fourth = capture_queue(broker.connection, storage, "ok-3", vhost, "row", allow_delivery_count_increase=True)
-    assert (fourth.method, fourth.messages) == ("left out", 0)
-    assert "backup 'ok-2' stopped at this queue's delivery limit of 3" in fourth.left_out and key in fourth.left_out
+    third = capture_queue(broker.connection, storage, "ok-2", vhost, "row", allow_delivery_count_increase=True)
+    assert (third.method, third.messages) == ("left out", 0)
+    assert "backup 'ok-1' stopped at this queue's delivery limit of 3" in third.left_out and key in third.left_out
 
-    # Nothing dropped: every message still there, in order, byte-exact, at the limit (read last: this reading's own
-    # return takes them past it)
+    # Nothing dropped: every message still there, in order, byte-exact, one below the limit (read last: this
+    # reading's own return takes them to it)
     assert depth(broker.connection, vhost, "row", COUNT) == COUNT
     conn = pika.BlockingConnection(broker.connection.pika_parameters(vhost))
     try:
@@ -438,4 +440,4 @@ def test_before_4_3_an_allowed_capture_after_one_that_stopped_drops_nothing(brok
     finally:
         conn.close()
     assert (after.order, [m.body for m in after.messages]) == (list(range(COUNT)), [body_of(i, SIZE) for i in range(COUNT)])
-    assert {c.get("x-delivery-count") for c in after.counters()} == {3}
+    assert {c.get("x-delivery-count") for c in after.counters()} == {2}

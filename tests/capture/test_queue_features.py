@@ -119,3 +119,14 @@ def test_a_counting_limit_leaves_the_queue_out_unless_allowed_and_the_reason_say
     assert refused.left_out and "delivery limit of 3" in refused.reason and "allow_delivery_count_increase=True" in refused.reason
     assert decide(info, Facts(version, allow_delivery_count_increase=True)).method is CaptureMethod.CONSUMERS
     assert not decide(quorum(), Facts(version)).left_out  # no limit: nothing to refuse
+
+
+@pytest.mark.parametrize("limit", [0, 1, 2])
+def test_a_limit_of_two_or_less_leaves_the_queue_out_even_when_allowed(limit):
+    """An allowed capture stops at the first message whose next capture's return would reach the limit (returns.py):
+    under 2 or less that is the first message of all, so reading it would only raise counts."""
+    for allowed in (False, True):
+        decision = decide(quorum(arg=limit), Facts("4.0.5", allow_delivery_count_increase=allowed))
+        assert decision.left_out and f"delivery limit of {limit}" in decision.reason
+        assert "even with allow_delivery_count_increase" in decision.reason and "raise the limit above 2" in decision.reason
+    assert not decide(quorum(arg=2), Facts("4.3.0")).left_out  # 4.3 counts no return
