@@ -11,6 +11,8 @@
 # chroot scripts/rabbitmq.sh builds the first time (about a minute and a half). Each part's output is kept in
 # .run/tests/<part>.log and ends with the exact RabbitMQ version of every node it ran against; the engine part
 # streams, the others are printed when all are done, each with its time. Exit status: 0 only if every part passed.
+# Measured from a fresh clone on 2 cores (RBAK_CI=1 .ci/run, chroots cached): engine 1465 s, stack 1591 s, restore
+# 1347 s, rabbitmq43 1227 s, rabbitmq40 768 s; 1622 s in all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
