@@ -225,6 +225,11 @@ class RabbitMQConnection:
         return replace(self, host=node.host, amqp_port=node.amqp_port, management_port=node.management_port,
                        stream_port=node.stream_port, more_nodes=())
 
+    def starting_at(self, node: BrokerAddress) -> RabbitMQConnection:
+        """This connection with ``node`` first and the others after it, in their order (a stream's member first)."""
+        return replace(self, host=node.host, amqp_port=node.amqp_port, management_port=node.management_port,
+                       stream_port=node.stream_port, more_nodes=tuple(n for n in self.nodes if n != node))
+
     def each_node(self) -> list[RabbitMQConnection]:
         """This connection to each node alone, in order: for the clients that try the next node themselves."""
         return [self.at(node) for node in self.nodes]
