@@ -24,6 +24,8 @@ DEFAULT_MANAGEMENT_PORT = 15672
 DEFAULT_STREAM_PORT = 5552
 #: How a text flag (a URL query or an Airflow connection extra) says true; anything else is false.
 TRUE_TEXTS = ("1", "true", "yes", "on")
+#: The name every connection of ours shows in the broker's lists (a restore's publisher adds who it is).
+CONNECTION_NAME = "airflow-rbak"
 #: At most this many nodes in a connection: a cluster is a few nodes, and every one may cost a connect timeout.
 MAX_NODES = 16
 
@@ -261,12 +263,13 @@ class RabbitMQConnection:
             context.load_cert_chain(self.cert_file, self.key_file)
         return context
 
-    def pika_parameters_all(self, vhost: str = "/") -> list[Any]:
+    def pika_parameters_all(self, vhost: str = "/", name: str = CONNECTION_NAME) -> list[Any]:
         """pika ConnectionParameters of every node, in order: ``pika.BlockingConnection`` tries each in turn."""
-        return [c.pika_parameters(vhost) for c in self.each_node()]
+        return [c.pika_parameters(vhost, name) for c in self.each_node()]
 
-    def pika_parameters(self, vhost: str = "/") -> Any:
-        """pika ConnectionParameters of the first node for ``vhost`` (imported lazily: pika is only needed for AMQP)."""
+    def pika_parameters(self, vhost: str = "/", name: str = CONNECTION_NAME) -> Any:
+        """pika ConnectionParameters of the first node for ``vhost`` (imported lazily: pika is only needed for AMQP);
+        ``name`` is the connection's name in the broker's lists."""
         import pika
 
         context = self.ssl_context()
@@ -281,5 +284,5 @@ class RabbitMQConnection:
             stack_timeout=self.timeout * 3,
             connection_attempts=1,
             ssl_options=pika.SSLOptions(context, self.host) if context else None,
-            client_properties={"connection_name": "airflow-rbak"},
+            client_properties={"connection_name": name},
         )

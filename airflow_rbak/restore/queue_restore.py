@@ -16,6 +16,7 @@ from airflow_rbak.display import package_logger
 from airflow_rbak.restore import target
 from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpointStore
 from airflow_rbak.restore.contract import check_resume
+from airflow_rbak.restore.earlier_attempts import close_earlier_attempts, publisher_names
 from airflow_rbak.restore.errors import PublishError
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
 from airflow_rbak.restore.publisher import ConfirmPipeline, reconcile
@@ -43,6 +44,8 @@ class QueueResult:
     unroutable: list[dict[str, Any]] = field(default_factory=list)
     consumer_offsets: dict[str, int] = field(default_factory=dict)
     created_queue: bool = False
+    #: Connections of an earlier attempt of this restore the broker still held, closed before the target was measured.
+    closed_earlier_connections: int = 0
     completed: bool = False
     dry_run: bool = False
     seconds: float = 0.0
@@ -76,8 +79,9 @@ def restore_queue(connection: RabbitMQConnection, storage: Storage, settings: Re
 
 def _publish(connection: RabbitMQConnection, storage: Storage, settings: RestoreRequest, queue: QueuePlan,
              checkpoints: RestoreCheckpointStore, cp: QueueCheckpoint, result: QueueResult) -> QueueCheckpoint:
+    prefix, name = publisher_names(cp)
     try:
-        conn = blocking_connection(connection.pika_parameters_all(queue.target_vhost))
+        conn = blocking_connection(connection.pika_parameters_all(queue.target_vhost, name))
     except pika.exceptions.AMQPError as exc:
         raise PublishError(f"cannot connect to vhost {queue.target_vhost!r} on {connection.addresses} "
                            f"({type(exc).__name__}); check the connection and that the vhost exists") from None
@@ -87,6 +91,12 @@ def _publish(connection: RabbitMQConnection, storage: Storage, settings: Restore
         else:
             target.check_exchanges(conn, queue)
         records = iter_window_records(storage, queue, settings, cp.next_ordinal)
+        if cp.depth_base is not None:  # a re-run: nothing an earlier attempt sent may arrive once it has measured
+            closed = close_earlier_attempts(connection, prefix, name)
+            result.closed_earlier_connections = len(closed)
+            if closed:
+                log.warning("closed %d connection(s) of an earlier attempt of this restore still open on the broker "
+                            "before measuring %s/%s", len(closed), queue.target_vhost, queue.target_queue)
         cp = _resume(conn, connection, queue, checkpoints, cp, records, result, settings.restore_consumer_offsets)
         return _send(conn, connection, settings, queue, checkpoints, cp, records, result)
     except pika.exceptions.AMQPError as exc:
