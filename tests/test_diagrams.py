@@ -5,6 +5,7 @@ from each (scripts/diagrams.py). A source changed without a new render fails her
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
@@ -13,8 +14,10 @@ import pytest
 
 from tests.dags.airflow_env import REPO, airflow_env, run
 
-sys.path.insert(0, str(REPO / "scripts"))
-import diagrams  # noqa: E402 - scripts/diagrams.py, the one place that renders
+_SPEC = importlib.util.spec_from_file_location("rbak_diagrams", REPO / "scripts" / "diagrams.py")
+assert _SPEC is not None and _SPEC.loader is not None
+diagrams = importlib.util.module_from_spec(_SPEC)  # scripts/diagrams.py, the one place that renders
+_SPEC.loader.exec_module(diagrams)
 
 DOCS = REPO / "docs"
 SOURCES = sorted(diagrams.DIAGRAMS.glob("*.dot"))
