@@ -3,14 +3,12 @@ them: DAGs paused (Airflow's default for new DAGs), a link opened logged out, a 
 report, and a 1024 px wide window.
 
 Skipped only when no browser can run here (tests/ui/browser.py says which package is missing).
-Set ``RBAK_SCREENSHOTS_DIR`` to keep the screenshots (docs/images/ holds the committed ones).
+``make screenshots`` (``RBAK_SCREENSHOTS=1``) writes the documented screenshots into docs/images/ (tests/ui/screenshots.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -19,6 +17,7 @@ import requests
 
 from tests.dags.airflow_env import VENV_BIN, run
 from tests.ui.browser import chromium, missing_browser
+from tests.ui.screenshots import keep
 
 pytestmark = [pytest.mark.s3, pytest.mark.skipif(missing_browser() is not None, reason=str(missing_browser()))]
 DEADLINE_S = 90
@@ -59,11 +58,7 @@ def _refused(driver) -> str:
 
 
 def _keep(driver, tmp_path: Path, name: str) -> None:
-    driver.switch_to.default_content()
-    shot = tmp_path / name
-    driver.save_screenshot(str(shot))
-    if os.environ.get("RBAK_SCREENSHOTS_DIR"):
-        shutil.copy(shot, Path(os.environ["RBAK_SCREENSHOTS_DIR"]) / name)
+    keep(driver, tmp_path, name)
 
 
 def test_the_list_a_backup_and_restore_land_on_the_prefilled_trigger_form_that_triggers_rbak_restore(api_server, tmp_path):
