@@ -218,3 +218,21 @@ def test_every_exit_code_stated_outside_the_table_says_what_the_table_says():
         if m.group(1) not in said or said[m.group(1)].lower() not in window.lower():
             wrong.append((page, window.replace("\n", " ")[120:260]))
     assert wrong == [], "say the table's words beside an exit code: " + "; ".join(said[c] for c in sorted(said))
+
+
+# --- files and tests the docs cite ----------------------------------------------------------------------------------
+
+def test_every_file_and_test_the_docs_cite_exists():
+    tests = {name for path in REPO.glob("tests/**/*.py") for name in re.findall(r"^\s*def (test_\w+)", path.read_text(), re.M)}
+    test_files = {path.name for path in REPO.glob("tests/**/*.py")}
+    bases = (REPO, REPO / "airflow_rbak", REPO / "tests", REPO / "docs")
+    missing = []
+    for path in DOCS:
+        text = path.read_text()
+        for cited in set(re.findall(r"`([\w./-]+/[\w.-]+\.(?:py|sh|md|yml|toml))(?:::[^`]*)?`", text)):
+            if not any((base / cited).exists() for base in bases):
+                missing.append((path.name, cited))
+        for name in set(re.findall(r"\b(test_\w+)\b", text)):
+            if name not in tests and f"{name}.py" not in test_files and not name.endswith("_"):
+                missing.append((path.name, name))
+    assert sorted(missing) == []
