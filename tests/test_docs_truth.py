@@ -132,6 +132,12 @@ def test_every_name_called_a_param_in_the_docs_is_a_param(dags):
     assert sorted((page, name) for page, name in named if name not in params) == []
 
 
+def _bytes(stated: str) -> str:
+    """``128 MiB`` as the param holds it (``134217728``); anything else as written."""
+    found = re.fullmatch(r"(\d+) (KiB|MiB|GiB)", stated)
+    return str(int(found.group(1)) * 1024 ** ("KMG".index(found.group(2)[0]) + 1)) if found else stated
+
+
 def test_every_default_stated_in_prose_is_the_codes(dags):
     from airflow_rbak.provider import CONFIG_OPTIONS
 
@@ -142,8 +148,10 @@ def test_every_default_stated_in_prose_is_the_codes(dags):
         for name, value in facts["params"].items():
             defaults.setdefault(name, set()).add(documented_as(value, home))
     wrong = []
-    for page, m in mentions(r"`(\[rbak\] )?([a-z_]+)`(?: param| option)? \(default:? `([^`]+)`"):
-        option, name, stated = bool(m.group(1)), m.group(2), m.group(3)
+    for page, m in mentions(r"`(\[rbak\] )?([a-z_]+)`(?: param| option)? \(default:? `?([^`),;]+)`?"):
+        option, name, stated = bool(m.group(1)), m.group(2), _bytes(m.group(3).strip())
+        if " " in stated:
+            continue  # a default in words ("one hour")
         if option or name in CONFIG_OPTIONS and name not in defaults:
             actual = {CONFIG_OPTIONS[name]["default"]}
         elif name in defaults:
