@@ -244,3 +244,19 @@ def test_every_file_and_test_the_docs_cite_exists():
             if name not in tests and f"{name}.py" not in test_files and not name.endswith("_"):
                 missing.append((path.name, name))
     assert sorted(missing) == []
+
+
+def test_the_readmes_python_and_airflow_floors_and_install_extras_are_pyprojects():
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    rows = {cells[0]: cells[1] for cells in (
+        [c.strip() for c in line.strip("|").split("|")] for line in (REPO / "README.md").read_text().splitlines()
+        if line.startswith("| "))}
+    airflow = next(r for r in project["optional-dependencies"]["airflow"] if r.startswith("apache-airflow>="))
+
+    assert rows["Python"].startswith(project["requires-python"].removeprefix(">=") + "+")
+    assert rows["Apache Airflow"].startswith(airflow.removeprefix("apache-airflow>=").split(",")[0] + "+")
+    # the recommended S3 set-up (an aws connection) needs the amazon extra, and the install line gives it
+    install = re.search(r"pip install '[^']*\[([a-z,]+)\]'", (REPO / "README.md").read_text())
+    assert install and {"airflow", "spark", "amazon"} <= set(install.group(1).split(","))
