@@ -73,8 +73,9 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "refused: credentials come from storage_conn_id's connection or the cloud's own chain."),
     "storage_conn_id": _option(
         "string", None, "aws_backups",
-        "The Airflow connection (type aws, wasb or google_cloud_platform) every task takes storage credentials from; "
-        "an operator's storage_conn_id overrides it. Unset: each cloud's own chain."),
+        "The Airflow connection (type aws, wasb or google_cloud_platform) every task, the backups view and rbak (for "
+        "the configured location) take storage credentials from; an operator's storage_conn_id overrides it. Unset: "
+        "each cloud's own chain."),
     "backup_schedule": _option(
         "string", "@daily", "0 2 * * *", "rbak_backup's schedule: a cron expression or preset; none for manual runs only."),
     "verify_schedule": _option(

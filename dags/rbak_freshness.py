@@ -5,7 +5,8 @@ One ``check`` task per location in ``storage_urls``: a stale location fails
 its task (and so the run), which calls the failure notifier
 (``[rbak] failure_notifier``) like any other rbak task. Each check also sends the
 location's ``rbak.freshness.age`` gauge (docs/airflow.md#metrics). It reads storage only,
-so it also notices a backup DAG that is paused or a scheduler that is down.
+so it also notices a backup DAG that is paused or a scheduler that is down. Its credentials come from
+``[rbak] storage_conn_id``, as every rbak task's do.
 """
 
 from __future__ import annotations
@@ -53,10 +54,11 @@ with DAG(
         from airflow.sdk.exceptions import AirflowFailException
 
         from airflow_rbak.freshness import StaleBackupError, measure_freshness
+        from airflow_rbak.hooks.storage import open_connected_storage
         from airflow_rbak.operators import metrics
-        from airflow_rbak.storage import open_storage
 
-        found = measure_freshness(open_storage(storage_url), float(params["max_age_hours"]), int(time.time() * 1000))
+        storage = open_connected_storage(storage_url, rbak_settings().storage_conn_id())  # as every rbak task's
+        found = measure_freshness(storage, float(params["max_age_hours"]), int(time.time() * 1000))
         metrics.freshness_measured(found.to_json())  # stale or not: the age gauge is what a dashboard alerts on
         try:
             found.raise_if_stale()

@@ -28,7 +28,7 @@ RESTORE_TESTS=(tests/restore tests/cli tests/deployed tests/ui tests/spark_jobs 
 # migration among it) and the 3.10 -> 4.3 upgrade through `airflow dags test`; 4.0 the capture, the broker-state
 # headers, the broker faults, the restore and the message size probe.
 RABBITMQ43_TESTS=(tests/broker tests/backup tests/capture tests/cluster tests/reliability/test_broker_faults.py
-                  tests/restore tests/dags/test_rbak_restore_upgrade_43.py)
+                  tests/restore tests/dags/test_rbak_restore_upgrade_43.py tests/compat)
 RABBITMQ40_TESTS=(tests/capture tests/backup/test_broker_state_headers.py tests/reliability/test_broker_faults.py
                   tests/restore tests/broker/test_message_size_limit.py)
 IGNORE=()

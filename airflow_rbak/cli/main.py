@@ -26,6 +26,7 @@ from airflow_rbak.repository.manifest_store import ManifestNotFoundError
 from airflow_rbak.repository.rebuild import NothingToRebuildError
 from airflow_rbak.restore.errors import DamagedSegmentsError
 from airflow_rbak.storage.base import ObjectNotFoundError, StorageError
+from airflow_rbak.storage.credentials import current_credentials, storage_credentials
 
 EXIT_OK, EXIT_DEFECT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_LOCKED, EXIT_FAILED = 0, 1, 2, 3, 4, 5
 #: Which exit code an error means, the first match winning.
@@ -199,7 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit code (also the process's, via the console script)."""
     args = build_parser().parse_args(argv)
     try:
-        code = args.run(args, sys.stdout)
+        with storage_credentials(current_credentials()):  # the configured connection's, if any, end with the command
+            code = args.run(args, sys.stdout)
     except BrokenPipeError:  # `rbak segment dump ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK

@@ -27,10 +27,11 @@ from sqlalchemy import select
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_rbak.airflow_settings import rbak_settings
+from airflow_rbak.hooks.storage import open_connected_storage
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError
 from airflow_rbak.ui import URL_PREFIX
 from airflow_rbak.ui.airflow_runs import load_backup_runs
-from airflow_rbak.ui.backup_catalog import BackupCatalog, LocationNotFoundError, describe_error
+from airflow_rbak.ui.backup_catalog import UI_RETRIES, BackupCatalog, LocationNotFoundError, describe_error
 from airflow_rbak.ui.pages import Links, detail_page, list_page, message_page, restore_page
 from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, RunIndex
 
@@ -45,7 +46,10 @@ Limit = Annotated[int, Query(ge=1, le=500)]
 @functools.cache
 def catalog() -> BackupCatalog:
     """The configured locations (read once per api-server process: ``[rbak] storage_url`` and ``ui_locations``)."""
-    return BackupCatalog(rbak_settings().ui_storage_urls())
+    settings = rbak_settings()
+    conn_id = settings.storage_conn_id()  # the DAGs' storage credentials ([rbak] storage_conn_id), read as they read them
+    return BackupCatalog(settings.ui_storage_urls(),
+                         opener=lambda url: open_connected_storage(url, conn_id, retries=UI_RETRIES))
 
 
 def run_index() -> RunIndex:
