@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from airflow_rbak.display import md_code, printable
+from airflow_rbak.restore import selection_report
 from airflow_rbak.restore.errors import RestoreRejectedError
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan
 from airflow_rbak.restore.request import RestoreRequest
@@ -55,7 +56,8 @@ def approval_not_needed(settings: RestoreRequest, skip_approval: bool) -> str | 
 def approval_subject(plan: RestorePlan) -> str:
     """One line: which backup, how many records, into which cluster."""
     target = plan.target_cluster or "(target cluster not inspected)"
-    return printable(f"Restore backup {plan.backup_id}: {plan.records_in_window} records into {len(plan.queues)} "
+    chosen = " selected" if plan.selection else ""
+    return printable(f"Restore backup {plan.backup_id}: {plan.records_in_window}{chosen} records into {len(plan.queues)} "
                      f"queues of {target}?")
 
 
@@ -73,7 +75,8 @@ def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id:
         "",
         f"**Messages**: {plan.records_in_window} records in the window, {adds} to publish now, "
         f"{md_code(f'publish_mode: {settings.publish_mode}')}, "
-        f"{md_code(f'on_existing_messages: {settings.on_existing_messages}')}.",
+        f"{md_code(f'on_existing_messages: {settings.on_existing_messages}')}"
+        + (f"; only the selection {md_code(plan.selection)}." if plan.selection else "."),
         "",
         _definitions_line(plan, settings),
         "",
@@ -84,6 +87,7 @@ def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id:
         "## Full plan",
         "",
         *_queue_table(plan),
+        *selection_report.approval_lines(plan),
         *_definitions_sections(plan, settings),
         *_migration_lines(plan),
         *_skipped_lines(plan),
