@@ -157,13 +157,6 @@ class MessageFilter:
         """True when no field is set: every record matches."""
         return not self._tests
 
-    def overlaps(self, first_timestamp: int | None, last_timestamp: int | None) -> bool:
-        """False when a segment whose records were backed up between these times (its header's) holds none in the
-        window; a reader skips such a segment without decompressing it. Unknown times may overlap."""
-        if first_timestamp is None or last_timestamp is None:
-            return True
-        return (self.since is None or last_timestamp >= self.since) and (self.until is None or first_timestamp <= self.until)
-
     def matches(self, record: BackupRecord) -> bool:
         """True when the record meets every set field; :class:`RegexTimeoutError` when ``body_regex`` overruns."""
         for test in self._tests:
