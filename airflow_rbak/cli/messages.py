@@ -140,13 +140,14 @@ def _table_row(out: IO[str], item: StoredMessage) -> None:
 
 def preview(body: bytes, chars: int) -> str:
     """The start of a body for one line: its text when it is UTF-8, else ``hex:`` and its first bytes."""
+    head = body[: chars * 4]
     try:
-        text = body[: chars * 4].decode("utf-8")
+        text = head.decode("utf-8")
     except UnicodeDecodeError as exc:
-        if exc.start < len(body[: chars * 4]) - 3:  # not just a character cut at the end
+        if len(head) == len(body) or exc.start < len(head) - 3:  # bytes that are not UTF-8, not a character cut short
             return "hex:" + body[: chars // 2].hex() + ("…" if len(body) > chars // 2 else "")
-        text = body[: exc.start].decode("utf-8")
-    return _cut(text, chars) if len(body) <= chars * 4 else _cut(text, chars - 1) + ("…" if len(text) < chars else "")
+        text = head[: exc.start].decode("utf-8")
+    return _cut(text, chars) if len(head) == len(body) else _cut(text + "…", chars)
 
 
 def _cut(text: str, width: int) -> str:
