@@ -28,6 +28,13 @@ import (to move off mirrored classic queues: ``convert_to_quorum``,
 show each change and the diff, and a queue that would lose what the target's
 version cannot keep is refused unless ``accept_losses`` names the loss.
 
+**Selective restore.** ``select`` (message filters, as ``rbak messages``
+takes them) and ``positions`` (``{"vhost/queue": [0, 17]}``, as the backup's
+page numbers them) publish only the messages chosen, in stored order; the plan,
+the approval and the report name the selection and its count.
+``replay_dead_letters`` sends a dead-letter queue's messages back to the
+exchange and routing key they died from (``x-death``); the plan lists each.
+
 A definitions failure stops the run
 before any message is published; a re-run with the same ``checkpoint_state``
 continues each queue after its last confirmed record. ``rbak definitions

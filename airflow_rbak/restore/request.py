@@ -19,6 +19,7 @@ from typing import Any
 
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.message_filter import MessageFilter
 from airflow_rbak.restore import selection
 from airflow_rbak.restore.transformations import check_names, queue_type_rules
 
@@ -165,7 +166,7 @@ class RestoreRequest:
     #: Losses the user accepts, ``ARGUMENT`` or ``QUEUE_GLOB:ARGUMENT``; any other is refused.
     accept_losses: tuple[str, ...] = ()
     #: A message filter (``MessageFilter.from_params``'s mapping); only matching records are published (:mod:`.selection`).
-    select: Any = None
+    select: MessageFilter | None = None
     #: ``{"vhost/queue": [positions]}``: only these records, of only these queues (:mod:`.selection`).
     positions: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     #: Source queue globs whose records go back to where they died (their ``x-death``), not to the queue
@@ -288,22 +289,16 @@ class RestoreRequest:
         return self.queue_map.get(queue, queue)
 
 
-def _message_filter(value: Any) -> Any:
-    """The ``select`` setting as a message filter (None: no filter); the filter's own checks name what is wrong."""
-    if value is None or value == {}:
+def _message_filter(value: Any) -> MessageFilter | None:
+    """The ``select`` setting as a message filter (None: no filter, or one that selects everything); the filter's
+    own checks raise :class:`~airflow_rbak.repository.message_filter.FilterError` naming the field."""
+    if value is None:
         return None
-    if hasattr(value, "matches") and hasattr(value, "describe"):
-        return value
-    if not isinstance(value, Mapping):
-        raise selection.SelectionError("select must be an object of message filters, e.g. {\"routing_key\": \"pay.*\"}")
-    from airflow_rbak.repository.message_filter import MessageFilter
-
-    try:
-        return MessageFilter.from_params(dict(value))
-    except ConfigurationError:
-        raise
-    except ValueError as exc:
-        raise selection.SelectionError(f"select: {exc}") from None
+    if not isinstance(value, MessageFilter):
+        if not isinstance(value, Mapping):
+            raise selection.SelectionError('select must be an object of message filters, e.g. {"routing_key": "pay.*"}')
+        value = MessageFilter.from_params(value)
+    return None if value.selects_all else value
 
 
 #: The settings a restore takes from its DAG params or ``rbak restore --conf``: every field but the internal

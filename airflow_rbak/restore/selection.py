@@ -27,11 +27,12 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.message_filter import MessageFilter
 from airflow_rbak.restore.dead_letters import DeathRoutes
 
 #: The most positions a request may choose (the approval lists them by count, the plan carries them as ranges).
@@ -46,13 +47,6 @@ SHOWN_MATCHES = 10
 class SelectionError(ConfigurationError):
     """A selection that cannot be restored: a malformed shape, a queue the backup does not hold, a position past its
     end. Raised before anything is read from or written to the target."""
-
-
-class RecordFilter(Protocol):
-    """What a restore needs of a message filter (``MessageFilter``): a decision per record and its description."""
-
-    def matches(self, record: Any) -> bool: ...
-    def describe(self) -> str: ...
 
 
 def parse_positions(value: Any) -> Mapping[str, tuple[int, ...]]:
@@ -86,7 +80,7 @@ def positions_label(positions: Mapping[str, tuple[int, ...]]) -> str:
     return f"{sum(len(p) for p in positions.values()):,} chosen positions in {len(positions)} queues"
 
 
-def describe(record_filter: RecordFilter | None, positions: Mapping[str, tuple[int, ...]]) -> str | None:
+def describe(record_filter: MessageFilter | None, positions: Mapping[str, tuple[int, ...]]) -> str | None:
     """The whole selection in one line (None: no selection, every record of the window)."""
     parts = ([f"filter {record_filter.describe()}"] if record_filter is not None else []) + (
         [positions_label(positions)] if positions else [])
@@ -131,7 +125,7 @@ def check_in_range(label: str, chosen: tuple[int, ...], total: int, damaged: Ite
 class SelectionScan:
     """One queue's selection as the plan reads its records: which positions are chosen and what matched."""
 
-    record_filter: RecordFilter | None
+    record_filter: MessageFilter | None
     chosen: tuple[int, ...] | None
     ranges: list[list[int]] = field(default_factory=list)
     first_matches: list[dict[str, Any]] = field(default_factory=list)

@@ -23,6 +23,7 @@ from tests.restore.helpers import read_queue
 TOTAL = 20_000
 #: 37 distinct positions spread over the queue (541 is prime to 20,000), chosen as the UI would send them: unsorted.
 CHOSEN = [(7 + i * 541) % TOTAL for i in range(37)]
+SELECTION = "filter messages with routing key like 'pay.*'; 37 chosen positions in 1 queues"
 
 
 def _record(vhost: str, i: int) -> BackupRecord:
@@ -57,6 +58,7 @@ def test_a_selective_restore_through_the_dag_publishes_exactly_the_chosen_messag
         c.host, c.amqp_port, c.management_port, c.stream_port))
     conf = {"storage_url": location, "backup_id": "sel-dag-1", "vhosts": [vhost],
             "queue_map": {"payments": "payments-restored"}, "positions": {f"{vhost}/payments": CHOSEN},
+            "select": {"routing_key": "pay.*"},  # which every message meets: the filter travels too
             "checkpoint_state": str(tmp_path / "restore.db"), "skip_approval": True}
 
     # When rbak_restore runs with the 37 positions chosen
@@ -70,17 +72,17 @@ def test_a_selective_restore_through_the_dag_publishes_exactly_the_chosen_messag
         assert facts["state"] == "success"
         report = facts["xcom"]["report[-1].return_value"]
         assert (report["planned"], report["published"], report["unroutable"]) == (37, 37, 0)
-        assert report["selection"] == "37 chosen positions in 1 queues"
+        assert report["selection"] == SELECTION
         assert report["selected"] == {f"{vhost}/payments": 37}
         # and the plan named it too, in its log and in what it handed on; the approval request names it
-        assert "selection: 37 chosen positions in 1 queues: 37 records selected in 1 queues" in output
+        assert f"selection: {SELECTION}: 37 records selected in 1 queues" in output
         assert "no approval asked (skip_approval is set) for: Restore backup sel-dag-1: 37 selected records" in output
         plan = RestorePlan.from_json(_untagged(facts["xcom"]["plan[-1].plan"]))
         (queue,) = plan.queues
         assert queue.records_in_window == 37 and queue.records_total == TOTAL and len(queue.segments) <= 37
         body = approval_body(plan, RestoreRequest(**{k: v for k, v in conf.items() if k != "skip_approval"}),
                              "rabbitmq_default")
-        assert "only the selection `37 chosen positions in 1 queues`" in body
+        assert f"only the selection `{SELECTION}`" in body
         assert f"- `{vhost}/payments`: 37 selected (of 37 chosen positions)" in body
 
         # and the target holds exactly those 37 messages, in their stored order, byte for byte

@@ -8,6 +8,9 @@ import sqlite3
 import pytest
 
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.message_filter import MessageFilter
+from airflow_rbak.repository.message_reader import read_messages
 from airflow_rbak.restore import RestoreRefusedError, RestoreRequest, RestoreRun
 from airflow_rbak.restore import publisher as publisher_module
 from airflow_rbak.restore.approval import approval_body, approval_subject
@@ -15,6 +18,7 @@ from airflow_rbak.restore.errors import PublishError
 from airflow_rbak.restore.publisher import ConfirmPipeline
 from airflow_rbak.restore.selection import MAX_CHOSEN_POSITIONS, SelectionError
 from airflow_rbak.restore.selection_report import summary_lines
+from airflow_rbak.storage import open_storage
 from tests.restore.helpers import backup, declare, expected_view, publish, read_queue
 
 COUNT = 240
@@ -33,8 +37,9 @@ def location(broker, vhost, tmp_path) -> str:
 
 def _request(location: str, vhost: str, tmp_path, **more) -> RestoreRequest:
     """Restores ``orders`` as ``picked`` (and ``other`` as ``other-r``) beside the source queues."""
-    return RestoreRequest(location, backup_id="sel-1", vhosts=[vhost], queue_map={"orders": "picked", "other": "other-r"},
-                          checkpoint_state=str(tmp_path / "restore.db"), **more)
+    fields = {"queue_map": {"orders": "picked", "other": "other-r"}, "checkpoint_state": str(tmp_path / "restore.db"),
+              **more}
+    return RestoreRequest(location, backup_id="sel-1", vhosts=[vhost], **fields)
 
 
 def _queues(broker, vhost: str) -> list[str]:
@@ -87,6 +92,46 @@ def test_chosen_positions_publish_exactly_those_records_in_stored_order(broker, 
     got = read_queue(broker.connection, vhost, "picked", "classic", 6)
     assert got == [expected_view(i, "classic") for i in sorted(chosen)]
     assert _queues(broker, vhost) == ["orders", "other", "picked"]
+
+
+@pytest.mark.parametrize("select, field", [({"nope": 1}, "nope"), ({"body_regex": "("}, "body_regex"),
+                                           ({"headers": {"seq": [1]}}, "headers.seq"), ("pay.*", "select")])
+def test_a_filter_that_cannot_be_right_is_refused_when_the_request_is_made_naming_its_field(select, field):
+    with pytest.raises(ConfigurationError, match=field):
+        RestoreRequest("memory://x", select=select)
+
+
+@pytest.mark.broker
+def test_a_filter_publishes_the_matching_records_at_the_positions_rbak_messages_reports(broker, vhost, tmp_path,
+                                                                                       location):
+    # Given a filter (even messages carry the header ok: true) and, for a second restore, the filter with positions
+    select = {"headers": {"ok": True}}
+    storage = open_storage(location)
+    listed = [m.position for m in read_messages(storage, ManifestStore(storage).load("sel-1"), vhost=vhost,
+                                                queue="orders", message_filter=MessageFilter.from_params(select))]
+
+    # When the restore runs with the filter
+    settings = _request(location, vhost, tmp_path, select=select)
+    plan = RestoreRun(broker.connection, settings).plan()
+    report = RestoreRun(broker.connection, settings).run()
+
+    # Then it selects the very positions `rbak messages` lists for that filter, in each queue
+    orders, other = plan.queues
+    assert [p for first, end in orders.selected for p in range(first, end)] == listed == list(range(0, COUNT, 2))
+    assert other.selected == ((0, 1), (2, 3), (4, 5))
+    assert plan.selection == "filter messages with header 'ok' = True" and report.published == COUNT // 2 + 3
+    assert report.selected == {f"{vhost}/orders": COUNT // 2, f"{vhost}/other": 3}
+    # and the targets hold exactly the matching records, in stored order, byte for byte
+    got = read_queue(broker.connection, vhost, "picked", "classic", COUNT // 2)
+    assert got == [expected_view(i, "classic") for i in listed]
+    assert read_queue(broker.connection, vhost, "other-r", "classic", 3) == [expected_view(i, "classic") for i in (0, 2, 4)]
+
+    # and a filter with chosen positions publishes the positions that also match
+    settings = _request(location, vhost, tmp_path, select=select, positions={f"{vhost}/orders": [1, 2, 3, 4, 200]},
+                        queue_map={"orders": "both"}, checkpoint_state=str(tmp_path / "both.db"))
+    plan = RestoreRun(broker.connection, settings).plan()
+    assert plan.selection == "filter messages with header 'ok' = True; 5 chosen positions in 1 queues"
+    assert plan.queues[0].selected == ((2, 3), (4, 5), (200, 201))
 
 
 @pytest.mark.broker
