@@ -368,13 +368,21 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreRequest,
         segments=tuple(segments), exchanges=tuple(sorted(routes.exchanges() if routes is not None else exchanges)),
         consumer_offsets={str(k): int(v) for k, v in offsets.items()} if isinstance(offsets, dict) else {},
         drawn_from=tuple(dict.fromkeys(segment_owner(s.key) for s in segments if s.in_window)),
-        large_messages=tuple(m for m in large if m[0] in {s.key for s in segments}),
+        large_messages=_selected_large(large, segments, None if scan is None else scan.ranges),
         selected=None if scan is None else tuple((a, b) for a, b in scan.ranges),
         chosen=None if chosen is None else len(chosen),
         first_matches=() if scan is None else tuple(scan.first_matches),
         replay=routes is not None, replay_routes=() if routes is None else routes.table(),
     )
     return plan, skipped, defects, verified, outside
+
+
+def _selected_large(large: list[LargeMessage], segments: list[SegmentPlan],
+                    ranges: list[list[int]] | None) -> tuple[LargeMessage, ...]:
+    """The large records the plan publishes: in its segments and, for a selective restore, selected."""
+    first = {s.key: s.first_ordinal for s in segments}
+    chosen = None if ranges is None else selection.Ranges(ranges)
+    return tuple(m for m in large if m[0] in first and (chosen is None or first[m[0]] + m[1] in chosen))
 
 
 def _damaged(ordered: list[SegmentMetadata], defects: dict[str, list[str]]) -> list[SegmentPlan]:
