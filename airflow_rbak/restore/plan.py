@@ -356,8 +356,7 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreRequest,
         segments.append(SegmentPlan(meta.key, meta.sequence, meta.record_count, first_ordinal, in_window, meta.checksum,
                                     meta.first_timestamp, meta.last_timestamp))
     if chosen is not None and settings.skip_damaged_segments:
-        damaged = [(s.first_ordinal, s.first_ordinal + s.record_count) for s in _damaged(ordered, defects)]
-        selection.check_in_range(label, chosen, ordinal, damaged)
+        selection.check_in_range(label, chosen, ordinal, selection.spans(ordered, set(defects)))
     if routes is not None and routes.refusal(label) is not None:
         return {"vhost": entry.vhost, "queue": entry.name, "reason": routes.refusal(label)}, skipped, defects, verified, outside
     offsets = entry.extensions.get("consumer_offsets") or {}
@@ -368,31 +367,14 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreRequest,
         segments=tuple(segments), exchanges=tuple(sorted(routes.exchanges() if routes is not None else exchanges)),
         consumer_offsets={str(k): int(v) for k, v in offsets.items()} if isinstance(offsets, dict) else {},
         drawn_from=tuple(dict.fromkeys(segment_owner(s.key) for s in segments if s.in_window)),
-        large_messages=_selected_large(large, segments, None if scan is None else scan.ranges),
+        large_messages=selection.selected_large(large, {s.key: s.first_ordinal for s in segments},
+                                                None if scan is None else scan.ranges),
         selected=None if scan is None else tuple((a, b) for a, b in scan.ranges),
         chosen=None if chosen is None else len(chosen),
         first_matches=() if scan is None else tuple(scan.first_matches),
         replay=routes is not None, replay_routes=() if routes is None else routes.table(),
     )
     return plan, skipped, defects, verified, outside
-
-
-def _selected_large(large: list[LargeMessage], segments: list[SegmentPlan],
-                    ranges: list[list[int]] | None) -> tuple[LargeMessage, ...]:
-    """The large records the plan publishes: in its segments and, for a selective restore, selected."""
-    first = {s.key: s.first_ordinal for s in segments}
-    chosen = None if ranges is None else selection.Ranges(ranges)
-    return tuple(m for m in large if m[0] in first and (chosen is None or first[m[0]] + m[1] in chosen))
-
-
-def _damaged(ordered: list[SegmentMetadata], defects: dict[str, list[str]]) -> list[SegmentPlan]:
-    """The damaged segments of a queue with their first positions."""
-    out, ordinal = [], 0
-    for meta in ordered:
-        if meta.key in defects:
-            out.append(SegmentPlan(meta.key, meta.sequence, meta.record_count, ordinal, 0, meta.checksum))
-        ordinal += meta.record_count
-    return out
 
 
 def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata,

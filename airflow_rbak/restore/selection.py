@@ -194,9 +194,22 @@ def check_ranges(ranges: int) -> None:
             f"({MAX_SELECTED_RANGES:,}); narrow the filter, or add a time window. Nothing was published")
 
 
-def ranges_count(ranges: Iterable[Iterable[int]]) -> int:
-    """How many positions half-open ``[first, end)`` ranges hold."""
-    return sum(end - first for first, end in ranges)
+def spans(ordered: Iterable[Any], keys: set[str]) -> list[tuple[int, int]]:
+    """The positions ``[first, end)`` of the segments named in ``keys``, of a queue's segments in stored order."""
+    out, position = [], 0
+    for meta in ordered:
+        if meta.key in keys:
+            out.append((position, position + meta.record_count))
+        position += meta.record_count
+    return out
+
+
+def selected_large(large: Iterable[tuple[str, int, int]], first: Mapping[str, int],
+                   ranges: Iterable[Iterable[int]] | None) -> tuple[tuple[str, int, int], ...]:
+    """The large records (segment key, index, size) a plan publishes: in its segments (``first``: each one's first
+    position) and, for a selective restore, selected."""
+    chosen = None if ranges is None else Ranges(ranges)
+    return tuple(m for m in large if m[0] in first and (chosen is None or first[m[0]] + m[1] in chosen))
 
 
 class Ranges:

@@ -3,13 +3,15 @@ byte for byte, and nothing is published to the dead-letter queue."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from airflow_rbak.broker.pika_connection import blocking_connection
 from airflow_rbak.restore import RestoreRefusedError, RestoreRequest, RestoreRun
 from airflow_rbak.restore.approval import approval_body
 from airflow_rbak.restore.selection_report import summary_lines
-from tests.restore.helpers import backup, body_of, props_of, read_queue, ready_count
+from tests.restore.helpers import backup, body_of, management_depth, props_of, read_queue, ready_count
 
 pytestmark = pytest.mark.broker
 #: The queues messages die in, the routing key each was published with, and how many die there.
@@ -43,6 +45,13 @@ def _dead_letters(connection, vhost: str) -> None:
                 ch.basic_reject(method.delivery_tag, requeue=False)
 
 
+def _wait_until_empty(broker, vhost: str, *queues: str) -> None:
+    deadline = time.monotonic() + 30
+    while any(management_depth(broker, vhost, q) for q in queues):
+        assert time.monotonic() < deadline, "the management API still counts messages in the drained queues"
+        time.sleep(0.5)
+
+
 def test_a_dead_letter_queue_is_replayed_to_where_each_message_died(broker, vhost, tmp_path):
     # Given a backup of a dead-letter queue (and a queue whose message never died), then both drained
     _dead_letters(broker.connection, vhost)
@@ -53,6 +62,7 @@ def test_a_dead_letter_queue_is_replayed_to_where_each_message_died(broker, vhos
     assert [m[0] for m in dead] == [body_of(i, 300) for i in range(total)]
     assert all(any(h[0] == "x-death" for h in m[2]) for m in dead)
     read_queue(broker.connection, vhost, "stray", "classic", 1)
+    _wait_until_empty(broker, vhost, "dlq", "stray")  # as the management API, whose counts lag, sees them
 
     # When the restore replays them (the dead-letter queue, and `stray` asked for too)
     settings = RestoreRequest(location, backup_id="dlq-1", vhosts=[vhost], queues=["dlq", "stray"],

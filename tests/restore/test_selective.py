@@ -19,7 +19,7 @@ from airflow_rbak.restore.publisher import ConfirmPipeline
 from airflow_rbak.restore.selection import MAX_CHOSEN_POSITIONS, SelectionError
 from airflow_rbak.restore.selection_report import summary_lines
 from airflow_rbak.storage import open_storage
-from tests.restore.helpers import backup, declare, expected_view, publish, read_queue
+from tests.restore.helpers import backup, declare, expected_views, publish, read_queue
 
 COUNT = 240
 
@@ -40,6 +40,12 @@ def _request(location: str, vhost: str, tmp_path, **more) -> RestoreRequest:
     fields = {"queue_map": {"orders": "picked", "other": "other-r"}, "checkpoint_state": str(tmp_path / "restore.db"),
               **more}
     return RestoreRequest(location, backup_id="sel-1", vhosts=[vhost], **fields)
+
+
+def _views(positions, behaviour) -> list[tuple]:
+    """Messages at ``positions`` of ``orders`` as the session's broker delivers them (a 4.x sorts the headers)."""
+    views = expected_views(COUNT, "classic", behaviour)
+    return [views[i] for i in positions]
 
 
 def _queues(broker, vhost: str) -> list[str]:
@@ -68,7 +74,7 @@ def test_positions_are_kept_sorted_and_once_and_replay_takes_true_for_every_queu
 
 
 @pytest.mark.broker
-def test_chosen_positions_publish_exactly_those_records_in_stored_order(broker, vhost, tmp_path, location):
+def test_chosen_positions_publish_exactly_those_records_in_stored_order(broker, behaviour, vhost, tmp_path, location):
     chosen = [239, 0, 5, 6, 7, 100]
     settings = _request(location, vhost, tmp_path, positions={f"{vhost}/orders": chosen})
 
@@ -90,7 +96,7 @@ def test_chosen_positions_publish_exactly_those_records_in_stored_order(broker, 
     assert report.selected == {f"{vhost}/orders": 6}
     # and the target holds exactly those records, in their stored order, byte for byte; nothing else was created
     got = read_queue(broker.connection, vhost, "picked", "classic", 6)
-    assert got == [expected_view(i, "classic") for i in sorted(chosen)]
+    assert got == _views(sorted(chosen), behaviour)
     assert _queues(broker, vhost) == ["orders", "other", "picked"]
 
 
@@ -102,8 +108,8 @@ def test_a_filter_that_cannot_be_right_is_refused_when_the_request_is_made_namin
 
 
 @pytest.mark.broker
-def test_a_filter_publishes_the_matching_records_at_the_positions_rbak_messages_reports(broker, vhost, tmp_path,
-                                                                                       location):
+def test_a_filter_publishes_the_matching_records_at_the_positions_rbak_messages_reports(broker, behaviour, vhost,
+                                                                                       tmp_path, location):
     # Given a filter (even messages carry the header ok: true) and, for a second restore, the filter with positions
     select = {"headers": {"ok": True}}
     storage = open_storage(location)
@@ -123,8 +129,8 @@ def test_a_filter_publishes_the_matching_records_at_the_positions_rbak_messages_
     assert report.selected == {f"{vhost}/orders": COUNT // 2, f"{vhost}/other": 3}
     # and the targets hold exactly the matching records, in stored order, byte for byte
     got = read_queue(broker.connection, vhost, "picked", "classic", COUNT // 2)
-    assert got == [expected_view(i, "classic") for i in listed]
-    assert read_queue(broker.connection, vhost, "other-r", "classic", 3) == [expected_view(i, "classic") for i in (0, 2, 4)]
+    assert got == _views(listed, behaviour)
+    assert read_queue(broker.connection, vhost, "other-r", "classic", 3) == _views((0, 2, 4), behaviour)
 
     # and a filter with chosen positions publishes the positions that also match
     settings = _request(location, vhost, tmp_path, select=select, positions={f"{vhost}/orders": [1, 2, 3, 4, 200]},
@@ -174,6 +180,30 @@ def test_a_selection_the_backup_cannot_meet_is_refused_before_the_target_is_touc
 
 
 @pytest.mark.broker
+def test_a_chosen_position_in_a_damaged_segment_is_refused_even_when_damage_may_be_skipped(broker, vhost, tmp_path,
+                                                                                          location):
+    # Given the backup's second segment of `orders` damaged (one byte changed)
+    storage = open_storage(location)
+    entry = next(q for q in ManifestStore(storage).load("sel-1").queues if q.name == "orders")
+    first, second = sorted(entry.segments, key=lambda s: s.sequence)[:2]
+    data = bytearray(storage.get(second.key))
+    data[len(data) // 2] ^= 0xFF
+    storage.put(second.key, bytes(data))
+    inside = first.record_count  # the second segment's first position
+
+    # When a restore chooses a position in it, allowed to skip damaged segments
+    settings = _request(location, vhost, tmp_path, positions={f"{vhost}/orders": [0, inside]}, skip_damaged_segments=True)
+
+    # Then it is refused, naming the positions, and nothing was created
+    with pytest.raises(SelectionError, match=rf"positions \[{inside}\] of '{vhost}/orders' lie in a damaged segment"):
+        RestoreRun(broker.connection, settings).run()
+    assert _queues(broker, vhost) == ["orders", "other"]
+    # and a position outside it is restored
+    settings = _request(location, vhost, tmp_path, positions={f"{vhost}/orders": [0]}, skip_damaged_segments=True)
+    assert RestoreRun(broker.connection, settings).run().published == 1
+
+
+@pytest.mark.broker
 def test_a_selective_restore_still_refuses_a_target_queue_that_holds_messages(broker, vhost, tmp_path, location):
     # Given the source queues themselves as the target, still holding their messages
     settings = RestoreRequest(location, backup_id="sel-1", vhosts=[vhost], positions={f"{vhost}/orders": [1, 2]},
@@ -187,7 +217,7 @@ def test_a_selective_restore_still_refuses_a_target_queue_that_holds_messages(br
 
 
 @pytest.mark.broker
-def test_an_interrupted_selective_restore_resumes_without_duplicates_or_gaps(broker, vhost, tmp_path,
+def test_an_interrupted_selective_restore_resumes_without_duplicates_or_gaps(broker, behaviour, vhost, tmp_path,
                                                                              location, monkeypatch):
     chosen = list(range(1, COUNT, 3))  # 80 positions across every segment
     settings = _request(location, vhost, tmp_path, positions={f"{vhost}/orders": chosen}, max_in_flight=8)
@@ -217,7 +247,7 @@ def test_an_interrupted_selective_restore_resumes_without_duplicates_or_gaps(bro
     (row,) = report.queues
     assert row["resumed_from"] == next_ordinal and row["completed"] and row["published_total"] == len(chosen)
     got = read_queue(broker.connection, vhost, "picked", "classic", len(chosen))
-    assert got == [expected_view(i, "classic") for i in chosen]
+    assert got == _views(chosen, behaviour)
 
     # and a run with another selection is refused by the same checkpoint, not counted against it
     other = _request(location, vhost, tmp_path, positions={f"{vhost}/orders": chosen[:-1]})
