@@ -150,6 +150,7 @@ class SelectionScan:
         if self.ranges and self.ranges[-1][1] == position:
             self.ranges[-1][1] = position + 1
         else:
+            check_ranges(len(self.ranges) + 1)  # as it grows: a plan never holds more than it may carry
             self.ranges.append([position, position + 1])
         if len(self.first_matches) < SHOWN_MATCHES:
             props = record.properties

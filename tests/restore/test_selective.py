@@ -4,6 +4,7 @@ order, byte for byte, keeping the restore's other promises (confirms, checkpoint
 from __future__ import annotations
 
 import sqlite3
+import types
 
 import pytest
 
@@ -11,7 +12,7 @@ from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.message_filter import MessageFilter
 from airflow_rbak.repository.message_reader import read_messages
-from airflow_rbak.restore import RestoreRefusedError, RestoreRequest, RestoreRun
+from airflow_rbak.restore import RestoreRefusedError, RestoreRequest, RestoreRun, selection
 from airflow_rbak.restore import publisher as publisher_module
 from airflow_rbak.restore.approval import approval_body, approval_subject
 from airflow_rbak.restore.errors import PublishError
@@ -98,6 +99,24 @@ def test_chosen_positions_publish_exactly_those_records_in_stored_order(broker, 
     got = read_queue(broker.connection, vhost, "picked", "classic", 6)
     assert got == _views(sorted(chosen), behaviour)
     assert _queues(broker, vhost) == ["orders", "other", "picked"]
+
+
+def test_a_selection_too_scattered_for_a_plan_to_carry_is_refused_as_it_grows(monkeypatch):
+    monkeypatch.setattr(selection, "MAX_SELECTED_RANGES", 3)
+    scan = selection.SelectionScan(None, None)
+    record = types.SimpleNamespace(properties=types.SimpleNamespace(message_id=None, correlation_id=None, timestamp=None),
+                                   exchange="", routing_key="q", backed_up_at=0, body=b"")
+    for position in (0, 1, 2, 4, 6):  # runs [0, 3), [4, 5), [6, 7)
+        scan.add(position, record)
+    assert scan.ranges == [[0, 3], [4, 5], [6, 7]] and [m["position"] for m in scan.first_matches] == [0, 1, 2, 4, 6]
+    with pytest.raises(SelectionError, match="4 separate runs of positions, more than a plan carries"):
+        scan.add(8, record)
+    # and the ranges answer membership, and label a checkpoint by what they hold
+    ranges = selection.Ranges(scan.ranges)
+    assert [p for p in range(9) if p in ranges] == [0, 1, 2, 4, 6]
+    assert selection.checkpoint_label(None, False) == ""
+    assert selection.checkpoint_label(scan.ranges, False) != selection.checkpoint_label(scan.ranges[:2], False)
+    assert selection.checkpoint_label(None, True) == " selected:all replay"
 
 
 @pytest.mark.parametrize("select, field", [({"nope": 1}, "nope"), ({"body_regex": "("}, "body_regex"),
