@@ -161,7 +161,8 @@ def _queue_table(plan: RestorePlan) -> list[str]:
         holds = "no such queue" if q.target_depth is None else str(q.target_depth)
         kind = q.queue_type + (f" -> {q.target_queue_type}" if q.target_queue_type else "")
         cells = [md_code(f"{q.source_vhost}/{q.source_queue}", in_table=True), md_code(kind, in_table=True),
-                 md_code(q.target_vhost, in_table=True), md_code(q.target_queue, in_table=True),
+                 md_code(q.target_vhost, in_table=True),
+                 md_code(q.target_queue, in_table=True) + (" (**replayed where each died, none into it**)" if q.replay else ""),
                  str(q.records_in_window), holds, str(q.to_add), _resume(q)]
         lines.append(f"| {' | '.join(cells)} |")
     return lines

@@ -214,7 +214,8 @@ class RestorePlan:
         for q in self.queues:
             now = "no such queue" if q.target_depth is None else f"holds {q.target_depth}"
             kind = q.queue_type + (f" -> {q.target_queue_type}" if q.target_queue_type else "")
-            lines.append(f"  {q.source_vhost}/{q.source_queue} ({kind}) -> {q.target_vhost}/{q.target_queue}: "
+            where = f"{q.target_vhost}/{q.target_queue}" + (" (replayed where each record died)" if q.replay else "")
+            lines.append(f"  {q.source_vhost}/{q.source_queue} ({kind}) -> {where}: "
                          f"{q.records_in_window} of {q.records_total} records in {len(q.segments)} segments "
                          f"from {', '.join(q.drawn_from) or '-'}; target {now}, "
                          f"adds {q.to_add}" + (f" (resuming: {q.published_before} confirmed before)" if q.resumes else ""))
