@@ -22,7 +22,7 @@ from airflow_rbak.repository.catalog import resolve_backup_id
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.message_filter import FilterError, MessageFilter
 from airflow_rbak.repository.message_reader import DamagedSegment, StoredMessage, read_messages
-from airflow_rbak.repository.message_search import DEFAULT_SEARCH_LIMIT, BackupRange, plan_search
+from airflow_rbak.repository.message_search import DEFAULT_SEARCH_LIMIT, BackupRange, plan_search, preview
 from airflow_rbak.segments.search import choose_placement, run_search
 from airflow_rbak.segments.stages import DEFAULT_IN_PROCESS_MAX_BYTES, PLACEMENTS, Placement
 from airflow_rbak.storage import open_storage
@@ -136,18 +136,6 @@ def _table_row(out: IO[str], item: StoredMessage) -> None:
     say(out, f"{item.position:8d} {f'{item.sequence}:{item.index}':>10} {when(r.backed_up_at):23} "
               f"{_cut(r.routing_key, 20):20} {_cut(r.properties.message_id or '-', 20):20} {len(r.body):7d}  "
               f"{preview(r.body, TABLE_BODY_CHARS)}")
-
-
-def preview(body: bytes, chars: int) -> str:
-    """The start of a body for one line: its text when it is UTF-8, else ``hex:`` and its first bytes."""
-    head = body[: chars * 4]
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if len(head) == len(body) or exc.start < len(head) - 3:  # bytes that are not UTF-8, not a character cut short
-            return "hex:" + body[: chars // 2].hex() + ("…" if len(body) > chars // 2 else "")
-        text = head[: exc.start].decode("utf-8")
-    return _cut(text, chars) if len(head) == len(body) else _cut(text + "…", chars)
 
 
 def _cut(text: str, width: int) -> str:

@@ -36,8 +36,8 @@ from airflow_rbak.storage.base import Storage
 
 #: How many distinct messages a search lists unless told otherwise.
 DEFAULT_SEARCH_LIMIT = 100
-#: How many bytes of a body a search result shows.
-PREVIEW_BYTES = 64
+#: How many characters of a body a search result shows.
+PREVIEW_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class Found:
         summary = {
             "message_id": r.properties.message_id, "correlation_id": r.properties.correlation_id,
             "content_type": r.properties.content_type, "exchange": r.exchange, "routing_key": r.routing_key,
-            "body_size": len(body), "body_preview": body[:PREVIEW_BYTES].decode("utf-8", "replace"),
+            "body_size": len(body), "body_preview": preview(body, PREVIEW_CHARS),
         }
         return cls(message.backup_id, message.vhost, message.queue, message.segment, message.sequence, message.index,
                    message.position, fingerprint(r), r.backed_up_at, summary)
@@ -171,6 +171,22 @@ class SearchResult:
                                   "reason": d.reason, "records_read": d.records_read} for d in self.damaged],
             "ok": self.ok,
         }
+
+
+def preview(body: bytes, chars: int) -> str:
+    """The start of a body for one line: its text when it is UTF-8, else ``hex:`` and its first bytes."""
+    head = body[: chars * 4]
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if len(head) == len(body) or exc.start < len(head) - 3:  # bytes that are not UTF-8, not a character cut short
+            return "hex:" + body[: chars // 2].hex() + ("…" if len(body) > chars // 2 else "")
+        text = head[: exc.start].decode("utf-8")
+    return _cut(text, chars) if len(head) == len(body) else _cut(text + "…", chars)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def plan_search(storage: Storage, scope: BackupRange) -> tuple[list[BackupSummary], list[dict[str, Any]]]:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from airflow_rbak.cli.main import main
-from airflow_rbak.cli.messages import preview
+from airflow_rbak.repository.message_search import preview
 from airflow_rbak.storage import open_storage
 from tests.repository.message_backups import ORDERS, T0, write_backup
 
