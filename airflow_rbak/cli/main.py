@@ -1,5 +1,5 @@
-"""``rbak``: list, describe, validate, forget and repair RBAK backups; dump segments; remove a stale lock; roll back a
-definitions import; restore or back up without Airflow.
+"""``rbak``: list, describe, validate, forget and repair RBAK backups; read and search their messages; dump segments;
+remove a stale lock; roll back a definitions import; restore or back up without Airflow.
 
 Exit codes (docs/operations.md#the-rbak-command-line): 0 success (a valid backup), 1 a defect (the backup is damaged),
 2 a usage error (bad arguments or settings, a backup id that names nothing), 3 the location cannot be reached or read,
@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from airflow_rbak import __version__
-from airflow_rbak.cli import commands, runs
+from airflow_rbak.cli import commands, messages, runs
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.errors import CodecError
 from airflow_rbak.display import printable
@@ -51,6 +51,12 @@ EXAMPLES = {
                 "RBAK_BROKER_URL=amqp://... rbak definitions rollback --backup-id latest --apply",
     "restore": "RBAK_BROKER_URL=amqp://... rbak restore --backup-id latest --dry-run\n"
                "rbak restore --broker-file ~/.rbak-broker --backup-id b1 --vhost-map prod=prod-restored",
+    "messages": "rbak messages --backup-id latest --queue orders --message-id 4711\n"
+                "rbak messages --path s3://backups/rabbit --backup-id b1 --vhost prod --queue dlq --since 2026-11-22T02:00:00Z "
+                "--limit 20 --format jsonl",
+    "search": "rbak search --message-id 4711\n"
+              "rbak search --path file:///var/backups/rabbit --since-date 2026-11-01 --header x-tenant=acme "
+              "--body-regex 'amount\":\\s*9{3,}' --format json",
     "backup": "RBAK_BROKER_URL=amqp://... rbak backup --backup-id manual-1\n"
               "rbak backup --broker-file ~/.rbak-broker --backup-id b2 -c '{\"vhosts\": [\"prod\"], \"verify\": \"deep\", "
               "\"retention\": {\"keep_last\": 7}}'",
@@ -66,11 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help_text: str, parent=sub) -> argparse.ArgumentParser:
+    def command(name: str, help_text: str, parent=sub, formats=("text", "json")) -> argparse.ArgumentParser:
         p = parent.add_parser(name, help=help_text, description=help_text, formatter_class=argparse.RawDescriptionHelpFormatter,
                               epilog="examples:\n  " + EXAMPLES[name].replace("\n", "\n  "))
         # SUPPRESS: given here it wins, absent it leaves the value given before the command
-        p.add_argument("--format", choices=("text", "json"), default=argparse.SUPPRESS, help="output format (default text)")
+        p.add_argument("--format", choices=formats, default=argparse.SUPPRESS, help="output format (default text)")
         return p
 
     p = command("list", "List the backups under a storage location.")
@@ -86,6 +92,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deep", action="store_true", help="read every segment: CRC, SHA-256, records, timestamps")
     _cap_arg(p)
     p.set_defaults(run=commands.validate_cmd)
+
+    p = command("messages", "Print a backup's messages in stored order (all queues, or --vhost/--queue), with the "
+                            "filters below, one segment at a time; text is a table, json one line per message.",
+                formats=("text", "json", "table", "jsonl"))
+    _backup_args(p)
+    messages.add_messages_args(p)
+    _cap_arg(p)
+    p.set_defaults(run=messages.messages_cmd)
+
+    p = command("search", "Search every complete backup of a location (or a range) with the filters below: each "
+                          "matching message once, with every backup, segment and position that holds it.",
+                formats=("text", "json", "table", "jsonl"))
+    _path_arg(p)
+    messages.add_search_args(p)
+    _cap_arg(p)
+    p.set_defaults(run=messages.search_cmd)
 
     p = command("forget", "Remove the complete backups a retention rule no longer keeps, never a segment a kept "
                           "backup's stream chain lists, nor an incomplete or damaged backup.")

@@ -1,4 +1,4 @@
-"""Restore one queue: checkpoint, target, resume point, then publish every record in the window."""
+"""Restore one queue: checkpoint, target, resume point, then publish every record in the window (and selection)."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def _publish(connection: RabbitMQConnection, storage: Storage, settings: Restore
         raise PublishError(f"cannot connect to vhost {queue.target_vhost!r} on {connection.addresses} "
                            f"({type(exc).__name__}); check the connection and that the vhost exists") from None
     try:
-        if settings.publish_mode == "queue":
+        if _exact(settings, queue):
             result.created_queue = target.ensure_queue(conn, queue)
         else:
             target.check_exchanges(conn, queue)
@@ -128,7 +128,7 @@ def _resume(conn: pika.BlockingConnection, connection: RabbitMQConnection, queue
 
 def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, settings: RestoreRequest, queue: QueuePlan,
           checkpoints: RestoreCheckpointStore, cp: QueueCheckpoint, records: Any, result: QueueResult) -> QueueCheckpoint:
-    exact = settings.publish_mode == "queue"
+    exact = _exact(settings, queue)
     if exact and cp.depth_base is None:
         cp = replace(cp, depth_base=target.queue_depth(conn, connection, queue))
         checkpoints.save(cp)
@@ -155,8 +155,17 @@ def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, setting
         pipeline.close()
 
 
+def _exact(settings: RestoreRequest, queue: QueuePlan) -> bool:
+    """True when every record goes into the target queue itself, so its depth makes a resume exact (``queue`` mode,
+    not a dead-letter replay, which publishes where the records died)."""
+    return settings.publish_mode == "queue" and not queue.replay
+
+
 def _route(settings: RestoreRequest, queue: QueuePlan, item: Positioned) -> tuple[str, str]:
-    """``queue`` mode and default-exchange records go straight to the target queue; others keep their route."""
+    """A replayed record goes where it died; ``queue`` mode and default-exchange records straight to the target
+    queue; others keep their route."""
+    if item.route is not None:
+        return item.route
     record = item.record
     if settings.publish_mode == "queue" or record.exchange == "":
         return "", queue.target_queue
