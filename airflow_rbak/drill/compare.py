@@ -124,14 +124,15 @@ class QueueComparison:
         return {**self.__dict__, "passed": self.passed}
 
 
-def compare_queue(vhost: str, queue: str, expected: Iterable[MessageView], delivered: Iterable[MessageView]
-                  ) -> QueueComparison:
+def compare_queue(vhost: str, queue: str, expected: Iterable[MessageView], delivered: Iterable[MessageView],
+                  ordered: bool = True) -> QueueComparison:
     """Compare in order, reading both sides once: the backup's records must be delivered, each once, in order.
 
     Each delivered message is matched to the backup's first record of equal view not matched yet. A record matched
     by none is missing; a delivered message that matches none is unexpected, unless the record at its position is
     missing too: then that record was changed, and the fields that differ are named. A matched message delivered
-    after one that comes later in the backup is out of order.
+    after one that comes later in the backup is out of order, unless ``ordered`` is False (the restore's plan said
+    that the target delivers the queue's messages in another order than the source: :mod:`~airflow_rbak.restore.delivery_order`).
     """
     result = QueueComparison(vhost, queue)
     positions: dict[bytes, list[int]] = {}
@@ -148,12 +149,12 @@ def compare_queue(vhost: str, queue: str, expected: Iterable[MessageView], deliv
             delivered_digests.append(found_digest)
         if want is not None and found is not None and want_digest != found_digest and len(details) < MAX_REPORTED:
             details[position] = differences(want, found)
-    _explain(result, positions, delivered_digests, details)
+    _explain(result, positions, delivered_digests, details, ordered)
     return result
 
 
 def _explain(result: QueueComparison, positions: dict[bytes, list[int]], delivered: list[bytes],
-             details: dict[int, list[str]]) -> None:
+             details: dict[int, list[str]], ordered: bool) -> None:
     """Match delivered messages to records; count and name what is out of order, changed, missing or unexpected."""
     unmatched_records = set()
     matched_to: list[int | None] = []
@@ -178,13 +179,13 @@ def _explain(result: QueueComparison, positions: dict[bytes, list[int]], deliver
             else:
                 result.unexpected += 1
                 result.note(f"message {position + 1}: delivered, but the backup holds no such record")
-        elif record < latest:
+        elif ordered and record < latest:
             result.reordered += 1
             result.note(f"message {position + 1}: out of order (it is the backup's record {record + 1}, delivered after "
                         f"record {latest + 1})")
         else:
             result.matched += 1
-            latest = record
+            latest = max(latest, record)
     for record in sorted(unmatched_records):
         result.missing += 1
         result.note(f"record {record + 1} of the backup: missing (not delivered)")

@@ -94,15 +94,17 @@ class DrillReport:
     queues: list[dict[str, Any]] = field(default_factory=list)
     published: int = 0
     compared: int = 0
-    #: Why the drill could not restore or compare (a damaged segment, a refusal, a broker error); None: it could.
+    #: Segments that failed verification: their queues' other segments are drilled, and the drill fails.
+    damaged_segments: list[dict[str, Any]] = field(default_factory=list)
+    #: Why the drill could not restore or compare (a refusal, a broker error, a scratch vhost's name taken); None: it could.
     error: str | None = None
     cleanup_error: str | None = None
     duration_s: float = 0.0
 
     @property
     def passed(self) -> bool:
-        return self.error is None and self.cleanup_error is None and bool(self.queues) and all(
-            q["passed"] for q in self.queues)
+        return self.error is None and self.cleanup_error is None and not self.damaged_segments and bool(
+            self.queues) and all(q["passed"] for q in self.queues)
 
     def describe(self) -> str:
         head = f"restore drill of {self.backup_id or 'the latest backup'} from {self.storage_url}"
@@ -110,6 +112,8 @@ class DrillReport:
             return (f"{head} passed: {len(self.queues)} queues, {self.compared:,} messages restored and equal to the "
                     "backup byte for byte; scratch vhosts deleted")
         reasons = [self.error] if self.error else []
+        reasons += [f"damaged segment {d['key']} of {d['vhost']}/{d['queue']} ({d['record_count']} records not "
+                    f"restorable): {'; '.join(d['reasons'])}" for d in self.damaged_segments]
         if not self.queues and not self.error:
             reasons.append("no queue was drilled (the selection matched none)")
         for q in self.queues:
@@ -161,8 +165,9 @@ class DrillRun:
     def run(self) -> DrillReport:
         """Select, create the scratch vhosts, restore and compare each, delete them; the report says what was found.
 
-        A drill that cannot restore (a damaged segment, a refusal) ends with its ``error`` set, not an exception: that
-        is the finding. Only when a scratch vhost's name is taken does it stop before touching anything."""
+        What a drill finds ends in the report, not in an exception: a damaged segment (the rest is drilled all the
+        same), a message that differs, a restore that could not run (``error``). When a scratch vhost's name is taken it
+        stops before creating or restoring anything."""
         started = time.monotonic()
         report = DrillReport(self.storage.url, self.request.run_id)
         created: list[str] = []
@@ -213,10 +218,12 @@ class DrillRun:
             request = RestoreRequest(
                 self.request.storage_url, backup_id=report.backup_id or self.request.backup_id,
                 vhosts=(glob.escape(vhost),), queues=tuple(glob.escape(q) for q in queues), vhost_map={vhost: target},
-                checkpoint_state=str(Path(tmp) / "checkpoints.sqlite"),
+                checkpoint_state=str(Path(tmp) / "checkpoints.sqlite"), skip_damaged_segments=True,
                 max_decompressed_bytes=self.request.max_decompressed_bytes)
             restore = RestoreRun(self.connection, request, self.storage, self.seal)
             plan = restore.plan()
+            # a damaged segment fails the drill, and the rest of its queue and the other queues are drilled all the same
+            report.damaged_segments += [{**d.__dict__, "reasons": list(d.reasons)} for d in plan.skipped_segments]
             confine(plan, None, target)
             self._import_definitions(client, plan, request, target)
             results = [restore.publish(plan, queue) for queue in plan.queues]
@@ -224,9 +231,10 @@ class DrillRun:
         for queue in plan.queues:
             found = compare_queue(vhost, queue.source_queue,
                                   expected_views(self.storage, queue, self.request.max_decompressed_bytes),
-                                  delivered_views(self.connection, queue, queue.records_total))
+                                  delivered_views(self.connection, queue, queue.records_total),
+                                  ordered=queue.delivery_order_warning is None)
             report.compared += found.expected
-            report.queues.append(found.to_json())
+            report.queues.append({**found.to_json(), "delivery_order_warning": queue.delivery_order_warning})
             _log_comparison(found)
 
     def _import_definitions(self, client: ManagementClient, plan: RestorePlan, request: RestoreRequest,
