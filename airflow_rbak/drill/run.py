@@ -233,9 +233,11 @@ class DrillRun:
                                   expected_views(self.storage, queue, self.request.max_decompressed_bytes),
                                   delivered_views(self.connection, queue, queue.records_total),
                                   ordered=queue.delivery_order_warning is None)
+            damaged = sum(d.record_count for d in plan.skipped_segments if (d.vhost, d.queue) == (vhost, queue.source_queue))
             report.compared += found.expected
-            report.queues.append({**found.to_json(), "delivery_order_warning": queue.delivery_order_warning})
-            _log_comparison(found)
+            report.queues.append({**found.to_json(), "passed": found.passed and not damaged, "damaged_records": damaged,
+                                  "delivery_order_warning": queue.delivery_order_warning})
+            _log_comparison(found, damaged)
 
     def _import_definitions(self, client: ManagementClient, plan: RestorePlan, request: RestoreRequest,
                             target: str) -> None:
@@ -251,9 +253,10 @@ class DrillRun:
             management_admin.import_vhost_definitions(client, target, document)
 
 
-def _log_comparison(found: QueueComparison) -> None:
-    state = "equal" if found.passed else "DIFFERENT"
-    log.info("%s/%s: %s (%d records in the backup, %d delivered, %d equal)", found.vhost, found.queue, state,
-             found.expected, found.delivered, found.matched)
+def _log_comparison(found: QueueComparison, damaged: int) -> None:
+    state = "equal" if found.passed and not damaged else "DIFFERENT"
+    lost = f", {damaged} more in damaged segments" if damaged else ""
+    log.info("%s/%s: %s (%d records read from the backup%s; %d delivered, %d equal)", found.vhost, found.queue, state,
+             found.expected, lost, found.delivered, found.matched)
     for problem in found.problems:
         log.info("  %s", problem)
