@@ -117,7 +117,7 @@ class DrillReport:
         if not self.queues and not self.error:
             reasons.append("no queue was drilled (the selection matched none)")
         for q in self.queues:
-            if not q["passed"]:
+            if not q["expected"] == q["delivered"] == q["matched"]:  # (damaged segments are named above)
                 shown = "; ".join(q["problems"][:3])
                 reasons.append(f"{q['vhost']}/{q['queue']}: {q['matched']} of {q['expected']} equal, {q['delivered']} "
                                f"delivered ({shown})")
