@@ -46,13 +46,16 @@ with DAG(
                         description="source queues to drill (globs)"),
         "sample_queues": Param(0, type="integer", minimum=0,
                                description="drill this many of the selected queues, picked at random; 0: every one"),
+        "strip_user_id": Param(False, type="boolean",
+                               description="publish records whose user_id names another user without it (RabbitMQ "
+                                           "refuses them otherwise), and expect them so"),
     },
     tags=["rbak", "rabbitmq", "monitoring"],
     doc_md=__doc__,
 ):
     drilled = dict(storage_url="{{ params.storage_url }}", rabbitmq_conn_id="{{ params.rabbitmq_conn_id }}",
                    backup_id="{{ params.backup_id }}", vhosts="{{ params.vhosts }}", queues="{{ params.queues }}",
-                   sample_queues="{{ params.sample_queues }}")
+                   sample_queues="{{ params.sample_queues }}", strip_user_id="{{ params.strip_user_id }}")
     drill = RbakDrillOperator(task_id="drill", **drilled)
     cleanup = RbakDrillCleanupOperator(task_id="cleanup", **drilled).as_teardown()
     drill >> cleanup

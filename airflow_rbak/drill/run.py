@@ -65,6 +65,9 @@ class DrillRequest:
     queues: tuple[str, ...] = ("*",)
     #: How many of the selected queues to drill, picked at random (seeded by the run id); 0: every one.
     sample_queues: int = 0
+    #: Publish records whose ``user_id`` names another user than the drill's without it (RabbitMQ refuses them
+    #: otherwise), and expect them so; the restore's ``strip_user_id``.
+    strip_user_id: bool = False
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
 
     def __post_init__(self) -> None:
@@ -78,6 +81,8 @@ class DrillRequest:
             if not value or not all(isinstance(v, str) and v for v in value):
                 raise ConfigurationError(f"{name} must be a list of glob patterns, e.g. ['*']")
             object.__setattr__(self, name, value)
+        if not isinstance(self.strip_user_id, bool):
+            raise ConfigurationError(f"strip_user_id must be true or false, got {self.strip_user_id!r}")
         if isinstance(self.sample_queues, bool) or not isinstance(self.sample_queues, int) or self.sample_queues < 0:
             raise ConfigurationError(f"sample_queues must be a whole number >= 0 (0: every queue), got {self.sample_queues!r}")
 
@@ -219,6 +224,7 @@ class DrillRun:
                 self.request.storage_url, backup_id=report.backup_id or self.request.backup_id,
                 vhosts=(glob.escape(vhost),), queues=tuple(glob.escape(q) for q in queues), vhost_map={vhost: target},
                 checkpoint_state=str(Path(tmp) / "checkpoints.sqlite"), skip_damaged_segments=True,
+                strip_user_id=self.request.strip_user_id,
                 max_decompressed_bytes=self.request.max_decompressed_bytes)
             restore = RestoreRun(self.connection, request, self.storage, self.seal)
             plan = restore.plan()
@@ -230,7 +236,8 @@ class DrillRun:
             report.published += restore.report(plan, results).published
         for queue in plan.queues:
             found = compare_queue(vhost, queue.source_queue,
-                                  expected_views(self.storage, queue, self.request.max_decompressed_bytes),
+                                  expected_views(self.storage, queue, self.request.max_decompressed_bytes,
+                                                 self.connection.username if self.request.strip_user_id else None),
                                   delivered_views(self.connection, queue, queue.records_total),
                                   ordered=queue.delivery_order_warning is None)
             damaged = sum(d.record_count for d in plan.skipped_segments if (d.vhost, d.queue) == (vhost, queue.source_queue))

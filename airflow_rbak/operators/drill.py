@@ -30,19 +30,20 @@ class _DrillOperator(StorageConnectionMixin, BaseOperator):
     """What both drill tasks take: the location, the broker, and the drill's selection (the DAG's params)."""
 
     template_fields: Sequence[str] = ("rabbitmq_conn_id", "storage_url", "backup_id", "vhosts", "queues",
-                                      "sample_queues")
+                                      "sample_queues", "strip_user_id")
 
     def __init__(self, *, storage_url: str, rabbitmq_conn_id: str, backup_id: str = "latest",
                  vhosts: Sequence[str] = ("*",), queues: Sequence[str] = ("*",), sample_queues: int | str = 0,
-                 **kwargs: Any) -> None:
+                 strip_user_id: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.storage_url, self.rabbitmq_conn_id, self.backup_id = storage_url, rabbitmq_conn_id, backup_id
-        self.vhosts, self.queues, self.sample_queues = vhosts, queues, sample_queues
+        self.vhosts, self.queues, self.sample_queues, self.strip_user_id = vhosts, queues, sample_queues, strip_user_id
 
     def drill_run(self, run_id: str) -> DrillRun:
         """The engine for this task (settings validated before any I/O)."""
         request = run_step("setup", lambda: DrillRequest(
-            self.storage_url, run_id, self.backup_id, tuple(self.vhosts), tuple(self.queues), int(self.sample_queues)))
+            self.storage_url, run_id, self.backup_id, tuple(self.vhosts), tuple(self.queues), int(self.sample_queues),
+            self.strip_user_id))
         return run_step("setup", lambda: DrillRun(RabbitMQHook(self.rabbitmq_conn_id).get_conn(), request,
                                                   seal=state_seal()))
 

@@ -1,5 +1,5 @@
 """A drill's comparison of restored messages with the backup's records (``airflow_rbak.drill.compare``), without a
-broker: what each kind of difference is reported as."""
+broker: what each kind of difference is reported as; and what the expected side holds with ``strip_user_id``."""
 
 from __future__ import annotations
 
@@ -120,3 +120,25 @@ def test_problems_past_the_limit_are_counted_not_described():
 
     assert found.missing == MAX_REPORTED + 5
     assert len(found.problems) == MAX_REPORTED and found.problems_not_shown == 5
+
+
+def test_with_strip_user_id_a_record_of_another_user_is_expected_without_it_and_the_drills_own_user_kept():
+    # Given a stored segment of two records: one published as user "app", one as "drill"
+    from airflow_rbak.codec import BackupProperties, BackupRecord, encode_segment
+    from airflow_rbak.drill.readback import expected_views
+    from airflow_rbak.restore.plan import QueuePlan, SegmentPlan
+    from airflow_rbak.storage import open_storage
+
+    records = [BackupRecord(b"a", BackupProperties(user_id="app")), BackupRecord(b"b", BackupProperties(user_id="drill"))]
+    segment = encode_segment(records)
+    storage = open_storage("memory://drill-user-id")
+    storage.put("b1/queues/v/q/segment-0001.zst", segment.data)
+    queue = QueuePlan("v", "q", "scratch", "q", "classic", 2, 2,
+                      (SegmentPlan("b1/queues/v/q/segment-0001.zst", 1, 2, 0, 2, segment.sha256),))
+
+    # When the drill's expected views are read as the drill user "drill" publishing with strip_user_id, and without it
+    stripped = [dict(v.properties)["user_id"] for v in expected_views(storage, queue, 1 << 20, "drill")]
+    kept = [dict(v.properties)["user_id"] for v in expected_views(storage, queue, 1 << 20)]
+
+    # Then only the other user's user_id is left out, as the restore publishes it
+    assert stripped == [None, "drill"] and kept == ["app", "drill"]
