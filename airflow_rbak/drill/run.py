@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pika.exceptions
+
 from airflow_rbak.broker import management_admin
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.errors import BrokerError
@@ -188,7 +190,7 @@ class DrillRun:
                     scratch.create(client, target, self.request.run_id)
                     created.append(target)
                     self._drill_vhost(client, report, vhost, queues, target)
-        except (RbakError, BrokerError) as exc:
+        except (RbakError, BrokerError, pika.exceptions.AMQPError, OSError) as exc:  # OSError: requests' errors too
             report.error = f"{type(exc).__name__}: {exc}"
         finally:
             self._delete(report, created)

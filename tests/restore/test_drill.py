@@ -46,6 +46,11 @@ def test_a_drill_restores_into_a_marked_scratch_vhost_compares_everything_and_de
     assert report.compared == report.published == 80 and report.backup_id == "drill-1"
     assert report.deleted_vhosts == report.scratch_vhosts == scratch.scratch_names("run-1", 1)
     assert vhosts(broker) == before
+    # and a drill of a sample drills that many queues, the same ones for the same run id
+    sampled = [DrillRun(broker.connection, DrillRequest(drilled, "run-5", vhosts=(vhost,), sample_queues=1)).run()
+               for _ in range(2)]
+    assert all(r.passed for r in sampled) and len(sampled[0].queues) == 1
+    assert sampled[0].queues[0]["queue"] == sampled[1].queues[0]["queue"] and vhosts(broker) == before
     # and the source queues were only read (the backup gave every message back)
     assert [m[0] for m in read_queue(broker.connection, vhost, "orders", "classic", 40)] == [body_of(i, 300) for i in range(40)]
 
