@@ -82,6 +82,9 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "string", None, "@weekly", "rbak_verify's schedule: a cron expression or preset; unset or none: manual runs only."),
     "freshness_schedule": _option(
         "string", "@hourly", "*/15 * * * *", "rbak_freshness's schedule; none: manual runs only."),
+    "drill_schedule": _option(
+        "string", "@weekly", "0 4 * * 6",
+        "rbak_drill's schedule; none: manual runs only. The DAG is paused when Airflow first sees it whatever this says."),
     "task_retries": _option(
         "integer", "3", "5",
         "Retries of every task of the DAGs, after 1, 2, 4 ... minutes (at most 30 apart). Invalid settings, refusals "
