@@ -119,8 +119,12 @@ PARAMS = {
                                            "1,024); more queues than that are captured in groups, one after another"),
     "retention": Param(None, type=["null", "object"], additionalProperties=False,
                        properties={"keep_last": {"type": ["null", "integer"], "minimum": 1},
-                                   "max_age_days": {"type": ["null", "number"], "exclusiveMinimum": 0}},
-                       description='e.g. {"keep_last": 7, "max_age_days": 30}; only complete, superseded backups go'),
+                                   "max_age_days": {"type": ["null", "number"], "exclusiveMinimum": 0},
+                                   **{f"keep_{period}": {"type": ["null", "integer"], "minimum": 1}
+                                      for period in ("hourly", "daily", "weekly", "monthly", "yearly")},
+                                   "timezone": {"type": ["null", "string"]}},
+                       description='e.g. {"keep_last": 7, "keep_daily": 7, "keep_monthly": 12}; only complete, '
+                                   'superseded backups go'),
 }
 
 #: The trigger form's sections, in order (Airflow shows each param under its ``section``).

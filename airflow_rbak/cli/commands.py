@@ -25,6 +25,7 @@ from airflow_rbak.repository.chain_link import ChainLock
 from airflow_rbak.repository.lock import BackupLock
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.rebuild import rebuild_manifest
+from airflow_rbak.repository.retention import SETTINGS as RETENTION_SETTINGS
 from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
 from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.storage import open_storage
@@ -215,9 +216,10 @@ def unlock_cmd(args: argparse.Namespace, out: IO[str]) -> int:
 
 def forget_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     """Retention on demand: the rbak_backup DAG's ``retention`` (:mod:`airflow_rbak.repository.retention`), chain-aware."""
-    policy = RetentionPolicy(args.keep_last, args.max_age_days)
+    policy = RetentionPolicy(**{name: getattr(args, name) for name in RETENTION_SETTINGS})
     if not policy.active:
-        raise ConfigurationError("say what to keep: --keep-last N and/or --max-age-days D")
+        raise ConfigurationError("say what to keep: --keep-last N, --keep-daily N (hourly, weekly, monthly, yearly) "
+                                 "and/or --max-age-days D")
     storage = _open_existing(args)
     result = apply_retention(storage, policy, now_ms=int(time.time() * 1000), protect=None,
                              chain_lock=ChainLock(storage, "rbak forget", wait=max(0.0, args.wait)), dry_run=args.dry_run)
@@ -228,7 +230,8 @@ def forget_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     say(out, f"{verb} {len(result.deleted)} backup(s), {result.objects_deleted} objects")
     for backup_id in result.deleted:
         kept = result.segments_kept_for_chains.get(backup_id)
-        say(out, f"  {verb} {backup_id}" + (f" (keeping {kept} stream segments other backups list)" if kept else ""))
+        say(out, f"  {verb} {backup_id}" + (f" (keeping {kept} stream segments other backups list)" if kept else "")
+            + (f": {result.removed_because[backup_id]}" if result.removed_because.get(backup_id) else ""))
     for backup_id, reason in result.kept.items():
         say(out, f"  keep {backup_id}: {reason}")
     return 0

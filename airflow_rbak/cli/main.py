@@ -42,7 +42,9 @@ EXAMPLES = {
     "describe": "rbak describe --backup-id latest\nrbak describe --path file:///var/backups/rabbit --backup-id prod-2026-11-22",
     "validate": "rbak validate --backup-id latest --deep\nrbak validate --path file:///var/backups/rabbit --backup-id b1 "
                 "--format json",
-    "forget": "rbak forget --keep-last 7 --dry-run\nrbak forget --path s3://backups/rabbit --keep-last 7 --max-age-days 30",
+    "forget": "rbak forget --keep-last 7 --dry-run\n"
+              "rbak forget --keep-daily 7 --keep-weekly 5 --keep-monthly 12 --dry-run\n"
+              "rbak forget --path s3://backups/rabbit --keep-last 7 --max-age-days 30",
     "unlock": "rbak unlock --backup-id prod-2026-11-22",
     "dump": "rbak segment dump /var/backups/rabbit/b1/queues/_default/orders/segment-0001.zst | head",
     "rebuild": "rbak manifest rebuild --backup-id prod-2026-11-22 --replace",
@@ -91,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     _path_arg(p)
     p.add_argument("--keep-last", type=_positive_int, metavar="N", help="keep the newest N complete backups")
     p.add_argument("--max-age-days", type=_positive_float, metavar="D", help="keep backups younger than D days")
+    for period, unit in (("hourly", "hours"), ("daily", "days"), ("weekly", "ISO weeks"), ("monthly", "months"),
+                         ("yearly", "years")):
+        p.add_argument(f"--keep-{period}", type=_positive_int, metavar="N",
+                       help=f"keep the newest backup of each of the last N {unit} that have one (restic's rule)")
+    p.add_argument("--timezone", default="UTC", metavar="ZONE",
+                   help="the IANA time zone the calendar periods are counted in (default UTC)")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed and why each other stays; remove nothing")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the location's chain lock while a backup links its chains (default 60)")
