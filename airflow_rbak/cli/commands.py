@@ -27,6 +27,7 @@ from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.rebuild import rebuild_manifest
 from airflow_rbak.repository.retention import SETTINGS as RETENTION_SETTINGS
 from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
+from airflow_rbak.repository.second_copy import COPIED, REFUSED, copy_backups
 from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
@@ -216,7 +217,7 @@ def unlock_cmd(args: argparse.Namespace, out: IO[str]) -> int:
 
 def forget_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     """Retention on demand: the rbak_backup DAG's ``retention`` (:mod:`airflow_rbak.repository.retention`), chain-aware."""
-    policy = RetentionPolicy(**{name: getattr(args, name) for name in RETENTION_SETTINGS})
+    policy = _policy(args)
     if not policy.active:
         raise ConfigurationError("say what to keep: --keep-last N, --keep-daily N (hourly, weekly, monthly, yearly) "
                                  "and/or --max-age-days D")
@@ -235,6 +236,31 @@ def forget_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     for backup_id, reason in result.kept.items():
         say(out, f"  keep {backup_id}: {reason}")
     return 0
+
+
+def _policy(args: argparse.Namespace) -> RetentionPolicy:
+    return RetentionPolicy(**{name: getattr(args, name) for name in RETENTION_SETTINGS})
+
+
+def copy_cmd(args: argparse.Namespace, out: IO[str]) -> int:
+    """A second copy (:mod:`airflow_rbak.repository.second_copy`); exit 1 when a damaged backup was refused."""
+    source = open_storage(args.source)
+    source.check_location()
+    destination = open_storage(args.destination)
+    report = copy_backups(source, destination, args.backup_id, retention=_policy(args), workers=args.workers,
+                          chain_lock_wait=max(0.0, args.wait))
+    if args.format == "json":
+        json_line(out, report.to_json())
+    else:
+        say(out, report.describe())
+        for entry in report.backups:
+            detail = (f"{entry.objects_copied} objects ({entry.bytes_copied} bytes), {entry.objects_already_there} "
+                      "already there, verified at the destination" if entry.outcome == COPIED else entry.reason or "")
+            brought = f" (the chain of {entry.brought_by} needs it)" if entry.brought_by else ""
+            say(out, f"  {entry.outcome} {entry.backup_id}{brought}: {detail}")
+        if report.retention_deleted:
+            say(out, f"  the destination's retention removed {', '.join(report.retention_deleted)}")
+    return 1 if report.ids(REFUSED) else 0
 
 
 def _read_source(source: str) -> tuple[bytes, str]:
