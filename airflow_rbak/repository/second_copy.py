@@ -155,11 +155,13 @@ def _leave_out_what_retention_removes(report: CopyReport, at_source: dict[str, B
                                       at_destination: dict[str, BackupSummary], retention: RetentionPolicy | None,
                                       now_ms: int) -> None:
     """Mark the backups the destination's policy would remove right after copying them: they are not copied."""
-    pending = [b for b in report.backups if not b.outcome and b.backup_id not in at_destination]
+    pending = [b for b in report.backups if not b.outcome
+               and (b.backup_id not in at_destination or at_destination[b.backup_id].status != "complete")]
     if retention is None or not retention.active or not pending:
         return
     merged = {**at_destination, **{b.backup_id: at_source[b.backup_id] for b in pending}}
-    newest = max(pending, key=lambda b: (at_source[b.backup_id].created_at or 0, b.backup_id)).backup_id
+    considered = [b for b in report.backups if not b.outcome]  # the newest of them is what a copy is for: protected
+    newest = max(considered, key=lambda b: (at_source[b.backup_id].created_at or 0, b.backup_id)).backup_id
     removed = removal_reasons(list(merged.values()), retention, now_ms=now_ms, protect=newest)
     for entry in pending:
         if entry.backup_id in removed:

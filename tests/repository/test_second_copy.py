@@ -158,12 +158,16 @@ def test_a_backup_brings_its_chain_base_and_the_destinations_retention_applies(t
     # When the destination keeps only the newest backup: sample-1 is not copied, its segments sample-2 lists are
     kept_one = open_storage((tmp_path / "b").as_uri())
     pruned = copy_backups(source, kept_one, retention=RetentionPolicy(keep_last=1))
+    again = copy_backups(source, kept_one, retention=RetentionPolicy(keep_last=1))
 
     assert [(b.backup_id, b.outcome, b.brought_by) for b in brought.backups] == [
         ("sample-1", "copied", "sample-2"), ("sample-2", "copied", None)]
     assert [(b.backup_id, b.outcome) for b in pruned.backups] == [("sample-1", "left out"), ("sample-2", "copied")]
     assert "the destination's retention would remove it" in pruned.backups[0].reason
     assert statuses(kept_one) == {"sample-1": "retired", "sample-2": "complete"}
+    # and the next run copies nothing: the retired base is not brought back only to be removed again
+    assert [(b.backup_id, b.outcome) for b in again.backups] == [("sample-1", "left out"), ("sample-2", "already there")]
+    assert sum(b.objects_copied for b in again.backups) == 0
     assert validate_backup(kept_one, "sample-2", deep=True).defects == []
 
 
