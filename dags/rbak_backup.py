@@ -1,5 +1,5 @@
 """Scheduled RabbitMQ backup: discover → definitions → capture (one task per queue) → encode (segments
-written and verified) → finalize (manifest last, retention, Asset event).
+written and verified) → finalize (manifest last, retention, Asset event) → copy (to ``copy_to``, when set).
 
 A queue whose staging is small (``in_process_max_bytes``) is encoded and verified by its own capture task
 as soon as its capture ends; the encode task then runs every remaining queue as one Spark application
