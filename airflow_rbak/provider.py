@@ -153,7 +153,8 @@ def get_provider_info() -> dict[str, Any]:
         "integrations": [{"integration-name": "RBAK", "external-doc-url": "https://www.rabbitmq.com/", "tags": ["service"]}],
         "operators": [{"integration-name": "RBAK", "python-modules": [
             "airflow_rbak.operators.backup", "airflow_rbak.operators.finalize", "airflow_rbak.operators.segments",
-            "airflow_rbak.operators.spark", "airflow_rbak.operators.restore", "airflow_rbak.operators.restore_approval"]}],
+            "airflow_rbak.operators.spark", "airflow_rbak.operators.restore", "airflow_rbak.operators.restore_approval",
+            "airflow_rbak.operators.second_copy"]}],
         "hooks": [{"integration-name": "RBAK", "python-modules": [
             "airflow_rbak.hooks.rabbitmq", "airflow_rbak.hooks.spark"]}],
         "connection-types": [{

@@ -1,5 +1,5 @@
-"""``rbak``: list, describe, validate, forget and repair RBAK backups; read and search their messages; dump segments;
-remove a stale lock; roll back a definitions import; restore or back up without Airflow.
+"""``rbak``: list, describe, validate, forget, copy and repair RBAK backups; read and search their messages; dump
+segments; remove a stale lock; roll back a definitions import; restore or back up without Airflow.
 
 Exit codes (docs/operations.md#the-rbak-command-line): 0 success (a valid backup), 1 a defect (the backup is damaged),
 2 a usage error (bad arguments or settings, a backup id that names nothing), 3 the location cannot be reached or read,
@@ -43,7 +43,11 @@ EXAMPLES = {
     "describe": "rbak describe --backup-id latest\nrbak describe --path file:///var/backups/rabbit --backup-id prod-2026-11-22",
     "validate": "rbak validate --backup-id latest --deep\nrbak validate --path file:///var/backups/rabbit --backup-id b1 "
                 "--format json",
-    "forget": "rbak forget --keep-last 7 --dry-run\nrbak forget --path s3://backups/rabbit --keep-last 7 --max-age-days 30",
+    "forget": "rbak forget --keep-last 7 --dry-run\n"
+              "rbak forget --keep-daily 7 --keep-weekly 5 --keep-monthly 12 --dry-run\n"
+              "rbak forget --path s3://backups/rabbit --keep-last 7 --max-age-days 30",
+    "copy": "rbak copy file:///var/backups/rabbit s3://dr-backups/rabbit?region=eu-central-1\n"
+            "rbak copy s3://backups/rabbit azure://dr/rabbit --backup-id latest --keep-daily 7 --keep-monthly 12",
     "unlock": "rbak unlock --backup-id prod-2026-11-22",
     "dump": "rbak segment dump /var/backups/rabbit/b1/queues/_default/orders/segment-0001.zst | head",
     "rebuild": "rbak manifest rebuild --backup-id prod-2026-11-22 --replace",
@@ -112,12 +116,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("forget", "Remove the complete backups a retention rule no longer keeps, never a segment a kept "
                           "backup's stream chain lists, nor an incomplete or damaged backup.")
     _path_arg(p)
-    p.add_argument("--keep-last", type=_positive_int, metavar="N", help="keep the newest N complete backups")
-    p.add_argument("--max-age-days", type=_positive_float, metavar="D", help="keep backups younger than D days")
+    _retention_args(p)
     p.add_argument("--dry-run", action="store_true", help="say what would be removed and why each other stays; remove nothing")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the location's chain lock while a backup links its chains (default 60)")
     p.set_defaults(run=commands.forget_cmd)
+
+    p = command("copy", "Copy complete backups to a second location, whole chains, verified there before their manifest "
+                        "is written; skips what is already there, resumes a half copy, names a damaged backup and "
+                        "copies the rest (exit 1 when one was refused).")
+    p.add_argument("source", help="the storage URL to copy from (only read)")
+    p.add_argument("destination", help="the storage URL to copy to")
+    p.add_argument("--backup-id", action="append", metavar="ID",
+                   help="a backup to copy (repeatable; latest: the newest complete one); default: every complete backup")
+    _retention_args(p, "at the destination, after copying: ")
+    p.add_argument("--workers", type=_positive_int, default=4, metavar="N", help="objects copied at a time (default 4)")
+    p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+                   help="how long to wait for the destination's chain lock (default 60)")
+    p.set_defaults(run=commands.copy_cmd)
 
     p = command("unlock", "Remove the lock a crashed backup run left behind (says who held it).")
     _backup_args(p)
@@ -201,6 +217,18 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
+
+
+def _retention_args(p: argparse.ArgumentParser, where: str = "") -> None:
+    """The retention rules (:class:`~airflow_rbak.repository.retention.RetentionPolicy`), as ``forget`` and ``copy`` take them."""
+    p.add_argument("--keep-last", type=_positive_int, metavar="N", help=f"{where}keep the newest N complete backups")
+    p.add_argument("--max-age-days", type=_positive_float, metavar="D", help=f"{where}keep backups younger than D days")
+    for period, unit in (("hourly", "hours"), ("daily", "days"), ("weekly", "ISO weeks"), ("monthly", "months"),
+                         ("yearly", "years")):
+        p.add_argument(f"--keep-{period}", type=_positive_int, metavar="N",
+                       help=f"{where}keep the newest backup of each of the last N {unit} that have one (restic's rule)")
+    p.add_argument("--timezone", default="UTC", metavar="ZONE",
+                   help="the IANA time zone the calendar periods are counted in (default UTC)")
 
 
 def _path_arg(p: argparse.ArgumentParser) -> None:

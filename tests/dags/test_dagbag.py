@@ -50,7 +50,7 @@ def test_the_dags_load_without_errors_or_network_calls_and_bad_params_are_reject
 
     assert facts["errors"] == {} and {"rbak_backup", "rbak_verify"} <= set(facts["dags"])
     assert facts["calls"] == []
-    assert facts["tasks"] == ["discover", "export_definitions", "capture", "encode", "finalize"]
+    assert facts["tasks"] == ["discover", "export_definitions", "capture", "encode", "finalize", "copy"]
     assert facts["schedule"] == "@daily"
     assert facts["drill"] == [True, "@weekly"]  # rbak_drill: scheduled, but paused when Airflow first sees it
     rejected = facts["param_errors"]
