@@ -1,0 +1,181 @@
+"""One queue of a backup, page by page: each message's properties, headers and a bounded body preview (no Airflow).
+
+Every byte of a message came from whoever could publish to the queue, so nothing here trusts it: a body is
+previewed up to :data:`PREVIEW_BYTES` (the rest is counted, never shown), JSON is pretty-printed only when the whole
+body is that small and parses, text is shown only when it is UTF-8, and anything else is a hex dump. The pages
+escape what this returns; this module only bounds and classifies it.
+
+A page starts at a position (segment sequence, record index in it) and reads segments in stored order until it
+has ``limit`` matches or has scanned :data:`SCAN_BUDGET` records, whichever comes first, then says where the next
+page starts: a filter that matches rarely costs each page a bounded amount of reading, never the whole queue.
+Bodies are left out (``show_bodies=False``) for users who may not see them; a body filter is then refused, because
+its yes/no answers would read the bodies out one guess at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from airflow_rbak.codec import BackupManifest, BackupRecord, QueueBackup, iter_records
+from airflow_rbak.codec.headers import headers_to_json
+from airflow_rbak.exceptions import RbakError
+from airflow_rbak.storage.base import Storage
+
+#: The most bytes of a body a preview shows; the rest is counted ("N more bytes").
+PREVIEW_BYTES = 2048
+#: The most bytes of a binary body shown as hex (16 to a line).
+HEX_BYTES = 512
+#: The most characters of one header's value shown.
+HEADER_CHARS = 300
+#: The most records one page reads looking for matches before it stops and offers the next page.
+SCAN_BUDGET = 20_000
+#: The most messages on one page.
+MAX_LIMIT = 100
+#: Filter params that read the body (refused to a user who may not see bodies).
+BODY_FILTERS = ("body_contains", "body_regex")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+class MessagePageError(RbakError, ValueError):
+    """A request for messages that cannot be answered as asked (an unknown queue, a bad position); says why."""
+
+
+class RecordFilter(Protocol):
+    """What a page needs of a message filter (``repository.message_filter.MessageFilter``)."""
+
+    def matches(self, record: BackupRecord) -> bool: ...
+
+    def describe(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a message is stored: its segment's sequence number and its index among that segment's records."""
+
+    segment: int
+    record: int
+
+    @classmethod
+    def parse(cls, text: str | None) -> Position | None:
+        """``3.12`` (segment 3, record 12); None for none; :class:`MessagePageError` for anything else."""
+        if not text:
+            return None
+        match = re.fullmatch(r"(\d{1,9})\.(\d{1,9})", text)
+        if match is None:
+            raise MessagePageError(f"at: {text[:40]!r} is not a position (segment.record, e.g. 1.0)")
+        return cls(int(match[1]), int(match[2]))
+
+    def __str__(self) -> str:
+        return f"{self.segment}.{self.record}"
+
+
+def _printable_text(text: str) -> str:
+    """Text with every control character but newline and tab shown escaped (``\\x1b``), as a terminal would not act on."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) <= 0xFF else f"\\u{ord(m[0]):04x}", text)
+
+
+def _utf8_prefix(body: bytes) -> str | None:
+    """The first :data:`PREVIEW_BYTES` of ``body`` as text, or None when it is not UTF-8 (a cut character is allowed)."""
+    head = body[:PREVIEW_BYTES]
+    for cut in range(4 if len(body) > PREVIEW_BYTES else 1):
+        try:
+            return head[:len(head) - cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return None
+
+
+def _hex(body: bytes) -> str:
+    lines = []
+    for at in range(0, min(len(body), HEX_BYTES), 16):
+        chunk = body[at:at + 16]
+        shown = "".join(chr(b) if 0x20 <= b < 0x7F else "." for b in chunk)
+        lines.append(f"{at:08x}  {chunk.hex(' '):<47}  {shown}")
+    return "\n".join(lines)
+
+
+def body_preview(body: bytes, content_type: str | None) -> dict[str, Any]:
+    """A body as a page may show it: ``kind`` (empty, json, text, binary), ``preview`` and ``more_bytes`` not shown."""
+    if not body:
+        return {"kind": "empty", "preview": "", "more_bytes": 0}
+    if len(body) <= PREVIEW_BYTES and (body[:1] in (b"{", b"[") or "json" in (content_type or "")):
+        try:
+            pretty = json.dumps(json.loads(body), indent=2, ensure_ascii=False)
+            return {"kind": "json", "preview": _printable_text(pretty), "more_bytes": 0}
+        except (ValueError, RecursionError):
+            pass  # not JSON after all: shown as text or hex below
+    text = _utf8_prefix(body)
+    if text is not None and "\x00" not in text:
+        return {"kind": "text", "preview": _printable_text(text), "more_bytes": len(body) - len(text.encode())}
+    return {"kind": "binary", "preview": _hex(body), "more_bytes": max(0, len(body) - HEX_BYTES)}
+
+
+def _bounded(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return _printable_text(text if len(text) <= HEADER_CHARS else text[:HEADER_CHARS] + f"… ({len(text) - HEADER_CHARS} more)")
+
+
+def message_json(record: BackupRecord, position: Position, number: int, show_body: bool) -> dict[str, Any]:
+    """One message for the API and the page: where it is, its properties (those set), headers, and body preview."""
+    properties = {k: v for k, v in record.properties.to_json().items() if v is not None}
+    return {
+        "position": str(position), "number": number,
+        "exchange": record.exchange, "routing_key": record.routing_key, "redelivered": record.redelivered,
+        "backed_up_at": record.backed_up_at, "properties": properties,
+        "headers": [[name, _bounded(value)] for name, value in headers_to_json(record.headers)],
+        "body_bytes": len(record.body),
+        "body": body_preview(record.body, record.properties.content_type) if show_body else None,
+    }
+
+
+def queue_of(manifest: BackupManifest, index: int) -> QueueBackup:
+    """The manifest's ``index``-th queue (the pages name queues by their place in the manifest)."""
+    if not 0 <= index < len(manifest.queues):
+        raise MessagePageError(f"queue: this backup has {len(manifest.queues)} queue(s), numbered 0 to "
+                               f"{len(manifest.queues) - 1}; there is no queue {index}")
+    return manifest.queues[index]
+
+
+def _records(storage: Storage, queue: QueueBackup, start: Position) -> Iterator[tuple[Position, int, BackupRecord]]:
+    """The queue's records from ``start`` on, in stored order, with their position and number in the queue (from 1)."""
+    before = 0
+    for segment in queue.segments:
+        if segment.sequence < start.segment:
+            before += segment.record_count
+            continue
+        skip = start.record if segment.sequence == start.segment else 0
+        for index, record in enumerate(iter_records(storage.get(segment.key), segment.key)):
+            if index >= skip:
+                yield Position(segment.sequence, index), before + index + 1, record
+        before += segment.record_count
+
+
+def message_page(storage: Storage, manifest: BackupManifest, queue_index: int, *, start: Position | None = None,
+                 limit: int = 20, match: RecordFilter | None = None, show_bodies: bool = False) -> dict[str, Any]:
+    """One page of a queue's messages from ``start`` (the first stored by default) that ``match`` lets through.
+
+    ``next`` is where the following page starts (None at the queue's end); ``scanned`` counts the records read,
+    which stops at :data:`SCAN_BUDGET` so that a rare match costs each page a bounded read.
+    """
+    queue = queue_of(manifest, queue_index)
+    limit = max(1, min(limit, MAX_LIMIT))
+    first = queue.segments[0].sequence if queue.segments else 1
+    start = start or Position(first, 0)
+    found: list[dict[str, Any]] = []
+    scanned, after = 0, None
+    for position, number, record in _records(storage, queue, start):
+        if len(found) == limit or scanned == SCAN_BUDGET:
+            after = position
+            break
+        scanned += 1
+        if match is None or match.matches(record):
+            found.append(message_json(record, position, number, show_bodies))
+    return {"queue": {"index": queue_index, "vhost": queue.vhost, "name": queue.name, "queue_type": queue.queue_type,
+                      "messages": queue.message_count},
+            "start": str(start), "limit": limit, "messages": found, "scanned": scanned,
+            "next": None if after is None else str(after), "filter": match.describe() if match else None,
+            "bodies": show_bodies}
