@@ -30,12 +30,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError
+from airflow_rbak.repository.message_filter import FilterError
 from airflow_rbak.ui import URL_PREFIX
 from airflow_rbak.ui.airflow_runs import load_backup_runs
 from airflow_rbak.ui.backup_catalog import ACTIONABLE, BackupCatalog, LocationNotFoundError, describe_error
-from airflow_rbak.ui.message_browser import BODY_FILTERS, MessagePageError, Position
+from airflow_rbak.ui.message_browser import BODY_FILTERS, QUERY_FILTERS, MessagePageError, Position, filter_of
 from airflow_rbak.ui.message_browser import message_page as read_messages
-from airflow_rbak.ui.message_filter import MessageFilter
 from airflow_rbak.ui.messages_page import messages_page
 from airflow_rbak.ui.pages import Links, detail_page, list_page, message_page, restore_page
 from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, RunIndex
@@ -260,22 +260,27 @@ def restore_view(request: Request, location_id: str, backup_id: str, user: GetUs
 _PAGING = ("queue", "at", "limit")
 
 
-def _filter_params(request: Request) -> dict[str, str]:
-    """The filter fields of the query, blanks (an empty form field) left out."""
-    return {k: v for k, v in request.query_params.items() if k not in _PAGING and v.strip()}
+def _filter_query(request: Request) -> list[tuple[str, str]]:
+    """The filter fields of the query, blanks (an empty form field) left out; an unknown field is refused."""
+    found = [(k, v) for k, v in request.query_params.multi_items() if k not in _PAGING and v.strip()]
+    unknown = sorted({k for k, _ in found} - set(QUERY_FILTERS))
+    if unknown:
+        raise HTTPException(400, f"{unknown[0][:60]}: not a filter (filters: {', '.join(QUERY_FILTERS)})")
+    return found
 
 
 def _messages(location_id: str, backup_id: str, request: Request, user: Any, queue: int, at: str | None,
               limit: int) -> dict[str, Any]:
     """One page of a queue's messages, or an HTTPException that says why not (bodies only for those who may)."""
     show_bodies = may_see_bodies(user)
-    wanted = _filter_params(request)
-    if not show_bodies and any(name in wanted for name in BODY_FILTERS):
-        raise HTTPException(403, f"{', '.join(n for n in BODY_FILTERS if n in wanted)}: a body filter reads the bodies, "
-                                 f"which you may not see. {BODIES_REFUSED}")
+    query = _filter_query(request)
+    asked = [name for name, _ in query if name in BODY_FILTERS]
+    if not show_bodies and asked:
+        raise HTTPException(403, f"{', '.join(asked)}: a body filter reads the bodies, which you may not see. "
+                                 f"{BODIES_REFUSED}")
     location = _location(location_id)
     try:
-        match = MessageFilter.from_params(wanted) if wanted else None
+        match = filter_of(query)
         start = Position.parse(at)
         manifest = catalog().manifest(location, backup_id)
     except ManifestNotFoundError as exc:
@@ -285,11 +290,11 @@ def _messages(location_id: str, backup_id: str, request: Request, user: Any, que
     try:
         page = read_messages(catalog().storage(location), manifest, queue, start=start, limit=limit, match=match,
                              show_bodies=show_bodies)
-    except MessagePageError as exc:
+    except (MessagePageError, FilterError) as exc:  # a body regex that ran out of time says so
         raise HTTPException(400, str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - a damaged segment, an unreachable location: said in one line
         raise HTTPException(502, f"{backup_id}: {describe_error(exc)}") from None
-    return {**page, "backup_id": backup_id, "location": location.to_json(), "filters": wanted,
+    return {**page, "backup_id": backup_id, "location": location.to_json(), "filters": query,
             "bodies_refused": None if show_bodies else BODIES_REFUSED}
 
 

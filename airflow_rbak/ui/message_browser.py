@@ -18,11 +18,12 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from airflow_rbak.codec import BackupManifest, BackupRecord, QueueBackup, iter_records
 from airflow_rbak.codec.headers import headers_to_json
 from airflow_rbak.exceptions import RbakError
+from airflow_rbak.repository.message_filter import PARAM_NAMES, FilterError, MessageFilter
 from airflow_rbak.storage.base import Storage
 
 #: The most bytes of a body a preview shows; the rest is counted ("N more bytes").
@@ -37,6 +38,8 @@ SCAN_BUDGET = 20_000
 MAX_LIMIT = 100
 #: Filter params that read the body (refused to a user who may not see bodies).
 BODY_FILTERS = ("body_contains", "body_regex")
+#: The query's filter fields: MessageFilter's own names, but ``header=name=value`` (repeatable) for ``headers``.
+QUERY_FILTERS = tuple(name for name in PARAM_NAMES if name != "headers") + ("header",)
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
@@ -44,12 +47,28 @@ class MessagePageError(RbakError, ValueError):
     """A request for messages that cannot be answered as asked (an unknown queue, a bad position); says why."""
 
 
-class RecordFilter(Protocol):
-    """What a page needs of a message filter (``repository.message_filter.MessageFilter``)."""
+def filter_of(query: list[tuple[str, str]]) -> MessageFilter | None:
+    """The filter a query string or the page's form asks for (blank fields left out), or None for none.
 
-    def matches(self, record: BackupRecord) -> bool: ...
-
-    def describe(self) -> str: ...
+    Raises :class:`~airflow_rbak.repository.message_filter.FilterError` naming the field that cannot be used.
+    """
+    params: dict[str, str] = {}
+    headers: dict[str, str] = {}
+    for name, value in query:
+        if not value.strip():
+            continue
+        if name == "header":
+            key, sep, wanted = value.partition("=")
+            if not sep or not key:
+                raise FilterError("header", f"{value[:60]!r} is not name=value (x-tenant=eu)")
+            headers[key] = wanted
+        elif name in params:
+            raise FilterError(name, "given twice")
+        else:
+            params[name] = value
+    if not params and not headers:
+        return None
+    return MessageFilter.from_params({**params, **({"headers": headers} if headers else {})})
 
 
 @dataclass(frozen=True)
@@ -155,7 +174,7 @@ def _records(storage: Storage, queue: QueueBackup, start: Position) -> Iterator[
 
 
 def message_page(storage: Storage, manifest: BackupManifest, queue_index: int, *, start: Position | None = None,
-                 limit: int = 20, match: RecordFilter | None = None, show_bodies: bool = False) -> dict[str, Any]:
+                 limit: int = 20, match: MessageFilter | None = None, show_bodies: bool = False) -> dict[str, Any]:
     """One page of a queue's messages from ``start`` (the first stored by default) that ``match`` lets through.
 
     ``next`` is where the following page starts (None at the queue's end); ``scanned`` counts the records read,

@@ -7,21 +7,22 @@ an element that shows text (``<pre>``, ``<td>``), never in an attribute unquoted
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
 from airflow_rbak.display import count, when
-from airflow_rbak.ui.message_filter import FIELDS
+from airflow_rbak.ui.message_browser import QUERY_FILTERS
 from airflow_rbak.ui.pages import Links, page_frame, queue_heading, text_html
 
 #: The form's fields: name, label, placeholder (the filter's own names, so a URL reads as the form).
-_FORM = (("after", "After", "2026-11-27T02:00:00Z"), ("before", "Before", "2026-11-27T03:00:00Z"),
+_FORM = (("since", "Backed up since", "2026-11-27T02:00:00Z"), ("until", "until", "2026-11-27T03:00:00Z"),
          ("message_id", "message_id", ""), ("correlation_id", "correlation_id", ""),
          ("routing_key", "Routing key", "orders.* (glob)"), ("exchange", "Exchange", ""),
          ("header", "Header", "x-tenant=eu"), ("content_type", "content_type", "application/json"),
          ("body_contains", "Body contains", ""), ("body_regex", "Body regex", "order-47[0-9]{2}"))
 _BODY_FIELDS = ("body_contains", "body_regex")
-assert {name for name, _, _ in _FORM} == set(FIELDS), "the form offers every filter"
+assert {name for name, _, _ in _FORM} == set(QUERY_FILTERS), "the form offers every filter"
 
 STYLE = """
 form.filters{display:grid;grid-template-columns:repeat(auto-fill,minmax(210px,1fr));gap:6px 12px;margin:8px 0 12px}
@@ -37,24 +38,25 @@ white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px;margin:4px 0}
 
 
 def _url(links: Links, page: dict[str, Any], at: str | None) -> str:
-    query = {"queue": page["queue"]["index"], **page["filters"], "limit": page["limit"]}
+    query = [("queue", page["queue"]["index"]), *page["filters"], ("limit", page["limit"])]
     if at:
-        query["at"] = at
+        query.append(("at", at))
     return f"{links.backup(page['location']['id'], page['backup_id'])}/messages?{urlencode(query)}"
 
 
 def _form(page: dict[str, Any], links: Links) -> str:
     fields = []
     for name, label, hint in _FORM:
-        value = page["filters"].get(name, "")
+        value = next((v for k, v in page["filters"] if k == name), "")
         locked = " disabled" if name in _BODY_FIELDS and not page["bodies"] else ""
         fields.append(f'<label>{text_html(label)}<input name="{name}" id="filter-{name}" value="{text_html(value)}" '
                       f'placeholder="{text_html(hint)}"{locked}></label>')
     action = f"{links.backup(page['location']['id'], page['backup_id'])}/messages"
     return (f'<form class="filters" id="filters" method="get" action="{text_html(action)}">'
-            f'<input type="hidden" name="queue" value="{page["queue"]["index"]}">{"".join(fields)}'
+            f'<input type="hidden" name="queue" value="{page["queue"]["index"]}">'
+            f'<input type="hidden" name="limit" value="{page["limit"]}">{"".join(fields)}'
             '<div class="go"><button class="btn" type="submit" id="apply">Filter</button>'
-            f'<a href="{text_html(_url(links, {**page, "filters": {}}, None))}">clear</a></div></form>')
+            f'<a href="{text_html(_url(links, {**page, "filters": []}, None))}">clear</a></div></form>')
 
 
 def _body(message: dict[str, Any], bodies_refused: str | None) -> str:
@@ -68,7 +70,7 @@ def _body(message: dict[str, Any], bodies_refused: str | None) -> str:
         if body["more_bytes"] else ""
     return (f'<div>Body <span class="kind">{body["kind"]}</span> <span class="muted">'
             f'{count(message["body_bytes"], "byte")}</span></div><pre class="body {body["kind"]}">'
-            f"{text_html(body['preview'])}</pre>{more}")
+            f"{escape(body['preview'])}</pre>{more}")  # its control characters but newline and tab already shown escaped
 
 
 def _message(message: dict[str, Any], bodies_refused: str | None) -> str:

@@ -36,7 +36,8 @@ function rbakPlain(text){
   else if(rule==='type'){const k=said.match(/is not of type (.*)$/);
     t='must be '+(k?k[1].split(/, /).map(x=>rbakTypes[x.replace(/'/g,'')]||x).join(' or '):'of another type');}
   else if(rule==='enum')t='must be one of '+(said.match(/is not one of (.*)$/)||[,'the listed values'])[1];
-  else if(rule==='pattern')t='does not have the form this field takes (it must match '+(said.match(/does not match (.*)$/)||[,'its pattern'])[1]+')';
+  else if(rule==='pattern')t='does not have the form this field takes (it must match '
+    +(said.match(/does not match (.*)$/)||[,'its pattern'])[1]+')';
   else if(rule==='minLength')t='is too short';else if(rule==='maxLength')t='is too long';
   else if(rule==='required')t='misses a required part: '+said;
   else if(rule==='additionalProperties')t='has a part it does not take: '+said;
