@@ -2,7 +2,8 @@
 
 The list reuses :func:`~airflow_rbak.repository.catalog.list_backups` (``rbak list``) and a backup's page
 reads its manifest through :class:`~airflow_rbak.repository.manifest_store.ManifestStore` (``rbak
-describe``): no segment body is ever read, and nothing is written. A location's listing is kept for
+describe``): the list and a backup's page read no segment (a queue's messages page does, through
+:mod:`~airflow_rbak.ui.message_browser`), and nothing is ever written. A location's listing is kept for
 ``ttl`` seconds, so paging through hundreds of backups reads their manifests once. Listing a large
 location is costly (every object is walked), so a location is listed by one caller at a time, others
 waiting for and sharing that listing, and ``refresh`` or an unknown backup id lists it again at most
@@ -232,7 +233,7 @@ class BackupCatalog:
         """
         summary = self.summary(location, backup_id)
         pending = runs.pending_verify(location.url, backup_id)
-        body = {"location": location.to_json(), "backup": backup_row(summary, location, runs),
+        body: dict[str, Any] = {"location": location.to_json(), "backup": backup_row(summary, location, runs),
                 "runs": {kind: [r.to_json() for r in runs.runs(location.url, backup_id, name)]
                          for kind, name in (("made", "backup"), ("verified", "verify"), ("restored", "restore"))},
                 "verify": {"pending": pending.to_json() if pending else None,
