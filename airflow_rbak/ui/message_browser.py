@@ -20,8 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_rbak.codec import BackupManifest, BackupRecord, QueueBackup, iter_records
+from airflow_rbak.codec import BackupManifest, BackupRecord, QueueBackup
 from airflow_rbak.codec.headers import headers_to_json
+from airflow_rbak.codec.segment import iter_records_from
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.message_filter import PARAM_NAMES, FilterError, MessageFilter
 from airflow_rbak.storage.base import Storage
@@ -167,9 +168,8 @@ def _records(storage: Storage, queue: QueueBackup, start: Position) -> Iterator[
             before += segment.record_count
             continue
         skip = start.record if segment.sequence == start.segment else 0
-        for index, record in enumerate(iter_records(storage.get(segment.key), segment.key)):
-            if index >= skip:
-                yield Position(segment.sequence, index), before + index + 1, record
+        for index, record in iter_records_from(storage.get(segment.key), skip, segment.key):
+            yield Position(segment.sequence, index), before + index + 1, record
         before += segment.record_count
 
 
