@@ -6,8 +6,9 @@ body is that small and parses, text is shown only when it is UTF-8, and anything
 escape what this returns; this module only bounds and classifies it.
 
 A page starts at a position (segment sequence, record index in it) and reads segments in stored order until it
-has ``limit`` matches or has scanned :data:`SCAN_BUDGET` records, whichever comes first, then says where the next
-page starts: a filter that matches rarely costs each page a bounded amount of reading, never the whole queue.
+has ``limit`` matches, has read :data:`SCAN_BUDGET` records or has spent :data:`SCAN_SECONDS`, whichever comes
+first, then says where the next page starts: a filter that matches rarely costs each page a bounded read, never
+the whole queue (a segment outside the filter's time window is not read at all).
 Bodies are left out (``show_bodies=False``) for users who may not see them; a body filter is then refused, because
 its yes/no answers would read the bodies out one guess at a time.
 """
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +35,10 @@ PREVIEW_BYTES = 2048
 HEX_BYTES = 512
 #: The most characters of one header's value shown.
 HEADER_CHARS = 300
-#: The most records one page reads looking for matches before it stops and offers the next page.
+#: The most records one page reads looking for matches before it stops and offers the next page ...
 SCAN_BUDGET = 20_000
+#: ... and the longest it reads (a page should load within about 0.1 s; docs/performance.md has the figures).
+SCAN_SECONDS = 0.06
 #: The most messages on one page.
 MAX_LIMIT = 100
 #: Filter params that read the body (refused to a user who may not see bodies).
@@ -160,11 +164,14 @@ def queue_of(manifest: BackupManifest, index: int) -> QueueBackup:
     return manifest.queues[index]
 
 
-def _records(storage: Storage, queue: QueueBackup, start: Position) -> Iterator[tuple[Position, int, BackupRecord]]:
-    """The queue's records from ``start`` on, in stored order, with their position and number in the queue (from 1)."""
+def _records(storage: Storage, queue: QueueBackup, start: Position,
+             match: MessageFilter | None) -> Iterator[tuple[Position, int, BackupRecord]]:
+    """The queue's records from ``start`` on, in stored order, with their position and number in the queue (from 1);
+    segments whose times lie outside ``match``'s window are passed over unread."""
     before = 0
     for segment in queue.segments:
-        if segment.sequence < start.segment:
+        outside = match is not None and not match.overlaps(segment.first_timestamp, segment.last_timestamp)
+        if segment.sequence < start.segment or outside:
             before += segment.record_count
             continue
         skip = start.record if segment.sequence == start.segment else 0
@@ -174,20 +181,22 @@ def _records(storage: Storage, queue: QueueBackup, start: Position) -> Iterator[
 
 
 def message_page(storage: Storage, manifest: BackupManifest, queue_index: int, *, start: Position | None = None,
-                 limit: int = 20, match: MessageFilter | None = None, show_bodies: bool = False) -> dict[str, Any]:
+                 limit: int = 20, match: MessageFilter | None = None, show_bodies: bool = False,
+                 clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
     """One page of a queue's messages from ``start`` (the first stored by default) that ``match`` lets through.
 
     ``next`` is where the following page starts (None at the queue's end); ``scanned`` counts the records read,
-    which stops at :data:`SCAN_BUDGET` so that a rare match costs each page a bounded read.
+    which stops at :data:`SCAN_BUDGET` or after :data:`SCAN_SECONDS` so that a rare match costs each page a bounded
+    read.
     """
     queue = queue_of(manifest, queue_index)
     limit = max(1, min(limit, MAX_LIMIT))
     first = queue.segments[0].sequence if queue.segments else 1
     start = start or Position(first, 0)
     found: list[dict[str, Any]] = []
-    scanned, after = 0, None
-    for position, number, record in _records(storage, queue, start):
-        if len(found) == limit or scanned == SCAN_BUDGET:
+    scanned, after, until = 0, None, clock() + SCAN_SECONDS
+    for position, number, record in _records(storage, queue, start, match):
+        if len(found) == limit or scanned == SCAN_BUDGET or (scanned and clock() > until):
             after = position
             break
         scanned += 1
