@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -164,19 +166,58 @@ def queue_of(manifest: BackupManifest, index: int) -> QueueBackup:
     return manifest.queues[index]
 
 
+Reader = Iterator[tuple[int, BackupRecord]]
+ReaderKey = tuple[str, str, int]
+
+
+class ResumableReaders:
+    """Segment readers left where a page stopped, so that the next page continues where it ended.
+
+    A segment is one compressed frame: reaching its record n means decompressing every record before it, so a
+    page deep in a 128 MiB segment would cost each request a read from the segment's start. The reader a page
+    stopped is kept under (location, segment, next record), at most ``slots`` of them (each holds its segment's
+    compressed bytes and a decompressor's window), and the request for exactly that record takes it back: a reader
+    is never shared by two requests.
+    """
+
+    def __init__(self, slots: int = 4) -> None:
+        self.slots = slots
+        self._held: OrderedDict[ReaderKey, Reader] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def keep(self, key: ReaderKey, reader: Reader) -> None:
+        with self._lock:
+            self._held[key] = reader
+            while len(self._held) > self.slots:
+                self._held.popitem(last=False)
+
+    def take(self, key: ReaderKey) -> Reader | None:
+        with self._lock:
+            return self._held.pop(key, None)
+
+
+#: The api-server's kept readers (one process serves every user).
+READERS = ResumableReaders()
+
+
 def _records(storage: Storage, queue: QueueBackup, start: Position,
-             match: MessageFilter | None) -> Iterator[tuple[Position, int, BackupRecord]]:
-    """The queue's records from ``start`` on, in stored order, with their position and number in the queue (from 1);
-    segments whose times lie outside ``match``'s window are passed over unread."""
+             match: MessageFilter | None) -> Iterator[tuple[Position, int, BackupRecord, Position | None, Reader]]:
+    """The queue's records from ``start`` on, in stored order: each with its position, its number in the queue
+    (from 1), the position after it (None after the last) and the segment reader it came from; segments outside
+    ``match``'s time window are passed over unread."""
     before = 0
-    for segment in queue.segments:
+    for at, segment in enumerate(queue.segments):
+        following = next((Position(s.sequence, 0) for s in queue.segments[at + 1:] if s.record_count), None)
         outside = match is not None and not match.overlaps(segment.first_timestamp, segment.last_timestamp)
         if segment.sequence < start.segment or outside:
             before += segment.record_count
             continue
         skip = start.record if segment.sequence == start.segment else 0
-        for index, record in iter_records_from(storage.get(segment.key), skip, segment.key):
-            yield Position(segment.sequence, index), before + index + 1, record
+        key = (storage.url, segment.key, skip)
+        reader = READERS.take(key) or iter_records_from(storage.get(segment.key), skip, segment.key)
+        for index, record in reader:
+            after = Position(segment.sequence, index + 1) if index + 1 < segment.record_count else following
+            yield Position(segment.sequence, index), before + index + 1, record, after, reader
         before += segment.record_count
 
 
@@ -194,14 +235,18 @@ def message_page(storage: Storage, manifest: BackupManifest, queue_index: int, *
     first = queue.segments[0].sequence if queue.segments else 1
     start = start or Position(first, 0)
     found: list[dict[str, Any]] = []
-    scanned, after, until = 0, None, clock() + SCAN_SECONDS
-    for position, number, record in _records(storage, queue, start, match):
-        if len(found) == limit or scanned == SCAN_BUDGET or (scanned and clock() > until):
-            after = position
-            break
+    scanned, after, until = 0, None, None
+    for position, number, record, following, reader in _records(storage, queue, start, match):
+        until = until or clock() + SCAN_SECONDS  # from the first record: reaching the start is not the search
         scanned += 1
         if match is None or match.matches(record):
             found.append(message_json(record, position, number, show_bodies))
+        if len(found) == limit or scanned == SCAN_BUDGET or (match is not None and clock() > until):
+            after = following  # the next page starts there, and continues this reader when it is in this segment
+            if following is not None and following.segment == position.segment:
+                segment_key = next(s.key for s in queue.segments if s.sequence == position.segment)
+                READERS.keep((storage.url, segment_key, following.record), reader)
+            break
     return {"queue": {"index": queue_index, "vhost": queue.vhost, "name": queue.name, "queue_type": queue.queue_type,
                       "messages": queue.message_count},
             "start": str(start), "limit": limit, "messages": found, "scanned": scanned,
