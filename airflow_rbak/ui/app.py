@@ -3,7 +3,9 @@
 Authentication and authorisation are Airflow's: every route needs a user whom the auth manager lets
 read the runs of ``rbak_backup`` (the JWT of Airflow's UI cookie, or a bearer token); Restore… and
 Verify appear only for users it lets trigger ``rbak_restore`` and ``rbak_verify``. Verify posts to
-Airflow's own REST API, so triggering is checked (and audited) by Airflow itself. Storage is only read.
+Airflow's own REST API, so triggering is checked (and audited) by Airflow itself. Storage is only read. A queue's
+messages show their bodies only to users who may trigger ``rbak_restore`` (:func:`may_see_bodies`), on the page and
+the API alike.
 A page opened without a login goes to Airflow's login page (the API answers 401); a page the user may
 not see says so inside the view's frame.
 """
