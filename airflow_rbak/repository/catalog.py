@@ -151,8 +151,7 @@ def _summary(store: ManifestStore, backup_id: str, stored: dict[str, int], now_m
 def _trust(manifest: BackupManifest, stored: dict[str, int], now_ms: int) -> tuple[str, str | None]:
     """The status a readable manifest earns (see the module docstring), and why when it is not ``complete``."""
     if manifest.completed_at is None:
-        return "incomplete", ("not finished: its manifest has no completed_at (a run still going, or one that stopped; "
-                              "re-running the same backup_id finishes it)")
+        return "incomplete", "not finished: no completed_at (still running, or stopped: re-run the same backup_id)"
     if manifest.completed_at < manifest.created_at:
         return "damaged", "completed_at is before created_at"
     ahead = max(manifest.created_at, manifest.completed_at) - now_ms

@@ -76,7 +76,8 @@ def _body(message: dict[str, Any], bodies_refused: str | None) -> str:
 def _message(message: dict[str, Any], bodies_refused: str | None) -> str:
     rows = [("Exchange", message["exchange"] or "(default)"), ("Routing key", message["routing_key"]),
             ("Backed up at", when(message["backed_up_at"])), ("Redelivered", "yes" if message["redelivered"] else "no")]
-    rows += [(name, when(value) if name == "timestamp" else value) for name, value in message["properties"].items()]
+    rows += [(name, f"{when(value * 1000)} ({value})" if name == "timestamp" else value)  # AMQP's are in seconds
+             for name, value in message["properties"].items()]
     rows += [(f"header {name}", value) for name, value in message["headers"]]
     table = "".join(f"<tr><th>{text_html(k)}</th><td>{text_html(v)}</td></tr>" for k, v in rows)
     return (f'<div class="msg" id="m-{message["position"]}"><h3>#{message["number"]:,} '

@@ -163,7 +163,7 @@ def _date(ms: Any) -> str:
 
 #: The list's columns and their widths: the same in every location's table, whatever its rows hold.
 _COLUMNS = (("Backup", 14, ""), ("Status", 8, ""), ("Started (UTC)", 12, ""), ("Completed (UTC)", 12, ""),
-            ("Queues", 5, "n"), ("Messages", 7, "n"), ("Bytes", 7, "n"), ("Compression", 6, ""),
+            ("Queues", 5, "n"), ("Messages", 7, "n"), ("Bytes", 7, "n"), ("Codec", 6, ""),
             ("Last verify", 13, ""), ("Depends on", 8, ""), ("Needed by", 8, ""))
 assert sum(width for _, width, _ in _COLUMNS) == 100
 

@@ -7,7 +7,9 @@ cases cost one browser start. Skipped only when no browser can run here (tests/u
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -75,10 +77,18 @@ def _messages(api_server, query: str = "") -> str:
 # -- a queue's messages -------------------------------------------------------------------------------------------
 
 
+def _keep(driver, name: str) -> None:
+    """Keep a screenshot where ``RBAK_SCREENSHOTS_DIR`` says (docs/images/ holds the committed ones)."""
+    if os.environ.get("RBAK_SCREENSHOTS_DIR"):
+        driver.save_screenshot(str(Path(os.environ["RBAK_SCREENSHOTS_DIR"]) / name))
+
+
 def test_a_queues_messages_come_page_by_page_in_stored_order(api_server, browser, width):
     from selenium.webdriver.common.by import By
 
     driver = _open(browser, api_server, _messages(api_server))
+    if width == 1400:
+        _keep(driver, "messages-page.png")
     first = _numbers(driver)
     driver.find_element(By.ID, "next").click()
     second = _numbers(driver)
@@ -240,7 +250,7 @@ def test_the_list_keeps_dates_on_one_line_and_the_same_columns_in_every_location
 
     assert _one_line(driver, "table.backups .date") and len(widths) >= 3
     assert all(w == widths[0] for w in widths), widths
-    assert "not finished: its manifest has no completed_at" in page and "years ahead of this clock" in page
+    assert "not finished: no completed_at (still running" in page and "years ahead of this clock" in page
     assert "minutes ahead" not in page
     assert not _sideways(driver)
 
