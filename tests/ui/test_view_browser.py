@@ -64,6 +64,18 @@ def _sideways(driver) -> bool:
     return driver.execute_script("const e=document.documentElement; return e.scrollWidth > e.clientWidth;")
 
 
+def _follow(driver, element_id: str) -> None:
+    """Click a link or button that loads another page, and wait until that page has replaced this one."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = driver.find_element(By.TAG_NAME, "html")
+    driver.find_element(By.ID, element_id).click()
+    WebDriverWait(driver, DEADLINE_S, poll_frequency=0.1).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, DEADLINE_S, poll_frequency=0.1).until(lambda d: d.find_element(By.TAG_NAME, "h1"))
+
+
 def _numbers(driver) -> list[int]:
     from selenium.webdriver.common.by import By
 
@@ -90,9 +102,9 @@ def test_a_queues_messages_come_page_by_page_in_stored_order(api_server, browser
     if width == 1400:
         _keep(driver, "messages-page.png")
     first = _numbers(driver)
-    driver.find_element(By.ID, "next").click()
+    _follow(driver, "next")
     second = _numbers(driver)
-    driver.find_element(By.ID, "next").click()
+    _follow(driver, "next")
 
     assert first == list(range(1, 21)) and second == list(range(21, 41))
     assert _numbers(driver) == list(range(41, TOTAL + 1)) and driver.find_element(By.ID, "end").is_displayed()
@@ -105,9 +117,9 @@ def test_the_filter_form_narrows_the_messages_and_keeps_its_fields_across_pages(
     driver = _open(browser, api_server, _messages(api_server, "&limit=5"))
     driver.find_element(By.ID, "filter-routing_key").send_keys("orders.u*")
     driver.find_element(By.ID, "filter-header").send_keys("x-tenant=us")
-    driver.find_element(By.ID, "apply").click()
+    _follow(driver, "apply")
     shown = _numbers(driver)
-    driver.find_element(By.ID, "next").click()
+    _follow(driver, "next")
 
     assert shown == [3, 6, 9, 12, 15] and _numbers(driver) == [18, 21, 24, 27, 30]
     assert driver.find_element(By.ID, "filter-routing_key").get_attribute("value") == "orders.u*"
