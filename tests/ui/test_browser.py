@@ -143,7 +143,7 @@ def test_a_link_opened_logged_out_lands_on_airflows_login_page(api_server):
         assert "Not authenticated" not in driver.find_element(By.TAG_NAME, "body").text
 
 
-def test_a_refused_trigger_reads_as_airflows_message_line_by_line(api_server, tmp_path):
+def test_a_refused_trigger_says_in_plain_words_beside_its_field_what_airflow_refused(api_server, tmp_path):
     from selenium.webdriver.common.by import By
 
     loc = _location(api_server, api_server.file_url)
@@ -157,9 +157,11 @@ def test_a_refused_trigger_reads_as_airflows_message_line_by_line(api_server, tm
         driver.find_element(By.ID, "trigger").click()
         answer = _wait(driver, lambda d: d.find_element(By.ID, "trigger-result").text.startswith("Not triggered")
                        and d.find_element(By.ID, "trigger-result").text)
+        beside = driver.find_element(By.ID, "error-backup_id").text
         _keep(driver, tmp_path, "refused-trigger.png")
-    assert answer.startswith("Not triggered: HTTP 400: ") and "not a backup id!" in answer
-    assert "\\n" not in answer and '{"' not in answer and len(answer.splitlines()) > 1
+    assert answer.startswith("Not triggered: backup_id does not have the form this field takes (it must match")
+    assert beside.endswith("(you gave 'not a backup id!').")
+    assert "Failed validating" not in answer and "schema" not in answer and '{"' not in answer
 
 
 def test_a_viewer_refused_the_restore_form_sees_the_views_frame_and_a_way_back(api_server):
