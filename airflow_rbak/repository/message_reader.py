@@ -6,7 +6,8 @@ bytes are untrusted: only a key the manifest may name is fetched (:mod:`.ownersh
 manifest lists; bytes whose SHA-256 differs from the manifest's are never decompressed; the payload may hold
 exactly the manifest's ``uncompressed_bytes`` and is checked by the codec's reader as it is parsed. A segment
 that fails any of it is yielded as a :class:`DamagedSegment` naming it and why, and the reading goes on with
-the next one: one bad object never hides the good ones.
+the next one: one bad object never hides the good ones. A segment whose payload lacks a text the filter needs
+(:meth:`~.message_filter.MessageFilter.needles`) is not parsed further: it holds no match.
 
 Memory: one segment at a time, its compressed bytes and its payload (at most the manifest's sizes and the
 ``cap``); records are decoded as they are yielded. A reader that stops early (a ``--limit``) reads no further
@@ -123,6 +124,8 @@ def read_segment_messages(
             return
         header, payload = decode_payload(data, segment.key, cap, expected_size=segment.uncompressed_bytes)
         del data
+        if any(needle not in payload for needle in message_filter.needles()):
+            return  # no record here can match: its bytes are the ones the manifest vouches for, not parsed
         for index, record in enumerate(iter_payload_records(payload, header.record_count, segment.key)):
             read = index + 1
             if message_filter.matches(record):
