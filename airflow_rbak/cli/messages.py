@@ -89,8 +89,6 @@ def messages_cmd(args: argparse.Namespace, out: IO[str]) -> int:
                 json_line(out, {"kind": "damaged", "backup_id": item.backup_id, "vhost": item.vhost, "queue": item.queue,
                                 "segment": item.segment, "reason": item.reason, "records_read": item.records_read})
             continue
-        if args.limit is not None and shown >= args.limit:
-            break
         if table:
             if current != (item.vhost, item.queue):
                 current = (item.vhost, item.queue)
@@ -99,6 +97,8 @@ def messages_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         else:
             json_line(out, message_json(item))
         shown += 1
+        if args.limit is not None and shown >= args.limit:
+            break  # before the reader fetches another segment
     stopped = args.limit is not None and shown >= args.limit
     if table:
         say(out, f"{shown} message(s) shown" + (f", stopped at --limit {args.limit}" if stopped else "")

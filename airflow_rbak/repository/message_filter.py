@@ -57,6 +57,8 @@ REGEX_SECONDS = 0.25
 REGEX_SECONDS_PER_MIB = 0.25
 
 _TEXT_FIELDS = ("message_id", "correlation_id", "exchange", "content_type")
+#: Text that every JSON writer writes as it is: printable ASCII but the quote, the backslash and the slash.
+_UNESCAPED = re.compile(r"[ !#-.0-\[\]-~]+")
 HeaderWanted = str | int | float | bool | None
 
 
@@ -156,6 +158,17 @@ class MessageFilter:
     def selects_all(self) -> bool:
         """True when no field is set: every record matches."""
         return not self._tests
+
+    def needles(self) -> tuple[bytes, ...]:
+        """Byte strings each of which a stored record's JSON must hold to match: the quoted value of each exact text
+        field (``"order-4711"``) made only of characters no JSON writer escapes.
+
+        A reader skips parsing a segment's records when its payload lacks one: a search by ``message_id`` then
+        costs little more than decompressing. Values with other characters give none (a writer may escape
+        ``/``, ``\u00e9`` for ``é``), so a needle never hides a match.
+        """
+        values = (self.message_id, self.correlation_id, self.exchange, self.content_type)
+        return tuple(f'"{v}"'.encode() for v in values if v is not None and _UNESCAPED.fullmatch(v))
 
     def matches(self, record: BackupRecord) -> bool:
         """True when the record meets every set field; :class:`RegexTimeoutError` when ``body_regex`` overruns."""

@@ -6,7 +6,9 @@ bytes are untrusted: only a key the manifest may name is fetched (:mod:`.ownersh
 manifest lists; bytes whose SHA-256 differs from the manifest's are never decompressed; the payload may hold
 exactly the manifest's ``uncompressed_bytes`` and is checked by the codec's reader as it is parsed. A segment
 that fails any of it is yielded as a :class:`DamagedSegment` naming it and why, and the reading goes on with
-the next one: one bad object never hides the good ones.
+the next one: one bad object never hides the good ones. A segment whose payload lacks a text the filter needs
+(:meth:`~.message_filter.MessageFilter.needles`, looked for as the payload streams by, a chunk at a time) is not
+decompressed whole nor parsed: it holds no match.
 
 Memory: one segment at a time, its compressed bytes and its payload (at most the manifest's sizes and the
 ``cap``); records are decoded as they are yielded. A reader that stops early (a ``--limit``) reads no further
@@ -20,9 +22,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from airflow_rbak.codec import BackupManifest, CodecError, QueueBackup, SegmentMetadata
-from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
+from airflow_rbak.codec.compression import stream
+from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES, FOOTER_SIZE, HEADER_SIZE
 from airflow_rbak.codec.records import BackupRecord
-from airflow_rbak.codec.segment import decode_payload, iter_payload_records, read_header
+from airflow_rbak.codec.segment import SegmentHeader, decode_payload, iter_payload_records, read_header
 from airflow_rbak.repository.message_filter import MessageFilter
 from airflow_rbak.repository.ownership import queue_defects
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError, read_bounded
@@ -94,6 +97,26 @@ def queue_segments(
             position += segment.record_count
 
 
+def _may_hold(data: bytes, header: SegmentHeader, segment: SegmentMetadata, cap: int, needles: tuple[bytes, ...]) -> bool:
+    """Whether the payload holds every needle, looked for as it is decompressed a chunk at a time (nothing
+    payload-sized is allocated); a defect says True, so that the full reader meets it and names it."""
+    missing, keep, tail = set(needles), max(len(n) for n in needles) - 1, b""
+    chunks = stream(memoryview(data)[HEADER_SIZE : len(data) - FOOTER_SIZE], header.compression, cap, segment.key,
+                    expected_size=segment.uncompressed_bytes)
+    try:
+        for chunk in chunks:
+            window = tail + bytes(chunk)  # a chunk is valid only until the next: keep what a needle may straddle
+            missing = {n for n in missing if n not in window}
+            if not missing:
+                return True
+            tail = window[-keep:]
+    except CodecError:
+        return True
+    finally:
+        chunks.close()
+    return False
+
+
 def read_segment_messages(
     storage: Storage, backup_id: str, vhost: str, queue: str, segment: SegmentMetadata, first_position: int,
     message_filter: MessageFilter = _EVERYTHING, cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
@@ -121,6 +144,9 @@ def read_segment_messages(
         if header.record_count != segment.record_count:
             yield damaged(f"header holds {header.record_count} records, manifest says {segment.record_count}; not read")
             return
+        needles = message_filter.needles()
+        if needles and not _may_hold(data, header, segment, cap, needles):
+            return  # no record here can match: its bytes are the ones the manifest vouches for, not parsed
         header, payload = decode_payload(data, segment.key, cap, expected_size=segment.uncompressed_bytes)
         del data
         for index, record in enumerate(iter_payload_records(payload, header.record_count, segment.key)):

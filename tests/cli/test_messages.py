@@ -108,3 +108,18 @@ def test_search_of_a_time_window_across_backups(tmp_path, capsys):
 ])
 def test_a_body_preview_is_text_when_it_is_utf8_and_hex_otherwise(body, shown):
     assert preview(body.encode() if isinstance(body, str) else body, 48) == shown
+
+
+def test_messages_reads_no_segment_past_the_limit(tmp_path, capsys, monkeypatch):
+    from airflow_rbak.repository import message_reader
+
+    url = tmp_path.as_uri()
+    manifest = write_backup(open_storage(url), "b1", ORDERS, dlq=False)
+    first = manifest.queue("/", "orders").segments[0]
+    read: list[str] = []
+    real = message_reader.read_bounded
+    monkeypatch.setattr(message_reader, "read_bounded", lambda storage, key, *a: read.append(key) or real(storage, key, *a))
+    code, out, _ = run(capsys, "messages", "--path", url, "--backup-id", "b1", "--limit", str(first.record_count),
+                       "--format", "jsonl")
+    assert code == 0 and len(out.splitlines()) == first.record_count
+    assert read == [first.key]

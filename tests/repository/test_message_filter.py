@@ -218,3 +218,12 @@ def test_describe_cannot_be_broken_by_the_values_it_shows():
     text = MessageFilter(message_id="a\nb'\x1b[31m", body_regex="x\ny").describe()
     assert "\n" not in text and "\x1b" not in text
     assert text == "messages with message_id 'a\\nb\\'\\x1b[31m' and body matching /x\\ny/"
+
+
+def test_needles_are_the_quoted_exact_values_no_json_writer_escapes():
+    f = MessageFilter(message_id="order-4711", correlation_id="c 1", exchange="a/b", content_type="café",
+                      routing_key="x", body_contains="y")
+    assert f.needles() == (b'"order-4711"', b'"c 1"')
+    assert MessageFilter(message_id='a"b').needles() == () and MessageFilter(message_id="a\\b").needles() == ()
+    stored = encode_record(record(properties={"message_id": "order-4711", "correlation_id": "c 1"}))
+    assert all(needle in stored for needle in f.needles())

@@ -195,3 +195,39 @@ def test_reading_and_searching_never_write_to_the_location(location):
 
     assert result.matched_records == 2 * len(ORDERS) + 2 * len(DLQ)
     assert sorted((i.key, i.size) for i in storage.list("")) == before
+
+
+def test_a_segment_without_the_wanted_id_is_not_parsed_and_nothing_is_missed(location, monkeypatch):
+    from airflow_rbak.repository import message_reader
+
+    storage = open_storage(location)
+    manifest = write_backup(storage, "b1", ORDERS, dlq=False)
+    parsed: list[int] = []
+    real = message_reader.iter_payload_records
+
+    def counting(payload, expected, name):
+        parsed.append(expected)
+        return real(payload, expected, name)
+
+    monkeypatch.setattr(message_reader, "iter_payload_records", counting)
+    found = list(read_messages(storage, manifest, message_filter=MessageFilter(message_id="order-42")))
+    assert positions(found) == [42] and found[0].record == ORDERS[42]
+    assert len(parsed) == 1  # only the segment that holds it
+
+
+def test_a_wanted_id_split_between_two_decompressed_chunks_is_still_found(tmp_path, monkeypatch):
+    from airflow_rbak.repository import message_reader
+
+    storage = open_storage(tmp_path.as_uri())
+    manifest = write_backup(storage, "b1", ORDERS, dlq=False)
+    real = message_reader.stream
+
+    def tiny_chunks(*args, **kwargs):
+        for chunk in real(*args, **kwargs):
+            for at in range(0, len(chunk), 5):
+                yield chunk[at:at + 5]
+
+    monkeypatch.setattr(message_reader, "stream", tiny_chunks)
+    for wanted in ("order-42", "order-0", "order-59"):
+        found = list(read_messages(storage, manifest, message_filter=MessageFilter(message_id=wanted)))
+        assert [m.record.properties.message_id for m in found] == [wanted]
