@@ -203,13 +203,13 @@ READERS = ResumableReaders()
 def _records(storage: Storage, queue: QueueBackup, start: Position,
              match: MessageFilter | None) -> Iterator[tuple[Position, int, BackupRecord, Position | None, Reader]]:
     """The queue's records from ``start`` on, in stored order: each with its position, its number in the queue
-    (from 1), the position after it (None after the last) and the segment reader it came from; segments outside
-    ``match``'s time window are passed over unread."""
+    (from 1), the position after it (None after the last) and the segment reader it came from. Every segment is
+    read, whatever ``match``'s time window: a segment's first and last capture times do not bound its records'
+    (a record may be stored out of ``backed_up_at`` order), so passing over one could hide a match."""
     before = 0
     for at, segment in enumerate(queue.segments):
         following = next((Position(s.sequence, 0) for s in queue.segments[at + 1:] if s.record_count), None)
-        outside = match is not None and not match.overlaps(segment.first_timestamp, segment.last_timestamp)
-        if segment.sequence < start.segment or outside:
+        if segment.sequence < start.segment:
             before += segment.record_count
             continue
         skip = start.record if segment.sequence == start.segment else 0
