@@ -8,7 +8,7 @@ escape what this returns; this module only bounds and classifies it.
 A page starts at a position (segment sequence, record index in it) and reads segments in stored order until it
 has ``limit`` matches, has read :data:`SCAN_BUDGET` records or has spent :data:`SCAN_SECONDS`, whichever comes
 first, then says where the next page starts: a filter that matches rarely costs each page a bounded read, never
-the whole queue (a segment outside the filter's time window is not read at all).
+the whole queue.
 Bodies are left out (``show_bodies=False``) for users who may not see them; a body filter is then refused, because
 its yes/no answers would read the bodies out one guess at a time.
 """
