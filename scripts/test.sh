@@ -6,8 +6,8 @@
 # Airflow and JVM start-up); part "cluster", the three-node cluster (tests/cluster) and some of the DAG tests; part
 # "restore", the restore engine, the command line, the deployed stacks (LocalExecutor, CeleryExecutor), the view, the
 # Spark jobs, the broker clients, hooks and operators, and the broker-free codec and storage tests; part "engine",
-# everything else (capture,
-# the backup runs and the repository, reliability), so a new test folder lands there. Part "rabbitmq43" runs
+# everything else (capture, the backup runs and the repository, reliability), so a new test folder lands there. Part
+# "rabbitmq43" runs
 # RABBITMQ43_TESTS on RabbitMQ 4.3 (the current series) and part "rabbitmq40" RABBITMQ40_TESTS on 4.0, each in a
 # chroot scripts/rabbitmq.sh builds the first time (about a minute and a half). Each part's output is kept in
 # .run/tests/<part>.log and ends with the exact RabbitMQ version of every node it ran against; the engine part
