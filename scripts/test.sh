@@ -7,9 +7,8 @@
 # "restore", the restore engine, the command line, the deployed stacks (LocalExecutor, CeleryExecutor), the view, the
 # Spark jobs, the broker clients, hooks and operators, and the broker-free codec and storage tests; part "engine",
 # everything else (capture, the backup runs and the repository, reliability), so a new test folder lands there. Part
-# "rabbitmq43" runs
-# RABBITMQ43_TESTS on RabbitMQ 4.3 (the current series) and part "rabbitmq40" RABBITMQ40_TESTS on 4.0, each in a
-# chroot scripts/rabbitmq.sh builds the first time (about a minute and a half). Each part's output is kept in
+# "rabbitmq43" runs RABBITMQ43_TESTS on RabbitMQ 4.3 (the current series) and part "rabbitmq40" RABBITMQ40_TESTS on
+# 4.0, each in a chroot scripts/rabbitmq.sh builds the first time (about a minute and a half). Each part's output is kept in
 # .run/tests/<part>.log and ends with the exact RabbitMQ version of every node it ran against; the engine part
 # streams, the others are printed when all are done, each with its time. Exit status: 0 only if every part passed.
 # Each part's time from a fresh clone on 2 cores is in README.md (RBAK_CI=1 .ci/run, chroots cached).
