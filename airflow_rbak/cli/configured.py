@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_rbak.settings import RbakSettings, airflow_home, airflow_lookup, environment_lookup
+from airflow_rbak.storage.keyring import Keyring
 from airflow_rbak.storage.sealed import StateSeal
 
 
@@ -45,6 +46,16 @@ def state_seal() -> StateSeal:
     if conf is None:
         return RbakSettings(environment_lookup()).state_seal(os.environ.get("AIRFLOW__CORE__FERNET_KEY"))
     return RbakSettings(airflow_lookup(conf)).state_seal(conf.get("core", "fernet_key", fallback=None))
+
+
+def encryption_keyring(encryption_conn_id: str | None) -> Keyring | None:
+    """The keys the connection ``--encryption-conn-id`` names, read through Airflow (loaded only then); None without
+    the option: every storage then takes ``RBAK_ENCRYPTION_KEYS``'s, if set, else none (a plain location)."""
+    if not encryption_conn_id:
+        return None
+    from airflow_rbak.hooks.encryption import connection_keyring  # Airflow's connections and secrets backends
+
+    return connection_keyring(encryption_conn_id)
 
 
 def location(args: argparse.Namespace) -> str:

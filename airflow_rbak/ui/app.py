@@ -27,10 +27,12 @@ from sqlalchemy import select
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_rbak.airflow_settings import rbak_settings
+from airflow_rbak.hooks.encryption import connection_keyring
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError
+from airflow_rbak.storage import open_storage
 from airflow_rbak.ui import URL_PREFIX
 from airflow_rbak.ui.airflow_runs import load_backup_runs
-from airflow_rbak.ui.backup_catalog import BackupCatalog, LocationNotFoundError, describe_error
+from airflow_rbak.ui.backup_catalog import UI_RETRIES, BackupCatalog, LocationNotFoundError, describe_error
 from airflow_rbak.ui.pages import Links, detail_page, list_page, message_page, restore_page
 from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, RunIndex
 
@@ -44,8 +46,12 @@ Limit = Annotated[int, Query(ge=1, le=500)]
 
 @functools.cache
 def catalog() -> BackupCatalog:
-    """The configured locations (read once per api-server process: ``[rbak] storage_url`` and ``ui_locations``)."""
-    return BackupCatalog(rbak_settings().ui_storage_urls())
+    """The configured locations (read once per api-server process: ``[rbak] storage_url`` and ``ui_locations``),
+    opened with ``[rbak] encryption_conn_id``'s keys when it is set."""
+    settings = rbak_settings()
+    keyring = connection_keyring(settings.encryption_conn_id())
+    return BackupCatalog(settings.ui_storage_urls(),
+                         opener=lambda url: open_storage(url, retries=UI_RETRIES, keyring=keyring))
 
 
 def run_index() -> RunIndex:

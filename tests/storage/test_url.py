@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.storage.encrypted import UnkeyedStorage
 from airflow_rbak.storage import (
     AzureStorageConfig,
     FileStorage,
@@ -21,6 +20,7 @@ from airflow_rbak.storage import (
     open_storage,
     parse_storage_url,
 )
+from airflow_rbak.storage.encrypted import UnkeyedStorage
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,8 @@ from airflow_rbak.codec.layout import check_backup_id
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.segments.reports import JobReport
 from airflow_rbak.storage import open_storage
-from airflow_rbak.storage.keyring import KEYRING_ENV, Keyring, parse_keyring, storage_keyring
 from airflow_rbak.storage.credentials import STORAGE_ENV, StorageCredentials, credentials_from_environment, storage_credentials
+from airflow_rbak.storage.keyring import KEYRING_ENV, Keyring, parse_keyring, storage_keyring
 
 EXIT_OK, EXIT_DEFECTS, EXIT_FAILED = 0, 1, 2
 
