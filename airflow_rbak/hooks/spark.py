@@ -35,7 +35,7 @@ from airflow_rbak.storage.keyring import current_keyring
 DEFAULT_MASTER = "local[*]"
 
 #: Spark's default redaction pattern, and the storage variables whose names it does not catch.
-REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|AZURE_STORAGE_|RBAK_GCS_KEYFILE"
+REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|AZURE_STORAGE_|RBAK_GCS_KEYFILE|RBAK_ENCRYPTION_KEYS"
 
 log = package_logger(__name__)
 

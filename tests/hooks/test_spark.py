@@ -62,7 +62,8 @@ def test_a_value_is_one_line_that_reads_back_unchanged(value):
 def test_the_redaction_pattern_names_the_variables_spark_would_show():
     pattern = re.compile(REDACTION_REGEX)
 
-    for name in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_KEY", "RBAK_GCS_KEYFILE_JSON", "AWS_SECRET_ACCESS_KEY"):
+    for name in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_KEY", "RBAK_GCS_KEYFILE_JSON", "AWS_SECRET_ACCESS_KEY",
+                 "RBAK_ENCRYPTION_KEYS"):
         assert pattern.search(f"spark.executorEnv.{name}"), name
 
 
