@@ -1,6 +1,6 @@
 """Encryption at rest as a storage decorator, as restic wraps its backends: every object sealed with AES-256-GCM.
 
-Each object of an encrypted location is one envelope (byte layout in docs/format.md, "Encrypted locations")::
+Each object of an encrypted location is one envelope (byte layout: docs/format.md, "Encrypted locations")::
 
     magic "RBAKENC" | version 1 | cipher 1 (AES-256-GCM) | key id (16, NUL-padded) | key check (8)
     | object digest (8) | nonce (12) | ciphertext | tag (16)

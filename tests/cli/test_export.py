@@ -28,7 +28,7 @@ def test_an_encrypted_location_validates_with_its_key_and_says_it_needs_one_with
     build_sample_backup(open_storage(location, keyring=parse_keyring(KEYS)))
 
     keyed = rbak_keyed("validate", "--path", location, "--backup-id", "sample-1", "--deep")
-    unkeyed = rbak_keyed("validate", "--path", location, "--backup-id", "sample-1", keys=None)
+    unkeyed = rbak_keyed("validate", "--path", location, "--backup-id", "latest", keys=None)
     wrong = rbak_keyed("validate", "--path", location, "--backup-id", "sample-1", keys=new_key_text("k2"))
 
     assert keyed.returncode == 0, keyed.stderr
