@@ -123,15 +123,16 @@ def open_sealed(keyring: Keyring, key: str, data: bytes) -> bytes:
         raise WrongKeyError(f"{key}: wrong key: sealed with another key named {key_id!r} than the keyring's", key, key_id)
     if digest != _digest(key):
         raise MisplacedObjectError(f"{key}: damaged: sealed for another object (swapped or copied here); not read", key)
-    return _authenticated(secret, key, bytes(data))
+    return _authenticated(secret, key, data)
 
 
 def _authenticated(secret: bytes, key: str, data: bytes) -> bytes:
     from cryptography.exceptions import InvalidTag
 
-    header = data[:HEADER]
-    try:
-        return bytes(_aead(secret).decrypt(header[-_NONCE:], data[HEADER:], header + key.encode()))
+    header = bytes(data[:HEADER])
+    try:  # the ciphertext as a view: a segment is not copied before it is decrypted
+        with memoryview(data) as view:
+            return _aead(secret).decrypt(header[-_NONCE:], view[HEADER:], header + key.encode())
     except InvalidTag:
         raise DamagedObjectError(f"{key}: damaged: fails authentication (altered or truncated); not read",
                                  key) from None
