@@ -53,10 +53,13 @@ with DAG(
         from airflow.sdk.exceptions import AirflowFailException
 
         from airflow_rbak.freshness import StaleBackupError, measure_freshness
+        from airflow_rbak.hooks.encryption import encryption_connection
         from airflow_rbak.operators import metrics
         from airflow_rbak.storage import open_storage
 
-        found = measure_freshness(open_storage(storage_url), float(params["max_age_hours"]), int(time.time() * 1000))
+        with encryption_connection(rbak_settings().encryption_conn_id()):  # an encrypted location's manifests
+            found = measure_freshness(open_storage(storage_url), float(params["max_age_hours"]),
+                                      int(time.time() * 1000))
         metrics.freshness_measured(found.to_json())  # stale or not: the age gauge is what a dashboard alerts on
         try:
             found.raise_if_stale()
