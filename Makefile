@@ -2,6 +2,9 @@
 #   make demo   set everything up, start a private RabbitMQ on loopback, seed sample queues, back them up and
 #               restore them into another vhost with `airflow dags test` (scripts/demo.py)
 #   make test   install what the tests need and run them (CI runs exactly this)
+# and for the docs:
+#   make docs          render the diagrams (docs/diagrams/*.dot -> .svg; the backup DAG's from the DAG itself)
+#   make screenshots   take the documented screenshots anew from real runs (Airflow, RabbitMQ, headless Chromium)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,7 +12,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench broker-start broker-stop clean
+.PHONY: setup demo test docs screenshots bench broker-start broker-stop clean
 
 setup: $(STAMP)
 
@@ -31,6 +34,18 @@ test:
 	scripts/system-deps.sh test
 	$(MAKE) --no-print-directory setup
 	VENV=$(VENV) scripts/test.sh
+
+docs:
+	scripts/system-deps.sh docs
+	$(MAKE) --no-print-directory setup
+	$(PY) scripts/diagrams.py
+
+# tests/ui/test_screenshots.py and tests/ui/test_browser.py with RBAK_SCREENSHOTS=1 write into docs/images/ (RBAK_CI:
+# a missing browser fails rather than leaving the old pictures)
+screenshots:
+	scripts/system-deps.sh test
+	$(MAKE) --no-print-directory setup
+	RBAK_SCREENSHOTS=1 RBAK_CI=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/ui/test_screenshots.py tests/ui/test_browser.py
 
 bench: setup
 	$(PY) bench/codec.py

@@ -28,7 +28,7 @@ from airflow_rbak.storage.url import (
 #: In an allowlist: any location, or any connection (an administrator's explicit choice to trust every triggerer).
 ANY = "*"
 #: The DAG params that name a storage location (``checkpoint_state``: a URL or a local SQLite file, or ``backup``).
-LOCATION_PARAMS = ("storage_url", "storage_urls", "checkpoint_state")
+LOCATION_PARAMS = ("storage_url", "storage_urls", "checkpoint_state", "copy_to")
 #: The DAG params that name an Airflow connection.
 CONNECTION_PARAMS = ("rabbitmq_conn_id", "spark_conn_id")
 #: ``checkpoint_state`` that keeps restore checkpoints beside the backup: no location of its own.

@@ -127,6 +127,15 @@ def size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def span(ms: int) -> str:
+    """A length of time in the unit a person reads it in: ``45 minutes``, ``5 hours``, ``26 days``, ``3 years``."""
+    minutes = max(0, ms) // 60_000
+    for unit, length in (("year", 365 * 24 * 60), ("day", 24 * 60), ("hour", 60)):
+        if minutes >= 2 * length:
+            return count(minutes // length, unit)
+    return count(minutes, "minute")
+
+
 def count(n: int, noun: str, plural: str | None = None) -> str:
     """``1 segment``, ``2 segments``, ``1,500 messages``: a count with its noun in the right number."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

@@ -73,8 +73,9 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "refused: credentials come from storage_conn_id's connection or the cloud's own chain."),
     "storage_conn_id": _option(
         "string", None, "aws_backups",
-        "The Airflow connection (type aws, wasb or google_cloud_platform) every task takes storage credentials from; "
-        "an operator's storage_conn_id overrides it. Unset: each cloud's own chain."),
+        "The Airflow connection (type aws, wasb or google_cloud_platform) every task, the backups view and rbak (for "
+        "the configured location) take storage credentials from; an operator's storage_conn_id overrides it. Unset: "
+        "each cloud's own chain."),
     "encryption_conn_id": _option(
         "string", None, "rbak_encryption",
         "The Airflow connection whose password holds the storage location's encryption keys (id:base64-key, "
@@ -86,6 +87,9 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "string", None, "@weekly", "rbak_verify's schedule: a cron expression or preset; unset or none: manual runs only."),
     "freshness_schedule": _option(
         "string", "@hourly", "*/15 * * * *", "rbak_freshness's schedule; none: manual runs only."),
+    "drill_schedule": _option(
+        "string", "@weekly", "0 4 * * 6",
+        "rbak_drill's schedule; none: manual runs only. The DAG is paused when Airflow first sees it whatever this says."),
     "task_retries": _option(
         "integer", "3", "5",
         "Retries of every task of the DAGs, after 1, 2, 4 ... minutes (at most 30 apart). Invalid settings, refusals "
@@ -154,7 +158,8 @@ def get_provider_info() -> dict[str, Any]:
         "integrations": [{"integration-name": "RBAK", "external-doc-url": "https://www.rabbitmq.com/", "tags": ["service"]}],
         "operators": [{"integration-name": "RBAK", "python-modules": [
             "airflow_rbak.operators.backup", "airflow_rbak.operators.finalize", "airflow_rbak.operators.segments",
-            "airflow_rbak.operators.spark", "airflow_rbak.operators.restore", "airflow_rbak.operators.restore_approval"]}],
+            "airflow_rbak.operators.spark", "airflow_rbak.operators.restore", "airflow_rbak.operators.restore_approval",
+            "airflow_rbak.operators.second_copy"]}],
         "hooks": [{"integration-name": "RBAK", "python-modules": [
             "airflow_rbak.hooks.rabbitmq", "airflow_rbak.hooks.spark"]}],
         "connection-types": [{

@@ -1,5 +1,5 @@
 """Scheduled RabbitMQ backup: discover → definitions → capture (one task per queue) → encode (segments
-written and verified) → finalize (manifest last, retention, Asset event).
+written and verified) → finalize (manifest last, retention, Asset event) → copy (to ``copy_to``, when set).
 
 A queue whose staging is small (``in_process_max_bytes``) is encoded and verified by its own capture task
 as soon as its capture ends; the encode task then runs every remaining queue as one Spark application
@@ -36,10 +36,17 @@ from airflow_rbak.codec.constants import (
 )
 from airflow_rbak.operators.backup import RbakCaptureQueueOperator, RbakDiscoverQueuesOperator, RbakExportDefinitionsOperator
 from airflow_rbak.operators.finalize import RbakFinalizeManifestOperator
+from airflow_rbak.operators.second_copy import RbakCopyBackupOperator
 from airflow_rbak.operators.segments import RbakBackupSegmentsOperator
 from airflow_rbak.segments.stages import DEFAULT_IN_PROCESS_MAX_BYTES, PLACEMENTS
 
 CONFIG = rbak_settings()
+#: The retention settings a ``retention`` object may hold (repository.retention.RetentionPolicy).
+RETENTION_PROPERTIES = {"keep_last": {"type": ["null", "integer"], "minimum": 1},
+                        "max_age_days": {"type": ["null", "number"], "exclusiveMinimum": 0},
+                        **{f"keep_{period}": {"type": ["null", "integer"], "minimum": 1}
+                           for period in ("hourly", "daily", "weekly", "monthly", "yearly")},
+                        "timezone": {"type": ["null", "string"]}}
 QUEUE_TYPES = ["classic", "quorum", "stream"]
 BACKUP_ID = ("{{ params.backup_id or 'rbak-' ~ (logical_date or dag_run.run_after)"
              ".strftime('%Y%m%dT%H%M%SZ') }}")
@@ -117,10 +124,15 @@ PARAMS = {
     "max_capture_tasks": Param(256, type="integer", minimum=1, maximum=1024,
                                description="at most this many capture tasks (Airflow maps at most [core] max_map_length, "
                                            "1,024); more queues than that are captured in groups, one after another"),
-    "retention": Param(None, type=["null", "object"], additionalProperties=False,
-                       properties={"keep_last": {"type": ["null", "integer"], "minimum": 1},
-                                   "max_age_days": {"type": ["null", "number"], "exclusiveMinimum": 0}},
-                       description='e.g. {"keep_last": 7, "max_age_days": 30}; only complete, superseded backups go'),
+    "retention": Param(None, type=["null", "object"], additionalProperties=False, properties=RETENTION_PROPERTIES,
+                       description='e.g. {"keep_last": 7, "keep_daily": 7, "keep_monthly": 12}; only complete, '
+                                   'superseded backups go'),
+    "copy_to": Param(None, type=["null", "string"],
+                     description="a second location (storage URL) the backup is copied to after it is complete, with "
+                                 "the chain bases it needs, verified there; null: no copy"),
+    "copy_retention": Param(None, type=["null", "object"], additionalProperties=False,
+                            properties=RETENTION_PROPERTIES,
+                            description="the copy location's own retention, applied there after the copy (as retention)"),
 }
 
 #: The trigger form's sections, in order (Airflow shows each param under its ``section``).
@@ -131,7 +143,7 @@ SECTIONS = {
                                              "max_hold_ms"),
     "Segments": ("compression", "compression_level", "segment_max_bytes", "segment_max_interval_ms", "segment_work",
                  "in_process_max_bytes", "compact_below_bytes"),
-    "After the backup": ("verify", "retention"),
+    "After the backup": ("verify", "retention", "copy_to", "copy_retention"),
     "Running": ("max_capture_tasks", "break_lock"),
 }
 for _section, _names in SECTIONS.items():
@@ -176,4 +188,7 @@ with DAG(
         task_id="finalize", encode_report_key=ENCODE_REPORT, captures=capture.output, retention="{{ params.retention }}",
         **common)
 
-    discover >> definitions >> capture >> encode >> finalize
+    second_copy = RbakCopyBackupOperator(
+        task_id="copy", copy_to="{{ params.copy_to }}", copy_retention="{{ params.copy_retention }}", **common)
+
+    discover >> definitions >> capture >> encode >> finalize >> second_copy

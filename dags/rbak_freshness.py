@@ -5,7 +5,8 @@ One ``check`` task per location in ``storage_urls``: a stale location fails
 its task (and so the run), which calls the failure notifier
 (``[rbak] failure_notifier``) like any other rbak task. Each check also sends the
 location's ``rbak.freshness.age`` gauge (docs/airflow.md#metrics). It reads storage only,
-so it also notices a backup DAG that is paused or a scheduler that is down.
+so it also notices a backup DAG that is paused or a scheduler that is down. Its credentials come from
+``[rbak] storage_conn_id``, as every rbak task's do.
 """
 
 from __future__ import annotations
@@ -53,13 +54,14 @@ with DAG(
         from airflow.sdk.exceptions import AirflowFailException
 
         from airflow_rbak.freshness import StaleBackupError, measure_freshness
-        from airflow_rbak.hooks.encryption import encryption_connection
+        from airflow_rbak.hooks.encryption import connection_keyring
+        from airflow_rbak.hooks.storage import open_connected_storage
         from airflow_rbak.operators import metrics
-        from airflow_rbak.storage import open_storage
 
-        with encryption_connection(rbak_settings().encryption_conn_id()):  # an encrypted location's manifests
-            found = measure_freshness(open_storage(storage_url), float(params["max_age_hours"]),
-                                      int(time.time() * 1000))
+        settings = rbak_settings()  # as every rbak task's: the storage connection, and an encrypted location's keys
+        storage = open_connected_storage(storage_url, settings.storage_conn_id(),
+                                         keyring=connection_keyring(settings.encryption_conn_id()))
+        found = measure_freshness(storage, float(params["max_age_hours"]), int(time.time() * 1000))
         metrics.freshness_measured(found.to_json())  # stale or not: the age gauge is what a dashboard alerts on
         try:
             found.raise_if_stale()

@@ -28,6 +28,13 @@ import (to move off mirrored classic queues: ``convert_to_quorum``,
 show each change and the diff, and a queue that would lose what the target's
 version cannot keep is refused unless ``accept_losses`` names the loss.
 
+**Selective restore.** ``select`` (message filters, as ``rbak messages``
+takes them) and ``positions`` (``{"vhost/queue": [0, 17]}``, as the backup's
+page numbers them) publish only the messages chosen, in stored order; the plan,
+the approval and the report name the selection and its count.
+``replay_dead_letters`` sends a dead-letter queue's messages back to the
+exchange and routing key they died from (``x-death``); the plan lists each.
+
 A definitions failure stops the run
 before any message is published; a re-run with the same ``checkpoint_state``
 continues each queue after its last confirmed record. ``rbak definitions
@@ -81,6 +88,18 @@ PARAMS = {
     "queue_map": _names_map('restore queues under other names, e.g. {"orders": "orders-restored"}'),
     "time_window_start": Param(None, **_TIME),
     "time_window_end": Param(None, **_TIME),
+    "select": Param(None, type=["null", "object"],
+                    description="only the messages matching every filter given, as `rbak messages` takes them (time "
+                                "window, message_id, correlation_id, routing_key glob, exchange, headers, content_type, "
+                                "body_contains, body_regex); the plan, the approval and the report name the selection"),
+    "positions": Param({}, type="object",
+                       additionalProperties={"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+                       description='only these messages, e.g. {"prod/orders": [0, 17]}: positions as `rbak messages` '
+                                   "and the backup's page number them (0-based, in stored order); only the queues named"),
+    "replay_dead_letters": Param([], type="array", items={"type": "string", "minLength": 1},
+                                 description="source queue globs (dead-letter queues) whose messages go back to the "
+                                             "exchange and routing key they died from (their x-death), never into the "
+                                             'queue itself; ["*"] for every queue restored'),
     "restore_definitions": Param(False, type="boolean",
                                  description="save the target's definitions for rollback, then import the backup's"),
     "definitions_selection": Param(
@@ -139,6 +158,7 @@ SECTIONS = {
     "Backup": ("storage_url", "backup_id", "skip_damaged_segments", "max_decompressed_bytes"),
     "Target and selection": ("rabbitmq_conn_id", "vhosts", "queues", "vhost_map", "queue_map"),
     "Point in time": ("time_window_start", "time_window_end"),
+    "Selective restore": ("select", "positions", "replay_dead_letters"),
     "Definitions": ("restore_definitions", "definitions_selection", "definitions_mode"),
     "Migration": ("transformations", "queue_types", "accept_losses"),
     "Publishing": ("dry_run", "publish_mode", "on_existing_messages", "max_publish_rate", "strip_user_id",

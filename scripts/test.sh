@@ -1,25 +1,25 @@
 #!/usr/bin/env bash
-# The test suite as `make test` (and so CI) runs it: five parts at once, each with private RabbitMQ nodes of its
+# The test suite as `make test` (and so CI) runs it: six parts at once, each with private RabbitMQ nodes of its
 # own, so that no part's broker faults (tests that stop, restart or reconfigure a node) reach another.
 #   scripts/test.sh [pytest args...]   extra args go to every part
 # On RabbitMQ 3.10 (the host's package): part "stack", the DAGs end to end (`airflow dags test`, mostly waiting on
-# Airflow and JVM start-up) and the three-node cluster (tests/cluster); part "restore", the restore engine, the
-# command line, the deployed stacks (LocalExecutor, CeleryExecutor), the view, the Spark jobs, the broker clients,
-# hooks and operators, and the broker-free codec and storage tests; part "engine", everything else (capture, the
-# backup runs and the repository, reliability), so a new test folder lands there. Part "rabbitmq43" runs
+# Airflow and JVM start-up); part "cluster", the three-node cluster (tests/cluster); part "restore", the restore
+# engine, the command line, the deployed stacks (LocalExecutor, CeleryExecutor), the view, the Spark jobs, the broker
+# clients, hooks and operators, and the broker-free codec and storage tests; part "engine", everything else (capture,
+# the backup runs and the repository, reliability), so a new test folder lands there. Part "rabbitmq43" runs
 # RABBITMQ43_TESTS on RabbitMQ 4.3 (the current series) and part "rabbitmq40" RABBITMQ40_TESTS on 4.0, each in a
 # chroot scripts/rabbitmq.sh builds the first time (about a minute and a half). Each part's output is kept in
 # .run/tests/<part>.log and ends with the exact RabbitMQ version of every node it ran against; the engine part
 # streams, the others are printed when all are done, each with its time. Exit status: 0 only if every part passed.
-# Measured from a fresh clone on 2 cores (RBAK_CI=1 .ci/run, chroots cached): engine 1465 s, stack 1591 s, restore
-# 1347 s, rabbitmq43 1227 s, rabbitmq40 768 s; 1622 s in all.
+# Each part's time from a fresh clone on 2 cores is in README.md (RBAK_CI=1 .ci/run, chroots cached).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 PYTEST="${VENV:-.venv}/bin/pytest"
 LOGS=.run/tests
 mkdir -p "$LOGS"
-STACK_TESTS=(tests/dags tests/cluster)
+STACK_TESTS=(tests/dags)
+CLUSTER_TESTS=(tests/cluster)
 RESTORE_TESTS=(tests/restore tests/cli tests/deployed tests/ui tests/spark_jobs tests/broker tests/hooks tests/operators
                tests/codec tests/storage)
 # The 4.x parts: the tests whose expectations follow the version the broker reports (tests/broker/behaviour.py; a
@@ -28,11 +28,11 @@ RESTORE_TESTS=(tests/restore tests/cli tests/deployed tests/ui tests/spark_jobs 
 # migration among it) and the 3.10 -> 4.3 upgrade through `airflow dags test`; 4.0 the capture, the broker-state
 # headers, the broker faults, the restore and the message size probe.
 RABBITMQ43_TESTS=(tests/broker tests/backup tests/capture tests/cluster tests/reliability/test_broker_faults.py
-                  tests/restore tests/dags/test_rbak_restore_upgrade_43.py)
+                  tests/restore tests/dags/test_rbak_restore_upgrade_43.py tests/compat)
 RABBITMQ40_TESTS=(tests/capture tests/backup/test_broker_state_headers.py tests/reliability/test_broker_faults.py
                   tests/restore tests/broker/test_message_size_limit.py)
 IGNORE=()
-for path in "${STACK_TESTS[@]}" "${RESTORE_TESTS[@]}"; do IGNORE+=(--ignore "$path"); done
+for path in "${STACK_TESTS[@]}" "${CLUSTER_TESTS[@]}" "${RESTORE_TESTS[@]}"; do IGNORE+=(--ignore "$path"); done
 
 # Each part's nodes: their own ports, names and folders (the engine part keeps scripts/rabbitmq.sh's defaults).
 # A node's TLS listeners take its plain ports + 1, so the nodes of a part are 10 apart (a 3.10 node beside a 4.x
@@ -49,7 +49,9 @@ cluster_env() {  # amqp mgmt stream
   echo "RBAK_CLUSTER_AMQP_PORT=$1 RBAK_CLUSTER_MGMT_PORT=$2 RBAK_CLUSTER_STREAM_PORT=$3"
 }
 read -r -a stack_env <<<"$(nodes_env stack "${RBAK_STACK_AMQP_PORT:-5772}" "${RBAK_STACK_MGMT_PORT:-15772}" \
-  "${RBAK_STACK_STREAM_PORT:-5652}") $(cluster_env 6172 16172 6272)"
+  "${RBAK_STACK_STREAM_PORT:-5652}")"
+read -r -a cluster_env <<<"$(nodes_env cluster "${RBAK_CLUSTER_PART_AMQP_PORT:-6572}" "${RBAK_CLUSTER_PART_MGMT_PORT:-16572}" \
+  "${RBAK_CLUSTER_PART_STREAM_PORT:-6652}") $(cluster_env 6172 16172 6272)"
 read -r -a restore_env <<<"$(nodes_env restore "${RBAK_RESTORE_AMQP_PORT:-5872}" "${RBAK_RESTORE_MGMT_PORT:-15872}" \
   "${RBAK_RESTORE_STREAM_PORT:-5752}")"
 read -r -a rabbitmq43_env <<<"$(nodes_env rabbitmq43 "${RBAK_RABBITMQ43_AMQP_PORT:-5972}" \
@@ -78,8 +80,9 @@ run_part() {  # name tests... (then the extra args): one part in the background,
   pids[$name]=$!
 }
 declare -A pids=()
-PARTS=(stack restore rabbitmq43 rabbitmq40)
+PARTS=(stack cluster restore rabbitmq43 rabbitmq40)
 run_part stack "${STACK_TESTS[@]}" "$@"
+run_part cluster "${CLUSTER_TESTS[@]}" "$@"
 run_part restore "${RESTORE_TESTS[@]}" "$@"
 run_part rabbitmq43 "${RABBITMQ43_TESTS[@]}" "$@"
 run_part rabbitmq40 "${RABBITMQ40_TESTS[@]}" "$@"

@@ -66,3 +66,22 @@ def iam_enforced(endpoint: str) -> Iterator[None]:
     finally:
         requests.post(f"{endpoint}/moto-api/reset-auth", timeout=10,
                       data=str(previous["PREVIOUS_INITIAL_NO_AUTH_ACTION_COUNT"]).encode())
+
+
+def s3_user_keys(endpoint: str) -> dict[str, str]:
+    """An IAM user allowed ``s3:*``: its key pair as an ``aws`` connection's login and password."""
+    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1")
+    name = f"rbak-{uuid.uuid4().hex[:12]}"
+    iam.create_user(UserName=name)
+    iam.put_user_policy(UserName=name, PolicyName="s3", PolicyDocument=_policy("s3:*"))
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+    return {"login": key["AccessKeyId"], "password": key["SecretAccessKey"]}
+
+
+#: The variables that hold AWS keys (the fixtures set dummy ones); a process without them has only its connection.
+AWS_KEY_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+
+
+def keys_only_connection(endpoint: str) -> str:
+    """An ``aws`` connection (as ``AIRFLOW_CONN_*`` JSON) holding an S3 user's keys and nothing else."""
+    return json.dumps({"conn_type": "aws", **s3_user_keys(endpoint), "extra": {"region_name": "us-east-1"}})

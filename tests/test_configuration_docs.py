@@ -19,7 +19,7 @@ import pytest
 from tests.dags.airflow_env import REPO, airflow_env, run
 
 DOC = REPO / "docs" / "configuration.md"
-DAGS = ("rbak_backup", "rbak_verify", "rbak_restore", "rbak_freshness")
+DAGS = ("rbak_backup", "rbak_verify", "rbak_restore", "rbak_freshness", "rbak_drill")
 
 _LOAD = r'''
 import json, sys

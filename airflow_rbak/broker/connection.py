@@ -24,6 +24,8 @@ DEFAULT_MANAGEMENT_PORT = 15672
 DEFAULT_STREAM_PORT = 5552
 #: How a text flag (a URL query or an Airflow connection extra) says true; anything else is false.
 TRUE_TEXTS = ("1", "true", "yes", "on")
+#: The name every connection of ours shows in the broker's lists (a restore's publisher adds who it is).
+CONNECTION_NAME = "airflow-rbak"
 #: At most this many nodes in a connection: a cluster is a few nodes, and every one may cost a connect timeout.
 MAX_NODES = 16
 
@@ -225,6 +227,11 @@ class RabbitMQConnection:
         return replace(self, host=node.host, amqp_port=node.amqp_port, management_port=node.management_port,
                        stream_port=node.stream_port, more_nodes=())
 
+    def starting_at(self, node: BrokerAddress) -> RabbitMQConnection:
+        """This connection with ``node`` first and the others after it, in their order (a stream's member first)."""
+        return replace(self, host=node.host, amqp_port=node.amqp_port, management_port=node.management_port,
+                       stream_port=node.stream_port, more_nodes=tuple(n for n in self.nodes if n != node))
+
     def each_node(self) -> list[RabbitMQConnection]:
         """This connection to each node alone, in order: for the clients that try the next node themselves."""
         return [self.at(node) for node in self.nodes]
@@ -256,12 +263,13 @@ class RabbitMQConnection:
             context.load_cert_chain(self.cert_file, self.key_file)
         return context
 
-    def pika_parameters_all(self, vhost: str = "/") -> list[Any]:
+    def pika_parameters_all(self, vhost: str = "/", name: str = CONNECTION_NAME) -> list[Any]:
         """pika ConnectionParameters of every node, in order: ``pika.BlockingConnection`` tries each in turn."""
-        return [c.pika_parameters(vhost) for c in self.each_node()]
+        return [c.pika_parameters(vhost, name) for c in self.each_node()]
 
-    def pika_parameters(self, vhost: str = "/") -> Any:
-        """pika ConnectionParameters of the first node for ``vhost`` (imported lazily: pika is only needed for AMQP)."""
+    def pika_parameters(self, vhost: str = "/", name: str = CONNECTION_NAME) -> Any:
+        """pika ConnectionParameters of the first node for ``vhost`` (imported lazily: pika is only needed for AMQP);
+        ``name`` is the connection's name in the broker's lists."""
         import pika
 
         context = self.ssl_context()
@@ -276,5 +284,5 @@ class RabbitMQConnection:
             stack_timeout=self.timeout * 3,
             connection_attempts=1,
             ssl_options=pika.SSLOptions(context, self.host) if context else None,
-            client_properties={"connection_name": "airflow-rbak"},
+            client_properties={"connection_name": name},
         )

@@ -65,3 +65,13 @@ class ManagementWriteError(BrokerApiError):
 
 class QueueNotFoundError(BrokerError):
     """The queue named for capture does not exist in its vhost."""
+
+
+class StreamMemberUnreachableError(BrokerError):
+    """No node the connection lists hosts a member (the leader or a replica) of a stream. Reading a stream, over the
+    stream protocol or AMQP, needs a member on the node read from; listing such a node in ``hosts`` helps, a retry
+    does not."""
+
+
+class StreamLeaderPendingError(BrokerUnreachableError):
+    """A stream has no leader right now (an election after its leader's node was lost); a later attempt finds one."""

@@ -1,4 +1,5 @@
-"""The few Management API writes a restore needs: create a vhost and import definitions into it.
+"""The few Management API writes a restore needs: create a vhost and import definitions into it; and a restore
+drill's: create its scratch vhost with a description that marks it, and delete only a vhost so marked.
 
 The read-only client (:mod:`.management`) stays apart from these writes. Errors
 (:class:`ManagementWriteError`) carry the endpoint and the broker's short reason, never credentials
@@ -12,7 +13,7 @@ from urllib.parse import quote
 
 import requests
 
-from airflow_rbak.broker.errors import ManagementWriteError
+from airflow_rbak.broker.errors import BrokerApiError, ManagementWriteError
 from airflow_rbak.broker.management import ManagementClient, addressable, reason_of
 
 
@@ -51,3 +52,33 @@ def import_vhost_definitions(client: ManagementClient, vhost: str, document: dic
         return
     named = {part: [{**item, "vhost": vhost} for item in items] for part, items in document.items()}
     send(client, "POST", "definitions", named)
+
+
+def create_marked_vhost(client: ManagementClient, vhost: str, description: str, tags: str) -> None:
+    """Create ``vhost`` with ``description`` and ``tags`` (its creator gets full permissions); refuse when it exists.
+
+    A ``PUT`` on an existing vhost would only update it, so the listing is read first: what this creates is new.
+    """
+    if not addressable(vhost):
+        raise ManagementWriteError(f"vhost {vhost!r} cannot be named in a Management API URL")
+    if vhost in client.vhosts():
+        raise ManagementWriteError(f"vhost {vhost!r} already exists; it was not created, and it is left alone")
+    send(client, "PUT", f"vhosts/{quote(vhost, safe='')}", {"description": description, "tags": tags})
+
+
+def vhost_description(client: ManagementClient, vhost: str) -> str | None:
+    """The description a vhost carries ('' when none: 3.x and 4.x give it at the top level or in its metadata);
+    None when there is no such vhost."""
+    try:
+        info = client.get(f"vhosts/{quote(vhost, safe='')}")
+    except BrokerApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    described = info.get("description") or (info.get("metadata") or {}).get("description") or ""
+    return str(described)
+
+
+def delete_vhost(client: ManagementClient, vhost: str) -> None:
+    """``DELETE /api/vhosts/{vhost}``: the vhost and everything in it (callers check it is theirs first)."""
+    send(client, "DELETE", f"vhosts/{quote(vhost, safe='')}")

@@ -1,7 +1,14 @@
-"""The few stream-protocol (port 5552) calls AMQP cannot make: the stream's tail and stored consumer offsets.
+"""The few stream-protocol (port 5552) calls AMQP cannot make: the stream's tail and stored consumer offsets, and
+which node to read a stream from.
 
 Uses ``rstream`` (optional dependency) through its low-level client; all
 calls are synchronous wrappers around one short-lived asyncio connection.
+
+In a cluster a stream has members (its leader and replicas) on some nodes only, and a node without one refuses to
+deliver it (the stream protocol answers ``StreamNotAvailable``, AMQP closes the channel with 406 "does not have a
+replica on the local node"; measured on 3.10.8). The stream protocol's metadata advertises each member's host and
+stream port, and every node advertises its own when a client connects, so :func:`member_connection` finds which of the
+connection's nodes hosts a member and puts it first, for both protocols. Stored offsets are answered by any node.
 """
 
 from __future__ import annotations
@@ -11,7 +18,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.errors import BrokerAuthError, BrokerError, BrokerUnreachableError, tls_failure
+from airflow_rbak.broker.errors import (
+    BrokerAuthError,
+    BrokerError,
+    BrokerUnreachableError,
+    StreamLeaderPendingError,
+    StreamMemberUnreachableError,
+    tls_failure,
+)
 from airflow_rbak.exceptions import ConfigurationError
 
 
@@ -74,6 +88,66 @@ def _run_on(connection: RabbitMQConnection, vhost: str, work: Any) -> Any:
         ) from None
 
 
+#: An advertised endpoint: the host and stream port a node gives clients (``stream.advertised_host``/``_port``).
+Endpoint = tuple[str, int]
+
+
+def _advertised(client: Any) -> Endpoint | None:
+    props = getattr(client, "server_properties", None) or {}
+    host, port = props.get("advertised_host"), props.get("advertised_port")
+    try:
+        return (str(host), int(port)) if host and port is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def member_connection(connection: RabbitMQConnection, vhost: str, stream: str) -> RabbitMQConnection:
+    """``connection`` starting at the first of its nodes that hosts a member of ``stream``, the others after it.
+
+    The first node that answers gives the stream's members (its metadata) and its own advertised endpoint; when it is
+    not a member, each other node is connected to for its own. Refuses (:class:`StreamMemberUnreachableError`) when
+    no listed node hosts one, naming the members; :class:`StreamLeaderPendingError` while the stream elects a leader.
+    """
+
+    async def metadata(client: Any, rstream: Any) -> tuple[set[Endpoint], Endpoint | None]:
+        try:
+            leader, replicas = await client.query_leader_and_replicas(stream)
+        except rstream.exceptions.LeaderNotAvailable:
+            raise StreamLeaderPendingError(
+                f"stream {stream!r} in vhost {vhost!r} has no leader right now (an election is under way after a node "
+                "was lost); re-run") from None
+        return {(str(b.host), int(b.port)) for b in (leader, *replicas)}, _advertised(client)
+
+    async def own(client: Any, rstream: Any) -> Endpoint | None:
+        return _advertised(client)
+
+    nodes = connection.each_node()
+    members: set[Endpoint] | None = None
+    unreachable: list[str] = []
+    for node in nodes:
+        try:
+            if members is None:
+                members, endpoint = _run_on(node, vhost, metadata)
+            else:
+                endpoint = _run_on(node, vhost, own)
+        except StreamLeaderPendingError:
+            raise
+        except BrokerUnreachableError:
+            if members is None and node is nodes[-1]:
+                raise  # no node answered: the last one's error, as every stream call gives it
+            unreachable.append(f"{node.host}:{node.stream_port}")
+            continue
+        if endpoint in members:
+            return connection.starting_at(node.first_node)
+    assert members is not None
+    listed = ", ".join(f"{h}:{p}" for h, p in sorted(members))
+    raise StreamMemberUnreachableError(
+        f"stream {stream!r} in vhost {vhost!r} has its members (leader and replicas) on {listed}, and none of the "
+        f"connection's nodes ({', '.join(f'{n.host}:{n.stream_port}' for n in nodes)}) is one of them"
+        + (f" ({', '.join(unreachable)} did not answer)" if unreachable else "")
+        + ": a stream is read from a node that holds a member; list one of them in the connection's hosts")
+
+
 def stream_tail(connection: RabbitMQConnection, vhost: str, stream: str, wait: float = 3.0) -> int | None:
     """The offset of the stream's last message now, or None when the stream is empty.
 
@@ -106,7 +180,7 @@ def stream_tail(connection: RabbitMQConnection, vhost: str, stream: str, wait: f
             await client.unsubscribe(sub)
             await client.stop_queue_listener_task(sub)
 
-    return _run(connection, vhost, work)
+    return _run(member_connection(connection, vhost, stream), vhost, work)
 
 
 def query_consumer_offsets(connection: RabbitMQConnection, vhost: str, stream: str, references: Iterable[str]) -> dict[str, int]:

@@ -8,7 +8,8 @@ previous one ended at to tell the stream was not re-created. A message's
 identity is its record as the capture stores it (broker-owned headers already
 dropped) without the delivery state: delivery tag, redelivered flag, capture
 time, source queue and vhost. :func:`identity` builds it from a delivery, for
-both.
+both; the record without its delivery state and its checkpoint digest (:func:`fingerprint`) are
+defined in :mod:`airflow_rbak.codec.record_identity`, which the search across backups shares.
 
 Two digests of it are stored, and they stay byte for byte what they have always
 been (``tests/capture/test_message_identity.py`` pins both): a checkpoint's
@@ -22,14 +23,15 @@ offset 0.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 
-import orjson
 import pika
 
 from airflow_rbak.capture.staged_delivery import stage_delivery
+from airflow_rbak.codec.record_identity import fingerprint, without_delivery_state
 from airflow_rbak.codec.records import BackupRecord, decode_record, encode_record
 from airflow_rbak.codec.staged_records import DROPPED_HEADERS, STREAM_BROKER_HEADERS, read_staged
+
+__all__ = ["fingerprint", "identity", "stream_delivery_fingerprint", "stream_fingerprint", "without_delivery_state"]
 
 
 def identity(
@@ -40,25 +42,6 @@ def identity(
     mark, not per message: staged and read as encode reads it, so it is the record a segment holds."""
     stored, _ = read_staged(stage_delivery(method, props, body, 0, DROPPED_HEADERS.index(drop_headers)), "", "")
     return without_delivery_state(decode_record(stored))
-
-
-def without_delivery_state(record: BackupRecord) -> BackupRecord:
-    """``record`` with what changes from one read of the same message to the next cleared."""
-    return replace(record, delivery_tag=0, redelivered=False, backed_up_at=0, source_queue="", source_vhost="")
-
-
-def fingerprint(record: BackupRecord) -> str:
-    """A checkpoint's fingerprint of a message: 32 hex digits over body, properties, headers, exchange, routing key.
-
-    Headers count in key order: a quorum queue (3.10) re-encodes a returned message's header table sorted by
-    key when it adds ``x-delivery-count``, so the message a resumed capture receives again has the same headers
-    in another order. Delivery state does not count.
-    """
-    h = hashlib.sha256(record.body)
-    headers = sorted(record.headers, key=lambda pair: pair[0])
-    h.update(orjson.dumps([record.properties.to_json(), [[k, v.to_json()] for k, v in headers]]))
-    h.update(f"{record.exchange}\0{record.routing_key}".encode())
-    return h.hexdigest()[:32]
 
 
 def stream_fingerprint(record: BackupRecord) -> str:

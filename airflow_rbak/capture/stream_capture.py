@@ -26,6 +26,7 @@ from airflow_rbak.broker import stream_protocol
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS, close_quietly, open_connection
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueInfo
+from airflow_rbak.broker.errors import StreamLeaderPendingError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.capture.capture_options import CaptureOptions, CaptureResult, result_from
 from airflow_rbak.capture.checkpoints import CaptureCheckpoints, QueueProgress
@@ -74,6 +75,21 @@ class StreamCapture:
         ``start`` is ``start_offset``, or with ``resume_after`` (the previous backup's end) the offset after it
         when the stream still holds that backup's last message, else 0 (:mod:`stream_identity`).
         """
+        return self._on_member(info)._capture(info, start_offset, consumer_names, management, resume_after)
+
+    def _on_member(self, info: QueueInfo) -> StreamCapture:
+        """This capture reading from a node that hosts a member of the stream (:func:`stream_protocol.member_connection`;
+        in a cluster, a stream need not have one on every node)."""
+        try:
+            member = stream_protocol.member_connection(self.connection, info.vhost, info.name)
+        except StreamLeaderPendingError:
+            raise CaptureInterruptedError(
+                f"stream {info.name!r} in vhost {info.vhost!r} has no leader right now (an election is under way after "
+                "a node was lost); nothing was read. Re-run the same backup_id to resume.") from None
+        return StreamCapture(member, self.storage, self.checkpoints, self.options)
+
+    def _capture(self, info: QueueInfo, start_offset: int, consumer_names: Iterable[str],
+                 management: ManagementClient | None, resume_after: StreamMark | None) -> CaptureResult:
         started = time.monotonic()
         progress = self.checkpoints.get(self.options.backup_id, info.vhost, info.name)
         if progress is not None and progress.completed:

@@ -25,7 +25,9 @@ from airflow_rbak.repository.chain_link import ChainLock
 from airflow_rbak.repository.lock import BackupLock
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.rebuild import rebuild_manifest
+from airflow_rbak.repository.retention import SETTINGS as RETENTION_SETTINGS
 from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
+from airflow_rbak.repository.second_copy import COPIED, REFUSED, copy_backups
 from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
@@ -216,9 +218,10 @@ def unlock_cmd(args: argparse.Namespace, out: IO[str]) -> int:
 
 def forget_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     """Retention on demand: the rbak_backup DAG's ``retention`` (:mod:`airflow_rbak.repository.retention`), chain-aware."""
-    policy = RetentionPolicy(args.keep_last, args.max_age_days)
+    policy = _policy(args)
     if not policy.active:
-        raise ConfigurationError("say what to keep: --keep-last N and/or --max-age-days D")
+        raise ConfigurationError("say what to keep: --keep-last N, --keep-daily N (hourly, weekly, monthly, yearly) "
+                                 "and/or --max-age-days D")
     storage = _open_existing(args)
     result = apply_retention(storage, policy, now_ms=int(time.time() * 1000), protect=None,
                              chain_lock=ChainLock(storage, "rbak forget", wait=max(0.0, args.wait)), dry_run=args.dry_run)
@@ -229,7 +232,8 @@ def forget_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     say(out, f"{verb} {len(result.deleted)} backup(s), {result.objects_deleted} objects")
     for backup_id in result.deleted:
         kept = result.segments_kept_for_chains.get(backup_id)
-        say(out, f"  {verb} {backup_id}" + (f" (keeping {kept} stream segments other backups list)" if kept else ""))
+        say(out, f"  {verb} {backup_id}" + (f" (keeping {kept} stream segments other backups list)" if kept else "")
+            + (f": {result.removed_because[backup_id]}" if result.removed_because.get(backup_id) else ""))
     for backup_id, reason in result.kept.items():
         say(out, f"  keep {backup_id}: {reason}")
     return 0
@@ -247,6 +251,31 @@ def export_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         for key, why in result.refused.items():
             say(out, f"  ! not copied: {why}" if key in why else f"  ! not copied: {key}: {why}")
     return 0 if result.ok else 1
+
+
+def _policy(args: argparse.Namespace) -> RetentionPolicy:
+    return RetentionPolicy(**{name: getattr(args, name) for name in RETENTION_SETTINGS})
+
+
+def copy_cmd(args: argparse.Namespace, out: IO[str]) -> int:
+    """A second copy (:mod:`airflow_rbak.repository.second_copy`); exit 1 when a damaged backup was refused."""
+    source = open_storage(args.source)
+    source.check_location()
+    destination = open_storage(args.destination)
+    report = copy_backups(source, destination, args.backup_id, retention=_policy(args), workers=args.workers,
+                          chain_lock_wait=max(0.0, args.wait))
+    if args.format == "json":
+        json_line(out, report.to_json())
+    else:
+        say(out, report.describe())
+        for entry in report.backups:
+            detail = (f"{entry.objects_copied} objects ({entry.bytes_copied} bytes), {entry.objects_already_there} "
+                      "already there, verified at the destination" if entry.outcome == COPIED else entry.reason or "")
+            brought = f" (the chain of {entry.brought_by} needs it)" if entry.brought_by else ""
+            say(out, f"  {entry.outcome} {entry.backup_id}{brought}: {detail}")
+        if report.retention_deleted:
+            say(out, f"  the destination's retention removed {', '.join(report.retention_deleted)}")
+    return 1 if report.ids(REFUSED) else 0
 
 
 def _read_source(source: str) -> tuple[bytes, str]:

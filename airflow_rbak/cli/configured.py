@@ -4,7 +4,9 @@ The rule, for every command: ``--path``, else ``[rbak] storage_url`` as Airflow 
 installed that is Airflow's configuration (airflow.cfg under ``$AIRFLOW_HOME`` or ``$AIRFLOW_CONFIG``,
 ``AIRFLOW__RBAK__STORAGE_URL``, its ``_CMD`` and ``_SECRET`` forms), loaded only when a command needs it, so a
 command given ``--path`` never loads Airflow; without Airflow, the ``AIRFLOW__RBAK__STORAGE_URL`` variable alone.
-Unset either way: ``$AIRFLOW_HOME/rbak-backups``, the DAGs' default.
+Unset either way: ``$AIRFLOW_HOME/rbak-backups``, the DAGs' default. The configured location is opened with the
+configured ``[rbak] storage_conn_id`` (an Airflow connection), as the DAGs' tasks open it; a ``--path`` with each
+cloud's own chain (environment, profile, role).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.settings import RbakSettings, airflow_home, airflow_lookup, environment_lookup
-from airflow_rbak.storage.keyring import Keyring
+from airflow_rbak.storage.credentials import use_credentials
+from airflow_rbak.storage.keyring import Keyring, use_keyring
 from airflow_rbak.storage.sealed import StateSeal
 
 
@@ -59,5 +63,25 @@ def encryption_keyring(encryption_conn_id: str | None) -> Keyring | None:
 
 
 def location(args: argparse.Namespace) -> str:
-    """The storage URL a command works on: ``--path``, else the configured ``storage_url``."""
-    return str(args.path) if args.path else cli_settings().storage_url()
+    """The storage URL a command works on: ``--path``, else the configured ``storage_url``, whose storage this
+    process then opens with the configured ``storage_conn_id``'s credentials (until ``main`` ends the command), and
+    unless ``--encryption-conn-id`` names keys, the configured ``encryption_conn_id``'s keys."""
+    if args.path:
+        return str(args.path)
+    settings = cli_settings()
+    _use_connection(settings.storage_conn_id())
+    if not getattr(args, "encryption_conn_id", None) and settings.encryption_conn_id():
+        use_keyring(encryption_keyring(settings.encryption_conn_id()))  # main's block restores the previous keys
+    return settings.storage_url()
+
+
+def _use_connection(conn_id: str | None) -> None:
+    """Hand the connection's credentials to the storage layer; None leaves each cloud's own chain."""
+    if not conn_id:
+        return
+    try:
+        from airflow_rbak.hooks.storage import connection_credentials  # Airflow's connections: only where it is installed
+    except ImportError:
+        raise ConfigurationError(f"[rbak] storage_conn_id {conn_id!r} names an Airflow connection, and Airflow is not "
+                                 "installed here: unset it, or give --path and the cloud's own credentials") from None
+    use_credentials(connection_credentials(conn_id))

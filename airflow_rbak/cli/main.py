@@ -1,5 +1,5 @@
-"""``rbak``: list, describe, validate, forget and repair RBAK backups; dump segments; remove a stale lock; roll back a
-definitions import; restore or back up without Airflow.
+"""``rbak``: list, describe, validate, forget, copy and repair RBAK backups; read and search their messages; dump
+segments; remove a stale lock; roll back a definitions import; restore or back up without Airflow.
 
 Exit codes (docs/operations.md#the-rbak-command-line): 0 success (a valid backup), 1 a defect (the backup is damaged),
 2 a usage error (bad arguments or settings, a backup id that names nothing), 3 the location cannot be reached or read,
@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from airflow_rbak import __version__
-from airflow_rbak.cli import commands, runs
+from airflow_rbak.cli import commands, messages, runs
 from airflow_rbak.cli.configured import encryption_keyring
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.errors import CodecError
@@ -27,6 +27,7 @@ from airflow_rbak.repository.manifest_store import ManifestNotFoundError
 from airflow_rbak.repository.rebuild import NothingToRebuildError
 from airflow_rbak.restore.errors import DamagedSegmentsError
 from airflow_rbak.storage.base import ObjectNotFoundError, StorageError
+from airflow_rbak.storage.credentials import current_credentials, storage_credentials
 from airflow_rbak.storage.encrypted import DamagedObjectError, KeyRequiredError, NotEncryptedError, WrongKeyError
 from airflow_rbak.storage.keyring import storage_keyring
 
@@ -46,7 +47,11 @@ EXAMPLES = {
     "describe": "rbak describe --backup-id latest\nrbak describe --path file:///var/backups/rabbit --backup-id prod-2026-11-22",
     "validate": "rbak validate --backup-id latest --deep\nrbak validate --path file:///var/backups/rabbit --backup-id b1 "
                 "--format json",
-    "forget": "rbak forget --keep-last 7 --dry-run\nrbak forget --path s3://backups/rabbit --keep-last 7 --max-age-days 30",
+    "forget": "rbak forget --keep-last 7 --dry-run\n"
+              "rbak forget --keep-daily 7 --keep-weekly 5 --keep-monthly 12 --dry-run\n"
+              "rbak forget --path s3://backups/rabbit --keep-last 7 --max-age-days 30",
+    "copy": "rbak copy file:///var/backups/rabbit s3://dr-backups/rabbit?region=eu-central-1\n"
+            "rbak copy s3://backups/rabbit azure://dr/rabbit --backup-id latest --keep-daily 7 --keep-monthly 12",
     "unlock": "rbak unlock --backup-id prod-2026-11-22",
     "dump": "rbak segment dump /var/backups/rabbit/b1/queues/_default/orders/segment-0001.zst | head",
     "rebuild": "rbak manifest rebuild --backup-id prod-2026-11-22 --replace",
@@ -56,6 +61,12 @@ EXAMPLES = {
                "rbak restore --broker-file ~/.rbak-broker --backup-id b1 --vhost-map prod=prod-restored",
     "export": "rbak export --decrypt --encryption-conn-id rbak_encryption --path s3://backups/rabbit "
               "--to file:///srv/rabbit-plain\nRBAK_ENCRYPTION_KEYS=k1:... rbak export --decrypt --to file:///srv/plain",
+    "messages": "rbak messages --backup-id latest --queue orders --message-id 4711\n"
+                "rbak messages --path s3://backups/rabbit --backup-id b1 --vhost prod --queue dlq --since 2026-11-22T02:00:00Z "
+                "--limit 20 --format jsonl",
+    "search": "rbak search --message-id 4711\n"
+              "rbak search --path file:///var/backups/rabbit --since-date 2026-11-01 --header x-tenant=acme "
+              "--body-regex 'amount\":\\s*9{3,}' --format json",
     "backup": "RBAK_BROKER_URL=amqp://... rbak backup --backup-id manual-1\n"
               "rbak backup --broker-file ~/.rbak-broker --backup-id b2 -c '{\"vhosts\": [\"prod\"], \"verify\": \"deep\", "
               "\"retention\": {\"keep_last\": 7}}'",
@@ -74,11 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "it, the RBAK_ENCRYPTION_KEYS variable's keys, else none (a plain location)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help_text: str, parent=sub) -> argparse.ArgumentParser:
+    def command(name: str, help_text: str, parent=sub, formats=("text", "json")) -> argparse.ArgumentParser:
         p = parent.add_parser(name, help=help_text, description=help_text, formatter_class=argparse.RawDescriptionHelpFormatter,
                               epilog="examples:\n  " + EXAMPLES[name].replace("\n", "\n  "))
         # SUPPRESS: given here it wins, absent it leaves the value given before the command
-        p.add_argument("--format", choices=("text", "json"), default=argparse.SUPPRESS, help="output format (default text)")
+        p.add_argument("--format", choices=formats, default=argparse.SUPPRESS, help="output format (default text)")
         p.add_argument("--encryption-conn-id", default=argparse.SUPPRESS, metavar="CONN_ID",
                        help="the Airflow connection holding the location's encryption keys")
         return p
@@ -97,11 +108,26 @@ def build_parser() -> argparse.ArgumentParser:
     _cap_arg(p)
     p.set_defaults(run=commands.validate_cmd)
 
+    p = command("messages", "Print a backup's messages in stored order (all queues, or --vhost/--queue), with the "
+                            "filters below, one segment at a time; text is a table, json one line per message.",
+                formats=("text", "json", "table", "jsonl"))
+    _backup_args(p)
+    messages.add_messages_args(p)
+    _cap_arg(p)
+    p.set_defaults(run=messages.messages_cmd)
+
+    p = command("search", "Search every complete backup of a location (or a range) with the filters below: each "
+                          "matching message once, with every backup, segment and position that holds it.",
+                formats=("text", "json", "table", "jsonl"))
+    _path_arg(p)
+    messages.add_search_args(p)
+    _cap_arg(p)
+    p.set_defaults(run=messages.search_cmd)
+
     p = command("forget", "Remove the complete backups a retention rule no longer keeps, never a segment a kept "
                           "backup's stream chain lists, nor an incomplete or damaged backup.")
     _path_arg(p)
-    p.add_argument("--keep-last", type=_positive_int, metavar="N", help="keep the newest N complete backups")
-    p.add_argument("--max-age-days", type=_positive_float, metavar="D", help="keep backups younger than D days")
+    _retention_args(p)
     p.add_argument("--dry-run", action="store_true", help="say what would be removed and why each other stays; remove nothing")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the location's chain lock while a backup links its chains (default 60)")
@@ -114,6 +140,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decrypt", action="store_true", required=True,
                    help="write the copy unencrypted (required: says what the copy is)")
     p.set_defaults(run=commands.export_cmd)
+
+    p = command("copy", "Copy complete backups to a second location, whole chains, verified there before their manifest "
+                        "is written; skips what is already there, resumes a half copy, names a damaged backup and "
+                        "copies the rest (exit 1 when one was refused).")
+    p.add_argument("source", help="the storage URL to copy from (only read)")
+    p.add_argument("destination", help="the storage URL to copy to")
+    p.add_argument("--backup-id", action="append", metavar="ID",
+                   help="a backup to copy (repeatable; latest: the newest complete one); default: every complete backup")
+    _retention_args(p, "at the destination, after copying: ")
+    p.add_argument("--workers", type=_positive_int, default=4, metavar="N", help="objects copied at a time (default 4)")
+    p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+                   help="how long to wait for the destination's chain lock (default 60)")
+    p.set_defaults(run=commands.copy_cmd)
 
     p = command("unlock", "Remove the lock a crashed backup run left behind (says who held it).")
     _backup_args(p)
@@ -199,6 +238,18 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _retention_args(p: argparse.ArgumentParser, where: str = "") -> None:
+    """The retention rules (:class:`~airflow_rbak.repository.retention.RetentionPolicy`), as ``forget`` and ``copy`` take them."""
+    p.add_argument("--keep-last", type=_positive_int, metavar="N", help=f"{where}keep the newest N complete backups")
+    p.add_argument("--max-age-days", type=_positive_float, metavar="D", help=f"{where}keep backups younger than D days")
+    for period, unit in (("hourly", "hours"), ("daily", "days"), ("weekly", "ISO weeks"), ("monthly", "months"),
+                         ("yearly", "years")):
+        p.add_argument(f"--keep-{period}", type=_positive_int, metavar="N",
+                       help=f"{where}keep the newest backup of each of the last N {unit} that have one (restic's rule)")
+    p.add_argument("--timezone", default="UTC", metavar="ZONE",
+                   help="the IANA time zone the calendar periods are counted in (default UTC)")
+
+
 def _path_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--path", help="storage URL: file:///dir, s3://bucket/prefix?..., memory:// "
                                   "(default: [rbak] storage_url, else $AIRFLOW_HOME/rbak-backups)")
@@ -218,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit code (also the process's, via the console script)."""
     args = build_parser().parse_args(argv)
     try:
-        with storage_keyring(encryption_keyring(args.encryption_conn_id)):
+        with storage_credentials(current_credentials()), storage_keyring(encryption_keyring(args.encryption_conn_id)):
             code = args.run(args, sys.stdout)
     except BrokenPipeError:  # `rbak segment dump ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -28,8 +28,10 @@ from airflow_rbak.cli.configured import location, state_seal
 from airflow_rbak.cli.output import json_line, listed, say
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
+from airflow_rbak.repository.second_copy import copy_backups
 from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.settings import default_checkpoint_state
+from airflow_rbak.storage import open_storage
 
 BROKER_URL_ENV = "RBAK_BROKER_URL"
 #: DAG params a run without Airflow ignores.
@@ -118,6 +120,8 @@ def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     verb = "would publish" if report.dry_run else "published"
     say(out, f"restore of {report.backup_id} into {report.target_cluster or connection.host}: {report.planned} planned, "
              f"{verb} {report.published}, {report.unroutable} unroutable")
+    if report.selection:
+        say(out, f"  selection: {report.selection}")
     for q in report.queues:
         done = (f"would publish {q['published']}" if report.dry_run else
                 f"published {q['published']}" + (f" ({q['published_total']} with earlier runs)"
@@ -174,6 +178,7 @@ def backup_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     if "streams" in conf:
         conf["incremental_streams"] = conf.pop("streams") == "incremental"
     verify, policy = _verify_mode(conf.pop("verify", "deep")), RetentionPolicy.from_json(conf.pop("retention", None))
+    copy_to, copy_policy = conf.pop("copy_to", None), RetentionPolicy.from_json(conf.pop("copy_retention", None))
     backup_id, storage_url = conf.pop("backup_id"), conf.pop("storage_url")
     if not backup_id:
         raise ConfigurationError("give the new backup's id as --backup-id")
@@ -191,6 +196,9 @@ def backup_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     if report is None or report.valid:  # retention only after a backup that checks out
         summary["retention"] = apply_retention(run.plain_storage, policy, now_ms=int(time.time() * 1000),
                                                protect=manifest.backup_id).to_json() if policy.active else None
+        if copy_to:  # the second copy, as rbak_backup's copy task makes it
+            summary["copy"] = copy_backups(run.plain_storage, open_storage(copy_to), [manifest.backup_id],
+                                           retention=copy_policy).to_json()
     if args.format == "json":
         json_line(out, summary)
     else:
@@ -202,7 +210,11 @@ def backup_cmd(args: argparse.Namespace, out: IO[str]) -> int:
                 say(out, f"    {defect}")
         if summary.get("retention"):
             say(out, f"  retention removed {', '.join(summary['retention']['deleted']) or 'nothing'}")
-    return 0 if report is None or report.valid else 1
+        if summary.get("copy"):
+            say(out, f"  copy to {copy_to}: copied {', '.join(summary['copy']['copied']) or 'nothing'}, refused "
+                     f"{', '.join(summary['copy']['refused']) or 'nothing'}")
+    refused = bool(summary.get("copy") and summary["copy"]["refused"])
+    return 0 if (report is None or report.valid) and not refused else 1
 
 
 def _verify_mode(value: Any) -> str:

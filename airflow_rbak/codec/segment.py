@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from airflow_rbak.codec import errors, records
-from airflow_rbak.codec.compression import compress, decompress
+from airflow_rbak.codec.compression import _chunks, compress, decompress
 from airflow_rbak.codec.constants import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     DEFAULT_ZSTD_LEVEL,
@@ -339,3 +339,40 @@ def iter_payload_records(payload: bytes, expected: int, name: str = "<segment>")
         pos += length
         index += 1
     _check_count(index, expected, name)
+
+
+def iter_records_from(
+    data: bytes | memoryview, start: int = 0, name: str = "<segment>",
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> Iterator[tuple[int, BackupRecord]]:
+    """Yield ``(index, record)`` from record ``start`` on, decompressing only as far as the caller reads.
+
+    For a reader that wants a few records (a page of the backups view), not the whole segment: the header and
+    CRC-32 are checked first, records before ``start`` are skipped by their length prefix without being decoded,
+    and a caller that stops early never decompresses the rest (nor learns whether the rest is well formed, or holds
+    the stated count: :func:`iter_records` checks all of it).
+    """
+    header = read_header(data, name)
+    compressed = memoryview(data)[HEADER_SIZE : len(data) - FOOTER_SIZE]
+    buffer, pos, index, seen = bytearray(), 0, 0, 0
+    for chunk in _chunks(compressed, header.compression, name):
+        seen += len(chunk)
+        if seen > max_decompressed_bytes:
+            raise errors.DecompressionBombError(f"payload exceeds {max_decompressed_bytes} bytes", segment=name)
+        del buffer[:pos]
+        buffer += chunk
+        pos = 0
+        while len(buffer) - pos >= LENGTH_PREFIX_SIZE and index < header.record_count:
+            (length,) = _LEN.unpack_from(buffer, pos)
+            end = pos + LENGTH_PREFIX_SIZE + length
+            if end > len(buffer):
+                break  # the record continues in the next chunk
+            if index >= start:
+                try:
+                    record = decode_record(bytes(buffer[pos + LENGTH_PREFIX_SIZE : end]))  # a copy: buffer is resized
+                except RecordError as exc:
+                    raise errors.RecordDecodeError(f"record {index}: {exc}", segment=name, offset=pos) from None
+                yield index, record
+            pos, index = end, index + 1
+    if index < header.record_count and index >= start:
+        raise errors.RecordFramingError(f"the payload ends inside record {index}", segment=name)

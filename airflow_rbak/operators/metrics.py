@@ -38,6 +38,9 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "rbak.freshness.age": ("gauge", ("location",),
                            "seconds since the location's newest complete backup finished (rbak_freshness)"),
     "rbak.freshness.fresh": ("gauge", ("location",), "1 when that backup is within max_age_hours, else 0"),
+    "rbak.drill.passed": ("gauge", ("location",),
+                          "1 when the location's restore drill passed, else 0 (rbak_drill; sent whatever the outcome)"),
+    "rbak.drill.messages": ("counter", ("location",), "messages a restore drill compared with the backup"),
 }
 #: The longest tag value sent; longer ones keep their start and a hash of the whole, so they stay distinct.
 MAX_TAG = 60
@@ -114,6 +117,13 @@ def restore_reported(report: Mapping[str, Any], storage_url: str) -> None:
     stats.incr("rbak.restore.complete", tags=tags)
     stats.incr("rbak.restore.messages", report["published"], tags=tags)
     stats.incr("rbak.restore.unroutable", report["unroutable"], tags=tags)
+
+
+def drill_reported(report: Mapping[str, Any]) -> None:
+    """A restore drill's report (``DrillReport`` as JSON), passed or failed: the gauge a dashboard alerts on."""
+    stats, tags = _stats(), _tags(report["storage_url"])
+    stats.gauge("rbak.drill.passed", 1 if report.get("passed") else 0, tags=tags)
+    stats.incr("rbak.drill.messages", report.get("compared") or 0, tags=tags)
 
 
 def freshness_measured(found: Mapping[str, Any]) -> None:

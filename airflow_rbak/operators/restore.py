@@ -58,7 +58,8 @@ class RbakRestoreOperator(StorageConnectionMixin, BaseOperator):
 
 
 class RbakRestorePlanOperator(RbakRestoreOperator):
-    """Read the manifest, verify the segments the window needs, count; the plan goes to the log and XCom.
+    """Read the manifest, verify the segments the window needs, count; the plan goes to the log (once: the engine
+    logs it) and XCom.
 
     Returns one object per queue (the publish task maps over it), or with ``max_publish_tasks`` the queues in
     at most that many groups (within Airflow's ``max_map_length``), and pushes the whole plan as the ``plan``
@@ -73,9 +74,7 @@ class RbakRestorePlanOperator(RbakRestoreOperator):
 
     def execute(self, context: Any) -> list[list[dict[str, Any]]]:
         run = self.restore_run()
-        plan = restore_step("plan", run.plan)
-        for line in plan.summary_lines():
-            log.info("%s", line)
+        plan = restore_step("plan", run.plan)  # which logs the plan
         context["ti"].xcom_push(key="plan", value=plan.to_json())
         queues = [{"source_vhost": q.source_vhost, "source_queue": q.source_queue, "target": f"{q.target_vhost}/{q.target_queue}",
                    "records": q.records_in_window, "target_holds": q.target_depth, "adds": q.to_add} for q in plan.queues]

@@ -72,8 +72,8 @@ class RbakRestoreApprovalOperator(ApprovalOperator):
         if skip and not settings.dry_run and not rules.skip_allowed:
             raise AirflowFailException(f"rbak approval refused: {rules.skip_refusal()}")
         skipped = approval_not_needed(settings, skip)
-        if skipped:
-            log.info("no approval asked: %s", skipped)
+        if skipped:  # what would have been asked is still said, for the run's record
+            log.info("no approval asked (%s) for: %s", skipped, approval_subject(RestorePlan.from_json(dict(self.plan))))
             return {"approved": True, "asked": False, "reason": skipped}
         assigned = run_step("approval", lambda: rules.assigned(triggering_user(context)))
         self.assigned_users = [{"id": user, "name": user} for user in assigned] or None

@@ -22,6 +22,7 @@ from typing import Any
 
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.layout import compression_from_key, is_location_state, manifest_key
+from airflow_rbak.display import span
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.chain import dependencies, undeclared_owners
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
@@ -156,12 +157,12 @@ def _summary(store: ManifestStore, backup_id: str, stored: dict[str, int], now_m
 def _trust(manifest: BackupManifest, stored: dict[str, int], now_ms: int) -> tuple[str, str | None]:
     """The status a readable manifest earns (see the module docstring), and why when it is not ``complete``."""
     if manifest.completed_at is None:
-        return "incomplete", None
+        return "incomplete", "not finished: no completed_at (still running, or stopped: re-run the same backup_id)"
     if manifest.completed_at < manifest.created_at:
         return "damaged", "completed_at is before created_at"
     ahead = max(manifest.created_at, manifest.completed_at) - now_ms
     if ahead > MAX_CLOCK_SKEW_MS:
-        return "future", (f"its times are {ahead // 60_000} minutes ahead of this clock (more than "
+        return "future", (f"its times are {span(ahead)} ahead of this clock (more than "
                           f"{MAX_CLOCK_SKEW_MS // 60_000} allowed); not counted until then")
     if "rebuilt" in manifest.extensions:
         return "rebuilt", "rebuilt by `rbak manifest rebuild`; its times are estimates; restore it by its id"

@@ -4,8 +4,10 @@ Only backups that are complete *and* superseded by a newer complete backup
 are ever candidates, and the one just written is never one: an incomplete or
 damaged backup may be the only copy of something, so retention leaves it to
 a human. A backup is kept when any configured rule keeps it (among the
-newest ``keep_last``, or younger than ``max_age_days``); with no rule set
-nothing is removed.
+newest ``keep_last``, younger than ``max_age_days``, or the newest of one of
+the periods a calendar rule keeps, :mod:`airflow_rbak.repository.calendar_rules`);
+with no rule set nothing is removed. Each kept backup carries every rule that
+keeps it, and each removed one why every rule passed it over.
 
 Streams form chains (:mod:`airflow_rbak.repository.chain`): a kept backup may
 list segments that an expired one holds. Removing that backup then removes
@@ -39,6 +41,7 @@ from typing import Any
 from airflow_rbak.codec.layout import check_backup_id, lock_key, manifest_key
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.repository.calendar_rules import CALENDAR_RULES, Dated, calendar_verdict, time_zone
 from airflow_rbak.repository.catalog import BackupSummary, list_backups
 from airflow_rbak.repository.chain import referenced_keys
 from airflow_rbak.repository.chain_link import ChainLock
@@ -52,64 +55,102 @@ log = package_logger(__name__)
 
 @dataclass(frozen=True)
 class RetentionPolicy:
-    """Keep the newest ``keep_last`` complete backups and/or those younger than ``max_age_days``."""
+    """Which complete backups stay: the newest ``keep_last``, those younger than ``max_age_days``, and restic's
+    calendar rules (``keep_hourly`` … ``keep_yearly``, :mod:`airflow_rbak.repository.calendar_rules`) in ``timezone``."""
 
     keep_last: int | None = None
     max_age_days: float | None = None
+    keep_hourly: int | None = None
+    keep_daily: int | None = None
+    keep_weekly: int | None = None
+    keep_monthly: int | None = None
+    keep_yearly: int | None = None
+    timezone: str = "UTC"
 
     def __post_init__(self) -> None:
-        if self.keep_last is not None and (not isinstance(self.keep_last, int) or self.keep_last < 1):
-            raise ConfigurationError(f"retention keep_last must be an integer >= 1, got {self.keep_last!r}")
+        for name in COUNT_SETTINGS:
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigurationError(f"retention {name} must be an integer >= 1, got {value!r}")
         if self.max_age_days is not None and not self.max_age_days > 0:
             raise ConfigurationError(f"retention max_age_days must be > 0, got {self.max_age_days!r}")
+        time_zone(self.timezone)
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any] | None) -> RetentionPolicy:
-        """From the DAG's ``retention`` param (``null`` or ``{"keep_last": N, "max_age_days": D}``)."""
-        value = value or {}
-        unknown = set(value) - {"keep_last", "max_age_days"}
+        """From the DAG's ``retention`` param (``null`` or e.g. ``{"keep_daily": 7, "keep_monthly": 12}``)."""
+        value = dict(value or {})
+        unknown = set(value) - set(SETTINGS)
         if unknown:
-            raise ConfigurationError(f"unknown retention settings {sorted(unknown)}; use keep_last and/or max_age_days")
-        return cls(value.get("keep_last"), value.get("max_age_days"))
+            raise ConfigurationError(f"unknown retention settings {sorted(unknown)}; use {', '.join(SETTINGS)}")
+        if value.get("timezone") is None:
+            value.pop("timezone", None)
+        return cls(**value)
 
     @property
     def active(self) -> bool:
-        return self.keep_last is not None or self.max_age_days is not None
+        return any(getattr(self, name) is not None for name in (*COUNT_SETTINGS, "max_age_days"))
+
+    def calendar_counts(self) -> dict[str, int | None]:
+        return {setting: getattr(self, setting) for _, setting, _ in CALENDAR_RULES}
+
+
+#: The settings that count backups or periods (each an integer >= 1 or unset).
+COUNT_SETTINGS = ("keep_last", *(setting for _, setting, _ in CALENDAR_RULES))
+#: Every setting of a policy, as the ``retention`` param and ``rbak forget`` name them.
+SETTINGS = (*COUNT_SETTINGS, "max_age_days", "timezone")
 
 
 def retention_decisions(
     backups: list[BackupSummary], policy: RetentionPolicy, *, now_ms: int, protect: str,
     continued: Mapping[str, tuple[str, ...]] | None = None,
 ) -> dict[str, str | None]:
-    """For each backup id, why it is kept, or None when ``policy`` removes it.
+    """For each backup id, why it is kept (every rule that keeps it), or None when ``policy`` removes it.
 
     ``continued``: backups holding streams that running backups (the values) may continue from, kept for them.
     """
+    return {k: v[0] for k, v in _verdicts(backups, policy, now_ms=now_ms, protect=protect, continued=continued).items()}
+
+
+def removal_reasons(backups: list[BackupSummary], policy: RetentionPolicy, *, now_ms: int, protect: str,
+                    continued: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, str]:
+    """For each backup ``policy`` removes, why no rule keeps it (what each rule kept instead)."""
+    verdicts = _verdicts(backups, policy, now_ms=now_ms, protect=protect, continued=continued)
+    return {k: v[1] for k, v in verdicts.items() if v[0] is None}
+
+
+def _verdicts(backups: list[BackupSummary], policy: RetentionPolicy, *, now_ms: int, protect: str,
+              continued: Mapping[str, tuple[str, ...]] | None) -> dict[str, tuple[str | None, str]]:
     continued = continued or {}
-    reasons: dict[str, str | None] = {
-        b.backup_id: f"retired: holds only segments that {', '.join(b.needed_by)} list" if b.status == "retired"
-        else f"{b.status}: left to a human" for b in backups if b.status != "complete"}
+    verdicts: dict[str, tuple[str | None, str]] = {
+        b.backup_id: (f"retired: holds only segments that {', '.join(b.needed_by)} list" if b.status == "retired"
+                      else f"{b.status}: left to a human", "") for b in backups if b.status != "complete"}
     complete = sorted((b for b in backups if b.status == "complete"), key=lambda b: (b.created_at or 0, b.backup_id))
     newest_first = list(reversed(complete))
     kept_by_count = {b.backup_id for b in newest_first[: policy.keep_last or 0]}
+    calendar = calendar_verdict([Dated(b.backup_id, b.created_at or 0) for b in newest_first], policy.calendar_counts(),
+                                time_zone(policy.timezone))
     for position, backup in enumerate(newest_first):
-        young = policy.max_age_days is not None and (now_ms - (backup.completed_at or 0)) < policy.max_age_days * _DAY_MS
         if not policy.active:
-            reasons[backup.backup_id] = "no retention rule set"
-        elif backup.backup_id == protect:
-            reasons[backup.backup_id] = "the backup just written"
-        elif position == 0:  # the newest complete backup supersedes, it is never superseded
-            reasons[backup.backup_id] = "the newest complete backup"
-        elif backup.backup_id in kept_by_count:
-            reasons[backup.backup_id] = f"among the newest {policy.keep_last} complete backups (keep_last)"
-        elif young:
-            reasons[backup.backup_id] = f"younger than {policy.max_age_days} days (max_age_days)"
-        elif backup.backup_id in continued:
-            reasons[backup.backup_id] = (f"holds streams that running backups ({', '.join(continued[backup.backup_id])}) "
-                                         "may continue from")
-        else:
-            reasons[backup.backup_id] = None
-    return reasons
+            verdicts[backup.backup_id] = ("no retention rule set", "")
+            continue
+        young = policy.max_age_days is not None and (now_ms - (backup.completed_at or 0)) < policy.max_age_days * _DAY_MS
+        reasons = [
+            *(["the backup just written"] if backup.backup_id == protect else []),
+            # the newest complete backup supersedes, it is never superseded
+            *(["the newest complete backup"] if position == 0 and backup.backup_id != protect else []),
+            *([f"among the newest {policy.keep_last} complete backups (keep_last)"]
+              if backup.backup_id in kept_by_count and backup.backup_id != protect and position else []),
+            *([", ".join(calendar.kept_for[backup.backup_id])] if calendar.kept_for[backup.backup_id] else []),
+            *([f"younger than {policy.max_age_days} days (max_age_days)"] if young else []),
+            *([f"holds streams that running backups ({', '.join(continued[backup.backup_id])}) may continue from"]
+              if backup.backup_id in continued else []),
+        ]
+        passed = [f"not among the newest {policy.keep_last} (keep_last)"] if policy.keep_last else []
+        passed += calendar.passed_over[backup.backup_id]
+        passed += [f"older than {policy.max_age_days} days (max_age_days)"] if policy.max_age_days else []
+        verdicts[backup.backup_id] = ("; ".join(reasons) or None, "; ".join(passed))
+    return verdicts
 
 
 def select_expired(backups: list[BackupSummary], policy: RetentionPolicy, *, now_ms: int, protect: str,
@@ -142,6 +183,8 @@ class RetentionResult:
     segments_kept_for_chains: dict[str, int] = field(default_factory=dict)
     objects_deleted: int = 0
     kept: dict[str, str] = field(default_factory=dict)
+    #: Why each removed backup is not kept: what each rule kept instead.
+    removed_because: dict[str, str] = field(default_factory=dict)
     #: Nothing was deleted: ``deleted`` and ``objects_deleted`` say what the pass would remove.
     dry_run: bool = False
 
@@ -216,6 +259,8 @@ def _apply(storage: Storage, policy: RetentionPolicy, *, now_ms: int, protect: s
     reasons = retention_decisions(backups, policy, now_ms=now_ms, protect=protect, continued=continued)
     result = RetentionResult(kept={k: v for k, v in reasons.items() if v is not None}, dry_run=dry_run)
     expired = [b for b in candidates if b not in continued]
+    because = removal_reasons(backups, policy, now_ms=now_ms, protect=protect, continued=continued)
+    result.removed_because = {b: because.get(b, "") for b in expired}
     retired = [b.backup_id for b in backups if b.status == "retired"]
     for backup_id, reason in result.kept.items():
         log.info("retention keeps backup %s: %s", backup_id, reason)

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from airflow_rbak.display import md_code, printable
+from airflow_rbak.restore import selection_report
 from airflow_rbak.restore.errors import RestoreRejectedError
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan
 from airflow_rbak.restore.request import RestoreRequest
@@ -55,7 +56,8 @@ def approval_not_needed(settings: RestoreRequest, skip_approval: bool) -> str | 
 def approval_subject(plan: RestorePlan) -> str:
     """One line: which backup, how many records, into which cluster."""
     target = plan.target_cluster or "(target cluster not inspected)"
-    return printable(f"Restore backup {plan.backup_id}: {plan.records_in_window} records into {len(plan.queues)} "
+    chosen = " selected" if plan.selection else ""
+    return printable(f"Restore backup {plan.backup_id}: {plan.records_in_window}{chosen} records into {len(plan.queues)} "
                      f"queues of {target}?")
 
 
@@ -73,7 +75,8 @@ def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id:
         "",
         f"**Messages**: {plan.records_in_window} records in the window, {adds} to publish now, "
         f"{md_code(f'publish_mode: {settings.publish_mode}')}, "
-        f"{md_code(f'on_existing_messages: {settings.on_existing_messages}')}.",
+        f"{md_code(f'on_existing_messages: {settings.on_existing_messages}')}"
+        + (f"; only the selection {md_code(plan.selection)}." if plan.selection else "."),
         "",
         _definitions_line(plan, settings),
         "",
@@ -84,6 +87,7 @@ def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id:
         "## Full plan",
         "",
         *_queue_table(plan),
+        *selection_report.approval_lines(plan),
         *_definitions_sections(plan, settings),
         *_migration_lines(plan),
         *_skipped_lines(plan),
@@ -157,7 +161,8 @@ def _queue_table(plan: RestorePlan) -> list[str]:
         holds = "no such queue" if q.target_depth is None else str(q.target_depth)
         kind = q.queue_type + (f" -> {q.target_queue_type}" if q.target_queue_type else "")
         cells = [md_code(f"{q.source_vhost}/{q.source_queue}", in_table=True), md_code(kind, in_table=True),
-                 md_code(q.target_vhost, in_table=True), md_code(q.target_queue, in_table=True),
+                 md_code(q.target_vhost, in_table=True),
+                 md_code(q.target_queue, in_table=True) + (" (**replayed where each died, none into it**)" if q.replay else ""),
                  str(q.records_in_window), holds, str(q.to_add), _resume(q)]
         lines.append(f"| {' | '.join(cells)} |")
     return lines

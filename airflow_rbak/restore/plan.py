@@ -27,8 +27,9 @@ from airflow_rbak.repository.chain import segment_owner
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.repository.ownership import foreign_objects
 from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
-from airflow_rbak.restore import target_compatibility
+from airflow_rbak.restore import selection, target_compatibility
 from airflow_rbak.restore.checkpoints import QueueCheckpoint
+from airflow_rbak.restore.dead_letters import DeathRoutes
 from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
 from airflow_rbak.restore.message_sizes import LargeMessage, large_messages
 from airflow_rbak.restore.request import RestoreRequest
@@ -97,6 +98,16 @@ class QueuePlan:
     large_messages: tuple[LargeMessage, ...] = ()
     #: Why the target will deliver this queue's messages in another order than the source (:mod:`.delivery_order`).
     delivery_order_warning: str | None = None
+    #: A selective restore's positions of this queue, as sorted half-open ranges (None: every record in the window;
+    #: :mod:`.selection`); ``chosen``: how many positions the request named for it (None: none named).
+    selected: tuple[tuple[int, int], ...] | None = None
+    chosen: int | None = None
+    #: The first few selected records (position, ids, route, size; never the body), as a dry run shows them.
+    first_matches: tuple[dict[str, Any], ...] = ()
+    #: Dead-letter replay (:mod:`.dead_letters`): records go to ``(exchange, routing key, count)`` of their death,
+    #: never into the target queue.
+    replay: bool = False
+    replay_routes: tuple[tuple[str, str, int], ...] = ()
 
     @property
     def to_add(self) -> int:
@@ -148,6 +159,11 @@ class RestorePlan:
     #: The RabbitMQ versions of the source (the backup's manifest) and of the target (when inspected).
     source_rabbitmq_version: str | None = None
     target_rabbitmq_version: str | None = None
+    #: The selection in one line (``selection.describe``); None: every record of the window.
+    selection: str | None = None
+    #: Queues left out before anything was published, each ``{"vhost", "queue", "reason"}`` (a dead-letter queue
+    #: whose records give no route to replay them to); the report fails naming them, the others are restored.
+    refused_queues: tuple[dict[str, str], ...] = ()
 
     @property
     def records_in_window(self) -> int:
@@ -172,6 +188,9 @@ class RestorePlan:
                     "exchanges": tuple(q.get("exchanges", ())),
                     "drawn_from": tuple(q.get("drawn_from", ())),
                     "large_messages": tuple(tuple(m) for m in q.get("large_messages", ())),
+                    "selected": None if q.get("selected") is None else tuple(tuple(r) for r in q["selected"]),
+                    "first_matches": tuple(q.get("first_matches", ())),
+                    "replay_routes": tuple(tuple(r) for r in q.get("replay_routes", ())),
                 }
             )
             for q in obj["queues"]
@@ -180,7 +199,8 @@ class RestorePlan:
         vhosts = obj.get("backup_vhosts")
         return cls(**{**obj, "queues": queues, "skipped_segments": skipped, "drawn_from": tuple(obj.get("drawn_from", ())),
                       "backup_vhosts": tuple(vhosts) if vhosts is not None else None,
-                      "queue_vhosts": tuple(obj.get("queue_vhosts", ()))})
+                      "queue_vhosts": tuple(obj.get("queue_vhosts", ())),
+                      "refused_queues": tuple(obj.get("refused_queues", ()))})
 
     def summary_lines(self) -> list[str]:
         """The plan as a few log lines (no secrets: the storage URL is already credential-free)."""
@@ -194,7 +214,8 @@ class RestorePlan:
         for q in self.queues:
             now = "no such queue" if q.target_depth is None else f"holds {q.target_depth}"
             kind = q.queue_type + (f" -> {q.target_queue_type}" if q.target_queue_type else "")
-            lines.append(f"  {q.source_vhost}/{q.source_queue} ({kind}) -> {q.target_vhost}/{q.target_queue}: "
+            where = f"{q.target_vhost}/{q.target_queue}" + (" (replayed where each record died)" if q.replay else "")
+            lines.append(f"  {q.source_vhost}/{q.source_queue} ({kind}) -> {where}: "
                          f"{q.records_in_window} of {q.records_total} records in {len(q.segments)} segments "
                          f"from {', '.join(q.drawn_from) or '-'}; target {now}, "
                          f"adds {q.to_add}" + (f" (resuming: {q.published_before} confirmed before)" if q.resumes else ""))
@@ -250,16 +271,24 @@ def plan_restore(storage: Storage, settings: RestoreRequest) -> RestorePlan:
             f"({'; '.join(f'{k}: {r}' for k, r in foreign[:5])}); nothing was read from them. "
             "Run `rbak validate --deep`, then restore from another backup or `rbak manifest rebuild --replace`")
     selected = [q for q in manifest.queues if settings.selects(q.vhost, q.name)]
+    chosen = selection.chosen_for(settings.positions, [(q.vhost, q.name) for q in selected])
+    if settings.positions:  # chosen positions restore only the queues they name
+        selected = [q for q in selected if (q.vhost, q.name) in chosen]
     _check_targets_unique(selected, settings)
-    queues, skipped, defects = [], [], {}
+    queues, skipped, defects, refused = [], [], {}, []
     verified = outside = 0
     for entry in selected:
-        plan, queue_skipped, queue_defects, queue_verified, queue_outside = _plan_queue(storage, entry, settings)
-        queues.append(plan)
+        plan, queue_skipped, queue_defects, queue_verified, queue_outside = _plan_queue(
+            storage, entry, settings, chosen.get((entry.vhost, entry.name)))
         skipped += queue_skipped
         defects.update(queue_defects)
         verified += queue_verified
         outside += queue_outside
+        if isinstance(plan, dict):
+            refused.append(plan)
+        elif plan.records_in_window or not settings.selective:  # a selective restore touches only queues it selects
+            queues.append(plan)
+    selection.check_ranges(sum(len(q.selected or ()) for q in queues))
     if defects and not settings.skip_damaged_segments:
         names = "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(defects.items()))
         raise DamagedSegmentsError(
@@ -273,6 +302,7 @@ def plan_restore(storage: Storage, settings: RestoreRequest) -> RestorePlan:
         source_rabbitmq_version=manifest.rabbitmq_version,
         drawn_from=tuple(dict.fromkeys(owner for q in queues for owner in q.drawn_from)),
         backup_vhosts=manifest.selected_vhosts(), queue_vhosts=tuple(sorted({q.vhost for q in selected})),
+        selection=settings.selection_label(), refused_queues=tuple(refused),
     )
 
 
@@ -280,8 +310,9 @@ def queue_checkpoint(plan: RestorePlan, queue: QueuePlan, settings: RestoreReque
     """The checkpoint key of one queue of this restore: target cluster, location, backup, queues, window."""
     if not plan.target_cluster_id:
         raise BackupNotRestorableError("the plan does not name its target cluster; plan the restore again")
+    label = settings.window_label() + selection.checkpoint_label(queue.selected, queue.replay)
     return QueueCheckpoint(plan.backup_id, queue.source_vhost, queue.source_queue, queue.target_vhost, queue.target_queue,
-                           settings.window_label(), target_cluster=plan.target_cluster_id, location=plan.storage_url)
+                           label, target_cluster=plan.target_cluster_id, location=plan.storage_url)
 
 
 def _check_targets_unique(selected: list[QueueBackup], settings: RestoreRequest) -> None:
@@ -295,14 +326,24 @@ def _check_targets_unique(selected: list[QueueBackup], settings: RestoreRequest)
         seen[target] = f"{q.vhost}/{q.name}"
 
 
-def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreRequest) -> tuple:
+def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreRequest,
+                chosen: tuple[int, ...] | None) -> tuple:
+    """One queue's plan (or, for a dead-letter replay it must refuse, ``{"vhost", "queue", "reason"}``), with the
+    segments it skipped as damaged, their defects, and how many segments it verified and left out."""
     segments, skipped, defects = [], [], {}
     exchanges: set[str] = set()
     large: list[LargeMessage] = []
+    ordered = sorted(entry.segments, key=lambda s: s.sequence)
+    label = f"{entry.vhost}/{entry.name}"
+    if chosen is not None:  # refused before any segment is read
+        selection.check_in_range(label, chosen, sum(m.record_count for m in ordered), ())
+    scan = selection.SelectionScan(settings.select, chosen) if settings.selective else None
+    routes = DeathRoutes() if settings.replays(entry.name) else None
     ordinal = verified = outside = 0
-    for meta in sorted(entry.segments, key=lambda s: s.sequence):
+    for meta in ordered:
         first_ordinal, ordinal = ordinal, ordinal + meta.record_count
-        check, in_window = verify_and_count(storage, entry, meta, settings, exchanges, large)
+        check, in_window = verify_and_count(storage, entry, meta, settings, exchanges, large,
+                                            selection.Visit(first_ordinal, scan, routes))
         verified += 1
         if not check.ok:
             defects[meta.key] = check.defects
@@ -310,19 +351,29 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreRequest) 
                 SkippedSegment(entry.vhost, entry.name, meta.key, meta.sequence, meta.record_count, tuple(check.defects))
             )
             continue
-        if not in_window and settings.has_window:
+        if not in_window and (settings.has_window or scan is not None):
             outside += 1
             continue
         segments.append(SegmentPlan(meta.key, meta.sequence, meta.record_count, first_ordinal, in_window, meta.checksum,
                                     meta.first_timestamp, meta.last_timestamp))
+    if chosen is not None and settings.skip_damaged_segments:
+        selection.check_in_range(label, chosen, ordinal, selection.spans(ordered, set(defects)))
+    if routes is not None and routes.refusal(label) is not None:
+        return {"vhost": entry.vhost, "queue": entry.name, "reason": routes.refusal(label)}, skipped, defects, verified, outside
     offsets = entry.extensions.get("consumer_offsets") or {}
     plan = QueuePlan(
         source_vhost=entry.vhost, source_queue=entry.name, target_vhost=settings.target_vhost(entry.vhost),
         target_queue=settings.target_queue(entry.name), queue_type=entry.queue_type, records_total=entry.message_count,
-        records_in_window=sum(s.in_window for s in segments), segments=tuple(segments), exchanges=tuple(sorted(exchanges)),
+        records_in_window=sum(s.in_window for s in segments),
+        segments=tuple(segments), exchanges=tuple(sorted(routes.exchanges() if routes is not None else exchanges)),
         consumer_offsets={str(k): int(v) for k, v in offsets.items()} if isinstance(offsets, dict) else {},
         drawn_from=tuple(dict.fromkeys(segment_owner(s.key) for s in segments if s.in_window)),
-        large_messages=tuple(m for m in large if m[0] in {s.key for s in segments}),
+        large_messages=selection.selected_large(large, {s.key: s.first_ordinal for s in segments},
+                                                None if scan is None else scan.ranges),
+        selected=None if scan is None else tuple((a, b) for a, b in scan.ranges),
+        chosen=None if chosen is None else len(chosen),
+        first_matches=() if scan is None else tuple(scan.first_matches),
+        replay=routes is not None, replay_routes=() if routes is None else routes.table(),
     )
     return plan, skipped, defects, verified, outside
 
@@ -344,7 +395,7 @@ def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata,
 
 def verify_and_count(
     storage: Storage, entry: QueueBackup, meta: SegmentMetadata, settings: RestoreRequest, exchanges: set[str],
-    large: list[LargeMessage] | None = None,
+    large: list[LargeMessage] | None = None, visit: selection.Visit | None = None,
 ) -> tuple[SegmentCheck, int]:
     """Verify one segment completely; count its records inside the window, note their exchanges and (into ``large``)
     those too large for some targets (:mod:`.message_sizes`).
@@ -362,11 +413,14 @@ def verify_and_count(
         return check, 0
     if large is not None:
         large += large_messages(data, meta, settings)
-    if not settings.has_window and settings.publish_mode == "queue":
+    reads = visit is not None and visit.reads_records
+    if not settings.has_window and settings.publish_mode == "queue" and not reads:
         return check, meta.record_count
+    if visit is not None and not visit.wants_segment(meta.record_count):
+        return check, 0
     count = 0
-    for record in iter_records(data, meta.key, settings.max_decompressed_bytes):
-        if settings.in_window(record.backed_up_at):
+    for index, record in enumerate(iter_records(data, meta.key, settings.max_decompressed_bytes)):
+        if settings.in_window(record.backed_up_at) and (visit is None or visit.take(index, record)):
             count += 1
             exchanges.add(record.exchange)
     return check, count

@@ -1,4 +1,4 @@
-"""Restore one queue: checkpoint, target, resume point, then publish every record in the window."""
+"""Restore one queue: checkpoint, target, resume point, then publish every record in the window (and selection)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from airflow_rbak.display import package_logger
 from airflow_rbak.restore import target
 from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpointStore
 from airflow_rbak.restore.contract import check_resume
+from airflow_rbak.restore.earlier_attempts import close_earlier_attempts, publisher_names
 from airflow_rbak.restore.errors import PublishError
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
 from airflow_rbak.restore.publisher import ConfirmPipeline, reconcile
@@ -43,6 +44,8 @@ class QueueResult:
     unroutable: list[dict[str, Any]] = field(default_factory=list)
     consumer_offsets: dict[str, int] = field(default_factory=dict)
     created_queue: bool = False
+    #: Connections of an earlier attempt of this restore the broker still held, closed before the target was measured.
+    closed_earlier_connections: int = 0
     completed: bool = False
     dry_run: bool = False
     seconds: float = 0.0
@@ -76,17 +79,24 @@ def restore_queue(connection: RabbitMQConnection, storage: Storage, settings: Re
 
 def _publish(connection: RabbitMQConnection, storage: Storage, settings: RestoreRequest, queue: QueuePlan,
              checkpoints: RestoreCheckpointStore, cp: QueueCheckpoint, result: QueueResult) -> QueueCheckpoint:
+    prefix, name = publisher_names(cp)
     try:
-        conn = blocking_connection(connection.pika_parameters_all(queue.target_vhost))
+        conn = blocking_connection(connection.pika_parameters_all(queue.target_vhost, name))
     except pika.exceptions.AMQPError as exc:
         raise PublishError(f"cannot connect to vhost {queue.target_vhost!r} on {connection.addresses} "
                            f"({type(exc).__name__}); check the connection and that the vhost exists") from None
     try:
-        if settings.publish_mode == "queue":
+        if _exact(settings, queue):
             result.created_queue = target.ensure_queue(conn, queue)
         else:
             target.check_exchanges(conn, queue)
         records = iter_window_records(storage, queue, settings, cp.next_ordinal)
+        if cp.depth_base is not None:  # a re-run: nothing an earlier attempt sent may arrive once it has measured
+            closed = close_earlier_attempts(connection, prefix, name)
+            result.closed_earlier_connections = len(closed)
+            if closed:
+                log.warning("closed %d connection(s) of an earlier attempt of this restore still open on the broker "
+                            "before measuring %s/%s", len(closed), queue.target_vhost, queue.target_queue)
         cp = _resume(conn, connection, queue, checkpoints, cp, records, result, settings.restore_consumer_offsets)
         return _send(conn, connection, settings, queue, checkpoints, cp, records, result)
     except pika.exceptions.AMQPError as exc:
@@ -118,7 +128,7 @@ def _resume(conn: pika.BlockingConnection, connection: RabbitMQConnection, queue
 
 def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, settings: RestoreRequest, queue: QueuePlan,
           checkpoints: RestoreCheckpointStore, cp: QueueCheckpoint, records: Any, result: QueueResult) -> QueueCheckpoint:
-    exact = settings.publish_mode == "queue"
+    exact = _exact(settings, queue)
     if exact and cp.depth_base is None:
         cp = replace(cp, depth_base=target.queue_depth(conn, connection, queue))
         checkpoints.save(cp)
@@ -145,8 +155,17 @@ def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, setting
         pipeline.close()
 
 
+def _exact(settings: RestoreRequest, queue: QueuePlan) -> bool:
+    """True when every record goes into the target queue itself, so its depth makes a resume exact (``queue`` mode,
+    not a dead-letter replay, which publishes where the records died)."""
+    return settings.publish_mode == "queue" and not queue.replay
+
+
 def _route(settings: RestoreRequest, queue: QueuePlan, item: Positioned) -> tuple[str, str]:
-    """``queue`` mode and default-exchange records go straight to the target queue; others keep their route."""
+    """A replayed record goes where it died; ``queue`` mode and default-exchange records straight to the target
+    queue; others keep their route."""
+    if item.route is not None:
+        return item.route
     record = item.record
     if settings.publish_mode == "queue" or record.exchange == "":
         return "", queue.target_queue

@@ -1,11 +1,14 @@
-"""The records a restore publishes for one queue: segments in sequence order, window applied, checked again.
+"""The records a restore publishes for one queue: segments in sequence order, window and selection applied, checked
+again.
 
 The plan lists only segments holding a record inside the window; records
 are filtered by ``backed_up_at`` one by one, in stored order, which the format
 does not require to be time order. The bytes are
 checked against the plan's SHA-256 once more, so a segment changed between
 plan and publish is refused, not replayed; being the bytes the plan decoded
-strictly, they are read through the fast path of :mod:`wire`.
+strictly, they are read through the fast path of :mod:`wire`. A selective
+restore publishes only the positions its plan resolved (:mod:`.selection`); a
+dead-letter replay also reads each record's typed headers, for its route.
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from airflow_rbak.codec import BackupRecord, iter_records
+from airflow_rbak.restore.dead_letters import DeathHeaderError, death_route
 from airflow_rbak.restore.errors import DamagedSegmentsError
 from airflow_rbak.restore.plan import READ_ATTEMPTS, QueuePlan
 from airflow_rbak.restore.request import RestoreRequest
+from airflow_rbak.restore.selection import Ranges
 from airflow_rbak.restore.wire import WireRecord, iter_wire_records, left_out_headers
 from airflow_rbak.storage.base import Storage
 
@@ -29,6 +35,8 @@ class Positioned:
     segment_key: str
     index: int
     record: WireRecord
+    #: Dead-letter replay: the exchange and routing key of the record's most recent death (:mod:`.dead_letters`).
+    route: tuple[str, str] | None = None
 
 
 def iter_window_records(
@@ -36,6 +44,7 @@ def iter_window_records(
 ) -> Iterator[Positioned]:
     """Yield the queue's records inside the window from ``start_ordinal`` on, in backup order."""
     left_out = left_out_headers(queue.queue_type)
+    selected = None if queue.selected is None else Ranges(queue.selected)
     for segment in queue.segments:
         if segment.first_ordinal + segment.record_count <= start_ordinal:
             continue
@@ -48,7 +57,20 @@ def iter_window_records(
             raise DamagedSegmentsError(
                 f"{segment.key} changed since the plan verified it (SHA-256 {digest}); plan the restore again",
                 {segment.key: ["SHA-256 differs from the plan's"]})
-        for index, record in enumerate(iter_wire_records(data, segment.key, settings.max_decompressed_bytes, left_out)):
+        records = iter_wire_records(data, segment.key, settings.max_decompressed_bytes, left_out)
+        typed = iter_records(data, segment.key, settings.max_decompressed_bytes) if queue.replay else None
+        for index, record in enumerate(records):
             ordinal = segment.first_ordinal + index
-            if ordinal >= start_ordinal and settings.in_window(record.backed_up_at):
-                yield Positioned(ordinal, segment.key, index, record)
+            full = next(typed) if typed is not None else None  # the same record, with its typed headers
+            if ordinal >= start_ordinal and settings.in_window(record.backed_up_at) and (
+                    selected is None or ordinal in selected):
+                yield Positioned(ordinal, segment.key, index, record, None if full is None else _route(full, segment.key, index))
+
+
+def _route(record: BackupRecord, key: str, index: int) -> tuple[str, str]:
+    """The replay route the plan counted for this record (the bytes are the plan's: a failure here is a change)."""
+    try:
+        return death_route(record.headers)
+    except DeathHeaderError as exc:
+        raise DamagedSegmentsError(f"record {index} of {key} has no replay route although the plan found one ({exc}); "
+                                   "plan the restore again", {key: [str(exc)]}) from None

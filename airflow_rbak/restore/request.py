@@ -19,6 +19,8 @@ from typing import Any
 
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.message_filter import MessageFilter
+from airflow_rbak.restore import selection
 from airflow_rbak.restore.transformations import check_names, queue_type_rules
 
 PUBLISH_MODES = ("queue", "exchange")
@@ -163,6 +165,13 @@ class RestoreRequest:
     queue_types: tuple[tuple[str, str], ...] = ()
     #: Losses the user accepts, ``ARGUMENT`` or ``QUEUE_GLOB:ARGUMENT``; any other is refused.
     accept_losses: tuple[str, ...] = ()
+    #: A message filter (``MessageFilter.from_params``'s mapping); only matching records are published (:mod:`.selection`).
+    select: MessageFilter | None = None
+    #: ``{"vhost/queue": [positions]}``: only these records, of only these queues (:mod:`.selection`).
+    positions: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: Source queue globs whose records go back to where they died (their ``x-death``), not to the queue
+    #: (:mod:`.dead_letters`); ``True`` is every queue.
+    replay_dead_letters: tuple[str, ...] = ()
 
     def definitions_of(self, backup_vhosts: tuple[str, ...] | None,
                        queue_vhosts: Iterable[str] = ()) -> DefinitionsSelection | None:
@@ -213,6 +222,7 @@ class RestoreRequest:
         if not isinstance(self.max_in_flight, int) or not 1 <= self.max_in_flight <= 65535:
             raise ConfigurationError("max_in_flight must be 1-65535 unconfirmed messages")
         self._check_transformations()
+        self._check_selection()
         if not self.checkpoint_state:
             raise ConfigurationError("checkpoint_state must be 'backup' (in the backup's storage), a storage URL, "
                                      "or a local file path for a SQLite checkpoint database")
@@ -226,6 +236,26 @@ class RestoreRequest:
         if (self.queue_types or self.accept_losses) and "convert_to_quorum" not in self.transformations:
             raise ConfigurationError("queue_types and accept_losses are rules of the convert_to_quorum transformation; "
                                      "name it in transformations")
+
+    def _check_selection(self) -> None:
+        object.__setattr__(self, "select", _message_filter(self.select))
+        object.__setattr__(self, "positions", selection.parse_positions(self.positions))
+        replay = self.replay_dead_letters
+        replay = ("*",) if replay is True else () if replay in (False, None) else _names(replay, "replay_dead_letters")
+        object.__setattr__(self, "replay_dead_letters", replay)
+
+    @property
+    def selective(self) -> bool:
+        """True when a filter or chosen positions narrow the records (beyond the window)."""
+        return self.select is not None or bool(self.positions)
+
+    def selection_label(self) -> str | None:
+        """The selection in one line, as the plan, the approval and the report name it (None: none)."""
+        return selection.describe(self.select, self.positions)
+
+    def replays(self, queue: str) -> bool:
+        """True when records of source queue ``queue`` are replayed to where they died (``replay_dead_letters``)."""
+        return matches(queue, self.replay_dead_letters)
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> RestoreRequest:
@@ -257,6 +287,18 @@ class RestoreRequest:
 
     def target_queue(self, queue: str) -> str:
         return self.queue_map.get(queue, queue)
+
+
+def _message_filter(value: Any) -> MessageFilter | None:
+    """The ``select`` setting as a message filter (None: no filter, or one that selects everything); the filter's
+    own checks raise :class:`~airflow_rbak.repository.message_filter.FilterError` naming the field."""
+    if value is None:
+        return None
+    if not isinstance(value, MessageFilter):
+        if not isinstance(value, Mapping):
+            raise selection.SelectionError('select must be an object of message filters, e.g. {"routing_key": "pay.*"}')
+        value = MessageFilter.from_params(value)
+    return None if value.selects_all else value
 
 
 #: The settings a restore takes from its DAG params or ``rbak restore --conf``: every field but the internal

@@ -19,7 +19,7 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.display import count, package_logger
 from airflow_rbak.progress import Sample
-from airflow_rbak.restore import migration, size_limits
+from airflow_rbak.restore import migration, selection_report, size_limits
 from airflow_rbak.restore.checkpoints import open_checkpoint_store
 from airflow_rbak.restore.definitions import DefinitionsResult, plan_definitions, restore_definitions
 from airflow_rbak.restore.errors import PlanChangedError, RestoreRefusedError, UnroutableMessagesError
@@ -55,6 +55,13 @@ class RestoreReport:
     refused: str | None = None
     #: What the transformations did (the plan's ``migration``), when any were named.
     migration: dict[str, Any] | None = None
+    #: A selective restore's selection in one line, and its count per queue (``vhost/queue``); None: no selection.
+    selection: str | None = None
+    selected: dict[str, int] = field(default_factory=dict)
+    #: Dead-letter replay: per queue, ``[exchange, routing key, count]`` of each route its records were published to.
+    replayed: dict[str, list[list[Any]]] = field(default_factory=dict)
+    #: Queues the plan refused and left out (``{"vhost", "queue", "reason"}``); the report fails naming them.
+    refused_queues: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -115,7 +122,8 @@ class RestoreRun:
                                                        definitions_compatibility=proposal.compatibility,
                                                        definitions_not_imported=proposal.not_imported))
             plan = inspect_target(plan, client, self.connection, self.settings, checkpoints)
-        for line in plan.summary_lines() + size_limits.summary_lines(plan) + migration.summary_lines(plan.migration):
+        for line in (plan.summary_lines() + selection_report.summary_lines(plan) + size_limits.summary_lines(plan)
+                     + migration.summary_lines(plan.migration)):
             log.info("%s", line)
         check_target(plan, self.settings)
         return plan
@@ -177,6 +185,7 @@ class RestoreRun:
             target_cluster=plan.target_cluster,
             refused=refusal(plan, self.settings),
             migration=plan.migration,
+            **selection_report.report_fields(plan),
         )
         log.info("restore of %s: %s", plan.backup_id, report_line(report.to_json()))
         if report.unroutable and not self.settings.allow_unroutable:
@@ -184,7 +193,7 @@ class RestoreRun:
             raise UnroutableMessagesError(
                 f"{report.unroutable} records were returned unroutable ({where}); the report lists their segment and "
                 "index. Create the missing bindings and restore those, or set allow_unroutable")
-        left_out = migration.refused_error(plan)
-        if left_out is not None and not self.settings.dry_run:
-            raise left_out
+        for left_out in (migration.refused_error(plan), selection_report.refused_error(plan)):
+            if left_out is not None and not self.settings.dry_run:
+                raise left_out
         return report

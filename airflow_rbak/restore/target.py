@@ -80,9 +80,11 @@ def check_exchanges(conn: pika.BlockingConnection, queue: QueuePlan) -> None:
             channel.exchange_declare(name, passive=True)
         except pika.exceptions.ChannelClosedByBroker as exc:
             if exc.reply_code == 404:
+                fix = ("(a dead-letter replay publishes where its records died)" if queue.replay
+                       else "or use publish_mode='queue'")
                 raise PublishError(
                     f"exchange {name!r} does not exist in vhost {queue.target_vhost!r}; restore definitions first "
-                    "(restore_definitions) or use publish_mode='queue'") from None
+                    f"(restore_definitions) {fix}") from None
             raise
         channel.close()
 
@@ -129,7 +131,7 @@ def inspect_target(plan: RestorePlan, client: ManagementClient, connection: Rabb
         cp = checkpoints.load(queue_checkpoint(plan, queue, settings))
         depth = target_depth(client, connection, queue.target_vhost, queue.target_queue) if queue.target_vhost in vhosts else None
         others = {}
-        if settings.publish_mode == "exchange" and queue.target_vhost in vhosts:
+        if (settings.publish_mode == "exchange" or queue.replay) and queue.target_vhost in vhosts:
             others = {q["name"]: target_depth(client, connection, queue.target_vhost, q["name"])
                       for q in client.queues(queue.target_vhost) if q.get("name") != queue.target_queue}
         queues.append(replace(queue, target_depth=depth, resumes=cp.started, published_before=cp.published,
@@ -155,7 +157,8 @@ def _existing_refusal(plan: RestorePlan, settings: RestoreRequest) -> str | None
             continue
         if q.target_depth:
             held.append(f"{q.target_vhost}/{q.target_queue} holds {q.target_depth}")
-        held += [f"{q.target_vhost}/{name} holds {depth} (exchange mode routes within the vhost)"
+        how = "dead-letter replay" if q.replay else "exchange mode"
+        held += [f"{q.target_vhost}/{name} holds {depth} ({how} routes within the vhost)"
                  for name, depth in sorted(q.vhost_depths.items())]
     if not held:
         return None

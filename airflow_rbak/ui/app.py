@@ -3,7 +3,9 @@
 Authentication and authorisation are Airflow's: every route needs a user whom the auth manager lets
 read the runs of ``rbak_backup`` (the JWT of Airflow's UI cookie, or a bearer token); Restore… and
 Verify appear only for users it lets trigger ``rbak_restore`` and ``rbak_verify``. Verify posts to
-Airflow's own REST API, so triggering is checked (and audited) by Airflow itself. Storage is only read.
+Airflow's own REST API, so triggering is checked (and audited) by Airflow itself. Storage is only read. A queue's
+messages show their bodies only to users who may trigger ``rbak_restore`` (:func:`may_see_bodies`), on the page and
+the API alike.
 A page opened without a login goes to Airflow's login page (the API answers 401); a page the user may
 not see says so inside the view's frame.
 """
@@ -22,17 +24,23 @@ from airflow.models.serialized_dag import SerializedDagModel
 from airflow.utils.session import create_session
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exception_handlers import http_exception_handler
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlalchemy import select
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_rbak.airflow_settings import rbak_settings
+from airflow_rbak.exceptions import RbakError
 from airflow_rbak.hooks.encryption import connection_keyring
+from airflow_rbak.hooks.storage import open_connected_storage
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError
-from airflow_rbak.storage import open_storage
+from airflow_rbak.repository.message_filter import FilterError
 from airflow_rbak.ui import URL_PREFIX
 from airflow_rbak.ui.airflow_runs import load_backup_runs
-from airflow_rbak.ui.backup_catalog import UI_RETRIES, BackupCatalog, LocationNotFoundError, describe_error
+from airflow_rbak.ui.backup_catalog import ACTIONABLE, UI_RETRIES, BackupCatalog, LocationNotFoundError, describe_error
+from airflow_rbak.ui.message_browser import BODY_FILTERS, QUERY_FILTERS, MessagePageError, Position, filter_of
+from airflow_rbak.ui.message_browser import message_page as read_messages
+from airflow_rbak.ui.messages_page import messages_page
 from airflow_rbak.ui.pages import Links, detail_page, list_page, message_page, restore_page
 from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, RunIndex
 
@@ -49,9 +57,10 @@ def catalog() -> BackupCatalog:
     """The configured locations (read once per api-server process: ``[rbak] storage_url`` and ``ui_locations``),
     opened with ``[rbak] encryption_conn_id``'s keys when it is set."""
     settings = rbak_settings()
+    conn_id = settings.storage_conn_id()  # the DAGs' storage credentials ([rbak] storage_conn_id), read as they read them
     keyring = connection_keyring(settings.encryption_conn_id())
     return BackupCatalog(settings.ui_storage_urls(),
-                         opener=lambda url: open_storage(url, retries=UI_RETRIES, keyring=keyring))
+                         opener=lambda url: open_connected_storage(url, conn_id, retries=UI_RETRIES, keyring=keyring))
 
 
 def run_index() -> RunIndex:
@@ -68,6 +77,17 @@ def permissions(user: Any) -> dict[str, bool]:
     return {"restore": may_trigger(RESTORE_DAG_ID), "verify": may_trigger(VERIFY_DAG_ID)}
 
 
+#: Why a user sees no bodies (docs/security.md): a body is shown to whoever may restore it, and so read it anyway.
+BODIES_REFUSED = (f"Message bodies are shown only to users who may trigger {RESTORE_DAG_ID}: a body can hold "
+                  "personal or secret data, and whoever may restore a message can read it on the broker anyway. "
+                  "You see each message's properties and headers.")
+
+
+def may_see_bodies(user: Any) -> bool:
+    """Whether the user may read message bodies: the right to trigger ``rbak_restore`` (docs/security.md says why)."""
+    return permissions(user)["restore"]
+
+
 def paused() -> dict[str, bool]:
     """Which of the DAGs the view triggers are paused (a run triggered then stays queued until it is unpaused)."""
     with create_session() as session:
@@ -76,11 +96,38 @@ def paused() -> dict[str, bool]:
         return {dag_id: bool(is_paused) for dag_id, is_paused in rows}
 
 
+def _wants_html(request: Request) -> bool:
+    return "text/html" in request.headers.get("accept", "")
+
+
+def plain_validation(exc: RequestValidationError) -> str:
+    """FastAPI's refusal of a query parameter in one sentence per parameter: ``offset: must be 0 or more (got -1)``."""
+    said = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error.get("loc", ())[1:]) or "request"
+        limit = (error.get("ctx") or {})
+        rule = {"greater_than_equal": f"must be {limit.get('ge')} or more", "less_than_equal":
+                f"must be {limit.get('le')} or less", "int_parsing": "must be a whole number",
+                "bool_parsing": "must be true or false"}.get(error.get("type", ""), str(error.get("msg", "is not valid")))
+        said.append(f"{where}: {rule} (got {str(error.get('input'))[:40]!r})")
+    return "; ".join(said)
+
+
+@app.exception_handler(RequestValidationError)
+async def _bad_query(request: Request, exc: RequestValidationError) -> Response:
+    """A bad query parameter: a page that says which and why, or JSON ``{"detail": "<the same sentence>"}``."""
+    detail = plain_validation(exc)
+    if _wants_html(request):
+        page = message_page("Not a valid address", f"This page cannot be shown as asked: {detail}.", links(request))
+        return HTMLResponse(page, status_code=400)
+    return JSONResponse({"detail": detail}, status_code=400)
+
+
 @app.exception_handler(StarletteHTTPException)
 async def _refusal(request: Request, exc: StarletteHTTPException) -> Response:
     """A browser (it asks for HTML) without a login goes to Airflow's login page, and one whose user may not see the
     page is told so in the view's frame; API clients keep Airflow's JSON answers."""
-    if "text/html" not in request.headers.get("accept", "") or exc.status_code not in (401, 403):
+    if not _wants_html(request) or exc.status_code not in (401, 403):
         return await http_exception_handler(request, exc)
     if exc.status_code == 401:
         login = get_auth_manager().get_url_login(next_url=str(request.url))
@@ -169,7 +216,7 @@ def dag_params(dag_id: str) -> dict[str, dict[str, Any]]:
     with create_session() as session:
         dag = SerializedDagModel.get_dag(dag_id, session=session)
     if dag is None:
-        raise HTTPException(404, f"DAG {dag_id} is not in Airflow's database yet (is dags/ in the DAGs folder?)")
+        raise HTTPException(404, dag_missing(dag_id))
     found = {}
     for name, param in dag.params.items():
         try:
@@ -177,6 +224,26 @@ def dag_params(dag_id: str) -> dict[str, dict[str, Any]]:
         except (ValueError, TypeError):  # a required param without a default has no value to show
             found[name] = {"value": None, "schema": param.schema, "description": param.description}
     return found
+
+
+def _restorable(location: Any, backup_id: str) -> None:
+    """Refuse the form for a backup the location does not hold (404) or one the view does not restore (409)."""
+    try:
+        summary = catalog().summary(location, backup_id)
+    except LocationNotFoundError:
+        raise HTTPException(404, f"There is no backup {backup_id!r} in {location.url}; nothing to restore.") from None
+    except Exception as exc:  # noqa: BLE001 - an unreadable location: said in one line
+        raise HTTPException(502, f"{location.url}: {describe_error(exc)}") from None
+    if summary.status not in ACTIONABLE:
+        raise HTTPException(409, f"Backup {backup_id} is {summary.status}: {summary.problem or 'not restorable'}. "
+                                 "The view restores complete (and rebuilt) backups only.")
+
+
+def dag_missing(dag_id: str) -> str:
+    """Why a DAG's form cannot be shown: Airflow has not serialised the DAG (its file is not parsed yet)."""
+    return (f"{dag_id} is not in Airflow's database yet: the form is built from the DAG as Airflow serialised it. "
+            f"Put airflow-rbak's dags/ in the DAGs folder and let the dag-processor parse it (`airflow dags "
+            f"reserialize` does it at once), then open this page again.")
 
 
 @app.get("/restore/{location_id}/{backup_id}", response_class=HTMLResponse, dependencies=_can_read)
@@ -189,7 +256,79 @@ def restore_view(request: Request, location_id: str, backup_id: str, user: GetUs
                                          "read backups, not restore them.", to, back), status_code=403)
     try:
         location = _location(location_id)
+        _restorable(location, backup_id)
         params = dag_params(RESTORE_DAG_ID)
     except HTTPException as exc:
+        if exc.status_code == 404 and "no backup" in str(exc.detail):
+            back = (to.listing(location_id, 0), "all backups")
         return HTMLResponse(message_page(title, str(exc.detail), to, back), status_code=exc.status_code)
     return HTMLResponse(restore_page(location.to_json(), backup_id, params, to, paused().get(RESTORE_DAG_ID, False)))
+
+
+#: The messages pages' own query parameters; every other one is a filter (repository/message_filter.py).
+_PAGING = ("queue", "at", "limit")
+
+
+def _filter_query(request: Request) -> list[tuple[str, str]]:
+    """The filter fields of the query, blanks (an empty form field) left out; an unknown field is refused."""
+    found = [(k, v) for k, v in request.query_params.multi_items() if k not in _PAGING and v.strip()]
+    unknown = sorted({k for k, _ in found} - set(QUERY_FILTERS))
+    if unknown:
+        raise HTTPException(400, f"{unknown[0][:60]}: not a filter (filters: {', '.join(QUERY_FILTERS)})")
+    return found
+
+
+def _messages(location_id: str, backup_id: str, request: Request, user: Any, queue: int, at: str | None,
+              limit: int) -> dict[str, Any]:
+    """One page of a queue's messages, or an HTTPException that says why not (bodies only for those who may)."""
+    show_bodies = may_see_bodies(user)
+    query = _filter_query(request)
+    asked = [name for name, _ in query if name in BODY_FILTERS]
+    if not show_bodies and asked:
+        raise HTTPException(403, f"{', '.join(asked)}: a body filter reads the bodies, which you may not see. "
+                                 f"{BODIES_REFUSED}")
+    location = _location(location_id)
+    try:
+        match = filter_of(query)
+        start = Position.parse(at)
+        manifest = catalog().manifest(location, backup_id)
+    except ManifestNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from None
+    except (MessagePageError, RbakError, ValueError) as exc:
+        raise HTTPException(400, str(exc)) from None
+    try:
+        page = read_messages(catalog().storage(location), manifest, queue, start=start, limit=limit, match=match,
+                             show_bodies=show_bodies)
+    except (MessagePageError, FilterError) as exc:  # a body regex that ran out of time says so
+        raise HTTPException(400, str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - a damaged segment, an unreachable location: said in one line
+        raise HTTPException(502, f"{backup_id}: {describe_error(exc)}") from None
+    return {**page, "backup_id": backup_id, "location": location.to_json(), "filters": query,
+            "bodies_refused": None if show_bodies else BODIES_REFUSED}
+
+
+QueueIndex = Annotated[int, Query(ge=0)]
+PageLimit = Annotated[int, Query(ge=1, le=100)]
+
+
+@app.get("/api/locations/{location_id}/backups/{backup_id}/messages", dependencies=_can_read)
+def api_messages(request: Request, location_id: str, backup_id: str, user: GetUserDep, queue: QueueIndex = 0,
+                 at: str | None = None, limit: PageLimit = 20) -> dict[str, Any]:
+    """One page of a queue's messages (``queue``: its place in the manifest), from position ``at``, through the
+    filters given as the other query parameters; ``body`` is null and ``bodies_refused`` says why for a user who may
+    not see bodies, and a body filter from such a user is refused (403)."""
+    return _messages(location_id, backup_id, request, user, queue, at, limit)
+
+
+@app.get("/backups/{location_id}/{backup_id}/messages", response_class=HTMLResponse, dependencies=_can_read)
+def messages_view(request: Request, location_id: str, backup_id: str, user: GetUserDep, queue: QueueIndex = 0,
+                  at: str | None = None, limit: PageLimit = 20) -> HTMLResponse:
+    """A queue's messages page by page, with the filter form."""
+    to = links(request)
+    back = (to.backup(location_id, backup_id), f"backup {backup_id}")
+    try:
+        page = _messages(location_id, backup_id, request, user, queue, at, limit)
+    except HTTPException as exc:
+        return HTMLResponse(message_page(f"Messages of {backup_id}", str(exc.detail), to, back),
+                            status_code=exc.status_code)
+    return HTMLResponse(messages_page(page, to))

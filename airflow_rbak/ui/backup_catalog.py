@@ -2,7 +2,8 @@
 
 The list reuses :func:`~airflow_rbak.repository.catalog.list_backups` (``rbak list``) and a backup's page
 reads its manifest through :class:`~airflow_rbak.repository.manifest_store.ManifestStore` (``rbak
-describe``): no segment body is ever read, and nothing is written. A location's listing is kept for
+describe``): the list and a backup's page read no segment (a queue's messages page does, through
+:mod:`~airflow_rbak.ui.message_browser`), and nothing is ever written. A location's listing is kept for
 ``ttl`` seconds, so paging through hundreds of backups reads their manifests once. Listing a large
 location is costly (every object is walked), so a location is listed by one caller at a time, others
 waiting for and sharing that listing, and ``refresh`` or an unknown backup id lists it again at most
@@ -35,6 +36,10 @@ log = package_logger(__name__)
 READ_WORKERS = 16
 UI_RETRIES = 1
 MAX_PAGE = 500
+#: The statuses whose manifest was read whole: the page shows what it lists.
+READABLE = ("complete", "incomplete", "future", "rebuilt")
+#: The statuses a backup must have for the view to offer Restore… and Verify: what it lists is all stored.
+ACTIONABLE = ("complete", "rebuilt")
 
 
 T = TypeVar("T")
@@ -226,17 +231,39 @@ class BackupCatalog:
         Raises :class:`~airflow_rbak.repository.manifest_store.ManifestNotFoundError` (or another storage
         error) when the manifest cannot be read; the row still comes from the listing.
         """
-        summary = next((s for s in self.summaries(location) if s.backup_id == backup_id), None)
-        if summary is None:
-            summary = next((s for s in self.summaries(location, refresh=True) if s.backup_id == backup_id), None)
-        if summary is None:
-            raise LocationNotFoundError(f"{location.url}: no backup {backup_id!r}")
+        summary = self.summary(location, backup_id)
         pending = runs.pending_verify(location.url, backup_id)
-        body = {"location": location.to_json(), "backup": backup_row(summary, location, runs),
+        body: dict[str, Any] = {"location": location.to_json(), "backup": backup_row(summary, location, runs),
                 "runs": {kind: [r.to_json() for r in runs.runs(location.url, backup_id, name)]
                          for kind, name in (("made", "backup"), ("verified", "verify"), ("restored", "restore"))},
                 "verify": {"pending": pending.to_json() if pending else None,
                            "next_run_id": runs.next_verify_run_id(location.id, location.url, backup_id)}}
-        if summary.status in ("complete", "incomplete", "future", "rebuilt"):  # a manifest that could be read
-            body.update(manifest_detail(ManifestStore(self._opener(location.url)).load(backup_id)))
+        if summary.status in READABLE:
+            body.update(manifest_detail(self.manifest(location, backup_id)))
+        elif summary.status == "damaged":  # its manifest may still read (an object it lists is missing): show it
+            try:
+                body.update(manifest_detail(self.manifest(location, backup_id)))
+            except Exception as exc:  # noqa: BLE001 - what cannot be shown is said, with why
+                body["hidden"] = f"its manifest cannot be read ({describe_error(exc)})"
+        else:
+            body["hidden"] = f"it has no manifest ({summary.problem or summary.status})"
         return body
+
+    def summary(self, location: Location, backup_id: str) -> BackupSummary:
+        """The listing's summary of one backup (listed again once when the id is not there yet)."""
+        found = next((s for s in self.summaries(location) if s.backup_id == backup_id), None)
+        if found is None:
+            found = next((s for s in self.summaries(location, refresh=True) if s.backup_id == backup_id), None)
+        if found is None:
+            raise LocationNotFoundError(f"{location.url}: no backup {backup_id!r}")
+        return found
+
+    def storage(self, location: Location) -> Storage:
+        """The location's storage, opened for reading (a refused location never is)."""
+        if location.refused:
+            raise StorageError(location.refused)
+        return self._opener(location.url)
+
+    def manifest(self, location: Location, backup_id: str) -> BackupManifest:
+        """A backup's manifest as stored (raises the store's typed errors)."""
+        return ManifestStore(self.storage(location)).load(backup_id)

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from airflow_rbak.display import count, printable, size, when
+from airflow_rbak.ui.backup_catalog import ACTIONABLE
 from airflow_rbak.ui.runs import RESTORE_DAG_ID, VERIFY_DAG_ID
 from airflow_rbak.ui.trigger_form import SCRIPT as TRIGGER_SCRIPT
 from airflow_rbak.ui.trigger_form import trigger_form
@@ -23,6 +24,10 @@ def _text(value: object) -> str:
     """Untrusted text for HTML: control characters shown escaped (as on a terminal), then HTML-escaped."""
     return escape(printable(value))
 
+
+#: For the other pages' modules: untrusted text for HTML (also in attributes: quotes are escaped too).
+text_html = _text
+
 _STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px;color:#1a202c;font-size:14px}
 nav.top{display:flex;gap:16px;align-items:baseline;border-bottom:1px solid #e2e8f0;padding-bottom:8px;margin-bottom:14px}
@@ -30,7 +35,9 @@ nav.top .home{font-weight:600}#outside{display:none}
 h1{font-size:22px;margin:0 0 12px}h2{font-size:17px;margin:22px 0 8px}
 table{border-collapse:collapse;width:100%;margin:6px 0 14px}
 th,td{border-bottom:1px solid #e2e8f0;padding:5px 8px;text-align:left;vertical-align:top}
-th{background:#f7fafc;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+th{background:#f7fafc;font-weight:600}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.date{white-space:nowrap;font-variant-numeric:tabular-nums}table.backups{table-layout:fixed}
+.hidden-why{background:#fffaf0;border:1px solid #fbd38d;padding:6px 10px;border-radius:6px;margin:6px 0;color:#744210}
 td{overflow-wrap:anywhere}table.backups{font-size:13px}table.backups td,table.backups th{padding:4px 5px}
 a{color:#2b6cb0;text-decoration:none}a:hover{text-decoration:underline}
 .badge{border-radius:10px;padding:1px 8px;font-size:12px;white-space:nowrap}
@@ -38,7 +45,8 @@ a{color:#2b6cb0;text-decoration:none}a:hover{text-decoration:underline}
 .muted{color:#718096}.err{background:#fff5f5;border:1px solid #feb2b2;padding:8px 12px;border-radius:6px;color:#822727}
 .loc{color:#4a5568;font-family:ui-monospace,monospace;font-size:13px;overflow-wrap:anywhere}.actions{margin:10px 0 16px}
 .answer{white-space:pre-wrap;display:block;margin-top:6px}.paused{background:#fffaf0;border:1px solid #fbd38d;padding:6px 10px;border-radius:6px;margin:6px 0;color:#744210}
-.btn:disabled{background:#a0aec0;cursor:default}
+.btn:disabled{background:#a0aec0;cursor:default}.answer.err{color:#c53030;font-weight:600}
+.field-error{color:#c53030;font-weight:600}.field-error:empty{display:none}[aria-invalid]{outline:2px solid #e53e3e}
 .btn{display:inline-block;background:#3182ce;color:#fff;border:0;border-radius:6px;padding:7px 16px;font-size:14px;cursor:pointer;margin-right:8px}
 .btn.secondary{background:#4a5568}.filled{color:#2f855a;font-size:11px;display:block}.pager a{margin-right:12px}details{margin:4px 0}code{font-size:12px}
 """
@@ -126,12 +134,12 @@ def _badge(state: str | None) -> str:
     return f'<span class="badge {kind}">{_text(state)}</span>'
 
 
-def _page(title: str, body: str, links: Links, script: str = "") -> str:
+def page_frame(title: str, body: str, links: Links, script: str = "", style: str = "") -> str:
     """Every page in one frame: the view's name (back to the list) and, outside Airflow's UI, a way into it."""
     nav = (f'<nav class="top"><a class="home" href="{_text(links.view_root)}/">RabbitMQ backups</a>'
            f'<a id="outside" class="airflow" href="{_text(links.airflow_view())}">open in Airflow</a></nav>')
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\">"
-            f"<title>{_text(title)}</title><style>{_STYLE}</style><script>{_OPEN_SCRIPT}{script}</script></head>"
+            f"<title>{_text(title)}</title><style>{_STYLE}{style}</style><script>{_OPEN_SCRIPT}{script}</script></head>"
             f"<body>{nav}{body}</body></html>")
 
 
@@ -142,14 +150,35 @@ def _ids(ids: list[str] | tuple[str, ...], links: Links, location_id: str) -> st
 def _verify_cell(last: dict[str, Any] | None) -> str:
     if not last:
         return '<span class="muted">never</span>'
-    return f"{_badge(last['state'])} <span class=muted>{_text(when(last['at']))}</span>"
+    return f"{_badge(last['state'])} <span class=muted>{_date(last['at'])}</span>"
+
+
+def _date(ms: Any) -> str:
+    """A time on one line (at 1024 px a table's dates would wrap at their spaces): to the minute, the seconds in
+    its title."""
+    full = when(ms)
+    shown = full[:16] if full[:4].isdigit() and full.endswith(" UTC") else full
+    return f'<span class="date" title="{_text(full)}">{_text(shown)}</span>'
+
+
+#: The list's columns and their widths: the same in every location's table, whatever its rows hold.
+_COLUMNS = (("Backup", 14, ""), ("Status", 8, ""), ("Started (UTC)", 12, ""), ("Completed (UTC)", 12, ""),
+            ("Queues", 5, "n"), ("Messages", 7, "n"), ("Bytes", 7, "n"), ("Codec", 6, ""),
+            ("Last verify", 13, ""), ("Depends on", 8, ""), ("Needed by", 8, ""))
+assert sum(width for _, width, _ in _COLUMNS) == 100
+
+
+def _list_head() -> str:
+    cols = "".join(f'<col style="width:{width}%">' for _, width, _ in _COLUMNS)
+    heads = "".join(f'<th class="{kind}">{name}</th>' if kind else f"<th>{name}</th>" for name, _, kind in _COLUMNS)
+    return f"<colgroup>{cols}</colgroup><tr>{heads}</tr>"
 
 
 def _row(b: dict[str, Any], links: Links, location_id: str) -> str:
     problem = f'<div class="muted">{_text(b["problem"])}</div>' if b.get("problem") else ""
     return (
         f'<tr><td><a href="{_text(links.backup(location_id, b["backup_id"]))}">{_text(b["backup_id"])}</a>{problem}</td>'
-        f"<td>{_badge(b['status'])}</td><td>{_text(when(b['created_at']))}</td><td>{_text(when(b['completed_at']))}</td>"
+        f"<td>{_badge(b['status'])}</td><td>{_date(b['created_at'])}</td><td>{_date(b['completed_at'])}</td>"
         f"<td class=n>{b['queues']:,}</td><td class=n>{b['total_messages']:,}</td>"
         f"<td class=n>{_text(size(b['total_bytes']))}</td>"
         f"<td>{_text(', '.join(b['compression']) or '-')}</td><td>{_verify_cell(b['last_verify'])}</td>"
@@ -171,16 +200,24 @@ def _location_section(page: dict[str, Any], links: Links) -> str:
         pager.append(f'<a href="{_text(links.listing(loc["id"], max(0, page["offset"] - page["limit"])))}">newer</a>')
     if last < page["total"]:
         pager.append(f'<a href="{_text(links.listing(loc["id"], last))}">older</a>')
-    return (head + '<table class="backups"><tr><th>Backup</th><th>Status</th><th>Started</th><th>Completed</th>'
-            "<th>Queues</th><th>Messages</th><th>Bytes</th><th>Compression</th><th>Last verify</th>"
-            f"<th>Depends on</th><th>Needed by</th></tr>{rows}</table><div class=pager>{' '.join(pager[:1])} "
+    return (head + f'<table class="backups">{_list_head()}{rows}</table><div class=pager>{" ".join(pager[:1])} '
             f"{' '.join(pager[1:])}</div>")
 
 
 def list_page(pages: list[dict[str, Any]], links: Links) -> str:
     """Every configured location with one page of its backups (or why it cannot be read)."""
-    body = "<h1>RabbitMQ backups</h1>" + "".join(_location_section(p, links) for p in pages)
-    return _page("RabbitMQ backups", body, links)
+    body = "<h1>RabbitMQ backups</h1>" + "".join(_location_section(p, links) for p in pages) + ACCESS_NOTE
+    return page_frame("RabbitMQ backups", body, links)
+
+
+#: How users and roles are set up, said where a user meets the view (docs/airflow.md says more).
+ACCESS_NOTE = ('<details class="access" id="access"><summary>Who sees what here</summary><p>Airflow decides, with its '
+               "auth manager's roles: this view needs read access to the runs of rbak_backup (a viewer role). "
+               "<b>Restore…</b> and message bodies need the right to trigger rbak_restore, <b>Verify</b> the right "
+               "to trigger rbak_verify (with the SimpleAuthManager, role user or above, set in [core] "
+               "simple_auth_manager_users; with FAB, the DAG permissions on those DAGs). The restore form is built "
+               "from rbak_restore as Airflow serialised it, so the DAG must have been parsed by the dag-processor."
+               "</p></details>")
 
 
 def _runs_table(runs: list[dict[str, Any]], links: Links, last: str = "verify") -> str:
@@ -190,8 +227,8 @@ def _runs_table(runs: list[dict[str, Any]], links: Links, last: str = "verify") 
     cell = (lambda r: _badge(r["verify_state"])) if last == "verify" else (lambda r: _text(r.get("outcome") or "-"))
     rows = "".join(
         f'<tr><td><a class="airflow" href="{_text(links.run(r["dag_id"], r["run_id"]))}">{_text(r["run_id"])}</a></td>'
-        f"<td>{_text(r['dag_id'])}</td><td>{_badge(r['state'])}</td><td>{_text(when(r['started_at']))}</td>"
-        f"<td>{_text(when(r['ended_at']))}</td><td>{cell(r)}</td></tr>" for r in runs)
+        f"<td>{_text(r['dag_id'])}</td><td>{_badge(r['state'])}</td><td>{_date(r['started_at'])}</td>"
+        f"<td>{_date(r['ended_at'])}</td><td>{cell(r)}</td></tr>" for r in runs)
     head = "Verify task" if last == "verify" else "Report"
     return (f"<table><tr><th>DAG run</th><th>DAG</th><th>State</th><th>Started</th><th>Ended</th><th>{head}</th></tr>"
             f"{rows}</table>")
@@ -207,7 +244,13 @@ def paused_notice(dag_id: str, links: Links) -> str:
 def _actions(detail: dict[str, Any], links: Links, can: dict[str, bool], paused: dict[str, bool]) -> str:
     """Restore… and Verify for users who may trigger them, each DAG's paused state beside them, and Verify held while
     a verify run of this backup is still to finish (its run id is fixed until then: a second trigger is refused)."""
-    url, backup_id = detail["location"]["url"], detail["backup"]["backup_id"]
+    url, backup_id, status = detail["location"]["url"], detail["backup"]["backup_id"], detail["backup"]["status"]
+    if status not in ACTIONABLE:
+        if not (can.get("restore") or can.get("verify")):
+            return ""
+        return (f'<div class="hidden-why" id="not-offered">Restore… and Verify are not offered: this backup is '
+                f'{_text(status)} ({_text(detail["backup"].get("problem") or "what it lists is not all stored")}). '
+                "Only complete and rebuilt backups are restored or verified from here.</div>")
     buttons, notices, answer = [], [], ""
     if can.get("restore"):
         href = links.restore_form(detail["location"]["id"], backup_id)
@@ -231,19 +274,26 @@ def _actions(detail: dict[str, Any], links: Links, can: dict[str, bool], paused:
             f'{"".join(notices)}</div>')
 
 
-def _queues(detail: dict[str, Any]) -> str:
+def _queues(detail: dict[str, Any], links: Links) -> str:
+    if detail.get("hidden"):
+        return f'<p class="hidden-why">Not shown: {_text(detail["hidden"])}.</p>'
     blocks = []
-    for q in detail.get("queues", []):
+    loc, backup_id = detail["location"]["id"], detail["backup"]["backup_id"]
+    for index, q in enumerate(detail.get("queues", [])):
+        messages = f'{links.backup(loc, backup_id)}/messages?queue={index}'
+
         segs = "".join(
             f"<tr><td class=n>{s['sequence']}</td><td><code>{_text(s['key'])}</code></td><td class=n>{s['records']:,}</td>"
             f"<td class=n>{_text(size(s['size_bytes']))}</td><td class=n>{_text(size(s['uncompressed_bytes']))}</td>"
-            f"<td>{_text(when(s['first_timestamp']))} .. {_text(when(s['last_timestamp']))}</td></tr>" for s in q["segments"])
+            f"<td>{_date(s['first_timestamp'])} .. {_date(s['last_timestamp'])}</td></tr>" for s in q["segments"])
         chain = f" · chain: {_text(' → '.join(q['chain']))}" if len(q["chain"]) > 1 else ""
         blocks.append(
             f"<details><summary>{queue_heading(q['vhost'], q['name'])} · {_text(q['queue_type'])} · "
-            f"{count(q['messages'], 'message')} · {count(len(q['segments']), 'segment')}{chain}</summary>"
-            "<table><tr><th>#</th><th>Segment</th>"
-            f"<th>Records</th><th>Size</th><th>Uncompressed</th><th>Messages from .. to</th></tr>{segs}</table></details>")
+            f"{count(q['messages'], 'message')} · {count(len(q['segments']), 'segment')}{chain} · "
+            f'<a class="messages" id="messages-{index}" href="{_text(messages)}">messages</a></summary>'
+            '<table><tr><th class="n">#</th><th>Segment</th>'
+            '<th class="n">Records</th><th class="n">Size</th><th class="n">Uncompressed</th><th>Messages from .. to</th>'
+            f"</tr>{segs}</table></details>")
     for q in detail.get("left_out", []):
         blocks.append(f"<div class=muted>{queue_heading(str(q.get('vhost', '?')), str(q.get('queue', '?')))}: "
                       f"left out ({_text(str(q.get('reason', '?')))})</div>")
@@ -255,23 +305,39 @@ def queue_heading(vhost: str, name: str) -> str:
     return f'<b class="queue">{_text(name)}</b> <span class="muted">in vhost</span> <b class="vhost">{_text(vhost)}</b>'
 
 
-def _definitions(d: dict[str, Any] | None) -> str:
+def _definitions(detail: dict[str, Any]) -> str:
+    if detail.get("hidden"):
+        return f'<p class="hidden-why">Not shown: {_text(detail["hidden"])}.</p>'
+    d = detail.get("definitions")
     if not d:
         return '<p class="muted">No definitions in this backup.</p>'
-    return (f"<table><tr><th>Vhosts</th><th>Queues</th><th>Exchanges</th><th>Users</th><th>Size</th></tr><tr>"
+    heads = "".join(f'<th class="n">{name}</th>' for name in ("Vhosts", "Queues", "Exchanges", "Users", "Size"))
+    return (f'<table class="definitions" style="width:auto"><tr>{heads}</tr><tr>'
             f"<td class=n>{d['vhosts']}</td><td class=n>{d['queues']}</td><td class=n>{d['exchanges']}</td>"
             f"<td class=n>{d['users']}</td><td class=n>{_text(size(d['size_bytes']))}</td></tr></table>")
+
+
+def _damaged_notice(detail: dict[str, Any]) -> str:
+    """A damaged backup whose manifest still reads: what follows is what it lists, not what is stored."""
+    b = detail["backup"]
+    if b["status"] != "damaged" or detail.get("hidden"):
+        return ""
+    return (f'<div class="hidden-why" id="damaged">This backup is damaged ({_text(b.get("problem") or "?")}): what '
+            "follows is what its manifest lists, and not all of it is stored.</div>")
 
 
 def detail_page(detail: dict[str, Any], links: Links, can: dict[str, bool], paused: dict[str, bool]) -> str:
     """One backup: its summary, Restore… and Verify (for users who may trigger them, with their DAGs' paused state),
     queues, definitions, and the runs that made, verified and restored it."""
-    b, loc = detail["backup"], detail["location"]
+    b, loc, hidden = detail["backup"], detail["location"], detail.get("hidden")
+    source = (f"{detail.get('source_cluster') or 'not recorded'} (RabbitMQ {detail.get('rabbitmq_version') or 'not recorded'})"
+              if not hidden else f"not shown: {hidden}")
+    totals = (f"{count(b['queues'], 'queue')}, {count(b['total_messages'], 'message')}, "
+              f"{count(b['total_segments'], 'segment')}, {_text(size(b['total_bytes']))}") if not hidden \
+        else f"not shown: {_text(hidden)}"
     facts = [("Location", f'<span class="loc">{_text(loc["url"])}</span>'), ("Status", _badge(b["status"])),
-             ("Started", _text(when(b["created_at"]))), ("Completed", _text(when(b["completed_at"]))),
-             ("Source", _text(f"{detail.get('source_cluster') or '-'} (RabbitMQ {detail.get('rabbitmq_version') or '?'})")),
-             ("Totals", f"{count(b['queues'], 'queue')}, {count(b['total_messages'], 'message')}, "
-                        f"{count(b['total_segments'], 'segment')}, {_text(size(b['total_bytes']))}"),
+             ("Started", _date(b["created_at"])), ("Completed", _date(b["completed_at"])),
+             ("Source", _text(source)), ("Totals", totals),
              ("Compression", _text(", ".join(b["compression"]) or "-")), ("Last verify", _verify_cell(b["last_verify"])),
              ("Depends on", _ids(b["depends_on"], links, loc["id"])), ("Needed by", _ids(b["needed_by"], links, loc["id"]))]
     if b.get("problem"):
@@ -279,11 +345,11 @@ def detail_page(detail: dict[str, Any], links: Links, can: dict[str, bool], paus
     table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
     body = (f'<p><a href="{_text(links.listing(loc["id"], 0))}">← all backups</a></p><h1>Backup {_text(b["backup_id"])}</h1>'
             f'{_actions(detail, links, can, paused)}<table class="facts" style="width:auto">{table}</table>'
-            f"<h2>Queues</h2>{_queues(detail)}<h2>Definitions</h2>{_definitions(detail.get('definitions'))}"
+            f"{_damaged_notice(detail)}<h2>Queues</h2>{_queues(detail, links)}<h2>Definitions</h2>{_definitions(detail)}"
             f"<h2>Made by</h2>{_runs_table(detail['runs']['made'], links)}"
             f"<h2>Verified by</h2>{_runs_table(detail['runs']['verified'], links)}"
-            f"<h2>Restored by</h2>{_runs_table(detail['runs']['restored'], links, last='report')}")
-    return _page(f"Backup {b['backup_id']}", body, links, _VERIFY_SCRIPT)
+            f"<h2>Restored by</h2>{_runs_table(detail['runs']['restored'], links, last='report')}{ACCESS_NOTE}")
+    return page_frame(f"Backup {b['backup_id']}", body, links, _VERIFY_SCRIPT)
 
 
 def restore_page(location: dict[str, str], backup_id: str, params: dict[str, Any], links: Links, paused: bool) -> str:
@@ -295,11 +361,11 @@ def restore_page(location: dict[str, str], backup_id: str, params: dict[str, Any
     body = (f'<p><a href="{_text(links.backup(location["id"], backup_id))}">← backup {_text(backup_id)}</a></p>'
             f"<h1>Restore backup {_text(backup_id)}: trigger {RESTORE_DAG_ID}</h1>"
             f"{paused_notice(RESTORE_DAG_ID, links) if paused else ''}{form}")
-    return _page(f"Restore {backup_id}", body, links, TRIGGER_SCRIPT)
+    return page_frame(f"Restore {backup_id}", body, links, TRIGGER_SCRIPT)
 
 
 def message_page(title: str, message: str, links: Links, back: tuple[str, str] | None = None) -> str:
     """A page that says why there is nothing to show (no access, unknown backup), with a way back."""
     href, label = back or (f"{links.view_root}/", "all backups")
-    return _page(title, f'<p><a id="back" href="{_text(href)}">← {_text(label)}</a></p><h1>{_text(title)}</h1>'
+    return page_frame(title, f'<p><a id="back" href="{_text(href)}">← {_text(label)}</a></p><h1>{_text(title)}</h1>'
                         f'<p class="answer">{_text(message)}</p>', links)

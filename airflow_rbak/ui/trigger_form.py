@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-SCRIPT = """
+SCRIPT = r"""
 function rbakValue(field){
   const kind=field.dataset.kind, raw=field.type==='checkbox'?field.checked:field.value;
   if(kind==='bool')return raw;
@@ -23,15 +23,59 @@ function rbakValue(field){
   if(kind==='json')return JSON.parse(raw);
   return raw;
 }
+const rbakTypes={integer:'a whole number',number:'a number',string:'text',boolean:'true or false',
+  object:'a JSON object, such as {"a": "b"}',array:'a JSON list, such as ["a", "b"]','null':'empty'};
+function rbakPlain(text){
+  // Airflow's refusal of a param: "Invalid input for param NAME: MESSAGE\n\nFailed validating 'RULE' in schema..."
+  const m=/^Invalid input for param ([^:\s]+): ([^\n]*)/.exec(text||'');
+  if(!m)return {field:null,said:String(text||'').split('\n\n')[0]};
+  const said=m[2], rule=(/Failed validating '(\w+)'/.exec(text)||[])[1]||'';
+  let t;
+  if(rule==='minimum'||rule==='exclusiveMinimum')t='must be '+(said.match(/minimum of (\S+)/)||[,'larger'])[1]+' or more';
+  else if(rule==='maximum'||rule==='exclusiveMaximum')t='must be '+(said.match(/maximum of (\S+)/)||[,'smaller'])[1]+' or less';
+  else if(rule==='type'){const k=said.match(/is not of type (.*)$/);
+    t='must be '+(k?k[1].split(/, /).map(x=>rbakTypes[x.replace(/'/g,'')]||x).join(' or '):'of another type');}
+  else if(rule==='enum')t='must be one of '+(said.match(/is not one of (.*)$/)||[,'the listed values'])[1];
+  else if(rule==='pattern')t='does not have the form this field takes (it must match '
+    +(said.match(/does not match (.*)$/)||[,'its pattern'])[1]+')';
+  else if(rule==='minLength')t='is too short';else if(rule==='maxLength')t='is too long';
+  else if(rule==='required')t='misses a required part: '+said;
+  else if(rule==='additionalProperties')t='has a part it does not take: '+said;
+  else t=said;
+  const given=said.match(/^(.*?) (is|does) /);
+  return {field:m[1],said:t+(given&&rule!=='required'&&rule!=='additionalProperties'?' (you gave '+given[1]+')':'')};
+}
+function rbakFieldError(form,name,text){
+  const out=document.getElementById('error-'+name), field=document.getElementById('param-'+name);
+  if(!out||!field)return false;
+  out.textContent=text;field.setAttribute('aria-invalid','true');
+  field.scrollIntoView({block:'center'});field.focus({preventScroll:true});return true;
+}
+function rbakClearErrors(form){
+  for(const e of form.querySelectorAll('.field-error'))e.textContent='';
+  for(const f of form.querySelectorAll('[aria-invalid]'))f.removeAttribute('aria-invalid');
+}
 async function rbakTrigger(form){
   const out=document.getElementById('trigger-result'), conf={};
-  try{for(const field of form.querySelectorAll('[data-param]'))conf[field.dataset.param]=rbakValue(field);}
-  catch(e){out.textContent='Not valid JSON: '+e;return false;}
+  rbakClearErrors(form);out.className='answer muted';
+  for(const field of form.querySelectorAll('[data-param]')){
+    try{conf[field.dataset.param]=rbakValue(field);}
+    catch(e){const text=field.dataset.param+': not valid JSON ('+e.message+')';
+      out.className='answer err';out.textContent='Not triggered: '+text;
+      rbakFieldError(form,field.dataset.param,'Not valid JSON: '+e.message);return false;}
+  }
   out.textContent='Triggering…';
   const r=await fetch(form.dataset.api,{method:'POST',credentials:'same-origin',headers:{'Content-Type':'application/json'},
     body:JSON.stringify({logical_date:null,conf:conf})});
   const body=await r.json().catch(()=>({}));
-  if(!r.ok){out.textContent='Not triggered: '+rbakProblem(r.status,body);return false;}
+  if(!r.ok){
+    const plain=(r.status===400&&typeof body.detail==='string')?rbakPlain(body.detail):null;
+    out.className='answer err';
+    if(plain&&plain.field){out.textContent='Not triggered: '+plain.field+' '+plain.said+'.';
+      if(!rbakFieldError(form,plain.field,plain.said+'.'))out.scrollIntoView({block:'center'});}
+    else{out.textContent='Not triggered: '+rbakProblem(r.status,body);out.scrollIntoView({block:'center'});}
+    return false;
+  }
   const a=document.createElement('a');a.href=form.dataset.runs+encodeURIComponent(body.dag_run_id);a.className='airflow';
   a.textContent=body.dag_run_id;out.textContent='Triggered: ';out.appendChild(a);rbakOpen(a.href);
   return false;
@@ -75,7 +119,8 @@ def trigger_form(dag_id: str, params: Mapping[str, Mapping[str, Any]], filled: M
         mark = ' <b class="filled">filled in</b>' if name in filled else ""
         sections.setdefault(str(schema.get("section") or "Parameters"), []).append(
             f'<tr><th><label for="param-{escape(name)}">{escape(name)}</label>{mark}</th>'
-            f"<td>{_input(name, value, schema)}<div class=muted>{described}</div></td></tr>")
+            f'<td>{_input(name, value, schema)}<div class="field-error" id="error-{escape(name)}" role="alert"></div>'
+            f"<div class=muted>{described}</div></td></tr>")
     blocks = "".join(f"<h2>{escape(title)}</h2><table>{''.join(rows)}</table>" for title, rows in sections.items())
     return (f'<form id="trigger-form" data-api="{escape(api_url)}" data-runs="{escape(runs_url)}" '
             f'onsubmit="rbakTrigger(this); return false;">{blocks}'

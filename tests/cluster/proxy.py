@@ -4,6 +4,10 @@ Each connection a client opens goes to the first node, in order, that takes a TC
 first`` with health checks, in effect): while node 1 is down, clients land on node 2. Bytes are relayed as they
 come, both ways; either side closing closes the other. Listens on an ephemeral loopback port per protocol, so two
 sessions never collide.
+
+For faults: the replies can be lost (``replies_lost``); what clients send can be held instead of relayed
+(``hold_requests``), then the clients cut off while the nodes' side stays open with those bytes still travelling
+(``cut_clients``), as a client that went away while its node stays up; ``release`` delivers what was held.
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ class TcpProxy:
         #: Set, every byte the nodes send from then on is dropped (a network losing the replies: a publisher's
         #: confirms); what clients send still goes through.
         self.replies_lost = threading.Event()
+        #: Set, what clients send from then on is held here, not relayed (until ``release``).
+        self.hold_requests = threading.Event()
+        self._held: dict[socket.socket, bytearray] = {}
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._cut: set[socket.socket] = set()
         threading.Thread(target=self._accept, daemon=True, name=f"proxy-{self.port}").start()
 
     def _accept(self) -> None:
@@ -52,6 +61,7 @@ class TcpProxy:
                 upstream.close()
                 return
             self._open.update((client, upstream))
+            self._pairs.append((client, upstream))
         threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
         self._pump(client, upstream)
 
@@ -70,17 +80,47 @@ class TcpProxy:
     def _pump(self, source: socket.socket, sink: socket.socket, replies: bool = False) -> None:
         try:
             while data := source.recv(65536):
-                if not (replies and self.replies_lost.is_set()):
-                    sink.sendall(data)
+                if replies and (self.replies_lost.is_set() or sink in self._cut):
+                    continue
+                if not replies and self.hold_requests.is_set():
+                    with self._lock:
+                        self._held.setdefault(sink, bytearray()).extend(data)
+                    continue
+                sink.sendall(data)
         except OSError:
             pass
         finally:
-            for sock in (source, sink):
+            # a cut client's node side stays open (its reply pump closes it when the node does)
+            for sock in (source,) if source in self._cut else (source, sink):
                 with suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
                 sock.close()
                 with self._lock:
                     self._open.discard(sock)
+
+    def cut_clients(self) -> None:
+        """Close every client's side now; the nodes' sides stay open, holding what ``hold_requests`` kept."""
+        with self._lock:
+            clients = [client for client, _ in self._pairs if client not in self._cut]
+            self._cut.update(clients)
+        for client in clients:
+            with suppress(OSError):
+                client.shutdown(socket.SHUT_RDWR)
+            client.close()
+
+    def held_bytes(self) -> int:
+        with self._lock:
+            return sum(map(len, self._held.values()))
+
+    def release(self) -> None:
+        """Relay what was held to the nodes' sides still open, then close those: the travelling bytes arrive."""
+        self.hold_requests.clear()
+        with self._lock:
+            held, self._held = self._held, {}
+        for upstream, data in held.items():
+            with suppress(OSError):
+                upstream.sendall(data)
+                upstream.shutdown(socket.SHUT_WR)
 
     def close(self) -> None:
         """Stop accepting and cut every relayed connection."""

@@ -43,7 +43,7 @@ def leader_of(cluster: Cluster, vhost: str, queue: str) -> str:
     while True:
         info = cluster.nodes[0].api("GET", f"queues/{quote(vhost, safe='')}/{quote(queue, safe='')}").json()
         leader = info.get("leader") or (info.get("node") if info.get("type") == "stream" else None)
-        if leader or time.monotonic() > deadline:
+        if (leader and leader != "undefined") or time.monotonic() > deadline:  # "undefined" until its stats arrive
             return str(leader)
         time.sleep(0.5)
 

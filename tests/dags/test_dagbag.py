@@ -34,7 +34,8 @@ for name, value in [("compression", "brotli"), ("segment_max_bytes", -1), ("comp
 copy.deepcopy(dag.params).validate()
 print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dags),
                   "calls": calls, "param_errors": errors,
-                  "tasks": [t.task_id for t in dag.tasks], "schedule": str(dag.schedule)}))
+                  "tasks": [t.task_id for t in dag.tasks], "schedule": str(dag.schedule),
+                  "drill": [bag.dags["rbak_drill"].is_paused_upon_creation, str(bag.dags["rbak_drill"].schedule)]}))
 '''
 
 
@@ -49,8 +50,9 @@ def test_the_dags_load_without_errors_or_network_calls_and_bad_params_are_reject
 
     assert facts["errors"] == {} and {"rbak_backup", "rbak_verify"} <= set(facts["dags"])
     assert facts["calls"] == []
-    assert facts["tasks"] == ["discover", "export_definitions", "capture", "encode", "finalize"]
+    assert facts["tasks"] == ["discover", "export_definitions", "capture", "encode", "finalize", "copy"]
     assert facts["schedule"] == "@daily"
+    assert facts["drill"] == [True, "@weekly"]  # rbak_drill: scheduled, but paused when Airflow first sees it
     rejected = facts["param_errors"]
     assert "'brotli' is not one of ['zstd', 'lz4', 'none']" in rejected["compression"]
     assert "Invalid input for param segment_max_bytes: -1 is less than the minimum of 1" in rejected["segment_max_bytes"]

@@ -67,7 +67,8 @@ def test_the_backup_dag_keeps_every_message_reports_its_work_and_leaves_the_queu
     placement, verify = ("spark", "deep") if location.startswith("file:") else ("auto", "quick")
     env["SPARK_CONF_DIR"] = str(spark_apps.parent)
     conf = {"storage_url": location, "backup_id": "dag-1", "vhosts": [vhost], "segment_max_bytes": 65536,
-            "verify": verify, "segment_work": placement, "retention": {"keep_last": 1}}
+            "verify": verify, "segment_work": placement, "retention": {"keep_last": 1},
+            "copy_to": (airflow_home / f"second-copy-{location.split(':', 1)[0]}").as_uri()}
 
     # When the DAG runs
     done = dags_test(env, conf)
@@ -96,6 +97,10 @@ def test_the_backup_dag_keeps_every_message_reports_its_work_and_leaves_the_queu
     assert not list(storage.list("dag-1/staging/"))
     # retention removed the superseded complete backup only
     assert ManifestStore(storage).backup_ids() == ["dag-1", "old-incomplete"]
+    # and the copy task put a second copy, whole and valid, in the copy location
+    second = run([str(VENV_BIN / "rbak"), "validate", "--path", conf["copy_to"], "--backup-id", "dag-1", "--deep"], env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert ManifestStore(open_storage(conf["copy_to"])).backup_ids() == ["dag-1"]
     facts = run_facts(env)
     _assert_reports(facts, storage.url, vhost, seeded_queues, manifest, verify)
     # one Spark application for the whole backup when its work goes to Spark, none when it stays in process

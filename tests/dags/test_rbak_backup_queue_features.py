@@ -103,7 +103,8 @@ def test_a_backup_of_queues_real_brokers_have_completes_and_leaves_every_queue_a
         # Then the run succeeded
         assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
         facts = run_facts(env)
-        assert facts["state"] == "success" and set(facts["tasks"].values()) == {"success"}
+        assert facts["state"] == "success" and set(facts["tasks"].values()) == {"success", "skipped"}
+        assert facts["tasks"]["copy[-1]"] == "skipped"  # no copy_to
 
         # And the manifest holds the three readable queues, byte-exact, in queue order
         manifest = ManifestStore(open_storage(location)).load("kinds")

@@ -30,6 +30,9 @@ def chromium(width: int = 1400, height: int = 900) -> Iterator[object]:
                 f"--window-size={width},{height}", "--force-device-scale-factor=1"):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    # the window's size leaves the viewport to the browser's frame; the viewport itself is what a screenshot holds
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
     try:
         yield driver
     finally:

@@ -4,7 +4,8 @@ The api-server (``tests/airflow_stack.py``, started alone) runs on a free loopba
 AIRFLOW_HOME and SQLite database, the SimpleAuthManager and two users besides the stack's own: ``admin`` (may
 trigger DAGs) and ``viewer`` (read only). It lists five locations: a folder (the default,
 ``AIRFLOW__RBAK__STORAGE_URL``), a bucket on the moto server, an S3 endpoint nothing listens on, a URL with credentials in
-it (refused), and a folder with manifests planted beside a real backup. Start-up is waited for by polling with a
+it (refused), a folder with manifests planted beside a real backup, and a folder of backups whose messages the
+message pages show (tests/ui/message_samples.py). Start-up is waited for by polling with a
 generous deadline.
 """
 
@@ -21,6 +22,7 @@ from airflow_rbak.storage import open_storage
 from tests.airflow_stack import AirflowStack, airflow_stack
 from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures, imported to register them here
 from tests.repository.sample import build_sample_backup, build_sample_chain
+from tests.ui.message_samples import build_message_backups
 
 UNREACHABLE = "s3://rbak-nowhere/backups?region=us-east-1&endpoint=http://127.0.0.1:9&path_style=true"
 #: A location configured with credentials in it (the secret holds '/' and '?'): the view shows it refused, never its URL.
@@ -36,6 +38,7 @@ class ApiServer:
     file_url: str
     s3_url: str
     hostile_url: str
+    messages_url: str
 
     @property
     def base(self) -> str:
@@ -50,8 +53,8 @@ class ApiServer:
         assert found is not None, f"no token for {user}"
         return found
 
-    def get(self, path: str, user: str = "admin", **kwargs) -> requests.Response:
-        headers = {"Authorization": f"Bearer {self.token(user)}"}
+    def get(self, path: str, user: str = "admin", headers: dict[str, str] | None = None, **kwargs) -> requests.Response:
+        headers = {"Authorization": f"Bearer {self.token(user)}", **(headers or {})}
         return requests.get(f"{self.base}{path}", headers=headers, timeout=60, **kwargs)
 
 
@@ -87,10 +90,12 @@ def api_server(tmp_path_factory: pytest.TempPathFactory, s3_server: str, s3_clie
     _backups(file_url, s3_url)
     hostile_url = (home / "hostile").as_uri()
     _hostile(hostile_url)
+    messages_url = (home / "messages").as_uri()
+    build_message_backups(messages_url)
     stack = airflow_stack(home, {"admin": "admin", "viewer": "viewer"}, AIRFLOW__RBAK__STORAGE_URL=file_url,
-                          AIRFLOW__RBAK__UI_LOCATIONS=f"{s3_url}\n{UNREACHABLE}\n{WITH_SECRET}\n{hostile_url}")
+                          AIRFLOW__RBAK__UI_LOCATIONS=f"{s3_url}\n{UNREACHABLE}\n{WITH_SECRET}\n{hostile_url}\n{messages_url}")
     stack.start(only_api_server=True)
     try:
-        yield ApiServer(stack, file_url, s3_url, hostile_url)
+        yield ApiServer(stack, file_url, s3_url, hostile_url, messages_url)
     finally:
         stack.stop()

@@ -20,7 +20,7 @@ def _locations(api_server: ApiServer) -> dict[str, str]:
 
 def test_every_location_is_listed_default_first(api_server):
     assert list(_locations(api_server)) == [api_server.file_url, api_server.s3_url, UNREACHABLE, "(location 4: refused)",
-                                            api_server.hostile_url]
+                                            api_server.hostile_url, api_server.messages_url]
 
 
 def test_a_location_with_credentials_is_shown_refused_and_no_part_of_its_secret_is_anywhere(api_server):

@@ -25,7 +25,7 @@ def test_queue_headings_name_the_queue_then_its_vhost_and_count_in_the_right_num
     page = detail_page(_detail(), LINKS, {}, {})
 
     assert '<b class="queue">orders</b> <span class="muted">in vhost</span> <b class="vhost">/</b>' in page
-    assert "1 message · 1 segment<" in page and "2 messages · 2 segments<" in page
+    assert "1 message · 1 segment · <a" in page and "2 messages · 2 segments · <a" in page
     assert "/ / orders" not in page and "1 segments" not in page
     assert "2 queues, 3 messages, 3 segments" in page
 

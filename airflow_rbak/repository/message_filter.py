@@ -1,0 +1,406 @@
+"""Which stored messages a user asked for: one frozen filter, validated once, that tests a record.
+
+The same selection serves ``rbak messages``, ``rbak search`` (in process and on Spark), the backups view and the
+selective restore, so each names it the same way (:meth:`MessageFilter.describe`) and passes it on in the same form
+(:meth:`MessageFilter.to_params`, read back by :meth:`MessageFilter.from_params`).
+
+What each field tests (every field set must hold; an unset field selects everything):
+
+- ``since`` / ``until``: the record's ``backed_up_at``, epoch milliseconds, both ends inclusive, the time the
+  backup took the message (the restore's time window reads the same field). The AMQP ``timestamp`` property is
+  the publisher's and is often absent, so it is not what a window means.
+- ``message_id``, ``correlation_id``, ``exchange``, ``content_type``: equal to the property (or the exchange the
+  message was published to), case-sensitive.
+- ``routing_key``: a shell glob (``orders.*``, ``eu-?``), case-sensitive, over the whole routing key.
+- ``headers``: each name's value equal to the given one, where a header of that name is present on the record. A
+  text value is compared with the header as text (``5`` matches a Long 5, ``true`` a Bool true, a Bytes header its
+  UTF-8 text); a number or a boolean with the header's value of that type. Tables and arrays never match.
+- ``body_contains``: the body holds these bytes (a text is taken as its UTF-8 bytes).
+- ``body_regex``: a regular expression (the ``regex`` package's syntax, a superset of Python's ``re``) found in the
+  body read as UTF-8 (bytes that are not UTF-8 read as U+FFFD).
+
+Every value comes from a user, a DAG run's conf or a form: each is type- and size-checked, and a bad one raises
+:class:`FilterError` naming the field. A regular expression can backtrack for longer than the universe lasts on a
+body of a few dozen bytes (``(a+)+$``); none is refused by its shape, but each search of one body is bounded in
+time (:data:`REGEX_SECONDS`, plus :data:`REGEX_SECONDS_PER_MIB` for each MiB of the body): a pattern that
+exceeds it raises :class:`RegexTimeoutError`, which stops the read and says so. It does not pass over the body
+as if it had not matched, which would hide messages.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import regex
+
+from airflow_rbak.codec.headers import BOOL, BYTES, DOUBLE, FLOAT, LONG, LONG_STRING, SHORT, SHORT_STRING, TIMESTAMP, VOID
+from airflow_rbak.codec.records import BackupRecord
+from airflow_rbak.display import printable
+from airflow_rbak.exceptions import ConfigurationError
+
+#: The longest regular expression or routing-key glob taken, in characters.
+MAX_PATTERN_CHARS = 1000
+#: The longest property value, exchange or header value taken (an AMQP short string holds at most 255 bytes).
+MAX_TEXT_CHARS = 1024
+#: The most bytes ``body_contains`` may hold.
+MAX_BODY_CONTAINS_BYTES = 65536
+#: The most header conditions in one filter.
+MAX_HEADERS = 32
+#: How long one search of one body by ``body_regex`` may take, in seconds, before the read stops ...
+REGEX_SECONDS = 0.25
+#: ... plus this much for each MiB of the body (a literal pattern scans about 1 GiB/s).
+REGEX_SECONDS_PER_MIB = 0.25
+
+_TEXT_FIELDS = ("message_id", "correlation_id", "exchange", "content_type")
+HeaderWanted = str | int | float | bool | None
+
+
+class FilterError(ConfigurationError):
+    """A filter value is invalid; ``field`` names the one to correct (``body_regex``, ``headers.x-tenant``)."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+
+
+class RegexTimeoutError(FilterError):
+    """``body_regex`` took longer than its bound on one body: the pattern backtracks too much to finish."""
+
+
+@dataclass(frozen=True)
+class MessageFilter:
+    """A selection of stored messages; every field that is set must hold (see the module's docstring).
+
+    ``headers`` may be given as a mapping; it is kept as a tuple of ``(name, value)`` pairs sorted by name, so
+    the filter is hashable and two equal selections compare equal.
+    """
+
+    since: int | None = None
+    until: int | None = None
+    message_id: str | None = None
+    correlation_id: str | None = None
+    routing_key: str | None = None
+    exchange: str | None = None
+    headers: tuple[tuple[str, HeaderWanted], ...] = ()
+    content_type: str | None = None
+    body_contains: bytes | None = None
+    body_regex: str | None = None
+    _tests: tuple[Callable[[BackupRecord], bool], ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "since", _moment(self.since, "since"))
+        set_(self, "until", _moment(self.until, "until"))
+        if self.since is not None and self.until is not None and self.since > self.until:
+            raise FilterError("since", f"{_iso(self.since)} is after until ({_iso(self.until)})")
+        for name in _TEXT_FIELDS:
+            set_(self, name, _text(getattr(self, name), name, MAX_TEXT_CHARS))
+        set_(self, "routing_key", _text(self.routing_key, "routing_key", MAX_PATTERN_CHARS))
+        set_(self, "headers", _headers(self.headers))
+        set_(self, "body_contains", _body_bytes(self.body_contains))
+        set_(self, "body_regex", _text(self.body_regex, "body_regex", MAX_PATTERN_CHARS))
+        set_(self, "_tests", self._build_tests())
+
+    # -- reading untrusted input ------------------------------------------------------------------------------
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any] | None) -> MessageFilter:
+        """A filter from a mapping of field names (a DAG run's conf, a form, JSON); empty values are unset.
+
+        Unknown names are refused, so a misspelt filter never widens the selection to everything.
+        ``body_contains_hex`` gives the body's bytes as hex (what :meth:`to_params` writes for bytes that are
+        not UTF-8).
+        """
+        if params is None:
+            return cls()
+        if not isinstance(params, Mapping):
+            raise FilterError("filter", f"expected an object of filter fields, got {type(params).__name__}")
+        known = {*PARAM_NAMES, "body_contains_hex"}
+        unknown = sorted(str(k)[:60] for k in params if k not in known)
+        if unknown:
+            raise FilterError(unknown[0], f"unknown filter field; known: {', '.join(PARAM_NAMES)}")
+        values = {k: v for k, v in params.items() if v is not None and v != "" and v != {}}
+        hex_body = values.pop("body_contains_hex", None)
+        if hex_body is not None:
+            if "body_contains" in values:
+                raise FilterError("body_contains_hex", "give body_contains or body_contains_hex, not both")
+            values["body_contains"] = _from_hex(hex_body)
+        return cls(**values)
+
+    def to_params(self) -> dict[str, Any]:
+        """The set fields as JSON values, which :meth:`from_params` reads back to an equal filter."""
+        out: dict[str, Any] = {}
+        for name in PARAM_NAMES:
+            value = getattr(self, name)
+            if value is None or value == ():
+                continue
+            if name == "headers":
+                out[name] = dict(value)
+            elif name == "body_contains":
+                try:
+                    out[name] = value.decode("utf-8")
+                except UnicodeDecodeError:
+                    out["body_contains_hex"] = value.hex()
+            else:
+                out[name] = value
+        return out
+
+    # -- testing records --------------------------------------------------------------------------------------
+
+    @property
+    def selects_all(self) -> bool:
+        """True when no field is set: every record matches."""
+        return not self._tests
+
+    def matches(self, record: BackupRecord) -> bool:
+        """True when the record meets every set field; :class:`RegexTimeoutError` when ``body_regex`` overruns."""
+        for test in self._tests:
+            if not test(record):
+                return False
+        return True
+
+    def _build_tests(self) -> tuple[Callable[[BackupRecord], bool], ...]:
+        """One small test per set field, the cheapest first."""
+        tests: list[Callable[[BackupRecord], bool]] = []
+        since, until = self.since, self.until
+        if since is not None:
+            tests.append(lambda r: r.backed_up_at >= since)
+        if until is not None:
+            tests.append(lambda r: r.backed_up_at <= until)
+        for name in ("message_id", "correlation_id", "content_type"):
+            wanted = getattr(self, name)
+            if wanted is not None:
+                tests.append(_property_test(name, wanted))
+        if self.exchange is not None:
+            exchange = self.exchange
+            tests.append(lambda r: r.exchange == exchange)
+        if self.routing_key is not None:
+            # fnmatch's translation uses atomic groups for each '*', so a glob cannot backtrack without bound
+            glob = re.compile(fnmatch.translate(self.routing_key))
+            tests.append(lambda r: glob.match(r.routing_key) is not None)
+        for name, wanted in self.headers:
+            tests.append(_header_test(name, wanted))
+        if self.body_contains is not None:
+            needle = self.body_contains
+            tests.append(lambda r: needle in r.body)
+        if self.body_regex is not None:
+            tests.append(_regex_test(self.body_regex))
+        return tuple(tests)
+
+    # -- saying what it selects -------------------------------------------------------------------------------
+
+    def describe(self) -> str:
+        """The selection in one line of plain text, for plans, approval requests, reports and the view.
+
+        ``every message`` when nothing is set; otherwise the window, then the other conditions joined by ``and``
+        (``messages backed up from … to … with message_id 'm-1' and body containing '4711'``), each value quoted and
+        with control characters shown escaped (:func:`~airflow_rbak.display.printable`), so a value cannot break
+        the line or the document around it.
+        """
+        window = ""
+        if self.since is not None and self.until is not None:
+            window = f" backed up from {_iso(self.since)} to {_iso(self.until)}"
+        elif self.since is not None:
+            window = f" backed up at or after {_iso(self.since)}"
+        elif self.until is not None:
+            window = f" backed up at or before {_iso(self.until)}"
+        parts = [f"{name} {_quoted(getattr(self, name))}" for name in ("message_id", "correlation_id")
+                 if getattr(self, name) is not None]
+        if self.routing_key is not None:
+            parts.append(f"routing key like {_quoted(self.routing_key)}")
+        if self.exchange is not None:
+            parts.append(f"exchange {_quoted(self.exchange)}")
+        parts.extend(f"header {_quoted(name)} = {_quoted(value)}" for name, value in self.headers)
+        if self.content_type is not None:
+            parts.append(f"content type {_quoted(self.content_type)}")
+        if self.body_contains is not None:
+            parts.append(f"body containing {_quoted_bytes(self.body_contains)}")
+        if self.body_regex is not None:
+            parts.append(f"body matching /{printable(self.body_regex)}/")
+        if not window and not parts:
+            return "every message"
+        return "messages" + window + (" with " + " and ".join(parts) if parts else "")
+
+
+#: The filter's fields, in the order the docs and the forms list them.
+PARAM_NAMES: tuple[str, ...] = tuple(f.name for f in fields(MessageFilter) if f.init)
+
+
+def _property_test(name: str, wanted: str) -> Callable[[BackupRecord], bool]:
+    def test(record: BackupRecord) -> bool:
+        return getattr(record.properties, name) == wanted
+
+    return test
+
+
+def _header_test(name: str, wanted: HeaderWanted) -> Callable[[BackupRecord], bool]:
+    def test(record: BackupRecord) -> bool:
+        return any(key == name and _header_equals(value.kind, value.value, wanted) for key, value in record.headers)
+
+    return test
+
+
+_TEXT_KINDS = (LONG_STRING, SHORT_STRING)
+_INT_KINDS = (LONG, SHORT, TIMESTAMP)
+
+
+def _header_equals(kind: str, value: Any, wanted: HeaderWanted) -> bool:
+    """A header's value against the one asked for: text with text, typed values with their own type."""
+    if wanted is None:
+        return kind == VOID
+    if isinstance(wanted, bool):
+        return kind == BOOL and value is wanted
+    if isinstance(wanted, int):
+        return kind in _INT_KINDS and value == wanted
+    if isinstance(wanted, float):
+        return kind in (FLOAT, DOUBLE) and value == wanted
+    return _header_text(kind, value) == wanted
+
+
+def _header_text(kind: str, value: Any) -> str | None:
+    if kind in _TEXT_KINDS:
+        return value
+    if kind in _INT_KINDS:
+        return str(value)
+    if kind == BOOL:
+        return "true" if value else "false"
+    if kind in (FLOAT, DOUBLE):
+        return repr(value)
+    if kind == BYTES:
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return None  # Void, tables and arrays have no text to compare
+
+
+def _regex_test(pattern: str) -> Callable[[BackupRecord], bool]:
+    try:
+        compiled = regex.compile(pattern)
+    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
+        raise FilterError("body_regex", f"not a valid regular expression: {exc}") from None
+
+    def test(record: BackupRecord) -> bool:
+        body = record.body
+        limit = REGEX_SECONDS + REGEX_SECONDS_PER_MIB * len(body) / 1048576
+        try:
+            return compiled.search(body.decode("utf-8", "replace"), timeout=limit) is not None
+        except TimeoutError:
+            raise RegexTimeoutError(
+                "body_regex",
+                f"searching one {len(body)}-byte body took longer than {limit:.2f} s, so the read stopped; the "
+                "pattern backtracks too much (nested repeats such as (a+)+ or overlapping alternatives such as "
+                "(a|aa)+): simplify it",
+            ) from None
+
+    return test
+
+
+def _moment(value: Any, name: str) -> int | None:
+    """Epoch milliseconds from an int, a digit string or an ISO 8601 string (UTC when it names no zone)."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, dt.datetime):
+        return _datetime_ms(value)
+    if isinstance(value, str) and len(value) <= 64:
+        text = value.strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+        try:
+            return _datetime_ms(dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00")))
+        except ValueError:
+            pass
+    raise FilterError(name, f"expected epoch milliseconds (1732240800000) or ISO 8601 (2024-11-22T02:00:00Z), got {value!r:.60}")
+
+
+def _datetime_ms(moment: dt.datetime) -> int:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+def _text(value: Any, name: str, limit: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise FilterError(name, f"expected text, got {type(value).__name__}")
+    if not value:
+        raise FilterError(name, "is empty; leave it out to select every value")
+    if len(value) > limit:
+        raise FilterError(name, f"{len(value)} characters, more than the {limit} taken")
+    return value
+
+
+def _headers(value: Any) -> tuple[tuple[str, HeaderWanted], ...]:
+    pairs = value.items() if isinstance(value, Mapping) else value
+    if not isinstance(pairs, tuple | list) and not isinstance(value, Mapping):
+        raise FilterError("headers", f"expected an object of header names and values, got {type(value).__name__}")
+    found: dict[str, HeaderWanted] = {}
+    for pair in pairs:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise FilterError("headers", "expected (name, value) pairs")
+        name, wanted = pair
+        if not isinstance(name, str) or not name or len(name) > 255:
+            raise FilterError("headers", f"a header name must be 1-255 characters of text, got {name!r:.60}")
+        if wanted is not None and not isinstance(wanted, str | int | float | bool):
+            raise FilterError(f"headers.{name}", f"expected text, a number or a boolean, got {type(wanted).__name__}")
+        if isinstance(wanted, str) and len(wanted) > MAX_TEXT_CHARS:
+            raise FilterError(f"headers.{name}", f"{len(wanted)} characters, more than the {MAX_TEXT_CHARS} taken")
+        if name in found:
+            raise FilterError(f"headers.{name}", "named twice")
+        found[name] = wanted
+    if len(found) > MAX_HEADERS:
+        raise FilterError("headers", f"{len(found)} conditions, more than the {MAX_HEADERS} taken")
+    return tuple(sorted(found.items()))
+
+
+def _body_bytes(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    if not isinstance(value, bytes | bytearray):
+        raise FilterError("body_contains", f"expected text or bytes, got {type(value).__name__}")
+    if not value:
+        raise FilterError("body_contains", "is empty; leave it out to select every body")
+    if len(value) > MAX_BODY_CONTAINS_BYTES:
+        raise FilterError("body_contains", f"{len(value)} bytes, more than the {MAX_BODY_CONTAINS_BYTES} taken")
+    return bytes(value)
+
+
+def _from_hex(value: Any) -> bytes:
+    if not isinstance(value, str) or len(value) > 2 * MAX_BODY_CONTAINS_BYTES:
+        raise FilterError("body_contains_hex", "expected hex digits")
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise FilterError("body_contains_hex", "expected hex digits (two per byte)") from None
+
+
+def _iso(ms: int) -> str:
+    try:
+        moment = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} ms"
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{text}.{ms % 1000:03d}Z" if ms % 1000 else f"{text}Z"
+
+
+def _quoted(value: Any) -> str:
+    if isinstance(value, str):
+        return "'" + printable(value).replace("'", "\\'") + "'"
+    return printable(repr(value) if value is not None else "void")
+
+
+def _quoted_bytes(value: bytes) -> str:
+    try:
+        return _quoted(value.decode("utf-8"))
+    except UnicodeDecodeError:
+        return f"hex {value.hex()[:200]}"

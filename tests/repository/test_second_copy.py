@@ -1,0 +1,189 @@
+"""A second copy: complete backups copied whole, chains and all, verified at the destination, manifest last.
+
+Each scenario runs from a folder to loopback S3 (moto) and from S3 to Azure Blob Storage (Azurite). The
+source holds ``sample-1`` and ``sample-2`` (whose stream continues ``sample-1``'s) and ``bad-1``, complete by
+its listing but with one segment's bytes changed (same size: only reading it shows the damage).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from airflow_rbak.cli.main import main as rbak
+from airflow_rbak.freshness import measure_freshness
+from airflow_rbak.repository.catalog import list_backups
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.retention import RetentionPolicy
+from airflow_rbak.repository.second_copy import copy_backups
+from airflow_rbak.repository.validate import validate_backup
+from airflow_rbak.storage import open_storage
+from airflow_rbak.storage.base import ObjectInfo, Storage, TransientStorageError
+from tests.repository.sample import STREAM, build_sample_backup, chained
+
+
+@pytest.fixture(params=["file-to-s3", "s3-to-azure"])
+def places(request: pytest.FixtureRequest, tmp_path) -> tuple[str, str]:
+    """(source URL, destination URL): a folder and a loopback S3 bucket, or that bucket and an Azurite container."""
+    if request.param == "file-to-s3":
+        return (tmp_path / "source").as_uri(), request.getfixturevalue("s3_storage_url")
+    return request.getfixturevalue("s3_storage_url"), request.getfixturevalue("azure_storage_url")
+
+
+def small_chain(url: str) -> Storage:
+    """sample-1 (three queues, definitions) and sample-2, whose stream continues sample-1's: a few dozen objects."""
+    storage = open_storage(url)
+    base = build_sample_backup(storage, "sample-1", segment_max_bytes=16384)
+    base.queue(*STREAM).extensions["stream_offsets"] = {"first": 0, "last": 11, "last_fingerprint": None}
+    ManifestStore(storage).save(base)
+    chained(storage, "sample-1", "sample-2", base.created_at + 1000)
+    return storage
+
+
+def damaged_source(url: str) -> Storage:
+    """sample-1, sample-2 (a chain) and bad-1, whose first segment has one byte changed at its stored size."""
+    storage = small_chain(url)
+    bad = build_sample_backup(storage, "bad-1")
+    key = bad.queues[0].segments[0].key
+    data = bytearray(storage.get(key))
+    data[-3] ^= 0xFF
+    storage.put(key, bytes(data))
+    return storage
+
+
+def statuses(storage: Storage) -> dict[str, str]:
+    return {b.backup_id: b.status for b in list_backups(storage)}
+
+
+def test_complete_backups_are_copied_verified_once_and_a_damaged_one_is_named_and_not_copied(places):
+    # Given a source with a chain and a damaged backup, and an empty destination
+    source, destination = damaged_source(places[0]), open_storage(places[1])
+    now = ManifestStore(source).load("sample-2").completed_at + 1000
+    fresh_before = measure_freshness(destination, 26, now_ms=now)
+
+    # When they are copied, then copied again
+    first = copy_backups(source, destination)
+    second = copy_backups(source, destination)
+
+    # Then the chain is at the destination, complete and valid there; bad-1 is refused by name and absent
+    assert first.ids("copied") == ["sample-1", "sample-2"] and first.ids("refused") == ["bad-1"]
+    (refusal,) = [b.reason for b in first.backups if b.backup_id == "bad-1"]
+    assert "bad-1/queues/" in refusal and "damaged at the source" in refusal
+    assert statuses(destination) == {"sample-1": "complete", "sample-2": "complete"}
+    assert not list(destination.list("bad-1/"))
+    for backup_id in ("sample-1", "sample-2"):
+        assert validate_backup(destination, backup_id, deep=True).defects == []
+        assert destination.get(f"{backup_id}/manifest.json") == source.get(f"{backup_id}/manifest.json")
+    # and the second run copies nothing and says so
+    assert second.ids("already there") == ["sample-1", "sample-2"]
+    assert sum(b.objects_copied for b in second.backups) == 0
+    assert "(nothing to copy)" in second.describe() and "refused 1: bad-1" in second.describe()
+    # and the copy location is checked for freshness on its own: stale (empty) before, as fresh as its source after
+    fresh = measure_freshness(destination, 26, now_ms=now)
+    assert not fresh_before.fresh and fresh_before.backup_id is None
+    newest = max(("sample-1", "sample-2"), key=lambda b: ManifestStore(source).load(b).completed_at or 0)
+    assert fresh.fresh and fresh.backup_id == newest
+
+
+class FailsAfterPuts(Storage):
+    """A destination that breaks (a transient fault) after ``allowed`` object writes, as a lost network would."""
+
+    def __init__(self, inner: Storage, allowed: int) -> None:
+        self.inner, self.allowed, self.url = inner, allowed, inner.url
+
+    def put(self, key: str, data: bytes) -> None:
+        if self.allowed <= 0:
+            raise TransientStorageError(f"{key}: connection lost (test)", key)
+        self.allowed -= 1
+        self.inner.put(key, data)
+
+    def get(self, key: str) -> bytes:
+        return self.inner.get(key)
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        return self.inner.get_range(key, offset, length)
+
+    def stat(self, key: str) -> ObjectInfo:
+        return self.inner.stat(key)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        return self.inner.list(prefix)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(key)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        return self.inner.put_if_absent(key, data)
+
+    def read_tagged(self, key: str) -> tuple[bytes, str]:
+        return self.inner.read_tagged(key)
+
+    def replace_if_unchanged(self, key: str, data: bytes, tag: str) -> bool:
+        return self.inner.replace_if_unchanged(key, data, tag)
+
+    def delete_if_unchanged(self, key: str, tag: str) -> bool:
+        return self.inner.delete_if_unchanged(key, tag)
+
+
+def test_a_copy_interrupted_half_way_is_never_complete_and_the_next_run_resumes_it(places):
+    # Given a source chain whose first backup has a few dozen objects
+    source, destination = small_chain(places[0]), open_storage(places[1])
+    objects = len(list(source.list("sample-1/"))) - 1  # its manifest is written last
+    half = objects // 2
+
+    # When the destination fails after half of them were written
+    with pytest.raises(TransientStorageError, match="connection lost"):
+        copy_backups(source, FailsAfterPuts(destination, half), workers=1)
+    interrupted = statuses(destination)
+    resumed = copy_backups(source, destination)
+
+    # Then the half copy was no complete backup; the re-run wrote only the other half, and verified everything
+    assert interrupted == {"sample-1": "no-manifest"}
+    assert resumed.ids("copied") == ["sample-1", "sample-2"]
+    assert (resumed.backups[0].objects_already_there, resumed.backups[0].objects_copied) == (half, objects - half)
+    assert statuses(destination) == {"sample-1": "complete", "sample-2": "complete"}
+    assert validate_backup(destination, "sample-2", deep=True).defects == []
+
+
+def test_a_backup_brings_its_chain_base_and_the_destinations_retention_applies(tmp_path):
+    source = small_chain((tmp_path / "source").as_uri())
+
+    # When only sample-2 is asked for: its base comes with it
+    brought = copy_backups(source, open_storage((tmp_path / "a").as_uri()), ["sample-2"])
+    # When the destination keeps only the newest backup: sample-1 is not copied, its segments sample-2 lists are
+    kept_one = open_storage((tmp_path / "b").as_uri())
+    pruned = copy_backups(source, kept_one, retention=RetentionPolicy(keep_last=1))
+    again = copy_backups(source, kept_one, retention=RetentionPolicy(keep_last=1))
+
+    assert [(b.backup_id, b.outcome, b.brought_by) for b in brought.backups] == [
+        ("sample-1", "copied", "sample-2"), ("sample-2", "copied", None)]
+    assert [(b.backup_id, b.outcome) for b in pruned.backups] == [("sample-1", "left out"), ("sample-2", "copied")]
+    assert "the destination's retention would remove it" in pruned.backups[0].reason
+    assert statuses(kept_one) == {"sample-1": "retired", "sample-2": "complete"}
+    # and the next run copies nothing: the retired base is not brought back only to be removed again
+    assert [(b.backup_id, b.outcome) for b in again.backups] == [("sample-1", "left out"), ("sample-2", "already there")]
+    assert sum(b.objects_copied for b in again.backups) == 0
+    assert validate_backup(kept_one, "sample-2", deep=True).defects == []
+
+
+def test_rbak_copy_reports_each_backup_and_fails_when_one_was_refused(tmp_path, capsys):
+    source_url, destination_url = (tmp_path / "source").as_uri(), (tmp_path / "copy").as_uri()
+    damaged_source(source_url)
+
+    code = rbak(["copy", source_url, destination_url])
+    again = rbak(["copy", source_url, destination_url, "--backup-id", "sample-2"])
+    out = capsys.readouterr().out.splitlines()
+
+    assert code == 1 and again == 0
+    assert out[0] == f"copied 2 backup(s) to {destination_url}, 0 already there; refused 1: bad-1"
+    lines = sorted(out[1:4])
+    assert lines[0].startswith("  copied sample-1: ") and lines[1].startswith("  copied sample-2: ")
+    assert lines[2].startswith("  refused bad-1: bad-1/queues/") and "damaged at the source" in lines[2]
+    assert out[4:] == [f"copied 0 backup(s) to {destination_url}, 1 already there (nothing to copy)",
+                       "  already there sample-2: its manifest is at the destination, byte for byte"]
+    assert os.path.exists(tmp_path / "copy" / "sample-2" / "manifest.json")

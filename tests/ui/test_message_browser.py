@@ -1,0 +1,63 @@
+"""A queue's messages page by page, without Airflow: positions, the read budget, and what a page shows of a body."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from airflow_rbak.repository.message_filter import MessageFilter
+from airflow_rbak.storage import open_storage
+from airflow_rbak.ui.message_browser import MessagePageError, Position, body_preview, filter_of, message_page
+from airflow_rbak.ui.messages_page import messages_page
+from airflow_rbak.ui.pages import Links
+from tests.ui.message_samples import SCRIPT, TOTAL, build_message_backups
+
+
+@pytest.fixture(scope="module")
+def backup():
+    url = "memory://ui-message-browser"
+    build_message_backups(url)
+    storage = open_storage(url)
+    from airflow_rbak.repository.manifest_store import ManifestStore
+
+    return storage, ManifestStore(storage).load("messages-1")
+
+
+def test_a_page_that_runs_out_of_time_stops_and_says_where_the_next_one_starts(backup):
+    storage, manifest = backup
+    ticks = itertools.count(step=1.0)  # every reading of the clock is a second later: the budget ends after one record
+    rare = MessageFilter.from_params({"message_id": "other-45"})
+
+    first = message_page(storage, manifest, 0, match=rare, clock=lambda: next(ticks))
+    rest = message_page(storage, manifest, 0, match=rare, start=Position.parse(first["next"]))
+
+    assert (first["messages"], first["scanned"], first["next"]) == ([], 1, "1.1")
+    assert [m["number"] for m in rest["messages"]] == [TOTAL] and rest["next"] is None
+
+
+def test_a_viewers_page_holds_no_body_and_every_byte_of_a_shown_one_is_escaped(backup):
+    storage, manifest = backup
+    hidden = message_page(storage, manifest, 0, limit=100, show_bodies=False)
+    shown = message_page(storage, manifest, 0, limit=100, show_bodies=True)
+    extra = {"backup_id": "messages-1", "location": {"id": "loc", "url": "memory://x"}, "filters": [("header", "<i>")]}
+    html = messages_page({**shown, **extra, "bodies_refused": None}, Links("", "/rbak"))
+
+    assert all(m["body"] is None for m in hidden["messages"]) and hidden["messages"][0]["body_bytes"] > 0
+    assert SCRIPT not in html.encode() and "&lt;script&gt;window.rbakInjected=1&lt;/script&gt;" in html
+    assert "<i>" not in html and 'value="&lt;i&gt;"' in html
+
+
+def test_a_body_is_previewed_by_what_it_is_and_bounded():
+    assert body_preview(b'{"a": [1, 2]}', None)["preview"] == '{\n  "a": [\n    1,\n    2\n  ]\n}'
+    assert body_preview(b"\x1b[31mred\n", "text/plain") == {"kind": "text", "preview": "\\x1b[31mred\n", "more_bytes": 0}
+    assert body_preview(("a" + "é" * 2000).encode(), None)["more_bytes"] == 4001 - 2047  # a cut character is not shown
+    assert body_preview(b"\xff\xfe" * 600, None)["more_bytes"] == 1200 - 512
+
+
+def test_a_position_or_filter_that_cannot_be_used_is_refused_by_name():
+    with pytest.raises(MessagePageError, match="at: "):
+        Position.parse("1.x")
+    with pytest.raises(ValueError, match="header: "):
+        filter_of([("header", "no-equals-sign")])
+    assert filter_of([("routing_key", " ")]) is None
