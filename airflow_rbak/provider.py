@@ -76,6 +76,11 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "The Airflow connection (type aws, wasb or google_cloud_platform) every task, the backups view and rbak (for "
         "the configured location) take storage credentials from; an operator's storage_conn_id overrides it. Unset: "
         "each cloud's own chain."),
+    "encryption_conn_id": _option(
+        "string", None, "rbak_encryption",
+        "The Airflow connection whose password holds the storage location's encryption keys (id:base64-key, "
+        "comma-separated, the writing key first); an operator's encryption_conn_id overrides it. Every object the "
+        "tasks store is sealed with AES-256-GCM. Unset: the location is not encrypted.", ),
     "backup_schedule": _option(
         "string", "@daily", "0 2 * * *", "rbak_backup's schedule: a cron expression or preset; none for manual runs only."),
     "verify_schedule": _option(

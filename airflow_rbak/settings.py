@@ -202,6 +202,10 @@ class RbakSettings:
         """The Airflow connection every task takes storage credentials from; None: each cloud's own chain."""
         return self.text("storage_conn_id") or None
 
+    def encryption_conn_id(self) -> str | None:
+        """The Airflow connection holding the location's encryption keys; None: the location is not encrypted."""
+        return self.text("encryption_conn_id") or None
+
     def state_seal(self, fernet_key: str | None) -> StateSeal:
         """The seal of state objects the runs write to a location and read back (``storage.sealed``).
 

@@ -54,10 +54,13 @@ with DAG(
         from airflow.sdk.exceptions import AirflowFailException
 
         from airflow_rbak.freshness import StaleBackupError, measure_freshness
+        from airflow_rbak.hooks.encryption import connection_keyring
         from airflow_rbak.hooks.storage import open_connected_storage
         from airflow_rbak.operators import metrics
 
-        storage = open_connected_storage(storage_url, rbak_settings().storage_conn_id())  # as every rbak task's
+        settings = rbak_settings()  # as every rbak task's: the storage connection, and an encrypted location's keys
+        storage = open_connected_storage(storage_url, settings.storage_conn_id(),
+                                         keyring=connection_keyring(settings.encryption_conn_id()))
         found = measure_freshness(storage, float(params["max_age_hours"]), int(time.time() * 1000))
         metrics.freshness_measured(found.to_json())  # stale or not: the age gauge is what a dashboard alerts on
         try:

@@ -38,13 +38,15 @@ with DAG(
     @task
     def resolve_backup(params: dict | None = None) -> str:
         """The backup to verify: the given id, or the newest complete one for ``latest``; first, the access rules."""
+        from airflow_rbak.hooks.encryption import encryption_connection
         from airflow_rbak.hooks.storage import storage_connection
         from airflow_rbak.operators.access import refuse_unlisted_params
         from airflow_rbak.repository.catalog import resolve_backup_id
         from airflow_rbak.storage import open_storage
 
         refuse_unlisted_params(params)  # a location or connection [rbak] does not allow: nothing runs
-        with storage_connection(rbak_settings().storage_conn_id()):
+        settings = rbak_settings()
+        with storage_connection(settings.storage_conn_id()), encryption_connection(settings.encryption_conn_id()):
             return resolve_backup_id(open_storage(params["storage_url"]), params["backup_id"])
 
     backup_id = resolve_backup()

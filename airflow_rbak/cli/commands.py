@@ -31,6 +31,7 @@ from airflow_rbak.repository.second_copy import COPIED, REFUSED, copy_backups
 from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
+from airflow_rbak.storage.export import export_location
 
 
 def _open_existing(args: argparse.Namespace) -> Storage:
@@ -236,6 +237,20 @@ def forget_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     for backup_id, reason in result.kept.items():
         say(out, f"  keep {backup_id}: {reason}")
     return 0
+
+
+def export_cmd(args: argparse.Namespace, out: IO[str]) -> int:
+    """A plain copy of the location (:func:`~airflow_rbak.storage.export.export_location`); exit 1 naming each object
+    that could not be opened, every other one copied."""
+    result = export_location(_open_existing(args), open_storage(args.to, keyring=None))
+    if args.format == "json":
+        json_line(out, result.to_json())
+    else:
+        say(out, f"copied {result.objects} objects ({result.bytes} bytes) from {result.source} to {result.target}, "
+                 "unencrypted")
+        for key, why in result.refused.items():
+            say(out, f"  ! not copied: {why}" if key in why else f"  ! not copied: {key}: {why}")
+    return 0 if result.ok else 1
 
 
 def _policy(args: argparse.Namespace) -> RetentionPolicy:

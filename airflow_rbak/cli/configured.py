@@ -19,6 +19,7 @@ from typing import Any
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.settings import RbakSettings, airflow_home, airflow_lookup, environment_lookup
 from airflow_rbak.storage.credentials import use_credentials
+from airflow_rbak.storage.keyring import Keyring, use_keyring
 from airflow_rbak.storage.sealed import StateSeal
 
 
@@ -51,13 +52,26 @@ def state_seal() -> StateSeal:
     return RbakSettings(airflow_lookup(conf)).state_seal(conf.get("core", "fernet_key", fallback=None))
 
 
+def encryption_keyring(encryption_conn_id: str | None) -> Keyring | None:
+    """The keys the connection ``--encryption-conn-id`` names, read through Airflow (loaded only then); None without
+    the option: every storage then takes ``RBAK_ENCRYPTION_KEYS``'s, if set, else none (a plain location)."""
+    if not encryption_conn_id:
+        return None
+    from airflow_rbak.hooks.encryption import connection_keyring  # Airflow's connections and secrets backends
+
+    return connection_keyring(encryption_conn_id)
+
+
 def location(args: argparse.Namespace) -> str:
     """The storage URL a command works on: ``--path``, else the configured ``storage_url``, whose storage this
-    process then opens with the configured ``storage_conn_id``'s credentials (until ``main`` ends the command)."""
+    process then opens with the configured ``storage_conn_id``'s credentials (until ``main`` ends the command), and
+    unless ``--encryption-conn-id`` names keys, the configured ``encryption_conn_id``'s keys."""
     if args.path:
         return str(args.path)
     settings = cli_settings()
     _use_connection(settings.storage_conn_id())
+    if not getattr(args, "encryption_conn_id", None) and settings.encryption_conn_id():
+        use_keyring(encryption_keyring(settings.encryption_conn_id()))  # main's block restores the previous keys
     return settings.storage_url()
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from airflow_rbak import __version__
 from airflow_rbak.cli import commands, messages, runs
+from airflow_rbak.cli.configured import encryption_keyring
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.errors import CodecError
 from airflow_rbak.display import printable
@@ -27,12 +28,15 @@ from airflow_rbak.repository.rebuild import NothingToRebuildError
 from airflow_rbak.restore.errors import DamagedSegmentsError
 from airflow_rbak.storage.base import ObjectNotFoundError, StorageError
 from airflow_rbak.storage.credentials import current_credentials, storage_credentials
+from airflow_rbak.storage.encrypted import DamagedObjectError, KeyRequiredError, NotEncryptedError, WrongKeyError
+from airflow_rbak.storage.keyring import storage_keyring
 
 EXIT_OK, EXIT_DEFECT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_LOCKED, EXIT_FAILED = 0, 1, 2, 3, 4, 5
 #: Which exit code an error means, the first match winning.
 EXIT_CODES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
-    ((CodecError, DamagedSegmentsError), EXIT_DEFECT),
-    ((ConfigurationError, ManifestNotFoundError, NoCompleteBackupError, NothingToRebuildError, ObjectNotFoundError),
+    ((CodecError, DamagedSegmentsError, DamagedObjectError, NotEncryptedError), EXIT_DEFECT),
+    ((ConfigurationError, KeyRequiredError, WrongKeyError, ManifestNotFoundError, NoCompleteBackupError,
+      NothingToRebuildError, ObjectNotFoundError),
      EXIT_USAGE),
     ((StorageError,), EXIT_UNREACHABLE),
     ((BackupLockedError,), EXIT_LOCKED),
@@ -55,6 +59,8 @@ EXAMPLES = {
                 "RBAK_BROKER_URL=amqp://... rbak definitions rollback --backup-id latest --apply",
     "restore": "RBAK_BROKER_URL=amqp://... rbak restore --backup-id latest --dry-run\n"
                "rbak restore --broker-file ~/.rbak-broker --backup-id b1 --vhost-map prod=prod-restored",
+    "export": "rbak export --decrypt --encryption-conn-id rbak_encryption --path s3://backups/rabbit "
+              "--to file:///srv/rabbit-plain\nRBAK_ENCRYPTION_KEYS=k1:... rbak export --decrypt --to file:///srv/plain",
     "messages": "rbak messages --backup-id latest --queue orders --message-id 4711\n"
                 "rbak messages --path s3://backups/rabbit --backup-id b1 --vhost prod --queue dlq --since 2026-11-22T02:00:00Z "
                 "--limit 20 --format jsonl",
@@ -74,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                                             "unreachable, 4 lock held, 5 other failure.")
     parser.add_argument("--version", action="version", version=f"rbak {__version__}")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+    parser.add_argument("--encryption-conn-id", default=None, metavar="CONN_ID",
+                        help="the Airflow connection holding the location's encryption keys (loads Airflow); without "
+                             "it, the RBAK_ENCRYPTION_KEYS variable's keys, else none (a plain location)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_text: str, parent=sub, formats=("text", "json")) -> argparse.ArgumentParser:
@@ -81,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                               epilog="examples:\n  " + EXAMPLES[name].replace("\n", "\n  "))
         # SUPPRESS: given here it wins, absent it leaves the value given before the command
         p.add_argument("--format", choices=formats, default=argparse.SUPPRESS, help="output format (default text)")
+        p.add_argument("--encryption-conn-id", default=argparse.SUPPRESS, metavar="CONN_ID",
+                       help="the Airflow connection holding the location's encryption keys")
         return p
 
     p = command("list", "List the backups under a storage location.")
@@ -121,6 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the location's chain lock while a backup links its chains (default 60)")
     p.set_defaults(run=commands.forget_cmd)
+
+    p = command("export", "Copy a location to an empty one, every object as it reads: with --decrypt, a plain copy of "
+                          "an encrypted location that any RBAK v1 reader reads.")
+    _path_arg(p)
+    p.add_argument("--to", required=True, metavar="URL", help="the empty location to write the copy to")
+    p.add_argument("--decrypt", action="store_true", required=True,
+                   help="write the copy unencrypted (required: says what the copy is)")
+    p.set_defaults(run=commands.export_cmd)
 
     p = command("copy", "Copy complete backups to a second location, whole chains, verified there before their manifest "
                         "is written; skips what is already there, resumes a half copy, names a damaged backup and "
@@ -250,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit code (also the process's, via the console script)."""
     args = build_parser().parse_args(argv)
     try:
-        with storage_credentials(current_credentials()):  # the configured connection's, if any, end with the command
+        with storage_credentials(current_credentials()), storage_keyring(encryption_keyring(args.encryption_conn_id)):
             code = args.run(args, sys.stdout)
     except BrokenPipeError:  # `rbak segment dump ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

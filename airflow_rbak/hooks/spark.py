@@ -30,11 +30,12 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow_rbak.display import package_logger
 from airflow_rbak.segments.shipping import ENV_ALIAS
 from airflow_rbak.storage.credentials import current_credentials, handed_on
+from airflow_rbak.storage.keyring import current_keyring
 
 DEFAULT_MASTER = "local[*]"
 
 #: Spark's default redaction pattern, and the storage variables whose names it does not catch.
-REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|AZURE_STORAGE_|RBAK_GCS_KEYFILE"
+REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|AZURE_STORAGE_|RBAK_GCS_KEYFILE|RBAK_ENCRYPTION_KEYS"
 
 log = package_logger(__name__)
 
@@ -89,6 +90,8 @@ def submit_hook(conn_id: str, options: Mapping[str, Any], *, default_master: str
     else:
         settings = cluster_options(options, executor_env() if executor_env is not None else None)
         credentials = handed_on()
+    keyring = current_keyring()  # the location's keys travel as its credentials do: the file, never a command line
+    credentials = {**credentials, **(keyring.environment() if keyring is not None else {})}
     with credentials_properties_file(settings.get("properties_file"), settings.get("conf") or {}, credentials) as path:
         yield RbakSparkSubmitHook(conn_id=conn_id, default_master=default_master, **{**settings, "properties_file": path})
 

@@ -21,7 +21,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.storage import DEFAULT_RETRIES, Storage, open_storage
+from airflow_rbak.storage import CURRENT_KEYS, DEFAULT_RETRIES, Keyring, Storage, open_storage
 from airflow_rbak.storage.credentials import (
     AzureCredentials,
     GcsCredentials,
@@ -150,9 +150,10 @@ def storage_connection(storage_conn_id: str | None) -> Iterator[None]:
         yield
 
 
-def open_connected_storage(url: str, storage_conn_id: str | None, *, retries: int = DEFAULT_RETRIES) -> Storage:
+def open_connected_storage(url: str, storage_conn_id: str | None, *, retries: int = DEFAULT_RETRIES,
+                           keyring: Keyring | None | str = CURRENT_KEYS) -> Storage:
     """The storage at ``url`` with the connection's credentials (None: each cloud's own chain), for code that runs
     outside an rbak operator (a DAG's own ``@task``, the backups view). Its clients are made here, so they keep the
-    credentials after the block that handed them in has ended."""
+    credentials after the block that handed them in has ended; ``keyring`` as :func:`open_storage` takes it."""
     with storage_connection(storage_conn_id):
-        return open_storage(url, retries=retries)
+        return open_storage(url, retries=retries, keyring=keyring)

@@ -27,6 +27,7 @@ from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.chain import dependencies, undeclared_owners
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.storage.base import Storage
+from airflow_rbak.storage.encrypted import KeyRequiredError
 
 #: How far ahead of the reader's clock a manifest's times may be and still count (hosts' clocks differ).
 MAX_CLOCK_SKEW_MS = 10 * 60 * 1000
@@ -115,10 +116,13 @@ def resolve_backup_id(storage: Storage, backup_id: str) -> str:
     something)."""
     if backup_id != LATEST:
         return backup_id
-    found = latest_complete(storage)
-    if found is None:
-        raise NoCompleteBackupError(f"{storage.url} holds no complete backup for 'latest'; give a backup id")
-    return found.backup_id
+    summaries = list_backups(storage)
+    complete = [s for s in summaries if s.status == "complete"]
+    if not complete:
+        # say why the newest backup is not complete (a manifest sealed with a key this reader lacks, say)
+        reason = next((f" ({s.backup_id}: {s.problem})" for s in reversed(summaries) if s.problem), "")
+        raise NoCompleteBackupError(f"{storage.url} holds no complete backup for 'latest'{reason}; give a backup id")
+    return complete[-1].backup_id
 
 
 def _summary(store: ManifestStore, backup_id: str, stored: dict[str, int], now_ms: int) -> BackupSummary:
@@ -126,6 +130,8 @@ def _summary(store: ManifestStore, backup_id: str, stored: dict[str, int], now_m
         manifest = store.load(backup_id, listed_size=stored.get(manifest_key(backup_id)))
     except ManifestNotFoundError:
         return BackupSummary(backup_id, "no-manifest", problem="no manifest.json; try `rbak manifest rebuild`")
+    except KeyRequiredError:
+        raise  # the whole location is encrypted and this reader has no key: not one damaged backup
     except RbakError as exc:  # a damaged manifest, a stray folder, a storage fault: still list the rest
         return BackupSummary(backup_id, "damaged", problem=str(exc))
     try:

@@ -129,7 +129,7 @@ def job_script(job: str) -> str:
 # an archive.
 
 #: The distributions the Spark jobs import on executors; their own requirements (without extras) come along.
-EXECUTOR_REQUIREMENTS = ("zstandard", "lz4", "orjson", "numpy", "boto3")
+EXECUTOR_REQUIREMENTS = ("zstandard", "lz4", "orjson", "numpy", "boto3", "cryptography")
 #: The folder name executors unpack the archive under (``<archive>#<alias>``).
 ENV_ALIAS = "rbakenv"
 _NAME_RE = re.compile(r"^([A-Za-z0-9_.\-]+)")

@@ -8,7 +8,7 @@ the Azure and GCS client libraries are optional extras (``airflow-rbak[azure]``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.base import (
@@ -22,7 +22,9 @@ from airflow_rbak.storage.base import (
     check_key,
     check_prefix,
 )
+from airflow_rbak.storage.encrypted import EncryptedStorage, UnkeyedStorage
 from airflow_rbak.storage.file import FileStorage
+from airflow_rbak.storage.keyring import Keyring, current_keyring
 from airflow_rbak.storage.memory import MemoryStorage
 from airflow_rbak.storage.retry import DEFAULT_RETRIES, RetryingStorage
 from airflow_rbak.storage.url import (
@@ -39,12 +41,15 @@ if TYPE_CHECKING:
     from airflow_rbak.storage.s3 import S3Storage
 
 __all__ = [
+    "CURRENT_KEYS",
     "DEFAULT_RETRIES",
     "AzureStorageConfig",
+    "EncryptedStorage",
     "FileStorage",
     "FileStorageConfig",
     "GcsStorageConfig",
     "InvalidKeyError",
+    "Keyring",
     "MemoryStorage",
     "MemoryStorageConfig",
     "MissingLocationError",
@@ -65,14 +70,26 @@ __all__ = [
 ]
 
 
-def open_storage(url: str, *, retries: int = DEFAULT_RETRIES) -> Storage:
-    """Open the backend a URL names, wrapped so transient failures are retried.
+#: ``open_storage``'s default keyring: the one handed in for the running task, else ``RBAK_ENCRYPTION_KEYS``.
+CURRENT_KEYS: Final = "current"
+
+
+def open_storage(url: str, *, retries: int = DEFAULT_RETRIES, keyring: Keyring | None | str = CURRENT_KEYS) -> Storage:
+    """Open the backend a URL names, wrapped so transient failures are retried, and encrypted when there is a key.
 
     ``retries`` is how many times one call may be retried after its first
-    attempt (0 disables retrying). Bad URLs raise ``ConfigurationError``
-    here, before any I/O.
+    attempt (0 disables retrying). ``keyring``: the keys to seal and open
+    objects with (``storage/encrypted.py``); None opens the location
+    unkeyed, where an encrypted location's objects are refused as needing
+    a key; the default takes the keyring handed in for the running task
+    (``storage/keyring.py``). Bad URLs raise ``ConfigurationError`` here,
+    before any I/O.
     """
-    return RetryingStorage(open_backend(parse_storage_url(url)), retries=retries)
+    retrying = RetryingStorage(open_backend(parse_storage_url(url)), retries=retries)
+    keys = current_keyring() if keyring == CURRENT_KEYS else keyring
+    if isinstance(keys, Keyring):
+        return EncryptedStorage(retrying, keys)
+    return UnkeyedStorage(retrying)
 
 
 def open_backend(config: StorageConfig) -> Storage:

@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.exceptions import RbakError
+from airflow_rbak.hooks.encryption import connection_keyring
 from airflow_rbak.hooks.storage import open_connected_storage
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError
 from airflow_rbak.repository.message_filter import FilterError
@@ -53,11 +54,13 @@ Limit = Annotated[int, Query(ge=1, le=500)]
 
 @functools.cache
 def catalog() -> BackupCatalog:
-    """The configured locations (read once per api-server process: ``[rbak] storage_url`` and ``ui_locations``)."""
+    """The configured locations (read once per api-server process: ``[rbak] storage_url`` and ``ui_locations``),
+    opened with ``[rbak] encryption_conn_id``'s keys when it is set."""
     settings = rbak_settings()
     conn_id = settings.storage_conn_id()  # the DAGs' storage credentials ([rbak] storage_conn_id), read as they read them
+    keyring = connection_keyring(settings.encryption_conn_id())
     return BackupCatalog(settings.ui_storage_urls(),
-                         opener=lambda url: open_connected_storage(url, conn_id, retries=UI_RETRIES))
+                         opener=lambda url: open_connected_storage(url, conn_id, retries=UI_RETRIES, keyring=keyring))
 
 
 def run_index() -> RunIndex:

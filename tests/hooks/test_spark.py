@@ -7,6 +7,7 @@ spark-submit is a stand-in here (``tests/fake_spark_submit.py``); ``tests/operat
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -23,6 +24,7 @@ from airflow_rbak.hooks.spark import (
     submit_hook,
 )
 from airflow_rbak.storage.credentials import handed_on
+from airflow_rbak.storage.keyring import new_key_text, parse_keyring, storage_keyring
 from tests import fake_spark_submit
 
 # java.util.Properties.load: a backslash escapes the next character (\n, \r, \t, \f name controls), and leading
@@ -62,7 +64,8 @@ def test_a_value_is_one_line_that_reads_back_unchanged(value):
 def test_the_redaction_pattern_names_the_variables_spark_would_show():
     pattern = re.compile(REDACTION_REGEX)
 
-    for name in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_KEY", "RBAK_GCS_KEYFILE_JSON", "AWS_SECRET_ACCESS_KEY"):
+    for name in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_KEY", "RBAK_GCS_KEYFILE_JSON", "AWS_SECRET_ACCESS_KEY",
+                 "RBAK_ENCRYPTION_KEYS"):
         assert pattern.search(f"spark.executorEnv.{name}"), name
 
 
@@ -155,3 +158,22 @@ def test_local_python_env_puts_the_interpreter_first():
 
     assert env == {"PYSPARK_PYTHON": "/opt/venv/bin/python", "PYSPARK_DRIVER_PYTHON": "/opt/venv/bin/python",
                    "PATH": "/opt/venv/bin:/usr/bin"}
+
+
+@pytest.mark.parametrize("master", ["local[2]", "spark://cluster:7077"])
+def test_the_tasks_encryption_keys_reach_the_job_in_the_private_file_on_any_master(tmp_path, monkeypatch, master):
+    # Given a task whose storage was handed encryption keys (not in its environment)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": master}))
+    monkeypatch.delenv("RBAK_ENCRYPTION_KEYS", raising=False)
+    ring = parse_keyring(new_key_text("k1"))
+    fake = fake_spark_submit.install(tmp_path, monkeypatch)
+
+    # When a job is submitted
+    with storage_keyring(ring), submit_hook("spark_default", fake.options) as hook:
+        hook.submit("job.py")
+    seen = fake.seen()
+
+    # Then the keys are in the private properties file, redacted by name, and on no argument
+    assert f"spark.executorEnv.RBAK_ENCRYPTION_KEYS {ring.to_text()}" in seen["properties"].splitlines()
+    assert seen["properties_mode"] == 0o600 and re.search(REDACTION_REGEX, "spark.executorEnv.RBAK_ENCRYPTION_KEYS")
+    assert [arg for arg in seen["args"] if ring.to_text().split(":")[1] in arg] == []

@@ -1,7 +1,7 @@
 """One conformance suite that every storage backend must pass, as restic runs one for all.
 
 Each backend is opened through ``open_storage`` (so the retry wrapper is in
-the path, as in production): a local directory, a private memory store, and
+the path, as in production), once plain and once encrypted (``storage/encrypted.py``, every object sealed): a local directory, a private memory store, and
 a fresh bucket on the loopback moto S3 server, reached over HTTP by boto3, a fresh container on Azurite
 and a fresh bucket on fake-gcs-server (``tests/emulators.py``), reached by their clouds' own client libraries.
 """
@@ -26,6 +26,7 @@ from airflow_rbak.storage import (
     Storage,
     open_storage,
 )
+from airflow_rbak.storage.keyring import Keyring, new_key_text, parse_keyring
 
 MIB = 1024 * 1024
 BACKENDS = ["file", "memory", pytest.param("s3", marks=pytest.mark.s3), pytest.param("azure", marks=pytest.mark.azure),
@@ -46,14 +47,24 @@ def _random_bytes(size: int, seed: int = 7) -> bytes:
     return random.Random(seed).randbytes(size)
 
 
+#: Each backend plain, and through the encrypting decorator (storage/encrypted.py), which must keep every promise.
+SEALING = ["plain", "encrypted"]
+
+
+@pytest.fixture(params=SEALING)
+def keyring(request: pytest.FixtureRequest) -> Keyring | None:
+    """No key, or a keyring whose writing key is not its only one (as after a rotation)."""
+    return parse_keyring(f"{new_key_text('new')},{new_key_text('old')}") if request.param == "encrypted" else None
+
+
 @pytest.fixture(params=BACKENDS)
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
-    """Open an empty backend of each kind."""
+def storage(request: pytest.FixtureRequest, tmp_path: Path, keyring: Keyring | None) -> Storage:
+    """Open an empty backend of each kind, plain or encrypted."""
     if request.param == "file":
-        return open_storage(f"file://{tmp_path / 'root'}")
+        return open_storage(f"file://{tmp_path / 'root'}", keyring=keyring)
     if request.param == "memory":
-        return open_storage("memory://")
-    return open_storage(request.getfixturevalue(f"{request.param}_storage_url"))
+        return open_storage("memory://", keyring=keyring)
+    return open_storage(request.getfixturevalue(f"{request.param}_storage_url"), keyring=keyring)
 
 
 def _keys(storage: Storage, prefix: str = "") -> list[str]:

@@ -20,6 +20,7 @@ from airflow_rbak.storage import (
     open_storage,
     parse_storage_url,
 )
+from airflow_rbak.storage.encrypted import UnkeyedStorage
 
 
 @pytest.mark.parametrize(
@@ -157,12 +158,14 @@ def test_given_each_scheme_when_opened_then_the_backend_matches_and_retries_wrap
     file_storage = open_storage(f"file://{tmp_path}", retries=2)
     memory_storage = open_storage("memory://", retries=0)
 
-    assert isinstance(file_storage, RetryingStorage)
-    assert isinstance(file_storage.inner, FileStorage)
-    assert file_storage.retries == 2
+    assert isinstance(file_storage, UnkeyedStorage)  # no key: an encrypted location would say it needs one
+    assert isinstance(file_storage.inner, RetryingStorage)
+    assert isinstance(file_storage.inner.inner, FileStorage)
+    assert file_storage.inner.retries == 2
     assert file_storage.url == f"file://{tmp_path}"
-    assert isinstance(memory_storage, RetryingStorage)
-    assert isinstance(memory_storage.inner, MemoryStorage)
+    assert isinstance(memory_storage, UnkeyedStorage)
+    assert isinstance(memory_storage.inner, RetryingStorage)
+    assert isinstance(memory_storage.inner.inner, MemoryStorage)
 
 
 def test_given_an_s3_url_when_opened_then_no_network_io_happens_yet() -> None:

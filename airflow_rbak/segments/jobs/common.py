@@ -22,6 +22,7 @@ from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.segments.reports import JobReport
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.credentials import STORAGE_ENV, StorageCredentials, credentials_from_environment, storage_credentials
+from airflow_rbak.storage.keyring import KEYRING_ENV, Keyring, parse_keyring, storage_keyring
 
 EXIT_OK, EXIT_DEFECTS, EXIT_FAILED = 0, 1, 2
 
@@ -135,8 +136,15 @@ def main(
     """Parse, run in a fresh session, store the report, print its key; return the exit code."""
     args = parse_args(argv)
     spark = spark_session(f"rbak-{job}-{args.backup_id}")
-    with storage_credentials(driver_credentials(spark)):
+    with storage_credentials(driver_credentials(spark)), storage_keyring(driver_keyring(spark)):
         return _run_and_report(job, args, run, spark)
+
+
+def driver_keyring(spark: Any) -> Keyring | None:
+    """The encryption keys the submit handed the executors (``spark.executorEnv.RBAK_ENCRYPTION_KEYS``, from the same
+    private properties file), for the driver's storage; the executors read the variable itself."""
+    text = spark.sparkContext.getConf().get(f"spark.executorEnv.{KEYRING_ENV}")
+    return parse_keyring(text) if text else None
 
 
 def driver_credentials(spark: Any) -> StorageCredentials | None:
