@@ -40,12 +40,12 @@ docs:
 	$(MAKE) --no-print-directory setup
 	$(PY) scripts/diagrams.py
 
-# tests/ui/test_screenshots.py and tests/ui/test_browser.py with RBAK_SCREENSHOTS=1 write into docs/images/ (RBAK_CI:
+# tests/ui/test_screenshots.py, test_browser.py and test_view_browser.py with RBAK_SCREENSHOTS=1 write into docs/images/ (RBAK_CI:
 # a missing browser fails rather than leaving the old pictures)
 screenshots:
 	scripts/system-deps.sh test
 	$(MAKE) --no-print-directory setup
-	RBAK_SCREENSHOTS=1 RBAK_CI=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/ui/test_screenshots.py tests/ui/test_browser.py
+	RBAK_SCREENSHOTS=1 RBAK_CI=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/ui/test_screenshots.py tests/ui/test_browser.py tests/ui/test_view_browser.py
 
 bench: setup
 	$(PY) bench/codec.py

@@ -19,6 +19,13 @@ def missing_browser() -> str | None:
     return None
 
 
+def viewport(driver, width: int, height: int = 900) -> None:
+    """Set the page's viewport exactly: a window's size leaves the viewport to the browser's frame, and the viewport
+    is what a screenshot holds."""
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+
+
 @contextmanager
 def chromium(width: int = 1400, height: int = 900) -> Iterator[object]:
     from selenium import webdriver
@@ -30,9 +37,7 @@ def chromium(width: int = 1400, height: int = 900) -> Iterator[object]:
                 f"--window-size={width},{height}", "--force-device-scale-factor=1"):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
-    # the window's size leaves the viewport to the browser's frame; the viewport itself is what a screenshot holds
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+    viewport(driver, width, height)
     try:
         yield driver
     finally:

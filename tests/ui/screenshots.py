@@ -25,6 +25,8 @@ DOCUMENTED: dict[str, tuple[str, str]] = {
                         "tests/ui/test_browser.py"),
     "restore-form.png": ("Restore…: rbak_restore's trigger form with the backup's location and id filled in",
                          "tests/ui/test_browser.py"),
+    "messages-page.png": ("a queue's messages in the backups view: the filter form, each message's properties, headers "
+                          "and body preview", "tests/ui/test_view_browser.py"),
     "run-backup-grid.png": ("the Airflow grid of a real rbak_backup run (classic, quorum and stream queue)",
                             "tests/ui/test_screenshots.py"),
     "run-approval.png": ("the approve task of a real rbak_restore run waiting for a person, the plan in its request",

@@ -7,14 +7,13 @@ cases cost one browser start. Skipped only when no browser can run here (tests/u
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.ui.browser import chromium, missing_browser
+from tests.ui.browser import chromium, missing_browser, viewport
 from tests.ui.message_samples import BINARY, LONG_AT, SCRIPT, TOTAL
+from tests.ui.screenshots import SIZE, keep
 
 pytestmark = [pytest.mark.s3, pytest.mark.skipif(missing_browser() is not None, reason=str(missing_browser()))]
 WIDTHS = (1024, 1400)
@@ -30,6 +29,7 @@ def browser() -> Iterator[object]:
 @pytest.fixture(params=WIDTHS, ids=lambda w: f"{w}px")
 def width(request, browser) -> int:
     browser.set_window_size(request.param, 900)
+    viewport(browser, request.param, SIZE[1])
     return request.param
 
 
@@ -89,18 +89,12 @@ def _messages(api_server, query: str = "") -> str:
 # -- a queue's messages -------------------------------------------------------------------------------------------
 
 
-def _keep(driver, name: str) -> None:
-    """Keep a screenshot where ``RBAK_SCREENSHOTS_DIR`` says (docs/images/ holds the committed ones)."""
-    if os.environ.get("RBAK_SCREENSHOTS_DIR"):
-        driver.save_screenshot(str(Path(os.environ["RBAK_SCREENSHOTS_DIR"]) / name))
-
-
-def test_a_queues_messages_come_page_by_page_in_stored_order(api_server, browser, width):
+def test_a_queues_messages_come_page_by_page_in_stored_order(api_server, browser, width, tmp_path):
     from selenium.webdriver.common.by import By
 
     driver = _open(browser, api_server, _messages(api_server))
-    if width == 1400:
-        _keep(driver, "messages-page.png")
+    if width == SIZE[0]:
+        keep(driver, tmp_path, "messages-page.png")
     first = _numbers(driver)
     _follow(driver, "next")
     second = _numbers(driver)
