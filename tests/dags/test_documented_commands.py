@@ -103,10 +103,12 @@ def test_the_readme_rbak_commands_work_on_a_backup(demo):
     location = (root / ".run" / "demo" / "backups").as_uri()
     env = airflow_env(root / "unused", AIRFLOW__RBAK__STORAGE_URL=location)  # for a command shown without --path
     shown = [c for c in shell_commands(REPO / "README.md") if c.startswith("rbak ")]
+    copy_to = (root / ".run" / "demo" / "second-copy").as_uri()  # the README's bucket, here a folder
 
     assert {c.split()[1] for c in shown} >= {"list", "describe", "validate"}
     for command in shown:
-        done = bash(command.replace("file:///var/backups/rabbit", location), root, env)
+        here = command.replace("file:///var/backups/rabbit", location).replace("s3://dr-backups/rabbit", copy_to)
+        done = bash(here, root, env)
         assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
 
 
