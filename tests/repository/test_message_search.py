@@ -174,7 +174,8 @@ def test_backup_ranges_pick_complete_backups_in_creation_order_and_name_the_rest
 
     chosen, skipped = plan_search(storage, BackupRange())
     assert [s.backup_id for s in chosen] == ["a", "c"] and skipped == [
-        {"backup_id": "b", "status": "incomplete", "problem": None}]
+        {"backup_id": "b", "status": "incomplete",
+         "problem": "not finished: no completed_at (still running, or stopped: re-run the same backup_id)"}]
     assert [s.backup_id for s in plan_search(storage, BackupRange(from_id="b", to_id="c"))[0]] == ["c"]
     assert [s.backup_id for s in plan_search(storage, BackupRange(until=created["a"]))[0]] == ["a"]
     with pytest.raises(ValueError, match="no backup 'zz'"):
