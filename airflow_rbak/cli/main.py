@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from airflow_rbak import __version__
 from airflow_rbak.cli import commands, messages, runs
+from airflow_rbak.cli.arguments import positive_float, positive_int
 from airflow_rbak.cli.configured import encryption_keyring
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.errors import CodecError
@@ -149,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backup-id", action="append", metavar="ID",
                    help="a backup to copy (repeatable; latest: the newest complete one); default: every complete backup")
     _retention_args(p, "at the destination, after copying: ")
-    p.add_argument("--workers", type=_positive_int, default=4, metavar="N", help="objects copied at a time (default 4)")
+    p.add_argument("--workers", type=positive_int, default=4, metavar="N", help="objects copied at a time (default 4)")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the destination's chain lock (default 60)")
     p.set_defaults(run=commands.copy_cmd)
@@ -213,38 +214,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cap_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-decompressed-bytes", type=_positive_int, default=DEFAULT_MAX_DECOMPRESSED_BYTES, metavar="N",
+    p.add_argument("--max-decompressed-bytes", type=positive_int, default=DEFAULT_MAX_DECOMPRESSED_BYTES, metavar="N",
                    help="refuse a segment whose records take more than N bytes uncompressed (default "
                         f"{DEFAULT_MAX_DECOMPRESSED_BYTES}, 641 MiB: the most a segment of this provider holds)")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
 def _retention_args(p: argparse.ArgumentParser, where: str = "") -> None:
     """The retention rules (:class:`~airflow_rbak.repository.retention.RetentionPolicy`), as ``forget`` and ``copy`` take them."""
-    p.add_argument("--keep-last", type=_positive_int, metavar="N", help=f"{where}keep the newest N complete backups")
-    p.add_argument("--max-age-days", type=_positive_float, metavar="D", help=f"{where}keep backups younger than D days")
+    p.add_argument("--keep-last", type=positive_int, metavar="N", help=f"{where}keep the newest N complete backups")
+    p.add_argument("--max-age-days", type=positive_float, metavar="D", help=f"{where}keep backups younger than D days")
     for period, unit in (("hourly", "hours"), ("daily", "days"), ("weekly", "ISO weeks"), ("monthly", "months"),
                          ("yearly", "years")):
-        p.add_argument(f"--keep-{period}", type=_positive_int, metavar="N",
+        p.add_argument(f"--keep-{period}", type=positive_int, metavar="N",
                        help=f"{where}keep the newest backup of each of the last N {unit} that have one (restic's rule)")
     p.add_argument("--timezone", default="UTC", metavar="ZONE",
                    help="the IANA time zone the calendar periods are counted in (default UTC)")

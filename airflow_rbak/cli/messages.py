@@ -13,6 +13,7 @@ import argparse
 import base64
 from typing import IO, Any
 
+from airflow_rbak.cli.arguments import positive_int
 from airflow_rbak.cli.configured import location
 from airflow_rbak.cli.output import json_line, say
 from airflow_rbak.codec.headers import headers_to_json
@@ -199,7 +200,7 @@ def add_messages_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vhost", help="only this vhost's queues (its name, exactly)")
     p.add_argument("--queue", help="only queues of this name (exactly)")
     add_filter_args(p)
-    p.add_argument("--limit", type=_positive_int, metavar="N", help="stop after N messages (default: all)")
+    p.add_argument("--limit", type=positive_int, metavar="N", help="stop after N messages (default: all)")
 
 
 def add_search_args(p: argparse.ArgumentParser) -> None:
@@ -209,20 +210,10 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
     scope.add_argument("--since-date", metavar="TIME", help="backups created at or after: epoch ms or ISO 8601")
     scope.add_argument("--until-date", metavar="TIME", help="backups created at or before")
     add_filter_args(p)
-    p.add_argument("--limit", type=_positive_int, default=DEFAULT_SEARCH_LIMIT, metavar="N",
+    p.add_argument("--limit", type=positive_int, default=DEFAULT_SEARCH_LIMIT, metavar="N",
                    help=f"list at most N distinct messages; count the rest (default {DEFAULT_SEARCH_LIMIT})")
     p.add_argument("--placement", choices=PLACEMENTS, default="auto",
                    help="auto: in this process up to --in-process-max-bytes of segment payloads, else Spark")
     p.add_argument("--in-process-max-bytes", type=int, default=DEFAULT_IN_PROCESS_MAX_BYTES, metavar="N",
                    help=f"auto's threshold (default {DEFAULT_IN_PROCESS_MAX_BYTES}, as the backup's encode)")
     p.add_argument("--spark-master", default="local[2]", help="spark-submit's --master (default local[2])")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
