@@ -22,7 +22,7 @@ from tests.test_configuration_docs import documented_as, table_rows
 
 DOCS = sorted([*REPO.joinpath("docs").glob("*.md"), REPO / "README.md"])
 #: Names of the ``rbak_*`` form that are not DAGs: the example notifier module of docs/airflow.md.
-NOT_DAGS = {"rbak_alerts"}
+NOT_DAGS = {"rbak_alerts", "rbak_encryption"}  # connection ids
 NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
 CLI_SECTION = "The `rbak` command line"
 

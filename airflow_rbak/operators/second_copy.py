@@ -8,12 +8,14 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from airflow_rbak.display import printable
+from airflow_rbak.display import package_logger, printable
 from airflow_rbak.operators.backup import run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 from airflow_rbak.repository.retention import RetentionPolicy
 from airflow_rbak.repository.second_copy import REFUSED, copy_backups
 from airflow_rbak.storage import open_storage
+
+log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
 
 
 class RbakCopyBackupOperator(StorageConnectionMixin, BaseOperator):
@@ -33,7 +35,7 @@ class RbakCopyBackupOperator(StorageConnectionMixin, BaseOperator):
         policy = run_step("copy retention settings", lambda: RetentionPolicy.from_json(self.copy_retention))
         report = run_step("copy", lambda: copy_backups(open_storage(str(self.storage_url)), open_storage(str(self.copy_to)),
                                                        [str(self.backup_id)], retention=policy))
-        self.log.info("%s", printable(report.describe()))
+        log.info("%s", printable(report.describe()))
         if report.ids(REFUSED):  # a damaged backup stays damaged: a retry would only be refused again
             raise AirflowFailException(printable("rbak copy refused: " + "; ".join(
                 f"{b.backup_id}: {b.reason}" for b in report.backups if b.outcome == REFUSED)))
