@@ -124,6 +124,7 @@ static PyMethodDef methods[] = {
     {"encode_record", rbak_encode_record, METH_O, "A BackupRecord's JSON as bytes, or None: use the Python path."},
     {"read_records", rbak_read_records, METH_VARARGS, "Decode a run of framed records: (list, next offset)."},
     {"scan_records", rbak_scan_records, METH_VARARGS, "Check a run of framed records, keeping counts and timestamps."},
+    {"select_records", rbak_select_records, METH_VARARGS, "Decode the records of a run a filter may select: (pairs, pos, count)."},
     {"vectors", rbak_vectors, METH_O, "Whether the body reader's SSSE3 loop runs; True/False turns it on/off (tests)."},
     {"append_record", rbak_append_record, METH_VARARGS, "Frame a BackupRecord into a bytearray at an offset; -1: use Python."},
     {"format_byte_array", rbak_format_byte_array, METH_O, "Write bytes as a compact JSON array of byte values."},

@@ -11,7 +11,7 @@
 #include <Python.h>
 #include <stdint.h>
 
-#define RBAK_API_VERSION 6 /* records.py checks it: bump it when the module's functions change */
+#define RBAK_API_VERSION 7 /* records.py checks it: bump it when the module's functions change */
 
 enum { N_RECORD = 10, N_PROPS = 13 };
 enum { F_BODY, F_PROPERTIES, F_HEADERS, F_EXCHANGE, F_ROUTING_KEY, F_DELIVERY_TAG, F_REDELIVERED, F_BACKED_UP_AT,
@@ -47,6 +47,8 @@ PyObject *rbak_read_byte_array(const unsigned char *s, Py_ssize_t n, Py_ssize_t 
 int rbak_decode_fields(const unsigned char *s, Py_ssize_t n, PyObject **values);
 /* The BackupRecord of the JSON s[0..n), or NULL (an exception may be set) when it is left to the Python path. */
 PyObject *rbak_decode(const unsigned char *s, Py_ssize_t n);
+/* The BackupRecord of fields rbak_decode_fields read (borrowed), or NULL with an exception set. */
+PyObject *rbak_record_of(PyObject *const *values);
 
 /* The length of the framed record whose u32 prefix is at s[pos], or -1 unless prefix and record lie whole in s[0..n). */
 static inline Py_ssize_t rbak_framed_length(const unsigned char *s, Py_ssize_t n, Py_ssize_t pos) {
@@ -62,6 +64,7 @@ PyObject *rbak_encode_record(PyObject *self, PyObject *record);
 PyObject *rbak_append_record(PyObject *self, PyObject *args);
 PyObject *rbak_read_records(PyObject *self, PyObject *args);
 PyObject *rbak_scan_records(PyObject *self, PyObject *args);
+PyObject *rbak_select_records(PyObject *self, PyObject *args);
 PyObject *rbak_vectors(PyObject *self, PyObject *enable);
 PyObject *rbak_format_byte_array(PyObject *self, PyObject *arg);
 PyObject *rbak_staged_json(PyObject *self, PyObject *args);

@@ -362,9 +362,13 @@ int rbak_decode_fields(const unsigned char *s, Py_ssize_t n, PyObject **values) 
     return 0;
 }
 
+PyObject *rbak_record_of(PyObject *const *values) {
+    return build(rbak.record_type, rbak.record_slots, values, N_RECORD);
+}
+
 PyObject *rbak_decode(const unsigned char *s, Py_ssize_t n) {
     PyObject *values[N_RECORD] = {NULL}, *record = NULL;
-    if (rbak_decode_fields(s, n, values) == 0) record = build(rbak.record_type, rbak.record_slots, values, N_RECORD);
+    if (rbak_decode_fields(s, n, values) == 0) record = rbak_record_of(values);
     for (int j = 0; j < N_RECORD; j++) Py_XDECREF(values[j]);
     return record;
 }

@@ -141,9 +141,14 @@ class QueueBackup:
     last_message_timestamp: int | None = None
     extensions: dict[str, Any] = field(default_factory=dict)
 
+    def stored_order(self) -> list[SegmentMetadata]:
+        """The segments in the order their records were stored, by sequence, however a manifest lists them: the
+        order every reader follows, so a record's position in its queue is the same to each of them."""
+        return sorted(self.segments, key=lambda s: s.sequence)
+
     def refresh_totals(self) -> None:
         """Derive the message count and timestamps from the segments."""
-        self.segments.sort(key=lambda s: s.sequence)
+        self.segments = self.stored_order()
         self.message_count = sum(s.record_count for s in self.segments)
         stamped = [s for s in self.segments if s.record_count]
         self.first_message_timestamp = stamped[0].first_timestamp if stamped else None

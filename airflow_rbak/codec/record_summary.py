@@ -4,27 +4,22 @@ A deep check reads every record as strictly as the reader does, but keeps of eac
 whether it came from the queue the segment belongs to. So the payload is decompressed once, a chunk at a time
 (:func:`~airflow_rbak.codec.compression.stream`), and its records are checked as they stream by: the C accelerator
 checks runs of them without building objects (``scan_records``), the Python reader any record it leaves alone.
-Anything not plainly well formed (a defect of any kind, or a record too long to carry from one chunk to the next)
-sends the segment to the reference reader, ``decode_payload`` and ``iter_payload_records``, so every error and
-every result is that reader's; a defective segment is then read twice.
+Anything not plainly well formed sends the segment to the reference reader, so every error and every result is
+that reader's (:mod:`.record_stream`); a defective segment is then read twice.
 """
 
 from __future__ import annotations
 
-import struct
 import sys
 from dataclasses import dataclass
 
 from airflow_rbak.codec import records
 from airflow_rbak.codec.compression import stream
-from airflow_rbak.codec.constants import FOOTER_SIZE, HEADER_SIZE, LENGTH_PREFIX_SIZE
+from airflow_rbak.codec.constants import FOOTER_SIZE, HEADER_SIZE
 from airflow_rbak.codec.errors import CodecError
-from airflow_rbak.codec.records import BackupRecord, RecordError, decode_record
+from airflow_rbak.codec.record_stream import FramedChunks
+from airflow_rbak.codec.records import BackupRecord
 from airflow_rbak.codec.segment import SegmentHeader, decode_payload, iter_payload_records
-
-_LEN = struct.Struct("<I")
-#: The longest record the streaming pass carries from one chunk to the next; a longer one goes to the reference reader.
-CARRY_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,72 +99,20 @@ class _Tally:
         return RecordSummary(self.count, self.foreign, self.first, self.last, self.lowest, self.highest)
 
 
-class _Scan(_Tally):
-    """Reads framed records from a stream of chunks, carrying a record that spans two of them.
-
-    Its methods answer False where the reference reader must take over: a record that does not read, more
-    records than the header states, a length prefix too short for a record or too long to carry.
-    """
+class _Scan(_Tally, FramedChunks):
+    """Checks framed records as they stream by, tallying them; the C accelerator checks runs of them."""
 
     def __init__(self, expected: int, vhost: str, queue: str) -> None:
-        super().__init__(vhost, queue)
-        self.expected = expected
-        self.carry = bytearray()  # the start of a record the next chunk completes
+        _Tally.__init__(self, vhost, queue)
+        FramedChunks.__init__(self, expected)
 
-    def feed(self, chunk: memoryview) -> bool:
-        at = 0
-        while self.carry:
-            missing = self._missing()
-            if missing is None:
-                return False
-            if missing:
-                taken = chunk[at : at + missing]
-                self.carry += taken
-                at += len(taken)
-                if len(taken) < missing:
-                    return True
-                continue
-            if self._read(self.carry, 0) != len(self.carry):
-                return False
-            self.carry.clear()
-        end = self._read(chunk, at)
-        if end is None:
-            return False
-        self.carry += chunk[end:]
-        return True
+    def _run(self, buffer: bytes | bytearray | memoryview, pos: int) -> int:
+        scan = records.accelerated_scan
+        if scan is not None:
+            # a header may state up to 2**64 - 1 records, more than C takes; a buffer holds far fewer
+            pos, *run = scan(buffer, pos, min(self.expected - self.count, sys.maxsize), self.vhost, self.queue)
+            self.merge(*run)
+        return pos
 
-    def complete(self) -> bool:
-        """Whether the stream ended after a whole record, with as many as the header states."""
-        return not self.carry and self.count == self.expected
-
-    def _missing(self) -> int | None:
-        """Bytes the carried record still lacks, or None for a length no record may have here."""
-        if len(self.carry) < LENGTH_PREFIX_SIZE:
-            return LENGTH_PREFIX_SIZE - len(self.carry)
-        (length,) = _LEN.unpack_from(self.carry)
-        if not 2 <= length <= CARRY_BYTES:
-            return None
-        return LENGTH_PREFIX_SIZE + length - len(self.carry)
-
-    def _read(self, buffer: bytes | bytearray | memoryview, pos: int) -> int | None:
-        """Read the whole records from ``pos`` on; the offset of the first one ``buffer`` does not hold whole."""
-        size = len(buffer)
-        while True:
-            scan = records.accelerated_scan
-            if scan is not None:
-                # a header may state up to 2**64 - 1 records, more than C takes; a buffer holds far fewer
-                pos, *run = scan(buffer, pos, min(self.expected - self.count, sys.maxsize), self.vhost, self.queue)
-                self.merge(*run)
-            if size - pos < LENGTH_PREFIX_SIZE:
-                return pos
-            (length,) = _LEN.unpack_from(buffer, pos)
-            if length > size - pos - LENGTH_PREFIX_SIZE:
-                return pos
-            if self.count == self.expected:
-                return None
-            start, pos = pos + LENGTH_PREFIX_SIZE, pos + LENGTH_PREFIX_SIZE + length
-            with memoryview(buffer) as view:
-                try:
-                    self.add(decode_record(view[start:pos]))
-                except RecordError:
-                    return None
+    def _one(self, record: BackupRecord) -> None:
+        self.add(record)

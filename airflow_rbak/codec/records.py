@@ -26,7 +26,7 @@ try:  # the optional C accelerator (setup.py); without it the Python path below 
     from airflow_rbak.codec import _speedups
 except ImportError:  # pragma: no cover - exercised where no compiler was available
     _speedups = None
-if getattr(_speedups, "API_VERSION", None) != 6:  # pragma: no cover - built from older sources: `pip install -e .`
+if getattr(_speedups, "API_VERSION", None) != 7:  # pragma: no cover - built from older sources: `pip install -e .`
     _speedups = None
 #: The accelerator's body-array writer and reader (None without it): ``format_byte_array(body)`` is the JSON array,
 #: ``parse_byte_array(data, offset)`` the bytes of the array at ``offset`` and the offset after it.
@@ -326,6 +326,9 @@ accelerated_read: Callable[[bytes | memoryview, int, int], tuple[list[BackupReco
 #: Checks up to ``limit`` framed records from an offset without keeping them, as ``accelerated_read`` reads them:
 #: (the offset after them, count, records from another vhost/queue, first, last, lowest and highest ``backed_up_at``).
 accelerated_scan: Callable[[bytes | bytearray | memoryview, int, int, str, str], tuple[int, ...]] | None = None
+#: Decodes up to ``limit`` framed records from an offset, building only those a filter may select (see
+#: ``record_stream.Prefilter``): ((index in the run, record) pairs, the offset after them, records read).
+accelerated_select: Callable[..., tuple[list[tuple[int, BackupRecord]], int, int]] | None = None
 #: A staged record's JSON and ``backed_up_at`` (``staged_records.read_staged``), or None: use the Python path.
 accelerated_staged: Callable[[bytes | memoryview, str, str], tuple[bytes, int] | None] | None = None
 #: Gives ``accelerated_staged`` the reader of a header table it calls (``staged_records`` does, on import).
@@ -337,5 +340,5 @@ if _speedups is not None:
     )
     accelerated_encode, accelerated_decode = _speedups.encode_record, _speedups.decode_record
     accelerated_append, accelerated_read = _speedups.append_record, _speedups.read_records
-    accelerated_scan = _speedups.scan_records
+    accelerated_scan, accelerated_select = _speedups.scan_records, _speedups.select_records
     accelerated_staged, configure_staged = _speedups.staged_json, _speedups.configure_staged

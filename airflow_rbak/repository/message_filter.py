@@ -39,6 +39,7 @@ from typing import Any
 import regex
 
 from airflow_rbak.codec.headers import BOOL, BYTES, DOUBLE, FLOAT, LONG, LONG_STRING, SHORT, SHORT_STRING, TIMESTAMP, VOID
+from airflow_rbak.codec.record_stream import KEEP_ALL, Prefilter
 from airflow_rbak.codec.records import BackupRecord
 from airflow_rbak.display import printable
 from airflow_rbak.exceptions import ConfigurationError
@@ -96,8 +97,8 @@ class MessageFilter:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "since", _moment(self.since, "since"))
-        set_(self, "until", _moment(self.until, "until"))
+        set_(self, "since", epoch_ms(self.since, "since"))
+        set_(self, "until", epoch_ms(self.until, "until"))
         if self.since is not None and self.until is not None and self.since > self.until:
             raise FilterError("since", f"{_iso(self.since)} is after until ({_iso(self.until)})")
         for name in _TEXT_FIELDS:
@@ -176,6 +177,25 @@ class MessageFilter:
             if not test(record):
                 return False
         return True
+
+    def select(self, pairs: list[tuple[int, BackupRecord]]) -> list[tuple[int, BackupRecord]]:
+        """The (index, record) pairs whose record meets every set field, in order: :meth:`matches` over a run of
+        records, each test narrowing what the next one looks at."""
+        for test in self._tests:
+            pairs = [pair for pair in pairs if test(pair[1])]
+        return pairs
+
+    def prefilter(self) -> Prefilter:
+        """What a record must have to match that the reader can test as it parses it, before building it: the
+        window, bytes its body must hold (``body_contains``, else a text every match of ``body_regex`` holds), a
+        text its routing key must hold (the glob's longest plain run) and its first header condition."""
+        texts = required_texts(self.body_regex) if self.body_regex is not None and self.body_contains is None else ()
+        needle = self.body_contains or (max(texts, key=len).encode("utf-8") if texts else b"")
+        key_runs = [] if self.routing_key is None or "[" in self.routing_key else re.split(r"[*?]", self.routing_key)
+        name, wanted = self.headers[0] if self.headers else ("", None)
+        return Prefilter(needle, KEEP_ALL.since if self.since is None else max(self.since, KEEP_ALL.since),
+                         KEEP_ALL.until if self.until is None else min(self.until, KEEP_ALL.until),
+                         max(key_runs, key=len, default=""), name, wanted if isinstance(wanted, str) else None)
 
     def _build_tests(self) -> tuple[Callable[[BackupRecord], bool], ...]:
         """One small test per set field, the cheapest first."""
@@ -297,9 +317,13 @@ def _regex_test(pattern: str) -> Callable[[BackupRecord], bool]:
         compiled = regex.compile(pattern)
     except (regex.error, ValueError, OverflowError, RecursionError) as exc:
         raise FilterError("body_regex", f"not a valid regular expression: {exc}") from None
+    texts = required_texts(pattern)
+    needle = max(texts, key=len).encode("utf-8") if texts else b""
 
     def test(record: BackupRecord) -> bool:
         body = record.body
+        if needle not in body:  # every match holds it: the pattern need not run
+            return False
         limit = REGEX_SECONDS + REGEX_SECONDS_PER_MIB * len(body) / 1048576
         try:
             return compiled.search(body.decode("utf-8", "replace"), timeout=limit) is not None
@@ -314,12 +338,101 @@ def _regex_test(pattern: str) -> Callable[[BackupRecord], bool]:
     return test
 
 
-def _moment(value: Any, name: str) -> int | None:
-    """Epoch milliseconds from an int, a digit string or an ISO 8601 string (UTC when it names no zone)."""
-    if value is None:
+#: Characters that stand for themselves in a pattern, outside a set or a group, in both ``re`` and ``regex``.
+_PLAIN = frozenset(" !\"#%&',-/:;<=>@_`~")
+#: What may follow ``(?`` for a group that sets no flag (a flag such as ``(?i)`` may change what every literal matches).
+_GROUPS = frozenset(":=!<>P")
+_REPEAT = re.compile(r"\d+(,\d*)?|,\d+")
+_ESCAPE_NAME = re.compile(r"[\w =.-]*")
+
+
+def required_texts(pattern: str) -> tuple[str, ...]:
+    """Runs of plain characters that every match of ``pattern`` holds, so a body that lacks one needs no search.
+
+    Read conservatively: only characters outside any group, set or escape, not followed by a quantifier, in a
+    pattern with no alternation at its top level and no inline flag; anything unusual (a ``[`` inside a set, an
+    unclosed group or brace) gives none. A missing text may make a search slower, never miss a match.
+    """
+    runs: list[str] = []
+    run: list[str] = []
+    depth, i, n = 0, 0, len(pattern)
+
+    def flush() -> None:
+        if run and depth == 0 and "\ufffd" not in run:
+            runs.append("".join(run))
+        run.clear()
+
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            flush()
+            i += 2
+            if i - 1 < n and pattern[i - 1].isalnum():  # \x41, \N{...}, \p{L}, \L<name>, \12: one token, however long
+                if i < n and pattern[i] in "{<":
+                    close = pattern.find("}" if pattern[i] == "{" else ">", i)
+                    if close < 0 or not _ESCAPE_NAME.fullmatch(pattern[i + 1 : close]):
+                        return ()
+                    i = close + 1
+                while i < n and pattern[i].isalnum():
+                    i += 1
+            continue
+        if c == "[":
+            flush()
+            i += 1
+            i += i < n and pattern[i] == "^"
+            i += i < n and pattern[i] == "]"
+            while i < n and pattern[i] != "]":
+                if pattern[i] == "[":
+                    return ()  # a nested set or a POSIX class: read differently by re and regex
+                i += 2 if pattern[i] == "\\" else 1
+            if i >= n:
+                return ()
+            i += 1
+            continue
+        if c == "(":
+            if pattern.startswith("(?", i) and pattern[i + 2 : i + 3] not in _GROUPS:
+                return ()
+            flush()
+            depth += 1
+        elif c == ")":
+            flush()
+            depth -= 1
+            if depth < 0:
+                return ()
+        elif c == "|":
+            if depth == 0:
+                return ()
+        elif c in "*+?{":
+            if run and i > 0 and pattern[i - 1] == run[-1]:
+                run.pop()  # the quantifier applies to the character before it: it may be absent or repeated
+            flush()
+            if c == "{":
+                close = pattern.find("}", i)
+                if close < 0 or not _REPEAT.fullmatch(pattern[i + 1 : close]):
+                    return ()  # a brace that is no count: a literal, or a fuzzy constraint
+                i = close
+        elif c.isalnum() or c in _PLAIN:
+            if depth == 0:
+                run.append(c)
+        else:  # . ^ $ } and anything else: not a plain character
+            flush()
+        i += 1
+    if depth != 0:
+        return ()
+    flush()
+    return tuple(runs)
+
+
+def epoch_ms(value: Any, name: str) -> int | None:
+    """A moment a user gives (a window's end, a range's date) as epoch milliseconds: an int, an integral float, a
+    digit string or an ISO 8601 string (UTC when it names no zone); None and "" stay None. :class:`FilterError`
+    naming ``name`` for anything else."""
+    if value is None or value == "":
         return None
     if isinstance(value, int) and not isinstance(value, bool):
         return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     if isinstance(value, dt.datetime):
         return _datetime_ms(value)
     if isinstance(value, str) and len(value) <= 64:

@@ -3,16 +3,19 @@
 What ``rbak messages`` prints, what ``rbak search`` looks through (in process and in each Spark task) and what
 a view of a backup pages through. Every segment is read as ``rbak validate --deep`` reads it, because its
 bytes are untrusted: only a key the manifest may name is fetched (:mod:`.ownership`), at most the size the
-manifest lists; bytes whose SHA-256 differs from the manifest's are never decompressed; the payload may hold
-exactly the manifest's ``uncompressed_bytes`` and is checked by the codec's reader as it is parsed. A segment
-that fails any of it is yielded as a :class:`DamagedSegment` naming it and why, and the reading goes on with
-the next one: one bad object never hides the good ones. A segment whose payload lacks a text the filter needs
-(:meth:`~.message_filter.MessageFilter.needles`, looked for as the payload streams by, a chunk at a time) is not
-decompressed whole nor parsed: it holds no match.
+manifest lists; bytes whose SHA-256 differs from the manifest's are never decompressed (:func:`vouched_bytes`);
+the payload may hold exactly the manifest's ``uncompressed_bytes`` and is checked by the codec's reader as it is
+parsed. A segment that fails any of it is yielded as a :class:`DamagedSegment` naming it and why, and the
+reading goes on with the next one: one bad object never hides the good ones.
 
-Memory: one segment at a time, its compressed bytes and its payload (at most the manifest's sizes and the
-``cap``); records are decoded as they are yielded. A reader that stops early (a ``--limit``) reads no further
-segment.
+Cost: what a deep check costs. The payload is decompressed once, as it streams by, and its records are parsed as
+they come (:func:`~airflow_rbak.codec.record_stream.iter_record_batches`); the parser builds only the records
+that may match (:meth:`~.message_filter.MessageFilter.prefilter`: the window, a text the body, the routing key or
+a header must hold), and the filter tests those. A segment whose payload lacks a text an exact property needs
+(:meth:`~.message_filter.MessageFilter.needles`, looked for a chunk at a time) is not parsed at all.
+
+Memory: one segment at a time, its compressed bytes, a chunk of its payload and the records of that chunk that may
+match. A reader that stops early (a ``--limit``) reads no further segment.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from dataclasses import dataclass
 from airflow_rbak.codec import BackupManifest, CodecError, QueueBackup, SegmentMetadata
 from airflow_rbak.codec.compression import stream
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES, FOOTER_SIZE, HEADER_SIZE
+from airflow_rbak.codec.record_stream import iter_record_batches
 from airflow_rbak.codec.records import BackupRecord
-from airflow_rbak.codec.segment import SegmentHeader, decode_payload, iter_payload_records, read_header
+from airflow_rbak.codec.segment import SegmentHeader, read_header
+from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.message_filter import MessageFilter
 from airflow_rbak.repository.ownership import queue_defects
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError, read_bounded
@@ -34,11 +39,12 @@ _EVERYTHING = MessageFilter()
 
 
 @dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """One stored record and where it is: ``index`` in its segment, ``position`` in its queue (both from 0).
+class StoredPlace:
+    """Where a record is stored: ``index`` in its segment, ``position`` in its queue (both from 0).
 
-    ``position`` counts every record of the queue's segments in the manifest's order, matching or not, so it
-    names the same record however the messages were filtered.
+    ``position`` counts every record of the queue's segments in stored order (:meth:`QueueBackup.stored_order`),
+    matching or not, so it names the same record however the messages were filtered, and the one a selective
+    restore's ``positions`` names.
     """
 
     backup_id: str
@@ -48,6 +54,12 @@ class StoredMessage:
     sequence: int
     index: int
     position: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage(StoredPlace):
+    """One stored record and where it is."""
+
     record: BackupRecord
 
 
@@ -92,7 +104,7 @@ def queue_segments(
             continue
         foreign = queue_defects(manifest, entry)
         position = 0
-        for segment in entry.segments:
+        for segment in entry.stored_order():
             yield entry, segment, position, foreign.get(segment.key)
             position += segment.record_count
 
@@ -117,6 +129,29 @@ def _may_hold(data: bytes, header: SegmentHeader, segment: SegmentMetadata, cap:
     return False
 
 
+class SegmentUnreadableError(RbakError):
+    """A segment whose bytes are not the ones its manifest entry vouches for, or cannot be read; ``reason`` says why."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.reason = reason
+
+
+def vouched_bytes(storage: Storage, segment: SegmentMetadata) -> bytes:
+    """A segment's bytes, read only up to the size its manifest entry lists and returned only when their SHA-256 is
+    the entry's: bytes the manifest does not vouch for are never decompressed."""
+    try:
+        data = read_bounded(storage, segment.key, segment.size_bytes, "its manifest entry says the segment")
+    except ObjectNotFoundError:
+        raise SegmentUnreadableError(segment.key, "missing") from None
+    except StorageError as exc:
+        raise SegmentUnreadableError(segment.key, f"cannot be read: {exc}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != segment.checksum:
+        raise SegmentUnreadableError(segment.key, f"SHA-256 is {digest}, manifest says {segment.checksum}; not read")
+    return data
+
+
 def read_segment_messages(
     storage: Storage, backup_id: str, vhost: str, queue: str, segment: SegmentMetadata, first_position: int,
     message_filter: MessageFilter = _EVERYTHING, cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
@@ -127,16 +162,9 @@ def read_segment_messages(
         return DamagedSegment(backup_id, vhost, queue, segment.key, segment.sequence, reason, records_read)
 
     try:
-        data = read_bounded(storage, segment.key, segment.size_bytes, "its manifest entry says the segment")
-    except ObjectNotFoundError:
-        yield damaged("missing")
-        return
-    except StorageError as exc:
-        yield damaged(f"cannot be read: {exc}")
-        return
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != segment.checksum:  # bytes the manifest does not vouch for are not decompressed
-        yield damaged(f"SHA-256 is {digest}, manifest says {segment.checksum}; not read")
+        data = vouched_bytes(storage, segment)
+    except SegmentUnreadableError as exc:
+        yield damaged(exc.reason)
         return
     read = 0
     try:
@@ -147,12 +175,13 @@ def read_segment_messages(
         needles = message_filter.needles()
         if needles and not _may_hold(data, header, segment, cap, needles):
             return  # no record here can match: its bytes are the ones the manifest vouches for, not parsed
-        header, payload = decode_payload(data, segment.key, cap, expected_size=segment.uncompressed_bytes)
-        del data
-        for index, record in enumerate(iter_payload_records(payload, header.record_count, segment.key)):
-            read = index + 1
-            if message_filter.matches(record):
+        keep = message_filter.select
+        for count, batch in iter_record_batches(data, header, segment.key, cap, segment.uncompressed_bytes,
+                                                message_filter.prefilter()):
+            for index, record in keep(batch):
+                read = index + 1  # a defect in the batch's reading comes after its records
                 yield StoredMessage(backup_id, vhost, queue, segment.key, segment.sequence, index,
                                     first_position + index, record)
+            read = count
     except CodecError as exc:
         yield damaged(exc.reason + (f" at byte {exc.offset}" if exc.offset is not None else ""), read)

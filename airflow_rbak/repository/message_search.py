@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
@@ -31,7 +31,7 @@ from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.repository.catalog import BackupSummary, list_backups
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.message_filter import MessageFilter
-from airflow_rbak.repository.message_reader import DamagedSegment, StoredMessage, read_messages
+from airflow_rbak.repository.message_reader import DamagedSegment, StoredMessage, StoredPlace, read_messages
 from airflow_rbak.storage.base import Storage
 
 #: How many distinct messages a search lists unless told otherwise.
@@ -76,19 +76,12 @@ class BackupRange:
 
 
 @dataclass(frozen=True)
-class Found:
+class Found(StoredPlace):
     """One matching record as a search reports it: where it is stored, and what a person recognises it by."""
 
-    backup_id: str
-    vhost: str
-    queue: str
-    segment: str
-    sequence: int
-    index: int
-    position: int
-    fingerprint: str
-    backed_up_at: int
-    summary: dict[str, Any]
+    fingerprint: str = ""
+    backed_up_at: int = 0
+    summary: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, message: StoredMessage) -> Found:
@@ -99,8 +92,8 @@ class Found:
             "content_type": r.properties.content_type, "exchange": r.exchange, "routing_key": r.routing_key,
             "body_size": len(body), "body_preview": preview(body, PREVIEW_CHARS),
         }
-        return cls(message.backup_id, message.vhost, message.queue, message.segment, message.sequence, message.index,
-                   message.position, fingerprint(r), r.backed_up_at, summary)
+        place = {f.name: getattr(message, f.name) for f in fields(StoredPlace)}
+        return cls(**place, fingerprint=fingerprint(r), backed_up_at=r.backed_up_at, summary=summary)
 
     def place(self) -> dict[str, Any]:
         return {"backup_id": self.backup_id, "segment": self.segment, "sequence": self.sequence, "index": self.index,

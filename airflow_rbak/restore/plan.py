@@ -333,7 +333,7 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreRequest,
     segments, skipped, defects = [], [], {}
     exchanges: set[str] = set()
     large: list[LargeMessage] = []
-    ordered = sorted(entry.segments, key=lambda s: s.sequence)
+    ordered = entry.stored_order()
     label = f"{entry.vhost}/{entry.name}"
     if chosen is not None:  # refused before any segment is read
         selection.check_in_range(label, chosen, sum(m.record_count for m in ordered), ())

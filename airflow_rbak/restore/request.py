@@ -1,9 +1,9 @@
 """What to restore and how: one frozen request, validated once (no I/O, no Airflow).
 
-Times in a window are epoch milliseconds or ISO 8601 strings (a string of
-digits is read as epoch ms; an ISO time without a zone is UTC). Either end
-may be left open. Selection uses shell globs on source names; maps rename
-source vhosts and queues in the target.
+Times in a window are read as a message filter's window is (``epoch_ms``: epoch
+milliseconds or ISO 8601, UTC without a zone). Either end may be left open.
+Selection uses shell globs on source names; maps rename source vhosts and
+queues in the target.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import fnmatch
 import glob
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any
 
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.repository.message_filter import MessageFilter
+from airflow_rbak.repository.message_filter import epoch_ms as parse_time
 from airflow_rbak.restore import selection
 from airflow_rbak.restore.transformations import check_names, queue_type_rules
 
@@ -30,39 +30,6 @@ ON_EXISTING_MESSAGES = ("refuse", "append")
 DEFINITIONS_MODES = ("missing", "replace")
 #: Restore checkpoints live in the backup's storage unless ``checkpoint_state`` names another place.
 DEFAULT_CHECKPOINT_STATE = "backup"
-
-
-def parse_time(value: Any, name: str) -> int | None:
-    """Epoch milliseconds from an int, a digit string or an ISO 8601 string; None stays None."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool):
-        raise ConfigurationError(
-            f"{name} must be epoch milliseconds (1732240800000) or ISO 8601 (2024-11-22T02:00:00Z), got {value!r}"
-        )
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, datetime):
-        return _datetime_ms(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if text.lstrip("-").isdigit():
-            return int(text)
-        try:
-            return _datetime_ms(datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00")))
-        except ValueError:
-            pass
-    raise ConfigurationError(
-        f"{name} must be epoch milliseconds (1732240800000) or ISO 8601 (2024-11-22T02:00:00Z), got {value!r:.60}"
-    )
-
-
-def _datetime_ms(moment: datetime) -> int:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp() * 1000)
 
 
 def _globs(value: Any, name: str) -> tuple[str, ...]:

@@ -24,11 +24,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_rbak.codec import BackupManifest, BackupRecord, QueueBackup
+from airflow_rbak.codec import BackupManifest, BackupRecord, CodecError, QueueBackup
 from airflow_rbak.codec.headers import headers_to_json
 from airflow_rbak.codec.segment import iter_records_from
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.message_filter import PARAM_NAMES, FilterError, MessageFilter
+from airflow_rbak.repository.message_reader import SegmentUnreadableError, vouched_bytes
+from airflow_rbak.repository.ownership import queue_defects
 from airflow_rbak.storage.base import Storage
 
 #: The most bytes of a body a preview shows; the rest is counted ("N more bytes").
@@ -200,24 +202,35 @@ class ResumableReaders:
 READERS = ResumableReaders()
 
 
-def _records(storage: Storage, queue: QueueBackup, start: Position,
-             match: MessageFilter | None) -> Iterator[tuple[Position, int, BackupRecord, Position | None, Reader]]:
+def _records(storage: Storage, manifest: BackupManifest, queue: QueueBackup, start: Position, damaged: list[dict[str, Any]],
+             ) -> Iterator[tuple[Position, int, BackupRecord, Position | None, Reader]]:
     """The queue's records from ``start`` on, in stored order: each with its position, its number in the queue
     (from 1), the position after it (None after the last) and the segment reader it came from. Every segment is
-    read, whatever ``match``'s time window: a segment's first and last capture times do not bound its records'
-    (a record may be stored out of ``backed_up_at`` order), so passing over one could hide a match."""
+    read, whatever a filter's time window: a segment's first and last capture times do not bound its records'
+    (a record may be stored out of ``backed_up_at`` order), so passing over one could hide a match. A segment
+    that cannot be read as its manifest entry vouches for it (a key outside the backup, a SHA-256 that differs,
+    a defect inside) is added to ``damaged`` with why, and the reading goes on with the next one."""
     before = 0
-    for at, segment in enumerate(queue.segments):
-        following = next((Position(s.sequence, 0) for s in queue.segments[at + 1:] if s.record_count), None)
+    segments = queue.stored_order()
+    foreign = queue_defects(manifest, queue)
+    for at, segment in enumerate(segments):
+        following = next((Position(s.sequence, 0) for s in segments[at + 1:] if s.record_count), None)
         if segment.sequence < start.segment:
             before += segment.record_count
             continue
         skip = start.record if segment.sequence == start.segment else 0
         key = (storage.url, segment.key, skip)
-        reader = READERS.take(key) or iter_records_from(storage.get(segment.key), skip, segment.key)
-        for index, record in reader:
-            after = Position(segment.sequence, index + 1) if index + 1 < segment.record_count else following
-            yield Position(segment.sequence, index), before + index + 1, record, after, reader
+        try:
+            if segment.key in foreign:
+                raise SegmentUnreadableError(segment.key, foreign[segment.key])
+            reader = READERS.take(key) or iter_records_from(vouched_bytes(storage, segment), skip, segment.key)
+            for index, record in reader:
+                after = Position(segment.sequence, index + 1) if index + 1 < segment.record_count else following
+                yield Position(segment.sequence, index), before + index + 1, record, after, reader
+        except SegmentUnreadableError as exc:
+            damaged.append({"segment": segment.key, "reason": exc.reason, "records": segment.record_count})
+        except CodecError as exc:
+            damaged.append({"segment": segment.key, "reason": str(exc), "records": segment.record_count})
         before += segment.record_count
 
 
@@ -232,11 +245,12 @@ def message_page(storage: Storage, manifest: BackupManifest, queue_index: int, *
     """
     queue = queue_of(manifest, queue_index)
     limit = max(1, min(limit, MAX_LIMIT))
-    first = queue.segments[0].sequence if queue.segments else 1
-    start = start or Position(first, 0)
+    segments = queue.stored_order()
+    start = start or Position(segments[0].sequence if segments else 1, 0)
     found: list[dict[str, Any]] = []
+    damaged: list[dict[str, Any]] = []
     scanned, after, until = 0, None, None
-    for position, number, record, following, reader in _records(storage, queue, start, match):
+    for position, number, record, following, reader in _records(storage, manifest, queue, start, damaged):
         until = until or clock() + SCAN_SECONDS  # from the first record: reaching the start is not the search
         scanned += 1
         if match is None or match.matches(record):
@@ -249,6 +263,6 @@ def message_page(storage: Storage, manifest: BackupManifest, queue_index: int, *
             break
     return {"queue": {"index": queue_index, "vhost": queue.vhost, "name": queue.name, "queue_type": queue.queue_type,
                       "messages": queue.message_count},
-            "start": str(start), "limit": limit, "messages": found, "scanned": scanned,
+            "start": str(start), "limit": limit, "messages": found, "scanned": scanned, "damaged": damaged,
             "next": None if after is None else str(after), "filter": match.describe() if match else None,
             "bodies": show_bodies}

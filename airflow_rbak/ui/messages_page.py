@@ -104,6 +104,9 @@ def messages_page(page: dict[str, Any], links: Links) -> str:
     q, loc = page["queue"], page["location"]
     refused = page.get("bodies_refused")
     notice = f'<div class="paused" id="bodies-refused">{text_html(refused)}</div>' if refused else ""
+    notice += "".join(
+        f'<div class="paused damaged-segment">Segment {text_html(d["segment"])} could not be read, so its '
+        f'{count(d["records"], "record")} are not shown: {text_html(d["reason"])}</div>' for d in page.get("damaged", ()))
     blocks = "".join(_message(m, refused) for m in page["messages"]) or \
         '<p class="muted" id="none">No message on this page matches.</p>'
     body = (f'<p><a id="back" href="{text_html(links.backup(loc["id"], page["backup_id"]))}">← backup '

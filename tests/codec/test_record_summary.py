@@ -14,7 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_rbak.codec import BackupRecord, CodecError, Compression, HeaderValue, compression, encode_payload, records
+from airflow_rbak.codec import (
+    BackupRecord,
+    CodecError,
+    Compression,
+    HeaderValue,
+    compression,
+    encode_payload,
+    record_stream,
+    records,
+)
 from airflow_rbak.codec import record_summary as rs
 from airflow_rbak.codec.constants import FOOTER_SIZE, HEADER_SIZE
 from airflow_rbak.codec.record_summary import RecordSummary, summarize_payload
@@ -103,7 +112,7 @@ def test_records_the_c_reader_leaves_to_python_are_read_in_the_stream(chunk):
 
 def test_a_record_too_long_to_carry_is_left_to_the_reference_reader(monkeypatch):
     monkeypatch.setattr(compression, "_CHUNK", 64)
-    monkeypatch.setattr(rs, "CARRY_BYTES", 100)
+    monkeypatch.setattr(record_stream, "CARRY_BYTES", 100)
     long = encode_record(BackupRecord(body=bytes(200), backed_up_at=9, source_queue="orders"))
     data = sealed([encode_record(BackupRecord(body=b"x", backed_up_at=8, source_queue="orders")), long])
 

@@ -368,3 +368,31 @@ def test_the_c_staged_reader_writes_the_common_shapes_and_leaves_the_odd_ones_to
     # The Python reader names these defects.
     assert records.accelerated_staged(table_too_long, "orders", "/") is None
     assert records.accelerated_staged(not_utf8_exchange, "orders", "/") is None
+
+
+def _may_select(record: BackupRecord, needle: bytes, since: int, until: int, key_text: str, name: str,
+                text: str | None) -> bool:
+    """What select_records must keep, said in Python: a record a filter with these conditions may select."""
+    return (since <= record.backed_up_at <= until and needle in record.body and key_text in record.routing_key
+            and (not name or any(k == name and (text is None or not isinstance(v.value, str) or v.value == text)
+                                 for k, v in record.headers)))
+
+
+@needs_c
+@MANY
+@given(batch=st.lists(any_records, max_size=8), data=st.data())
+def test_select_records_builds_exactly_the_records_a_filter_may_select(batch, data):
+    payload = b"".join(struct.pack("<I", len(raw)) + raw for raw in map(encode_record, batch))
+    read, _ = records.accelerated_read(payload, 0, 100)
+    picked = data.draw(st.sampled_from(batch)) if batch else BackupRecord(body=b"")
+    needle = data.draw(st.sampled_from([b"", picked.body[:3], b"\x00\xff"]))
+    stamps = sorted(data.draw(st.sampled_from([picked.backed_up_at, -(2**63), 2**63 - 1])) for _ in range(2))
+    key_text = data.draw(st.sampled_from(["", picked.routing_key[1:4], "zz"]))
+    header = data.draw(st.sampled_from([("", None), *[(k, v.value if isinstance(v.value, str) else None)
+                                                      for k, v in picked.headers[:2]], ("x-absent", "a")]))
+    conditions = (needle, stamps[0], stamps[1], key_text, *header)
+
+    pairs, after, count = records.accelerated_select(payload, 0, 100, *conditions)
+
+    assert count == len(read) and (after == len(payload) or count < len(batch))
+    assert pairs == [(i, r) for i, r in enumerate(read) if _may_select(r, *conditions)]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
+import regex
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_rbak.codec import BackupProperties, BackupRecord, HeaderValue
 from airflow_rbak.codec.records import decode_record, encode_record
@@ -17,6 +20,7 @@ from airflow_rbak.repository.message_filter import (
     FilterError,
     MessageFilter,
     RegexTimeoutError,
+    required_texts,
 )
 
 T0 = 1_732_240_800_000  # 2024-11-22T02:00:00Z
@@ -143,6 +147,39 @@ def test_a_pathological_regex_stops_within_its_bound_and_says_so(pattern):
     assert err.value.field == "body_regex" and "took longer than" in str(err.value) and "simplify" in str(err.value)
 
 
+@pytest.mark.parametrize("pattern, texts", [
+    ("ZZZZ[0-9]{2}QQ", ("ZZZZ", "QQ")),
+    (r"order-\d+ paid", ("order-", " paid")),
+    ("colou?r", ("colo", "r")),
+    ("(abc)?def", ("def",)),
+    ("a{2}bc", ("bc",)),
+    (r"\.com$", ("com",)),
+    ("a|b", ()),  # alternation at the top: no text is in every match
+    ("(?i)abc", ()),  # a flag changes what a literal matches
+    (r"\x41BC", ()),  # an escape's length is not guessed
+    ("[[:alpha:]]x", ()),  # read differently by re and regex
+    ("(ab", ()),
+])
+def test_required_texts_are_read_conservatively(pattern, texts):
+    assert required_texts(pattern) == texts
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="ab1.*+?|()[]{}^$\\-,:2é", max_size=12), st.text(alphabet="ab1-,:2é{}()[]", max_size=20))
+def test_every_match_holds_every_required_text(pattern, body):
+    try:
+        compiled = regex.compile(pattern)
+    except (regex.error, ValueError, OverflowError, RecursionError):
+        return
+    if compiled.search(body):
+        assert all(text in body for text in required_texts(pattern)), (pattern, body)
+
+
+def test_a_body_without_the_patterns_text_is_not_searched_at_all():
+    # the pattern would backtrack for ever on this body, but the body lacks its "x"
+    assert not MessageFilter(body_regex=r"x(a+)+$").matches(record(body=b"a" * 5000 + b"!"))
+
+
 def test_fields_combine_with_and():
     f = MessageFilter(message_id="m-1", routing_key="orders.*", headers={"x-tenant": "acme"}, body_contains="4711")
     assert f.matches(record())
@@ -227,3 +264,15 @@ def test_needles_are_the_quoted_exact_values_no_json_writer_escapes():
     assert MessageFilter(message_id='a"b').needles() == () and MessageFilter(message_id="a\\b").needles() == ()
     stored = encode_record(record(properties={"message_id": "order-4711", "correlation_id": "c 1"}))
     assert all(needle in stored for needle in f.needles())
+
+
+def test_the_prefilter_asks_only_what_every_match_has():
+    from airflow_rbak.codec.record_stream import KEEP_ALL, Prefilter
+
+    assert MessageFilter().prefilter() == KEEP_ALL
+    assert MessageFilter(since=T0, until=T0 + 5, body_regex="order-[0-9]+ paid", routing_key="eu.*.paid.?",
+                         headers={"x-tenant": "acme", "x-n": 5}).prefilter() == Prefilter(
+        b"order-", T0, T0 + 5, ".paid.", "x-n", None)  # the first header by name; a number is compared in Python
+    assert MessageFilter(body_contains=b"\x00\xff", body_regex="abc", routing_key="[ab]x",
+                         headers={"x-tenant": "acme"}).prefilter() == Prefilter(
+        b"\x00\xff", key_text="", header_name="x-tenant", header_text="acme")  # a set: no routing-key text

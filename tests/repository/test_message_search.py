@@ -8,11 +8,15 @@ runaway regex stops within its bound; and nothing is ever written to the locatio
 from __future__ import annotations
 
 import dataclasses
+import struct
 import time
 
 import pytest
 
+from airflow_rbak.codec import compression
 from airflow_rbak.codec.record_identity import fingerprint
+from airflow_rbak.codec.records import encode_record
+from airflow_rbak.codec.segment import encode_payload
 from airflow_rbak.repository.catalog import list_backups
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.message_filter import REGEX_SECONDS, MessageFilter, RegexTimeoutError
@@ -53,6 +57,20 @@ def test_each_filter_selects_exactly_its_records_in_stored_order(location):
                                    message_filter=MessageFilter.from_params(params)))
         assert positions(found) == [i for i, r in enumerate(ORDERS) if expected(i, r)], params
         assert all(m.record == ORDERS[m.position] for m in found), params  # byte for byte the record stored there
+
+
+def test_the_python_reader_selects_what_the_c_accelerator_selects(tmp_path, monkeypatch):
+    from airflow_rbak.codec import records
+
+    storage = open_storage(tmp_path.as_uri())
+    manifest = write_backup(storage, "b1", ORDERS)
+    accelerated = {str(p): positions(read_messages(storage, manifest, message_filter=MessageFilter.from_params(p)))
+                   for p, _ in FILTERS}
+    for name in ("accelerated_select", "accelerated_read", "accelerated_decode"):
+        monkeypatch.setattr(records, name, None)
+    for params, _ in FILTERS:
+        found = list(read_messages(storage, manifest, message_filter=MessageFilter.from_params(params)))
+        assert positions(found) == accelerated[str(params)] and found, params
 
 
 def test_every_record_carries_its_place_in_the_backup(location):
@@ -142,15 +160,59 @@ def test_a_damaged_segment_is_named_and_hides_no_other_match(location):
         ["b2"] if i in lost else ["b1", "b2"] for i in order]
 
 
-def test_a_segment_damaged_inside_its_records_yields_what_came_before_and_says_how_many(tmp_path):
-    from airflow_rbak.codec import BackupRecord
+def reseal(storage, manifest, segment, raw: list[bytes]):
+    """Replace ``segment`` with one framing ``raw`` (records' JSON, well formed or not) and make the manifest vouch
+    for it: bytes a writer produced, not bytes changed in transit."""
+    sealed = encode_payload(b"".join(struct.pack("<I", len(r)) + r for r in raw), len(raw), T0, T0)
+    storage.put(segment.key, sealed.data)
+    entry = next(q for q in manifest.queues if segment in q.segments)
+    entry.segments[entry.segments.index(segment)] = dataclasses.replace(
+        segment, record_count=len(raw), size_bytes=len(sealed.data), uncompressed_bytes=sealed.uncompressed_bytes,
+        checksum=sealed.sha256)
+    ManifestStore(storage).save(manifest)
+    return manifest
 
+
+@pytest.mark.parametrize("chunk", [None, 64])
+def test_a_segment_damaged_inside_its_records_yields_what_came_before_and_says_how_many(tmp_path, monkeypatch, chunk):
+    if chunk:  # records carried from one decompressed chunk to the next
+        monkeypatch.setattr(compression, "_CHUNK", chunk)
     storage = open_storage(tmp_path.as_uri())
-    manifest = write_backup(storage, "b1", ORDERS[:2] + [BackupRecord(body=b"x", source_queue="orders")], segment_max_bytes=10**6)
+    manifest = write_backup(storage, "b1", ORDERS[:40], segment_max_bytes=10**6, dlq=False)
+    segment = manifest.queues[0].segments[0]
+    good = [encode_record(r) for r in ORDERS[:5]]
+    reseal(storage, manifest, segment, [*good[:3], b'{"not": "a record"}', *good[3:]])
+
     found = list(read_messages(storage, manifest, queue="orders"))
-    assert positions(found) == [0, 1, 2]  # a well-formed segment reads whole
-    damaged = DamagedSegment("b1", "/", "orders", "k", 1, "record 2: bad", 2)
-    assert str(damaged) == "k: record 2: bad (2 records read before it)"
+
+    assert [m.record for m in found[:-1]] == ORDERS[:3] and positions(found) == [0, 1, 2]
+    damaged = found[-1]
+    assert isinstance(damaged, DamagedSegment) and damaged.segment == segment.key and damaged.records_read == 3
+    assert "record 3" in damaged.reason
+    assert str(damaged).endswith("(3 records read before it)")
+
+
+@pytest.mark.parametrize("chunk", [64, 1000])
+def test_records_split_across_decompressed_chunks_read_as_stored(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(compression, "_CHUNK", chunk)
+    storage = open_storage(tmp_path.as_uri())
+    manifest = write_backup(storage, "b1", ORDERS, segment_max_bytes=10**6)
+    assert [m.record for m in read_messages(storage, manifest)] == ORDERS + DLQ
+
+
+def test_positions_follow_the_segments_sequence_however_the_manifest_lists_them(tmp_path):
+    storage = open_storage(tmp_path.as_uri())
+    manifest = write_backup(storage, "b1", ORDERS, dlq=False)
+    entry = manifest.queues[0]
+    assert len(entry.segments) > 3
+    entry.segments.reverse()  # another writer may list them in any order; sequence is the stored order
+    ManifestStore(storage).save(manifest)
+    reread = ManifestStore(storage).load("b1")
+    assert [s.sequence for s in reread.queues[0].segments] != sorted(s.sequence for s in reread.queues[0].segments)
+
+    found = list(read_messages(storage, reread))
+
+    assert [m.record for m in found] == ORDERS and positions(found) == list(range(len(ORDERS)))
 
 
 def test_a_runaway_regex_stops_the_search_within_its_bound(location):
@@ -204,13 +266,13 @@ def test_a_segment_without_the_wanted_id_is_not_parsed_and_nothing_is_missed(loc
     storage = open_storage(location)
     manifest = write_backup(storage, "b1", ORDERS, dlq=False)
     parsed: list[int] = []
-    real = message_reader.iter_payload_records
+    real = message_reader.iter_record_batches
 
-    def counting(payload, expected, name):
-        parsed.append(expected)
-        return real(payload, expected, name)
+    def counting(data, header, *args):
+        parsed.append(header.record_count)
+        return real(data, header, *args)
 
-    monkeypatch.setattr(message_reader, "iter_payload_records", counting)
+    monkeypatch.setattr(message_reader, "iter_record_batches", counting)
     found = list(read_messages(storage, manifest, message_filter=MessageFilter(message_id="order-42")))
     assert positions(found) == [42] and found[0].record == ORDERS[42]
     assert len(parsed) == 1  # only the segment that holds it

@@ -28,7 +28,7 @@ def test_times_are_epoch_ms_or_iso_8601(value, expected):
 
 @pytest.mark.parametrize("value", ["yesterday", "2024-13-01", True, 1.5, [1]])
 def test_a_bad_time_says_which_setting_and_both_formats(value):
-    with pytest.raises(ConfigurationError, match="t must be epoch milliseconds .* or ISO 8601"):
+    with pytest.raises(ConfigurationError, match="t: expected epoch milliseconds .* or ISO 8601"):
         parse_time(value, "t")
 
 

@@ -61,3 +61,46 @@ def test_a_position_or_filter_that_cannot_be_used_is_refused_by_name():
     with pytest.raises(ValueError, match="header: "):
         filter_of([("header", "no-equals-sign")])
     assert filter_of([("routing_key", " ")]) is None
+
+
+def test_a_segment_whose_bytes_the_manifest_does_not_vouch_for_is_named_and_the_others_are_shown(tmp_path):
+    from airflow_rbak.repository.manifest_store import ManifestStore
+
+    url = tmp_path.as_uri()
+    build_message_backups(url)
+    storage = open_storage(url)
+    manifest = ManifestStore(storage).load("messages-1")
+    first, second = manifest.queues[0].stored_order()[:2]
+    planted = bytearray(storage.get(first.key))
+    planted[-40] ^= 0xFF  # a writer's bytes changed afterwards: the SHA-256 no longer agrees
+    storage.put(first.key, bytes(planted))
+
+    page = message_page(storage, manifest, 0, limit=100, show_bodies=True)
+    html = messages_page({**page, "backup_id": "messages-1", "location": {"id": "loc", "url": url}, "filters": [],
+                          "bodies_refused": None}, Links("", "/rbak"))
+
+    assert page["damaged"] == [{"segment": first.key, "reason": page["damaged"][0]["reason"],
+                                "records": first.record_count}]
+    assert "SHA-256" in page["damaged"][0]["reason"]
+    assert page["messages"][0]["number"] == first.record_count + 1  # the next segment's first record, numbered in place
+    assert page["messages"][0]["position"] == f"{second.sequence}.0"
+    assert f"Segment {first.key} could not be read" in html
+
+
+def test_pages_number_records_in_sequence_order_however_the_manifest_lists_segments(tmp_path):
+    from airflow_rbak.repository.manifest_store import ManifestStore
+
+    url = tmp_path.as_uri()
+    build_message_backups(url)
+    storage = open_storage(url)
+    store = ManifestStore(storage)
+    manifest = store.load("messages-1")
+    in_order = message_page(storage, manifest, 0, limit=100)["messages"]
+    manifest.queues[0].segments.reverse()
+    store.save(manifest)
+
+    listed_backwards = message_page(storage, store.load("messages-1"), 0, limit=100)["messages"]
+
+    assert len(manifest.queues[0].segments) > 1
+    assert [(m["number"], m["position"], m["properties"]) for m in listed_backwards] == [
+        (m["number"], m["position"], m["properties"]) for m in in_order]
