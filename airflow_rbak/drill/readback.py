@@ -9,15 +9,18 @@ place in the table) must be equal.
 
 A classic or quorum scratch queue is read by ``basic.get`` until it is empty: the vhost is the drill's own, so the
 read takes the messages, and an empty answer ends it without waiting on a clock. A stream is read by a consumer from
-its first offset until it delivered what the backup holds, and one more moment for anything beyond.
+its first offset up to an end marker the read publishes first, so it ends on what the stream holds, not on a clock.
 """
 
 from __future__ import annotations
 
 import hashlib
+import secrets
 import time
 from collections.abc import Iterator
 from typing import Any
+
+import pika
 
 from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.connection import RabbitMQConnection
@@ -33,8 +36,8 @@ from airflow_rbak.storage.base import Storage
 
 #: Messages read beyond what the backup holds before the read stops (each is reported as unexpected).
 MAX_EXTRA = 100
-#: How long a stream consumer waits for the next delivery before the read ends short.
-STREAM_IDLE_S = 10.0
+#: How long a stream read waits for any delivery before it ends short: only a broker that stopped delivering.
+STREAM_STALL_S = 120.0
 
 
 def target_type(queue: QueuePlan) -> str:
@@ -84,22 +87,33 @@ def delivered_views(connection: RabbitMQConnection, queue: QueuePlan, expected: 
 
 
 def _stream(conn: Any, channel: Any, name: str, expected: int, left_out: frozenset[str]) -> Iterator[MessageView]:
+    """The stream's messages from its first offset up to an end marker published now, after every message the
+    restore had confirmed: when the marker arrives, all of them have been delivered, so the read ends on what the
+    stream holds, never on a quiet moment. Only a broker that delivers nothing for :data:`STREAM_STALL_S` ends it
+    short (the drill then reports what did not arrive). The marker stays in the scratch stream, which the drill
+    deletes."""
+    marker = f"airflow-rbak drill end {secrets.token_hex(8)}"
+    channel.confirm_delivery()
+    channel.basic_publish("", name, b"", pika.BasicProperties(message_id=marker, delivery_mode=2), mandatory=True)
     found: list[MessageView] = []
+    ended: list[bool] = []
     channel.basic_qos(prefetch_count=500)
 
     def on_message(ch: Any, method: Any, props: Any, body: bytes) -> None:
-        found.append(delivered_view(props, body, left_out))
+        if props.message_id == marker:
+            ended.append(True)
+        else:
+            found.append(delivered_view(props, body, left_out))
         ch.basic_ack(method.delivery_tag)
 
     channel.basic_consume(name, on_message, arguments={"x-stream-offset": "first"})
-    given, idle_until = 0, time.monotonic() + STREAM_IDLE_S
-    while given < expected + MAX_EXTRA and time.monotonic() < idle_until:
-        conn.process_data_events(time_limit=0.2 if given < expected else 1.0)
-        while given < len(found):
+    given, stalled_at = 0, time.monotonic() + STREAM_STALL_S
+    while not ended and given < expected + MAX_EXTRA and time.monotonic() < stalled_at:
+        heard = len(found)
+        conn.process_data_events(time_limit=0.5)
+        if len(found) > heard or ended:
+            stalled_at = time.monotonic() + STREAM_STALL_S
+        while given < len(found) and given < expected + MAX_EXTRA:
             yield found[given]
             given += 1
-            idle_until = time.monotonic() + STREAM_IDLE_S
-        if given >= expected:  # one more moment for anything beyond what the backup holds, then stop
-            conn.process_data_events(time_limit=1.0)
-            yield from found[given:expected + MAX_EXTRA]
-            return
+    yield from found[given:expected + MAX_EXTRA]

@@ -101,3 +101,20 @@ def test_a_restore_reaching_beyond_the_scratch_vhost_is_refused():
     with pytest.raises(DrillRefusedError, match=r"\['src'\]"):
         confine(RestorePlan("b1", "memory://", None, None, (queue.__class__(**{**queue.__dict__, "target_vhost": "src"}),)),
                 None, "rbak-drill-x-0")
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("held", [19, 20, 23])
+def test_a_stream_is_read_back_to_its_end_whatever_it_holds_without_waiting_on_a_clock(broker, vhost, held, monkeypatch):
+    from types import SimpleNamespace
+
+    from airflow_rbak.drill import readback
+
+    monkeypatch.setattr(readback, "STREAM_STALL_S", 600.0)  # the read must end on the stream's end, not on this
+    declare(broker.connection, vhost, {"events": "stream"})
+    publish(broker.connection, vhost, "events", 0, held, decimal=False)
+    queue = SimpleNamespace(target_vhost=vhost, target_queue="events", queue_type="stream", target_queue_type=None)
+
+    views = list(readback.delivered_views(broker.connection, queue, 20))
+
+    assert [v.body for v in views] == [body_of(i, 300) for i in range(held)]  # one missing, none, three beyond
