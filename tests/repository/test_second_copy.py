@@ -187,3 +187,36 @@ def test_rbak_copy_reports_each_backup_and_fails_when_one_was_refused(tmp_path, 
     assert out[4:] == [f"copied 0 backup(s) to {destination_url}, 1 already there (nothing to copy)",
                        "  already there sample-2: its manifest is at the destination, byte for byte"]
     assert os.path.exists(tmp_path / "copy" / "sample-2" / "manifest.json")
+
+
+def test_a_copy_of_an_encrypted_location_is_sealed_with_the_same_keys_and_a_plain_destination_is_refused(
+        tmp_path, monkeypatch, capsys):
+    from airflow_rbak.storage.encrypted import KeyRequiredError
+    from airflow_rbak.storage.keyring import new_key_text, parse_keyring
+
+    key_text = new_key_text("k1")
+    keys = parse_keyring(key_text)
+    source_url, sealed_url, plain_url = ((tmp_path / name).as_uri() for name in ("source", "sealed", "plain"))
+    small_chain(source_url)  # written plain, then sealed into an encrypted source by a copy of its own
+    assert copy_backups(open_storage(source_url), open_storage((tmp_path / "enc").as_uri(), keyring=keys),
+                        ["sample-2"]).ids("copied") == ["sample-1", "sample-2"]
+    encrypted = open_storage((tmp_path / "enc").as_uri(), keyring=keys)
+
+    report = copy_backups(encrypted, open_storage(sealed_url, keyring=keys), ["sample-2"])
+
+    sealed = open_storage(sealed_url, keyring=keys)
+    assert report.ids("copied") == ["sample-1", "sample-2"] and statuses(sealed) == statuses(encrypted)
+    assert validate_backup(sealed, "sample-2", deep=True).defects == []
+    with pytest.raises(KeyRequiredError):  # without the key the copy is as closed as its source
+        list_backups(open_storage(sealed_url, keyring=None))
+    stored = open_storage(sealed_url, keyring=None).inner.get("sample-1/manifest.json")
+    assert stored.startswith(b"RBAKENC") and b"sample-1" not in stored
+
+    build_sample_backup(open_storage(plain_url), "plain-1")  # a plain location already in use
+    before = sorted(i.key for i in open_storage(plain_url).list())
+    monkeypatch.setenv("RBAK_ENCRYPTION_KEYS", key_text)
+    code = rbak(["copy", (tmp_path / "enc").as_uri(), plain_url])
+    err = capsys.readouterr().err
+    assert code != 0 and "holds unencrypted objects" in err and "a location is encrypted from its first object" in err
+    assert "Traceback" not in err and key_text.split(":")[-1] not in err
+    assert sorted(i.key for i in open_storage(plain_url).list()) == before  # nothing written into it
