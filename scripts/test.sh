@@ -3,7 +3,8 @@
 # own, so that no part's broker faults (tests that stop, restart or reconfigure a node) reach another.
 #   scripts/test.sh [pytest args...]   extra args go to every part
 # On RabbitMQ 3.10 (the host's package): part "stack", the DAGs end to end (`airflow dags test`, mostly waiting on
-# Airflow and JVM start-up); part "cluster", the three-node cluster (tests/cluster) and some of the DAG tests; part
+# Airflow and JVM start-up); part "cluster", the three-node cluster (tests/cluster), some of the DAG tests and one
+# of the view's; part
 # "restore", the restore engine, the command line, the deployed stacks (LocalExecutor, CeleryExecutor), the view, the
 # Spark jobs, the broker clients, hooks and operators, and the broker-free codec and storage tests; part "engine",
 # everything else (capture, the backup runs and the repository, reliability), so a new test folder lands there. Part
@@ -23,7 +24,9 @@ STACK_TESTS=(tests/dags)
 DAGS_IN_CLUSTER_PART=(tests/dags/test_rbak_drill.py tests/dags/test_rbak_restore_selective.py
                       tests/dags/test_rbak_freshness.py tests/dags/test_stream_chains.py tests/dags/test_many_queues.py
                       tests/dags/test_rbak_restore_migration.py)
-CLUSTER_TESTS=(tests/cluster "${DAGS_IN_CLUSTER_PART[@]}")
+# The view's test with its own api-server and storage connection, beside the freshness DAG's test of the same rule.
+UI_IN_CLUSTER_PART=(tests/ui/test_view_storage_connection.py)
+CLUSTER_TESTS=(tests/cluster "${DAGS_IN_CLUSTER_PART[@]}" "${UI_IN_CLUSTER_PART[@]}")
 RESTORE_TESTS=(tests/restore tests/cli tests/deployed tests/ui tests/spark_jobs tests/broker tests/hooks tests/operators
                tests/codec tests/storage)
 # The 4.x parts: the tests whose expectations follow the version the broker reports (tests/broker/behaviour.py; a
@@ -89,7 +92,9 @@ stack_ignore=()
 for path in "${DAGS_IN_CLUSTER_PART[@]}"; do stack_ignore+=(--ignore "$path"); done
 run_part stack "${STACK_TESTS[@]}" "${stack_ignore[@]}" "$@"
 run_part cluster "${CLUSTER_TESTS[@]}" "$@"
-run_part restore "${RESTORE_TESTS[@]}" "$@"
+restore_ignore=()
+for path in "${UI_IN_CLUSTER_PART[@]}"; do restore_ignore+=(--ignore "$path"); done
+run_part restore "${RESTORE_TESTS[@]}" "${restore_ignore[@]}" "$@"
 run_part rabbitmq43 "${RABBITMQ43_TESTS[@]}" "$@"
 run_part rabbitmq40 "${RABBITMQ40_TESTS[@]}" "$@"
 part engine "${IGNORE[@]}" "$@" 2>&1 | tee "$LOGS/engine.log"
