@@ -5,6 +5,9 @@ previewed up to :data:`PREVIEW_BYTES` (the rest is counted, never shown), JSON i
 body is that small and parses, text is shown only when it is UTF-8, and anything else is a hex dump. The pages
 escape what this returns; this module only bounds and classifies it.
 
+A segment is read only when its key is the backup's own and its bytes are the ones its manifest vouches for
+(``message_reader.vouched_bytes``); one that is not, or that is damaged inside, is named in the page's ``damaged``
+and the reading goes on with the next.
 A page starts at a position (segment sequence, record index in it) and reads segments in stored order until it
 has ``limit`` matches, has read :data:`SCAN_BUDGET` records or has spent :data:`SCAN_SECONDS`, whichever comes
 first, then says where the next page starts: a filter that matches rarely costs each page a bounded read, never
