@@ -79,9 +79,9 @@ class BackupRange:
 class Found(StoredPlace):
     """One matching record as a search reports it: where it is stored, and what a person recognises it by."""
 
-    fingerprint: str = ""
-    backed_up_at: int = 0
-    summary: dict[str, Any] = field(default_factory=dict)
+    fingerprint: str
+    backed_up_at: int
+    summary: dict[str, Any]
 
     @classmethod
     def of(cls, message: StoredMessage) -> Found:

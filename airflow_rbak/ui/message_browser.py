@@ -223,17 +223,18 @@ def _records(storage: Storage, manifest: BackupManifest, queue: QueueBackup, sta
             continue
         skip = start.record if segment.sequence == start.segment else 0
         key = (storage.url, segment.key, skip)
+        shown = skip  # records of this segment read before a defect (on this page or the pages before)
         try:
             if segment.key in foreign:
                 raise SegmentUnreadableError(segment.key, foreign[segment.key])
             reader = READERS.take(key) or iter_records_from(vouched_bytes(storage, segment), skip, segment.key)
             for index, record in reader:
+                shown = index + 1
                 after = Position(segment.sequence, index + 1) if index + 1 < segment.record_count else following
                 yield Position(segment.sequence, index), before + index + 1, record, after, reader
-        except SegmentUnreadableError as exc:
-            damaged.append({"segment": segment.key, "reason": exc.reason, "records": segment.record_count})
-        except CodecError as exc:
-            damaged.append({"segment": segment.key, "reason": str(exc), "records": segment.record_count})
+        except (SegmentUnreadableError, CodecError) as exc:
+            reason = exc.reason if isinstance(exc, SegmentUnreadableError) else str(exc)
+            damaged.append({"segment": segment.key, "reason": reason, "records": segment.record_count - shown})
         before += segment.record_count
 
 

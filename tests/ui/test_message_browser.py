@@ -104,3 +104,25 @@ def test_pages_number_records_in_sequence_order_however_the_manifest_lists_segme
     assert len(manifest.queues[0].segments) > 1
     assert [(m["number"], m["position"], m["properties"]) for m in listed_backwards] == [
         (m["number"], m["position"], m["properties"]) for m in in_order]
+
+
+def test_a_segment_damaged_inside_shows_what_came_before_and_counts_only_the_rest(tmp_path):
+    from airflow_rbak.codec.records import encode_record
+    from airflow_rbak.codec.segment import iter_records
+    from airflow_rbak.repository.manifest_store import ManifestStore
+    from tests.repository.test_message_search import reseal
+
+    url = tmp_path.as_uri()
+    build_message_backups(url)
+    storage = open_storage(url)
+    manifest = ManifestStore(storage).load("messages-1")
+    first = manifest.queues[0].stored_order()[0]
+    before = message_page(storage, manifest, 0, limit=3)["messages"]
+    kept = [encode_record(r) for r in iter_records(storage.get(first.key), first.key)]
+    reseal(storage, manifest, first, [*kept[:3], b'{"not": "a record"}', *kept[:2]])  # six records, the 4th bad
+
+    page = message_page(storage, manifest, 0, limit=100)
+
+    assert [m["properties"] for m in page["messages"][:3]] == [m["properties"] for m in before]
+    assert page["damaged"][0]["segment"] == first.key and page["damaged"][0]["records"] == 6 - 3
+    assert "record 3" in page["damaged"][0]["reason"]
