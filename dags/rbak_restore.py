@@ -17,6 +17,14 @@ or published. The user who triggered the run cannot approve it, and
 test``, which cannot wait for an answer) where ``[rbak] allow_skip_approval``
 allows it, and fails at ``approve`` otherwise; dry runs never ask.
 
+**Only the approved plan runs.** ``plan`` seals the plan it made and
+``approve`` seals who approved which plan (or that none was needed: a dry
+run, an allowed ``skip_approval``), under the deployment's state key;
+``definitions``, ``publish`` and ``report`` verify both before acting and
+fail, naming what is missing or changed, when ``approve`` was marked
+succeeded by hand, ``plan`` was run again after the approval, or an XCom was
+edited (docs/security.md).
+
 **Access.** ``storage_url``, ``checkpoint_state`` and ``rabbitmq_conn_id``
 must name what ``[rbak] allowed_storage_urls`` / ``allowed_conn_ids`` allow
 (the configured location and the default connection always are), or ``plan``
@@ -64,6 +72,8 @@ from airflow_rbak.settings import (
 
 CONFIG = rbak_settings()
 PLAN = "{{ ti.xcom_pull(task_ids='plan', key='plan') }}"
+#: The approve task's result, holding the sealed approval that definitions, publish and report verify.
+APPROVAL = "{{ ti.xcom_pull(task_ids='approve') }}"
 _TIME = {"type": ["null", "integer", "string"],
          "description": "epoch milliseconds or ISO 8601 (2026-11-22T02:00:00Z); either end may be left empty"}
 
@@ -189,12 +199,12 @@ with DAG(
     plan = RbakRestorePlanOperator(task_id="plan", max_publish_tasks="{{ params.max_publish_tasks }}", **common)
     approve = RbakRestoreApprovalOperator(task_id="approve", plan=PLAN, skip_approval="{{ params.skip_approval }}",
                                           response_timeout=CONFIG.approval_timeout(), **common)
-    definitions = RbakRestoreDefinitionsOperator(task_id="definitions", plan=PLAN, **common)
+    definitions = RbakRestoreDefinitionsOperator(task_id="definitions", plan=PLAN, approval=APPROVAL, **common)
     publish = RbakRestoreQueueOperator.partial(
-        task_id="publish", plan=PLAN, map_index_template=GROUP_LABEL,
+        task_id="publish", plan=PLAN, approval=APPROVAL, map_index_template=GROUP_LABEL,
         **CONFIG.queue_task_limits(), **common,
     ).expand(restore_queue=plan.output)
-    report = RbakRestoreReportOperator(task_id="report", plan=PLAN, results=publish.output, definitions=definitions.output,
-                                       **common)
+    report = RbakRestoreReportOperator(task_id="report", plan=PLAN, approval=APPROVAL, results=publish.output,
+                                       definitions=definitions.output, **common)
 
     plan >> approve >> definitions >> publish >> report

@@ -9,7 +9,7 @@
 # Spark jobs, the broker clients, hooks and operators, and the broker-free codec and storage tests; part "engine",
 # everything else (capture, the backup runs and the repository, reliability), so a new test folder lands there. Part
 # "rabbitmq43" runs RABBITMQ43_TESTS on RabbitMQ 4.3 (the current series) and part "rabbitmq40" RABBITMQ40_TESTS on
-# 4.0, each in a chroot scripts/rabbitmq.sh builds the first time (about a minute and a half). Each part's output is kept in
+# 4.0 (with the restore's authority tests on a running Airflow), each in a chroot scripts/rabbitmq.sh builds the first time (about a minute and a half). Each part's output is kept in
 # .run/tests/<part>.log and ends with the exact RabbitMQ version of every node it ran against; the engine part
 # streams, the others are printed when all are done, each with its time. Exit status: 0 only if every part passed.
 # Each part's time from a fresh clone on 2 cores is in README.md (RBAK_CI=1 .ci/run, chroots cached).
@@ -24,6 +24,8 @@ STACK_TESTS=(tests/dags)
 DAGS_IN_CLUSTER_PART=(tests/dags/test_rbak_drill.py tests/dags/test_rbak_restore_selective.py
                       tests/dags/test_rbak_freshness.py tests/dags/test_stream_chains.py tests/dags/test_many_queues.py
                       tests/dags/test_rbak_restore_migration.py)
+# The DAG tests that run in part "rabbitmq40" instead (against a 4.0 broker): the parts then take about as long.
+DAGS_IN_RABBITMQ40_PART=(tests/dags/test_rbak_restore_authority.py)
 # The view's test with its own api-server and storage connection, beside the freshness DAG's test of the same rule.
 UI_IN_CLUSTER_PART=(tests/ui/test_view_storage_connection.py)
 CLUSTER_TESTS=(tests/cluster "${DAGS_IN_CLUSTER_PART[@]}" "${UI_IN_CLUSTER_PART[@]}")
@@ -37,7 +39,7 @@ RESTORE_TESTS=(tests/restore tests/cli tests/deployed tests/ui tests/spark_jobs 
 RABBITMQ43_TESTS=(tests/broker tests/backup tests/capture tests/cluster tests/reliability/test_broker_faults.py
                   tests/restore tests/dags/test_rbak_restore_upgrade_43.py tests/compat)
 RABBITMQ40_TESTS=(tests/capture tests/backup/test_broker_state_headers.py tests/reliability/test_broker_faults.py
-                  tests/restore tests/broker/test_message_size_limit.py)
+                  tests/restore tests/broker/test_message_size_limit.py "${DAGS_IN_RABBITMQ40_PART[@]}")
 IGNORE=()
 for path in "${STACK_TESTS[@]}" "${CLUSTER_TESTS[@]}" "${RESTORE_TESTS[@]}"; do IGNORE+=(--ignore "$path"); done
 
@@ -89,7 +91,7 @@ run_part() {  # name tests... (then the extra args): one part in the background,
 declare -A pids=()
 PARTS=(stack cluster restore rabbitmq43 rabbitmq40)
 stack_ignore=()
-for path in "${DAGS_IN_CLUSTER_PART[@]}"; do stack_ignore+=(--ignore "$path"); done
+for path in "${DAGS_IN_CLUSTER_PART[@]}" "${DAGS_IN_RABBITMQ40_PART[@]}"; do stack_ignore+=(--ignore "$path"); done
 run_part stack "${STACK_TESTS[@]}" "${stack_ignore[@]}" "$@"
 run_part cluster "${CLUSTER_TESTS[@]}" "$@"
 restore_ignore=()

@@ -23,7 +23,7 @@ from airflow_rbak.operators import metrics
 from airflow_rbak.operators.backup import flat_results, mapped_payload, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 from airflow_rbak.progress import ProgressReporter
-from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRequest, RestoreRun
+from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRequest, RestoreRun, authority
 from airflow_rbak.restore.errors import RestoreRefusedError
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
@@ -57,6 +57,30 @@ class RbakRestoreOperator(StorageConnectionMixin, BaseOperator):
                                                     seal=state_seal()))
 
 
+def run_ref(context: Any) -> authority.RunRef:
+    """The DAG run a task belongs to, as sealed plans and approvals name it."""
+    return authority.RunRef(context["ti"].dag_id, context["run_id"])
+
+
+class RbakApprovedRestoreOperator(RbakRestoreOperator):
+    """Base of the steps after ``approve``: each acts only on the sealed plan a sealed approval covers
+    (:mod:`airflow_rbak.restore.authority`), whatever Airflow says of the approve task's state."""
+
+    template_fields: Sequence[str] = (*RbakRestoreOperator.template_fields, "plan", "approval")
+
+    def __init__(self, *, plan: Mapping[str, Any] | None, approval: Mapping[str, Any] | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.plan, self.approval = plan, approval
+
+    def approved_plan(self, run: RestoreRun, context: Any) -> authority.SealedPlan:
+        """The plan this step may act on; fails without retries, naming what is missing or changed, otherwise."""
+        given = self.approval.get("approval") if isinstance(self.approval, Mapping) else None  # approve's result
+        sealed, approval = restore_step("authorization", lambda: authority.authorize(
+            run.seal, run_ref(context), self.plan, given, self.restore_request))
+        log.info("acting on the plan of try %d (SHA-256 %s), %s", sealed.plan_try, sealed.digest, approval.describe())
+        return sealed
+
+
 class RbakRestorePlanOperator(RbakRestoreOperator):
     """Read the manifest, verify the segments the window needs, count; the plan goes to the log (once: the engine
     logs it) and XCom.
@@ -75,45 +99,46 @@ class RbakRestorePlanOperator(RbakRestoreOperator):
     def execute(self, context: Any) -> list[list[dict[str, Any]]]:
         run = self.restore_run()
         plan = restore_step("plan", run.plan)  # which logs the plan
-        context["ti"].xcom_push(key="plan", value=plan.to_json())
         queues = [{"source_vhost": q.source_vhost, "source_queue": q.source_queue, "target": f"{q.target_vhost}/{q.target_queue}",
                    "records": q.records_in_window, "target_holds": q.target_depth, "adds": q.to_add} for q in plan.queues]
-        return mapped_payload(queues, self.max_publish_tasks)
+        groups = mapped_payload(queues, self.max_publish_tasks)
+        sealed = authority.seal_plan(run.seal, run_ref(context), plan, self.restore_request, groups,
+                                     context["ti"].try_number)
+        log.info("plan of try %d sealed: SHA-256 %s", context["ti"].try_number, sealed["body"]["digest"])
+        context["ti"].xcom_push(key="plan", value=sealed)
+        return groups
 
 
-class RbakRestoreDefinitionsOperator(RbakRestoreOperator):
+class RbakRestoreDefinitionsOperator(RbakApprovedRestoreOperator):
     """Save the target's definitions for rollback, then import the selected ones (if asked)."""
-
-    template_fields: Sequence[str] = (*RbakRestoreOperator.template_fields, "plan")
-
-    def __init__(self, *, plan: Mapping[str, Any], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.plan = plan
 
     def execute(self, context: Any) -> dict[str, Any]:
         run = self.restore_run()
+        plan = self.approved_plan(run, context).plan
         if not run.settings.restore_definitions:
             return {"imported": False, "requested": False}
-        result = restore_step("definitions", lambda: run.definitions(RestorePlan.from_json(dict(self.plan))))
+        result = restore_step("definitions", lambda: run.definitions(plan))
         log.info("definitions: rollback snapshot %s, imported %s, per vhost %s", result.rollback_key, result.imported,
                  result.vhosts)
         return result.to_json()
 
 
-class RbakRestoreQueueOperator(RbakRestoreOperator):
+class RbakRestoreQueueOperator(RbakApprovedRestoreOperator):
     """Publish the records in the window of each queue of a group (``restore_queue``, a list of one or more) in turn,
-    resuming after its checkpoint; returns the list of the group's results."""
+    resuming after its checkpoint; returns the list of the group's results. The group must be the one the approved
+    plan handed to this task's map index."""
 
-    template_fields: Sequence[str] = (*RbakRestoreOperator.template_fields, "plan", "restore_queue")
+    template_fields: Sequence[str] = (*RbakApprovedRestoreOperator.template_fields, "restore_queue")
 
-    def __init__(self, *, plan: Mapping[str, Any], restore_queue: Sequence[Mapping[str, Any]],
-                 **kwargs: Any) -> None:
+    def __init__(self, *, restore_queue: Sequence[Mapping[str, Any]], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.plan, self.restore_queue = plan, restore_queue
+        self.restore_queue = restore_queue
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
-        run, plan = self.restore_run(), RestorePlan.from_json(dict(self.plan))
-        return [self.publish(run, plan, queue) for queue in self.restore_queue]
+        run = self.restore_run()
+        sealed = self.approved_plan(run, context)
+        restore_step("authorization", lambda: authority.check_group(sealed, context["ti"].map_index, self.restore_queue))
+        return [self.publish(run, sealed.plan, queue) for queue in self.restore_queue]
 
     def publish(self, run: RestoreRun, plan: RestorePlan, restore_queue: Mapping[str, Any]) -> dict[str, Any]:
         """One queue of the plan, its progress logged, counted."""
@@ -132,20 +157,21 @@ class RbakRestoreQueueOperator(RbakRestoreOperator):
         return result.to_json()
 
 
-class RbakRestoreReportOperator(RbakRestoreOperator):
+class RbakRestoreReportOperator(RbakApprovedRestoreOperator):
     """Sum the restore up; fails when records came back unroutable (unless allowed)."""
 
-    template_fields: Sequence[str] = (*RbakRestoreOperator.template_fields, "plan", "results", "definitions")
+    template_fields: Sequence[str] = (*RbakApprovedRestoreOperator.template_fields, "results", "definitions")
 
-    def __init__(self, *, plan: Mapping[str, Any], results: Sequence[Mapping[str, Any]] | None,
-                 definitions: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, results: Sequence[Mapping[str, Any]] | None, definitions: Mapping[str, Any] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.plan, self.results, self.definitions = plan, results, definitions
+        self.results, self.definitions = results, definitions
 
     def execute(self, context: Any) -> dict[str, Any]:
         run = self.restore_run()
+        plan = self.approved_plan(run, context).plan
         definitions = dict(self.definitions) if self.definitions and self.definitions.get("requested", True) else None
         rows = flat_results(self.results)
-        report = run_step("report", lambda: run.report(RestorePlan.from_json(dict(self.plan)), rows, definitions))
+        report = run_step("report", lambda: run.report(plan, rows, definitions))
         metrics.restore_reported(report.to_json(), run.settings.storage_url)
         return report.to_json()

@@ -73,14 +73,22 @@ class StateSeal:
     def _mac(self, purpose: str, key: str, body: Any) -> str:
         return hmac.new(self._key, _canonical(purpose, key, body), hashlib.sha256).hexdigest()
 
+    def envelope(self, purpose: str, key: str, body: Any) -> dict[str, Any]:
+        """The envelope of ``body`` as a JSON object, bound to ``purpose`` and ``key`` (a storage key, or another name
+        of where it is kept: an Airflow run's XCom)."""
+        return {"format": FORMAT, "purpose": purpose, "key": key, "body": body, "mac": self._mac(purpose, key, body)}
+
     def seal(self, purpose: str, key: str, body: Any) -> bytes:
         """The envelope bytes of ``body``, bound to ``purpose`` and its storage ``key``."""
-        return json.dumps({"format": FORMAT, "purpose": purpose, "key": key, "body": body,
-                           "mac": self._mac(purpose, key, body)}, sort_keys=True, allow_nan=False).encode()
+        return json.dumps(self.envelope(purpose, key, body), sort_keys=True, allow_nan=False).encode()
 
     def open(self, purpose: str, key: str, data: bytes, limits: JsonLimits = STATE_LIMITS) -> Any:
         """The body of an envelope sealed for ``purpose`` at ``key``; :class:`UntrustedStateError` otherwise."""
-        envelope = _parse(key, data, limits)
+        return self.open_envelope(purpose, key, _parse(key, data, limits))
+
+    def open_envelope(self, purpose: str, key: str, envelope: Any) -> Any:
+        """The body of an envelope already parsed (:meth:`envelope`'s object); :class:`UntrustedStateError` unless it
+        was sealed with this key for ``purpose`` at ``key``."""
         if not isinstance(envelope, dict) or envelope.get("format") != FORMAT or not isinstance(envelope.get("mac"), str):
             raise UntrustedStateError(key, "no seal (written unsealed, by an older version or by someone else)")
         body = envelope.get("body")

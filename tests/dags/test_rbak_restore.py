@@ -51,7 +51,11 @@ def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, v
         facts = run_facts(env, dag_id="rbak_restore")
         assert facts["state"] == "success"
         assert sorted(facts["tasks"]) == ["approve[-1]", "definitions[-1]", "plan[-1]", "publish[0]", "report[-1]"]
-        assert facts["xcom"]["approve[-1].return_value"] == {"approved": True, "asked": False, "reason": "skip_approval is set"}
+        approval = facts["xcom"]["approve[-1].return_value"]
+        assert {k: v for k, v in approval.items() if k != "approval"} == {
+            "approved": True, "asked": False, "reason": "skip_approval is set"}
+        # sealed as not asked, for the plan of the plan task's first try
+        assert (approval["approval"]["body"]["mode"], approval["approval"]["body"]["plan_try"]) == ("skip_approval", 1)
         assert [r["source_queue"] for r in facts["xcom"]["publish[0].return_value"]] == sorted(QUEUES)
         report = facts["xcom"]["report[-1].return_value"]
         assert report["planned"] == report["published"] == 180 and report["unroutable"] == 0

@@ -201,6 +201,8 @@ def test_a_dry_run_asks_nobody_and_changes_nothing(stack, broker, vhost, tmp_pat
     assert stack.wait_for_run(DAG, run_id) == "success", stack.task_states(DAG, run_id)
     approve = f"{stack.run_path(DAG, run_id)}/taskInstances/approve"
     assert stack.api("GET", f"{approve}/-1/hitlDetails", expect_ok=False).status_code == 404
-    assert stack.api("GET", f"{approve}/xcomEntries/return_value").json()["value"] == {
+    result = stack.api("GET", f"{approve}/xcomEntries/return_value").json()["value"]
+    assert {k: v for k, v in result.items() if k != "approval"} == {
         "approved": True, "asked": False, "reason": "dry run: nothing is imported or published"}
+    assert result["approval"]["body"]["mode"] == "dry_run"  # sealed as a dry run: no later step acts on it otherwise
     assert not _vhost_exists(broker, target)
