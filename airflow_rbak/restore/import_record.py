@@ -59,7 +59,7 @@ def shown(value: Any) -> str:
 
 def cluster_label(identity: Any, name: Any) -> str:
     """``'rabbit@prod' (id 8f3c...)``: a cluster as people read it, its name first, the identity that decides."""
-    return f"{shown(name)!r} (id {shown(identity)})"
+    return f"'{shown(name)}' (id {shown(identity)})"
 
 
 def cluster_refusal(record: dict[str, Any], key: str, here: str, here_name: str | None) -> str | None:
