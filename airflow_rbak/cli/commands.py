@@ -163,7 +163,8 @@ def rollback_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     """Return a broker's definitions to the snapshot a restore took before importing (see restore.rollback).
 
     A dry run unless ``--apply``: it lists every object it would delete and put back, never cut short. Only a sealed
-    import record whose pinned snapshot matches is acted on (the seal's key from :func:`~.configured.state_seal`).
+    import record whose pinned snapshot matches, written for the cluster the broker is in, is acted on (the seal's
+    key from :func:`~.configured.state_seal`); ``--restore-run`` names the run whose import to undo.
     The broker comes as for ``rbak restore`` (:func:`~airflow_rbak.cli.runs.broker_connection`), never from the
     command line, where ``ps`` and shell history would keep its password.
     """
@@ -176,11 +177,14 @@ def rollback_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     storage, backup_id = _chosen(args)
     seal = state_seal()
     with ManagementClient(broker_connection(args)) as client:
-        result = rollback_definitions(client, storage, backup_id, args.snapshot, dry_run=not args.apply, seal=seal)
+        result = rollback_definitions(client, storage, backup_id, args.snapshot, dry_run=not args.apply, seal=seal,
+                                      restore_run=args.restore_run)
     if args.format == "json":
         json_line(out, result.to_json())
         return 0
     verb = "would" if result.dry_run else "did"
+    say(out, f"rollback of the import of restore run {result.restore_run or '(unnamed)'} into cluster "
+             f"{result.cluster_name or '(unnamed)'} (id {result.cluster}), the cluster this broker is in")
     say(out, f"rollback to {result.snapshot_key} (sha256 {result.snapshot_sha256}, as its sealed import record "
               f"{result.record_key} pins): {verb} delete {len(result.deleted)} and put back {len(result.restored)} objects")
     for name in result.deleted:

@@ -57,7 +57,8 @@ EXAMPLES = {
     "dump": "rbak segment dump /var/backups/rabbit/b1/queues/_default/orders/segment-0001.zst | head",
     "rebuild": "rbak manifest rebuild --backup-id prod-2026-11-22 --replace",
     "rollback": "RBAK_BROKER_URL=amqp://... rbak definitions rollback --backup-id latest   # lists, changes nothing\n"
-                "RBAK_BROKER_URL=amqp://... rbak definitions rollback --backup-id latest --apply",
+                "RBAK_BROKER_URL=amqp://... rbak definitions rollback --backup-id latest --apply\n"
+                "rbak definitions rollback --backup-id b1 --restore-run airflow:rbak_restore/manual__2026-11-22T04:15:00+00:00",
     "restore": "RBAK_BROKER_URL=amqp://... rbak restore --backup-id latest --dry-run\n"
                "rbak restore --broker-file ~/.rbak-broker --backup-id b1 --vhost-map prod=prod-restored",
     "export": "rbak export --decrypt --encryption-conn-id rbak_encryption --path s3://backups/rabbit "
@@ -183,7 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
     _backup_args(p)
     runs.add_broker_args(p)
     p.add_argument("--broker", help=argparse.SUPPRESS)  # refused with a pointer to --broker-file, not echoed
-    p.add_argument("--snapshot", help="the snapshot's key (default: the newest rollback-before-import-* of the backup)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--snapshot", help="the snapshot's key (default: the newest rollback-before-import-* of the "
+                                          "backup, which must be of an import into the cluster the broker is in)")
+    which.add_argument("--restore-run", metavar="RUN",
+                       help="undo the import of this restore run, as its record names it (airflow:DAG_ID/RUN_ID, or "
+                            "the cli:... id `rbak restore` printed): from the snapshot before its first import")
     act = p.add_mutually_exclusive_group()
     act.add_argument("--apply", action="store_true", help="delete and put back what the listing shows (default: only list)")
     act.add_argument("--dry-run", action="store_true", help="list what would be deleted and put back; change nothing "

@@ -149,6 +149,9 @@ def definitions_lines(result: dict[str, Any]) -> list[str]:
     for label, key in (("rollback snapshot", "rollback_key"), ("transformed definitions", "transformed_key")):
         if result.get(key):
             lines.append(f"    {label}: {result[key]}")
+    if result.get("restore_run"):  # what `rbak definitions rollback --restore-run` takes to undo this import
+        lines.append(f"    import record: restore run {result['restore_run']} into cluster "
+                     f"{result.get('cluster_name') or '(unnamed)'} (id {result.get('cluster')})")
     if result.get("created_vhosts"):
         lines.append(f"    created vhosts: {listed(result['created_vhosts'])}")
     return lines

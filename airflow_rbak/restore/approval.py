@@ -10,7 +10,8 @@ it cannot show a password. A dry run changes nothing and a run with
 ``skip_approval`` (automation) says so up front: neither waits. No Airflow here.
 
 The request is a short summary with counts first, then the full plan: every
-queue, and every definitions object the import creates or replaces with the
+queue (in exchange mode with every exchange and routing key its records are
+published with, :mod:`.exchange_routes`), and every definitions object the import creates or replaces with the
 settings that act beyond it (a policy's pattern, apply-to, priority and
 definition, and which existing queues it would also reach; queue and exchange
 arguments; bindings from exchanges that already carry traffic on the target).
@@ -32,7 +33,7 @@ from typing import Any
 import orjson
 
 from airflow_rbak.display import md_code, printable
-from airflow_rbak.restore import selection_report
+from airflow_rbak.restore import exchange_routes, selection_report
 from airflow_rbak.restore.errors import RestoreRejectedError
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan
 from airflow_rbak.restore.request import RestoreRequest
@@ -88,6 +89,7 @@ def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id:
         "",
         *_queue_table(plan),
         *selection_report.approval_lines(plan),
+        *exchange_routes.approval_lines(plan.queues),
         *_definitions_sections(plan, settings),
         *_migration_lines(plan),
         *_skipped_lines(plan),
@@ -139,6 +141,10 @@ def _summary(plan: RestorePlan, settings: RestoreRequest) -> list[str]:
         if live:
             lines.append(f"- **{len(live)} bindings copy live traffic from existing exchanges into restored queues**")
         lines.append(f"- {len(_kept(changes))} objects differ from the backup's and are kept as the target has them")
+    routed = [q for q in plan.queues if q.routes or any(q.routes_more)]
+    if routed:
+        lines.append(f"- exchange mode: {sum(len(q.routes) + q.routes_more[0] for q in routed)} routes (exchange and "
+                     f"routing key) from {len(routed)} queues; the target's bindings decide where each lands (listed below)")
     if plan.migration:
         lines.append(f"- transformations: {len(plan.migration['changes'])} changes, "
                      f"{len(plan.migration['refused'])} queues refused")

@@ -13,7 +13,8 @@ lacks, ``replace`` also overwrites what differs. Before anything is
 imported, the target's complete definitions are stored at
 ``definitions/rollback-before-import-<timestamp>.<ext>`` and what the import
 will create and replace at ``definitions/import-record-<timestamp>.json``
-(what ``rollback`` undoes); any failure raises :class:`DefinitionsImportError`,
+(what ``rollback`` undoes, with the target cluster and the restore run: :mod:`.import_record`); any failure
+raises :class:`DefinitionsImportError`,
 and the run stops before publishing. Before any of that, the step recomputes
 the import and checks it against the approved plan's pin (:mod:`.contract`):
 a replaced export or a changed target refuses with nothing written. The import
@@ -43,16 +44,14 @@ from airflow_rbak.display import package_logger, printable
 from airflow_rbak.restore import migration, target_compatibility
 from airflow_rbak.restore.contract import DefinitionsPin, check_definitions, pin_definitions
 from airflow_rbak.restore.definitions_diff import ImportChanges, compare, per_vhost
-from airflow_rbak.restore.errors import DefinitionsImportError
+from airflow_rbak.restore.errors import DefinitionsImportError, RestoreRefusedError
+from airflow_rbak.restore.import_record import IMPORT_RECORD, import_record_key, local_run_ref, record_body
 from airflow_rbak.restore.import_view import import_view
 from airflow_rbak.restore.plan import RestorePlan
 from airflow_rbak.restore.quorum_support import target_version
 from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest, matches
 from airflow_rbak.storage.base import Storage, StorageError, read_bounded
 from airflow_rbak.storage.sealed import StateSeal, default_seal
-
-#: The seal purpose of an import record.
-IMPORT_RECORD = "definitions-import-record"
 
 log = package_logger(__name__)
 
@@ -69,6 +68,10 @@ class DefinitionsResult:
     changes: dict[str, Any] = field(default_factory=dict)
     #: The transformed definitions as stored for import by hand (``restore.migration``), when transformations ran.
     transformed_key: str | None = None
+    #: What the import record names (:mod:`.import_record`): the restore run, and the cluster imported into.
+    restore_run: str | None = None
+    cluster: str | None = None
+    cluster_name: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -220,12 +223,6 @@ def save_rollback(client: ManagementClient, storage: Storage, backup_id: str, de
     return key, {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
 
 
-def import_record_key(rollback_key: str) -> str:
-    """Where the list of what an import created and replaced is kept, beside its rollback snapshot."""
-    head, _, name = rollback_key.rpartition("/rollback-before-import-")
-    return f"{head}/import-record-{name.split('.', 1)[0]}.json"
-
-
 def current_definitions(client: ManagementClient) -> dict[str, Any]:
     """The target's definitions now, parsed (``GET /api/definitions``)."""
     try:
@@ -337,11 +334,14 @@ def plan_definitions(client: ManagementClient, storage: Storage, settings: Resto
 
 
 def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest,
-                        plan: RestorePlan, seal: StateSeal | None = None) -> DefinitionsResult:
+                        plan: RestorePlan, seal: StateSeal | None = None, run_ref: str | None = None) -> DefinitionsResult:
     """Recompute the import and check it against the plan's pin; unless dry run, then save the rollback snapshot and
     the import record (sealed with ``seal``, default :func:`~airflow_rbak.storage.sealed.default_seal`), and import.
-    A drift from the pin refuses before anything is written (:mod:`.contract`)."""
+    A drift from the pin, or a connection that now reaches another cluster than the plan inspected, refuses before
+    anything is written (:mod:`.contract`). The record names the cluster and ``run_ref``, the restore run
+    (:mod:`.import_record`; None: a new ``cli:`` reference)."""
     seal = seal or default_seal()  # resolved first: a key that cannot be had stops the run before anything is written
+    cluster, cluster_name = _target_cluster(client, plan)
     proposal = plan_definitions(client, storage, settings, plan.backup_id, plan.definitions_key, plan.backup_vhosts,
                                 plan.queue_vhosts)
     selected, changes = proposal.selected, proposal.changes
@@ -357,9 +357,9 @@ def restore_definitions(client: ManagementClient, storage: Storage, settings: Re
         return result
     result.rollback_key, pin = save_rollback(client, storage, plan.backup_id, key)
     log.info("saved the target's definitions to %s before import", result.rollback_key)
-    record = {"snapshot": result.rollback_key, "snapshot_sha256": pin["sha256"], "snapshot_size": pin["size"],
-              "mode": changes.mode, "created": [{"kind": k, "item": i} for k, i in changes.create],
-              "replaced": [{"kind": k, "item": i} for k, i in changes.replace] if changes.mode == "replace" else []}
+    result.restore_run, result.cluster, result.cluster_name = run_ref or local_run_ref(), cluster, cluster_name
+    record = record_body(result.rollback_key, pin, changes.mode, changes.create,
+                         changes.replace if changes.mode == "replace" else [], cluster, cluster_name, result.restore_run)
     try:
         record_key = import_record_key(result.rollback_key)
         seal.write(storage, IMPORT_RECORD, record_key, record)
@@ -380,3 +380,15 @@ def restore_definitions(client: ManagementClient, storage: Storage, settings: Re
         raise DefinitionsImportError(str(exc)) from None
     result.imported = True
     return result
+
+
+def _target_cluster(client: ManagementClient, plan: RestorePlan) -> tuple[str, str | None]:
+    """The identity and name of the cluster the connection reaches, which must be the one the plan inspected."""
+    try:
+        cluster, name = client.cluster_identity(), client.cluster_name()
+    except BrokerError as exc:
+        raise DefinitionsImportError(f"cannot read the target's cluster identity ({exc}); nothing was imported") from None
+    if plan.target_cluster_id is not None and cluster != plan.target_cluster_id:
+        raise RestoreRefusedError(f"the connection now reaches cluster {cluster!r}, not {plan.target_cluster_id!r} that "
+                                  "the plan inspected; nothing was imported. Plan the restore again")
+    return cluster, name

@@ -27,7 +27,7 @@ from airflow_rbak.repository.chain import segment_owner
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.repository.ownership import foreign_objects
 from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
-from airflow_rbak.restore import selection, target_compatibility
+from airflow_rbak.restore import exchange_routes, selection, target_compatibility
 from airflow_rbak.restore.checkpoints import QueueCheckpoint
 from airflow_rbak.restore.dead_letters import DeathRoutes
 from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
@@ -108,6 +108,12 @@ class QueuePlan:
     #: never into the target queue.
     replay: bool = False
     replay_routes: tuple[tuple[str, str, int], ...] = ()
+    #: Exchange mode (:mod:`.exchange_routes`): ``(exchange, routing key, count)`` of the routes the records in the
+    #: window (and selection) are published with, the most used first; the routes and messages left out of it; and
+    #: whether that count of routes is exact. Empty in queue mode and for a replay.
+    routes: tuple[tuple[str, str, int], ...] = ()
+    routes_more: tuple[int, int] = (0, 0)
+    routes_exact: bool = True
 
     @property
     def to_add(self) -> int:
@@ -191,6 +197,8 @@ class RestorePlan:
                     "selected": None if q.get("selected") is None else tuple(tuple(r) for r in q["selected"]),
                     "first_matches": tuple(q.get("first_matches", ())),
                     "replay_routes": tuple(tuple(r) for r in q.get("replay_routes", ())),
+                    "routes": tuple(tuple(r) for r in q.get("routes", ())),
+                    "routes_more": tuple(q.get("routes_more", (0, 0))),
                 }
             )
             for q in obj["queues"]
@@ -219,6 +227,7 @@ class RestorePlan:
                          f"{q.records_in_window} of {q.records_total} records in {len(q.segments)} segments "
                          f"from {', '.join(q.drawn_from) or '-'}; target {now}, "
                          f"adds {q.to_add}" + (f" (resuming: {q.published_before} confirmed before)" if q.resumes else ""))
+            lines += exchange_routes.summary_lines(q)
             if q.delivery_order_warning:
                 lines.append(f"    WARNING: {q.delivery_order_warning}")
         changes = self.definitions_changes
@@ -339,11 +348,13 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreRequest,
         selection.check_in_range(label, chosen, sum(m.record_count for m in ordered), ())
     scan = selection.SelectionScan(settings.select, chosen) if settings.selective else None
     routes = DeathRoutes() if settings.replays(entry.name) else None
+    published = (exchange_routes.RouteCounts(settings.target_queue(entry.name))
+                 if settings.publish_mode == "exchange" and routes is None else None)
     ordinal = verified = outside = 0
     for meta in ordered:
         first_ordinal, ordinal = ordinal, ordinal + meta.record_count
         check, in_window = verify_and_count(storage, entry, meta, settings, exchanges, large,
-                                            selection.Visit(first_ordinal, scan, routes))
+                                            selection.Visit(first_ordinal, scan, routes), published)
         verified += 1
         if not check.ok:
             defects[meta.key] = check.defects
@@ -374,8 +385,16 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreRequest,
         chosen=None if chosen is None else len(chosen),
         first_matches=() if scan is None else tuple(scan.first_matches),
         replay=routes is not None, replay_routes=() if routes is None else routes.table(),
+        **_route_fields(published),
     )
     return plan, skipped, defects, verified, outside
+
+
+def _route_fields(published: exchange_routes.RouteCounts | None) -> dict[str, Any]:
+    """The queue plan's exchange-mode routes (none in queue mode, or for a replay)."""
+    if published is None:
+        return {}
+    return {"routes": published.table(), "routes_more": published.more(), "routes_exact": published.exact}
 
 
 def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata,
@@ -396,9 +415,11 @@ def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata,
 def verify_and_count(
     storage: Storage, entry: QueueBackup, meta: SegmentMetadata, settings: RestoreRequest, exchanges: set[str],
     large: list[LargeMessage] | None = None, visit: selection.Visit | None = None,
+    routes: exchange_routes.RouteCounts | None = None,
 ) -> tuple[SegmentCheck, int]:
-    """Verify one segment completely; count its records inside the window, note their exchanges and (into ``large``)
-    those too large for some targets (:mod:`.message_sizes`).
+    """Verify one segment completely; count its records inside the window, note their exchanges (and, into
+    ``routes``, each one's exchange-mode route) and (into ``large``) those too large for some targets
+    (:mod:`.message_sizes`).
 
     A segment that fails because it came back shorter or longer than the manifest says is read again (up to
     :data:`READ_ATTEMPTS` reads) before it is called damaged: a body cut short in transfer fails the same checks,
@@ -423,4 +444,6 @@ def verify_and_count(
         if settings.in_window(record.backed_up_at) and (visit is None or visit.take(index, record)):
             count += 1
             exchanges.add(record.exchange)
+            if routes is not None:
+                routes.add(record.exchange, record.routing_key)
     return check, count

@@ -16,7 +16,12 @@ the deployment's seal (:mod:`airflow_rbak.storage.sealed`), name this
 snapshot, and pin it by SHA-256 and size, which the snapshot must match; and
 it may list only the kinds a restore imports (:data:`ROLLBACK_KINDS`): a
 record naming anything else (users, permissions, parameters) is refused
-whole. Any refusal changes nothing on the target.
+whole. The record also names the cluster its import changed and the restore
+run that made it (:mod:`.import_record`): a rollback acts only on the cluster
+it reaches, so a record written for another cluster, or one naming none (an
+older version's), is refused, never passed over for an older one; a person
+may name the run to undo instead of taking the newest import. Any refusal
+changes nothing on the target.
 """
 
 from __future__ import annotations
@@ -29,21 +34,23 @@ from urllib.parse import quote
 import orjson
 
 from airflow_rbak.broker import management_admin
-from airflow_rbak.broker.errors import ManagementWriteError
+from airflow_rbak.broker.errors import BrokerError, ManagementWriteError
 from airflow_rbak.broker.management import ManagementClient, addressable
 from airflow_rbak.codec import CodecError
 from airflow_rbak.codec.bounded_json import DEFINITIONS_LIMITS, JsonLimits, loads_bounded
 from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.layout import compression_from_key
 from airflow_rbak.display import package_logger
-from airflow_rbak.restore.definitions import IMPORT_RECORD, current_definitions, import_record_key
+from airflow_rbak.restore.definitions import current_definitions
 from airflow_rbak.restore.definitions_diff import IDENTITY, identity, index, label
 from airflow_rbak.restore.errors import DefinitionsImportError, DefinitionsRollbackError
+from airflow_rbak.restore.import_record import IMPORT_RECORD, MAX_NAME_CHARS, cluster_refusal, import_record_key, shown
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 from airflow_rbak.storage.sealed import StateSeal, UntrustedStateError, default_seal
 
 log = package_logger(__name__)
 _SNAPSHOT_PREFIX = "definitions/rollback-before-import-"
+_RECORD_PREFIX = "definitions/import-record-"
 #: The kinds a definitions restore imports (``restore.definitions``), and so the only kinds a rollback changes: never
 #: users, permissions, topic permissions, parameters or global parameters.
 ROLLBACK_KINDS = ("bindings", "queues", "exchanges", "policies", "vhosts")
@@ -56,7 +63,8 @@ _NAME_FIELDS = {"vhosts": ("name",), "queues": ("vhost", "name"), "exchanges": (
 
 @dataclass
 class RollbackResult:
-    """What a rollback deleted and put back (object labels, every one), and from which snapshot and record."""
+    """What a rollback deleted and put back (object labels, every one), from which snapshot and record, and the
+    import it undid: the cluster (identity and name) and the restore run its record names."""
 
     snapshot_key: str
     deleted: list[str] = field(default_factory=list)
@@ -64,6 +72,9 @@ class RollbackResult:
     dry_run: bool = False
     record_key: str = ""
     snapshot_sha256: str = ""
+    cluster: str | None = None
+    cluster_name: str | None = None
+    restore_run: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -78,18 +89,21 @@ def latest_snapshot(storage: Storage, backup_id: str) -> str:
 
 
 def rollback_definitions(client: ManagementClient, storage: Storage, backup_id: str, snapshot_key: str | None = None,
-                         dry_run: bool = False, seal: StateSeal | None = None) -> RollbackResult:
+                         dry_run: bool = False, seal: StateSeal | None = None,
+                         restore_run: str | None = None) -> RollbackResult:
     """Return the target's definitions to the snapshot taken before the import; checks the result object by object.
 
-    Only a sealed import record (``seal``, default :func:`~airflow_rbak.storage.sealed.default_seal`) beside a
-    snapshot matching its pin is acted on; anything else raises :class:`DefinitionsRollbackError` before the target
-    is touched.
+    Which import: ``snapshot_key``'s, else the first of restore run ``restore_run`` (:func:`run_snapshot`), else the
+    newest (:func:`latest_snapshot`). Only a sealed import record (``seal``, default
+    :func:`~airflow_rbak.storage.sealed.default_seal`) written for the cluster the client reaches, beside a snapshot
+    matching its pin, is acted on; anything else raises :class:`DefinitionsRollbackError` before the target is touched.
     """
     seal = seal or default_seal()
-    key = snapshot_key or latest_snapshot(storage, backup_id)
-    if not key.startswith(f"{backup_id}/{_SNAPSHOT_PREFIX}"):
-        raise DefinitionsRollbackError(f"{key} is not a rollback snapshot of backup {backup_id!r}")
-    record = load_record(storage, key, seal)
+    here, here_name = _reached_cluster(client)
+    key, record = _chosen_import(storage, backup_id, snapshot_key, restore_run, seal)
+    refused = cluster_refusal(record, import_record_key(key), here, here_name)
+    if refused:
+        raise DefinitionsRollbackError(refused)
     snapshot = index(pinned_snapshot(storage, key, record))
     try:
         current = index(current_definitions(client))
@@ -102,7 +116,8 @@ def rollback_definitions(client: ManagementClient, storage: Storage, backup_id: 
     if unaddressable:
         raise DefinitionsRollbackError(f"the management API cannot address {unaddressable} in a URL; nothing was changed")
     result = RollbackResult(key, [label(identity(k, i)) for k, i in deletes], [label(identity(k, i)) for k, i in restores],
-                            dry_run, import_record_key(key), record["snapshot_sha256"])
+                            dry_run, import_record_key(key), record["snapshot_sha256"], record["cluster"],
+                            record.get("cluster_name"), record.get("run"))
     if dry_run:
         return result
     try:
@@ -115,6 +130,49 @@ def rollback_definitions(client: ManagementClient, storage: Storage, backup_id: 
     _verify(client, [identity(k, i) for k, i in deletes + restores], snapshot)
     log.info("definitions rolled back to %s: %d deleted, %d put back", key, len(deletes), len(restores))
     return result
+
+
+def _reached_cluster(client: ManagementClient) -> tuple[str, str | None]:
+    """The identity and name of the cluster the connection reaches now: the one a rollback would change."""
+    try:
+        return client.cluster_identity(), client.cluster_name()
+    except BrokerError as exc:
+        raise DefinitionsRollbackError(f"cannot read which cluster the connection reaches ({exc}); nothing was changed") from None
+
+
+def _chosen_import(storage: Storage, backup_id: str, snapshot_key: str | None, restore_run: str | None,
+                   seal: StateSeal) -> tuple[str, dict[str, Any]]:
+    """The snapshot key and checked record of the import to undo (see :func:`rollback_definitions`)."""
+    if snapshot_key is not None and restore_run is not None:
+        raise DefinitionsRollbackError("name the import by its snapshot or by its restore run, not both; nothing was changed")
+    key = snapshot_key or (run_snapshot(storage, backup_id, restore_run, seal) if restore_run is not None
+                           else latest_snapshot(storage, backup_id))
+    if not key.startswith(f"{backup_id}/{_SNAPSHOT_PREFIX}"):
+        raise DefinitionsRollbackError(f"{key} is not a rollback snapshot of backup {backup_id!r}")
+    return key, load_record(storage, key, seal)
+
+
+def run_snapshot(storage: Storage, backup_id: str, restore_run: str, seal: StateSeal) -> str:
+    """The snapshot before restore run ``restore_run``'s first import from the backup (a retried definitions step
+    imports again: undoing the run returns to before the first), found among the backup's sealed import records;
+    records that fail their seal are passed over, and counted in the refusal when none names the run."""
+    found, untrusted = [], 0
+    for key in sorted(i.key for i in storage.list(f"{backup_id}/{_RECORD_PREFIX}")):
+        try:
+            record = seal.read(storage, IMPORT_RECORD, key, RECORD_LIMITS)
+        except (UntrustedStateError, StorageError):
+            untrusted += 1
+            continue
+        if not isinstance(record, dict) or record.get("run") != restore_run:
+            continue
+        snapshot = record.get("snapshot")
+        if isinstance(snapshot, str) and import_record_key(snapshot) == key:  # load_record checks the rest
+            found.append(snapshot)
+    if not found:
+        passed = f"; {untrusted} records that fail their seal were passed over" if untrusted else ""
+        raise DefinitionsRollbackError(f"no import record of backup {backup_id!r} names restore run {shown(restore_run)}"
+                                       f"{passed}; nothing was changed")
+    return found[0]
 
 
 def load_record(storage: Storage, snapshot_key: str, seal: StateSeal) -> dict[str, Any]:
@@ -135,6 +193,11 @@ def load_record(storage: Storage, snapshot_key: str, seal: StateSeal) -> dict[st
         raise DefinitionsRollbackError(f"{key} is not the import record of {snapshot_key}; nothing was changed")
     if not isinstance(record.get("snapshot_sha256"), str) or not isinstance(record.get("snapshot_size"), int):
         raise DefinitionsRollbackError(f"{key} pins no snapshot (written by an older version?); nothing was changed")
+    names = [n for n in ("cluster", "cluster_name", "run") if record.get(n) is not None
+             and (not isinstance(record[n], str) or len(record[n]) > MAX_NAME_CHARS)]
+    if names:
+        raise DefinitionsRollbackError(f"{key}: its {', '.join(names)} is not text of at most {MAX_NAME_CHARS} "
+                                       "characters; nothing was changed")
     refused = [f"{part}[{n}]: {_describe(entry)}" for part in ("created", "replaced")
                for n, entry in enumerate(_entries(record, part)) if not _acceptable(entry)]
     if not isinstance(record.get("created"), list) or not isinstance(record.get("replaced", []), list):

@@ -84,12 +84,14 @@ class RestoreRun:
     """The steps of one restore from one storage location into one broker."""
 
     def __init__(self, connection: RabbitMQConnection, settings: RestoreRequest, storage: Storage | None = None,
-                 seal: StateSeal | None = None) -> None:
+                 seal: StateSeal | None = None, run_ref: str | None = None) -> None:
         self.connection = connection
         self.settings = settings
         self.storage = storage or open_storage(settings.storage_url)
         #: Seals the checkpoints and the import record this run writes to the location (``storage.sealed``).
         self.seal = seal or default_seal()
+        #: The restore run the import record names (``import_record.airflow_run_ref``; None: a new ``cli:`` one).
+        self.run_ref = run_ref
 
     def run(self) -> RestoreReport:
         """Every step in order; a definitions failure stops the run before any message is published."""
@@ -128,11 +130,13 @@ class RestoreRun:
         check_target(plan, self.settings)
         return plan
 
-    def definitions(self, plan: RestorePlan) -> DefinitionsResult:
+    def definitions(self, plan: RestorePlan, run_ref: str | None = None) -> DefinitionsResult:
         """Check the import against the plan's pin, then rollback snapshot and import (dry run: only the counts of what
-        would be imported); a drift from the pin raises PlanChangedError with nothing imported."""
+        would be imported); a drift from the pin raises PlanChangedError with nothing imported. The import record
+        names ``run_ref`` (default: the run's own) and the target cluster, so a rollback can tell its import."""
         with ManagementClient(self.connection) as client:
-            return restore_definitions(client, self.storage, self.settings, plan, seal=self.seal)
+            return restore_definitions(client, self.storage, self.settings, plan, seal=self.seal,
+                                       run_ref=run_ref or self.run_ref)
 
     def publish(self, plan: RestorePlan, queue: QueuePlan) -> QueueResult:
         """Restore one queue of the plan."""

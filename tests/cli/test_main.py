@@ -93,6 +93,8 @@ def test_a_restores_definitions_are_shown_as_lines_a_person_reads():
 
     result = {"rollback_key": "b/definitions/rollback-before-import-1.zst", "imported": True, "dry_run": False,
               "vhosts": {"dr": {"queues": 2}}, "created_vhosts": ["dr"], "transformed_key": None,
+              "restore_run": "cli:20261122T041500123Z-0a1b2c3d", "cluster": "rabbitmq-cluster-id-x",
+              "cluster_name": "rabbit@dr",
               "changes": {"mode": "missing", "create": ["vhost dr"] + [f"queue dr/q{i}" for i in range(25)], "replace": [],
                           "cannot_replace": ["queue dr/old"], "unchanged": 3}}
 
@@ -101,6 +103,7 @@ def test_a_restores_definitions_are_shown_as_lines_a_person_reads():
         + " and 6 more; replace nothing; 3 already as in the backup",
         "    different but kept (delete them first to take the backup's): queue dr/old",
         "    rollback snapshot: b/definitions/rollback-before-import-1.zst",
+        "    import record: restore run cli:20261122T041500123Z-0a1b2c3d into cluster rabbit@dr (id rabbitmq-cluster-id-x)",
         "    created vhosts: dr",
     ]
     assert definitions_lines({**result, "dry_run": True, "imported": False})[0].startswith("  definitions (missing mode): would create")

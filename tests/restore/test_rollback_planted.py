@@ -1,7 +1,8 @@
 """Issue 39, case 1: planted ``rollback-before-import-*`` and ``import-record-*`` files in a backup's ``definitions/``
 folder leave the target untouched. ``rbak definitions rollback --apply`` acts only on an import record this
 deployment sealed, whose pinned snapshot matches, listing only what a restore imports; anything else exits non-zero
-with a clear error, and the live vhost, its queue and messages, the users and permissions are as they were."""
+with a clear error, and the live vhost, its queue and messages, the users and permissions are as they were. Issue 50
+item 7: a record our key sealed for another cluster, or naming none, is refused the same way."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from urllib.parse import quote
 
 import pytest
 
+from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.cli.main import EXIT_FAILED, main
 from airflow_rbak.restore.definitions import IMPORT_RECORD
 from airflow_rbak.storage import open_storage
@@ -55,11 +57,17 @@ def target_state(broker, vhost: str) -> dict:
     }
 
 
-def planted(vhost: str, how: str) -> tuple[bytes, bytes]:
-    """The snapshot and record bytes of one way to plant them (see the parameters below)."""
+def cluster_of(broker) -> str:
+    with ManagementClient(broker.connection) as client:
+        return client.cluster_identity()
+
+
+def planted(vhost: str, how: str, cluster: str) -> tuple[bytes, bytes]:
+    """The snapshot and record bytes of one way to plant them (see the parameters below); ``cluster``: the target's."""
     snapshot = json.dumps(EVIL).encode()
     record = {"snapshot": SNAPSHOT, "snapshot_sha256": hashlib.sha256(snapshot).hexdigest(),
-              "snapshot_size": len(snapshot), "mode": "replace",
+              "snapshot_size": len(snapshot), "cluster": cluster, "cluster_name": "rabbit@target",
+              "run": "airflow:rbak_restore/planted", "mode": "replace",
               "created": [{"kind": "vhosts", "item": {"name": vhost}}], "replaced": []}
     ours = default_seal()
     if how == "unsealed":
@@ -74,6 +82,12 @@ def planted(vhost: str, how: str) -> tuple[bytes, bytes]:
         record["replaced"] = [{"kind": "users", "item": {"name": "evil"}},
                               {"kind": "permissions", "item": {"user": "evil", "vhost": "/"}}]
         return snapshot, ours.seal(IMPORT_RECORD, RECORD, record)
+    if how == "no-cluster":  # sealed with our key by an older version, which named no cluster
+        del record["cluster"], record["cluster_name"], record["run"]
+        return snapshot, ours.seal(IMPORT_RECORD, RECORD, record)
+    if how == "other-cluster":  # sealed with our key for an import into another cluster
+        record["cluster"], record["cluster_name"] = "another-cluster-id", "rabbit@staging"
+        return snapshot, ours.seal(IMPORT_RECORD, RECORD, record)
     raise AssertionError(how)
 
 
@@ -83,6 +97,9 @@ EXPECTED = {
     "moved": f"{RECORD} is not trusted state: sealed for another key",
     "snapshot-swapped": f"{SNAPSHOT} holds",
     "lists-users": f"{RECORD} lists what a restore never imports",
+    "no-cluster": f"{RECORD} names no cluster (written by an older version)",
+    "other-cluster": (f"{RECORD} is the import record of restore run airflow:rbak_restore/planted into cluster "
+                      "'rabbit@staging' (id another-cluster-id), but the connection reaches cluster"),
 }
 
 
@@ -92,7 +109,7 @@ def test_planted_rollback_files_leave_the_target_untouched_and_exit_non_zero(bro
     declare(broker.connection, vhost, {"orders": "classic"})
     publish(broker.connection, vhost, "orders", 0, 5)
     backup(broker.connection, location, "plant-1", vhost)
-    snapshot, record = planted(vhost, how)
+    snapshot, record = planted(vhost, how, cluster_of(broker))
     storage = open_storage(location)
     storage.put(SNAPSHOT, snapshot)
     storage.put(RECORD, record)
