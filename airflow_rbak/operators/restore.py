@@ -25,6 +25,7 @@ from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 from airflow_rbak.progress import ProgressReporter
 from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRequest, RestoreRun, authority
 from airflow_rbak.restore.errors import RestoreRefusedError
+from airflow_rbak.restore.import_record import airflow_run_ref
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
 
@@ -117,7 +118,8 @@ class RbakRestoreDefinitionsOperator(RbakApprovedRestoreOperator):
         plan = self.approved_plan(run, context).plan
         if not run.settings.restore_definitions:
             return {"imported": False, "requested": False}
-        result = restore_step("definitions", lambda: run.definitions(plan))
+        ref = run_ref(context)  # the import record names this run, so that a rollback can tell its import
+        result = restore_step("definitions", lambda: run.definitions(plan, airflow_run_ref(ref.dag_id, ref.run_id)))
         log.info("definitions: rollback snapshot %s, imported %s, per vhost %s", result.rollback_key, result.imported,
                  result.vhosts)
         return result.to_json()

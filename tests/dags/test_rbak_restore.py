@@ -63,6 +63,8 @@ def test_the_restore_dag_plans_imports_publishes_per_queue_and_reports(broker, v
         # and its import record is sealed with the deployment's [rbak] state_key, pinning the snapshot
         record = load_record(open_storage(location), report["definitions"]["rollback_key"], default_seal())
         assert record["snapshot"] == report["definitions"]["rollback_key"] and len(record["snapshot_sha256"]) == 64
+        # naming the Airflow run that imported, so that `rbak definitions rollback --restore-run` finds it
+        assert record["run"].startswith("airflow:rbak_restore/") and record["cluster"]
         # and the run's metrics reached StatsD: the restore's counts, and each queue's
         metrics, where = documented(statsd.received()), location_tag(location)
         assert {k: v for k, v in metrics.items() if len(k) == 2} == {
