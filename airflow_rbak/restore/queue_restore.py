@@ -145,7 +145,7 @@ def _resume(conn: pika.BlockingConnection, connection: RabbitMQConnection, queue
     updated = reconcile(cp, depth, skip, allowance)
     result.already_delivered = updated.published - cp.published
     if queue.queue_type == "stream" and result.already_delivered:
-        stream_resume.check_gap(conn, queue.target_vhost, queue.target_queue, cp.depth_base, skip)
+        stream_resume.check_gap(connection, queue.target_vhost, queue.target_queue, cp.depth_base, skip)
         if settings.restore_consumer_offsets:  # their new offsets, for the mapping
             checkpoints.add_stream_offsets(cp, [(s.record.delivery_tag, cp.depth_base + j) for j, s in enumerate(skip)])
     if updated != cp:

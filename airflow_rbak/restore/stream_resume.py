@@ -5,6 +5,9 @@ and skips as many. For a classic or quorum queue the count is all there is (its 
 taking them); a stream is read without consuming, so there the messages at the offsets the re-run would count are
 compared with the records it would skip: the body and the ids a publisher sets (``message_id``, ``correlation_id``).
 Any difference means someone else wrote to the stream, and the re-run refuses before it sends anything.
+
+The read has a connection of its own, closed without cancelling its consumer first: a stream refuses the requeue
+that cancelling a consumer with deliveries still buffered would ask for, and closes the connection that asks.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import pika
 import pika.exceptions
 
+from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.broker.pika_connection import blocking_connection
 from airflow_rbak.capture.stream_identity import offset_of
 from airflow_rbak.restore.errors import PublishError, UnexpectedMessagesError
 from airflow_rbak.restore.records import Positioned
@@ -21,7 +26,7 @@ STALL_SECONDS = 30.0
 _PREFETCH = 500
 
 
-def check_gap(conn: pika.BlockingConnection, vhost: str, stream: str, start: int, skip: list[Positioned],
+def check_gap(connection: RabbitMQConnection, vhost: str, stream: str, start: int, skip: list[Positioned],
               stall: float = STALL_SECONDS) -> None:
     """Raise :class:`UnexpectedMessagesError` unless offsets ``start`` .. ``start + len(skip) - 1`` of ``stream``
     hold the records of ``skip``, in order."""
@@ -29,8 +34,10 @@ def check_gap(conn: pika.BlockingConnection, vhost: str, stream: str, start: int
         return
     end = start + len(skip)
     seen = 0
-    channel = conn.channel()
+    conn = None
     try:
+        conn = blocking_connection(connection.pika_parameters_all(vhost))
+        channel = conn.channel()
         channel.basic_qos(prefetch_count=min(len(skip), _PREFETCH))
         for method, props, body in channel.consume(stream, arguments={"x-stream-offset": start}, inactivity_timeout=stall):
             if method is None:
@@ -52,7 +59,8 @@ def check_gap(conn: pika.BlockingConnection, vhost: str, stream: str, start: int
                            f"attempt left there ({type(exc).__name__}); re-run") from None
     finally:
         try:
-            channel.close()
+            if conn is not None:
+                conn.close()
         except pika.exceptions.AMQPError:
             pass
     if seen != len(skip):
