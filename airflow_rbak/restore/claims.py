@@ -28,11 +28,19 @@ import os
 import socket
 import time
 from pathlib import Path
+
 import orjson
 
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import RbakError
-from airflow_rbak.repository.lock import DEFAULT_CONFIRM_AFTER, DEFAULT_RENEW_EVERY, BackupLock, BackupLockedError, LockInfo, shown
+from airflow_rbak.repository.lock import (
+    DEFAULT_CONFIRM_AFTER,
+    DEFAULT_RENEW_EVERY,
+    BackupLock,
+    BackupLockedError,
+    LockInfo,
+    shown,
+)
 from airflow_rbak.restore.errors import RestoreClaimedError
 from airflow_rbak.storage.base import Storage
 
