@@ -12,10 +12,12 @@ from airflow_rbak.restore.errors import (
     DefinitionsRollbackError,
     PlanChangedError,
     PublishError,
+    RestoreClaimedError,
     RestoreError,
     RestoreRefusedError,
     RestoreRejectedError,
     TargetChangedError,
+    UnexpectedMessagesError,
     UnroutableMessagesError,
 )
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, SegmentPlan, SkippedSegment, plan_restore
@@ -33,6 +35,7 @@ __all__ = [
     "PublishError",
     "QueuePlan",
     "QueueResult",
+    "RestoreClaimedError",
     "RestoreError",
     "RestoreRefusedError",
     "RestoreRejectedError",
@@ -43,6 +46,7 @@ __all__ = [
     "SegmentPlan",
     "SkippedSegment",
     "TargetChangedError",
+    "UnexpectedMessagesError",
     "UnroutableMessagesError",
     "parse_time",
     "plan_restore",

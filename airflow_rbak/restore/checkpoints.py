@@ -11,8 +11,16 @@ the depth the target held when exactly those records were in it. The
 publisher keeps more messages in flight than it has committed, so after a
 crash the target may hold some of them; a re-run reads the depth, skips
 exactly that many records and so publishes neither a duplicate nor a gap
-(see ``publisher``). Unroutable records are kept here too, so the report
-lists them across re-runs.
+(see ``publisher``). ``sent_bound`` is written ahead of the sends it covers:
+no run of this restore has sent more than that many records, so a re-run
+counts at most ``sent_bound - published`` messages as its own (a checkpoint
+written before the field existed has none; see ``publisher.sent_allowance``).
+Unroutable records are kept here too, so the report lists them across re-runs.
+
+While a run publishes a queue it holds that queue restore's claim
+(:meth:`RestoreCheckpointStore.claim`, :mod:`.claims`): a lease object beside
+``progress.json`` in storage, an ``flock`` beside the SQLite file. A second
+run of the same restore finds it held and refuses before it sends anything.
 
 :class:`RestoreCheckpointStore` is the whole interface the restore uses; by default
 :class:`StoredRestoreCheckpoints` keeps it in the backup's storage, so a restore
@@ -30,16 +38,20 @@ a checkpoint stays small however long the stream.
 
 Whoever can write to the location could plant those objects, so each is sealed (:mod:`airflow_rbak.storage.sealed`,
 bound to its own key) and read back only through the seal: a progress object that fails it counts as absent (the
-restore starts again, and the refusal to add to a queue that holds messages then applies), unroutable and offsets
+restore starts again, and before its first send the target is measured again against the plan, :mod:`.fresh_start`:
+a target that gained messages is refused, since a missing checkpoint is evidence, not permission), unroutable and offsets
 objects that fail it are left out with a warning naming them. Objects of older versions, unsealed, fail it too.
 The SQLite store lives on the worker's own disk, outside the location, and is not sealed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,6 +59,7 @@ from typing import Any, Protocol
 from airflow_rbak.codec.layout import restore_state_prefix
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.restore.claims import FileClaim, StorageClaim
 from airflow_rbak.storage.base import Storage
 from airflow_rbak.storage.sealed import StateSeal, UntrustedStateError, default_seal
 
@@ -63,7 +76,7 @@ _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS queue_progress (
     {_KEY_COLUMNS}, window TEXT NOT NULL,
     next_ordinal INTEGER NOT NULL DEFAULT 0, published INTEGER NOT NULL DEFAULT 0,
-    depth_base INTEGER, completed INTEGER NOT NULL DEFAULT 0, updated_at INTEGER NOT NULL,
+    depth_base INTEGER, completed INTEGER NOT NULL DEFAULT 0, updated_at INTEGER NOT NULL, sent_bound INTEGER,
     PRIMARY KEY ({_KEY}));
 CREATE TABLE IF NOT EXISTS queue_unroutable (
     {_KEY_COLUMNS}, ordinal INTEGER NOT NULL, segment_key TEXT NOT NULL, record_index INTEGER NOT NULL,
@@ -94,6 +107,9 @@ class QueueCheckpoint:
     location: str = ""
     #: True when this progress was read from the store: a run saved it before its first publish.
     stored: bool = False
+    #: No run of this restore sent more records than this (``published`` counts included); committed before the
+    #: sends it covers. None: a checkpoint of an older version, or nothing sent yet.
+    sent_bound: int | None = None
 
     @property
     def started(self) -> bool:
@@ -122,6 +138,10 @@ class RestoreCheckpointStore(Protocol):
     def unroutable(self, cp: QueueCheckpoint) -> list[Unroutable]: ...
     def add_stream_offsets(self, cp: QueueCheckpoint, pairs: list[tuple[int, int]]) -> None: ...
     def mapped_offset(self, cp: QueueCheckpoint, source_offset: int) -> int | None: ...
+    def claim(self, cp: QueueCheckpoint) -> AbstractContextManager[object]:
+        """Hold ``cp``'s queue restore for this run while the block runs; :class:`~.errors.RestoreClaimedError`
+        (nothing done) when another run holds it."""
+        ...
 
 
 #: ``checkpoint_state`` value that keeps restore checkpoints in the backup's own storage (the default).
@@ -158,6 +178,7 @@ class RestoreCheckpoints:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            _add_sent_bound(self._db)
         except (OSError, sqlite3.Error) as exc:
             raise ConfigurationError(f"checkpoint_state {self.path} cannot be used ({exc}); give a writable local file") from None
 
@@ -173,7 +194,8 @@ class RestoreCheckpoints:
     def load(self, blank: QueueCheckpoint) -> QueueCheckpoint:
         """The stored checkpoint for ``blank``'s key, or ``blank``; refuses a different window."""
         row = self._db.execute(
-            f"SELECT window, next_ordinal, published, depth_base, completed FROM queue_progress WHERE {_WHERE}", _key(blank)
+            f"SELECT window, next_ordinal, published, depth_base, completed, sent_bound FROM queue_progress WHERE {_WHERE}",
+            _key(blank)
         ).fetchone()
         if row is None:
             return blank
@@ -181,13 +203,19 @@ class RestoreCheckpoints:
             raise ConfigurationError(
                 f"{self.path} holds a restore of {blank.source_vhost}/{blank.source_queue} with window {row[0]}, "
                 f"not {blank.window}; use another checkpoint_state, or the same window to resume")
-        return replace(blank, next_ordinal=row[1], published=row[2], depth_base=row[3], completed=bool(row[4]), stored=True)
+        return replace(blank, next_ordinal=row[1], published=row[2], depth_base=row[3], completed=bool(row[4]),
+                       sent_bound=row[5], stored=True)
 
     def save(self, cp: QueueCheckpoint) -> None:
         self._db.execute(
-            f"INSERT OR REPLACE INTO queue_progress ({_KEY}, window, next_ordinal, published, depth_base, completed, updated_at) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (*_key(cp), cp.window, cp.next_ordinal, cp.published, cp.depth_base, int(cp.completed), int(time.time() * 1000)))
+            f"INSERT OR REPLACE INTO queue_progress ({_KEY}, window, next_ordinal, published, depth_base, completed, "
+            "updated_at, sent_bound) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (*_key(cp), cp.window, cp.next_ordinal, cp.published, cp.depth_base, int(cp.completed), int(time.time() * 1000),
+             cp.sent_bound))
+
+    def claim(self, cp: QueueCheckpoint) -> FileClaim:
+        """An ``flock`` on a file beside the database, one per queue restore: the OS lets it go when its process ends."""
+        return FileClaim(self.path.with_name(self.path.name + ".claims") / f"{_digest(cp)}.lock", _label(cp))
 
     def add_unroutable(self, cp: QueueCheckpoint, item: Unroutable) -> None:
         self._db.execute(
@@ -214,8 +242,27 @@ class RestoreCheckpoints:
         return None if row is None else int(row[0])
 
 
+def _add_sent_bound(db: sqlite3.Connection) -> None:
+    """Give a file of an older version the ``sent_bound`` column: its rows keep NULL, which reads as no bound."""
+    if "sent_bound" in {row[1] for row in db.execute("PRAGMA table_info(queue_progress)")}:
+        return
+    try:
+        db.execute("ALTER TABLE queue_progress ADD COLUMN sent_bound INTEGER")
+    except sqlite3.OperationalError as exc:
+        if "duplicate column" not in str(exc):  # another process added it first
+            raise
+
+
 def _key(cp: QueueCheckpoint) -> tuple[str, ...]:
     return (cp.target_cluster, cp.location, cp.backup_id, cp.source_vhost, cp.source_queue, cp.target_vhost, cp.target_queue)
+
+
+def _digest(cp: QueueCheckpoint) -> str:
+    return hashlib.sha256("\0".join(_key(cp)).encode()).hexdigest()[:32]
+
+
+def _label(cp: QueueCheckpoint) -> str:
+    return f"the restore of {cp.source_vhost}/{cp.source_queue} into {cp.target_vhost}/{cp.target_queue}"
 
 
 def _is_progress(row: Any, blank: QueueCheckpoint) -> bool:
@@ -225,7 +272,8 @@ def _is_progress(row: Any, blank: QueueCheckpoint) -> bool:
 
     return (isinstance(row, dict) and row.get("key") == list(_key(blank)) and isinstance(row.get("window"), str)
             and count(row.get("next_ordinal")) and count(row.get("published"))
-            and (row.get("depth_base") is None or count(row.get("depth_base"))) and isinstance(row.get("completed"), bool))
+            and (row.get("depth_base") is None or count(row.get("depth_base"))) and isinstance(row.get("completed"), bool)
+            and (row.get("sent_bound") is None or count(row.get("sent_bound"))))
 
 
 class StoredRestoreCheckpoints:
@@ -235,6 +283,7 @@ class StoredRestoreCheckpoints:
         self.storage = storage
         self.seal = seal or default_seal()
         self._offsets: dict[str, list[tuple[int, int]]] = {}
+        self._claims: dict[str, StorageClaim] = {}
 
     def close(self) -> None:
         """Nothing to release: every write was complete when its call returned."""
@@ -246,8 +295,19 @@ class StoredRestoreCheckpoints:
         self.close()
 
     def _folder(self, cp: QueueCheckpoint) -> str:
-        digest = hashlib.sha256("\0".join(_key(cp)).encode()).hexdigest()[:32]
-        return f"{restore_state_prefix(cp.backup_id)}{digest}/"
+        return f"{restore_state_prefix(cp.backup_id)}{_digest(cp)}/"
+
+    @contextlib.contextmanager
+    def claim(self, cp: QueueCheckpoint) -> Iterator[None]:
+        """A lease object beside ``progress.json``; while it is held, every progress write first checks it is still
+        this run's (a run whose claim was taken over stops at its next checkpoint)."""
+        folder = self._folder(cp)
+        with StorageClaim(self.storage, folder + "claim.json", _label(cp)) as held:
+            self._claims[folder] = held
+            try:
+                yield
+            finally:
+                self._claims.pop(folder, None)
 
     def _put(self, purpose: str, key: str, value: Any) -> None:
         self.seal.write(self.storage, purpose, key, value)
@@ -263,7 +323,7 @@ class StoredRestoreCheckpoints:
                 f"{self.storage.url} holds a restore of {blank.source_vhost}/{blank.source_queue} with window "
                 f"{row['window']}, not {blank.window}; use another checkpoint_state, or the same window to resume")
         return replace(blank, next_ordinal=row["next_ordinal"], published=row["published"], depth_base=row["depth_base"],
-                       completed=row["completed"], stored=True)
+                       completed=row["completed"], sent_bound=row.get("sent_bound"), stored=True)
 
     def _progress(self, blank: QueueCheckpoint) -> dict[str, Any] | None:
         """The stored progress of ``blank``'s restore; None when there is none or it is not trusted (said in a warning)."""
@@ -279,9 +339,12 @@ class StoredRestoreCheckpoints:
         return row
 
     def save(self, cp: QueueCheckpoint) -> None:
+        claim = self._claims.get(self._folder(cp))
+        if claim is not None:
+            claim.check()
         self._put(PROGRESS, self._folder(cp) + "progress.json", {
             "key": list(_key(cp)), "window": cp.window, "next_ordinal": cp.next_ordinal, "published": cp.published,
-            "depth_base": cp.depth_base, "completed": cp.completed})
+            "depth_base": cp.depth_base, "completed": cp.completed, "sent_bound": cp.sent_bound})
 
     def add_unroutable(self, cp: QueueCheckpoint, item: Unroutable) -> None:
         self._put(UNROUTABLE, f"{self._folder(cp)}unroutable-{item.ordinal:020d}.json", item.__dict__)

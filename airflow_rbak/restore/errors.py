@@ -55,3 +55,12 @@ class RestoreRejectedError(RestoreRefusedError):
 
 class PlanChangedError(RestoreRefusedError):
     """What a step would do is no longer what the approved plan pinned (the export, the import, a resume point)."""
+
+
+class UnexpectedMessagesError(RestoreRefusedError, TargetChangedError):
+    """The target holds messages this restore cannot account for (a deleted checkpoint of it, or another publisher):
+    refused before anything was sent."""
+
+
+class RestoreClaimedError(RestoreRefusedError):
+    """Another run holds this queue restore's claim (it is publishing the same queue); this run sent nothing."""

@@ -18,6 +18,24 @@ Why it is built this way:
   duplicate and no gap, as long as nothing else consumes from or publishes
   to the target queue meanwhile. In ``exchange`` mode a message may land in
   several queues or none, so there the re-run is at-least-once.
+* A re-run never counts a message as its own unless what was in flight can
+  explain it. Before it sends past the checkpoint's ``sent_bound`` the
+  pipeline commits a larger one (the records confirmed, those in flight, and
+  :func:`bound_step` more: ``max(max_in_flight, 500)``, so the bound rides on
+  the commits made every 500 confirms and adds almost no writes). A re-run
+  whose target grew by more than ``sent_bound - published`` is refused, naming
+  both numbers (:func:`reconcile`). A checkpoint of an older version has no
+  bound: then ``max_in_flight + 500`` (the current setting's) stands for it,
+  what an attempt of that version could have sent beyond its last commit.
+* What stays undetectable for a classic or quorum queue: another publisher
+  adding messages to the target between a crash and its re-run, no more than
+  the room the bound leaves (``sent_bound - published`` less the crashed
+  attempt's own messages that landed; at most ``max_in_flight +
+  max(max_in_flight, 500)``). Those are counted as delivered and as many
+  records are skipped. A stream is read back instead: the messages at the
+  offsets the re-run would count as its own are compared, body and ids, with
+  the records it would skip (:mod:`.stream_resume`), so there a foreign
+  message refuses the re-run.
 """
 
 from __future__ import annotations
@@ -33,12 +51,27 @@ import pika.exceptions
 from airflow_rbak.broker.pika_connection import ConfirmChannel
 from airflow_rbak.display import package_logger
 from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpointStore, Unroutable
-from airflow_rbak.restore.errors import PublishError, TargetChangedError
+from airflow_rbak.restore.errors import PublishError, TargetChangedError, UnexpectedMessagesError
 from airflow_rbak.restore.records import Positioned
 
 log = package_logger(__name__)
 _COMMIT_EVERY = 500
 _CONFIRM_TIMEOUT = 120.0
+#: ``max_in_flight`` of the restores before the sent bound, for a checkpoint that has none (the request's default).
+_LEGACY_IN_FLIGHT = 1000
+
+
+def bound_step(max_in_flight: int) -> int:
+    """How far past what it has sent the pipeline moves the sent bound at each commit."""
+    return max(max_in_flight, _COMMIT_EVERY)
+
+
+def sent_allowance(cp: QueueCheckpoint, max_in_flight: int = _LEGACY_IN_FLIGHT) -> int:
+    """How many records past ``cp.published`` an earlier attempt may have sent: by its sent bound, or for a checkpoint
+    written before the bound existed, a window and a commit interval (what such an attempt could leave unrecorded)."""
+    if cp.sent_bound is None:
+        return max_in_flight + _COMMIT_EVERY
+    return max(cp.sent_bound - cp.published, 0)
 
 
 @dataclass
@@ -76,6 +109,8 @@ class ConfirmPipeline:
             self._pump(0.05)
         self._throttle()
         self._check_open()
+        if self.cp.published + len(self.pending) >= (self.cp.sent_bound or 0):
+            self._commit()  # the bound is written ahead of the sends it covers
         entry = _InFlight(self.next_tag, item, exchange, routing_key, target_offset)
         self.channel.publish(exchange, routing_key, item.record.body, properties, mandatory=True)
         self.pending.append(entry)
@@ -188,6 +223,8 @@ class ConfirmPipeline:
         if self._offset_pairs:
             self.checkpoints.add_stream_offsets(self.cp, self._offset_pairs)
             self._offset_pairs = []
+        bound = max(self.cp.sent_bound or 0, self.cp.published + len(self.pending) + bound_step(self.max_in_flight))
+        self.cp = replace(self.cp, sent_bound=bound)
         self.checkpoints.save(self.cp)
         self._uncommitted = 0
 
@@ -199,8 +236,9 @@ class ConfirmPipeline:
             pass
 
 
-def reconcile(cp: QueueCheckpoint, depth: int, skip: list[Positioned]) -> QueueCheckpoint:
-    """Account for records a crashed run got into the target unconfirmed: ``skip`` are the next records."""
+def reconcile(cp: QueueCheckpoint, depth: int, skip: list[Positioned], allowance: int | None = None) -> QueueCheckpoint:
+    """Account for records a crashed run got into the target unconfirmed: ``skip`` are the next records, ``allowance``
+    how many an earlier attempt may have sent past ``published`` (default: :func:`sent_allowance`)."""
     if cp.depth_base is None:
         return cp
     extra = depth - cp.depth_base
@@ -209,10 +247,13 @@ def reconcile(cp: QueueCheckpoint, depth: int, skip: list[Positioned]) -> QueueC
             f"{cp.target_vhost}/{cp.target_queue} holds {depth} messages but the checkpoint expects at least "
             f"{cp.depth_base}: something consumed or purged it during the restore, or the broker restarted and dropped "
             "its transient (delivery_mode 1) messages. Restore into an empty queue with a fresh checkpoint_state")
-    if extra > len(skip):
-        raise TargetChangedError(
-            f"{cp.target_vhost}/{cp.target_queue} holds {extra} more messages than the checkpoint accounts for, more "
-            "than a crashed run can have left in flight: something else publishes to it. Stop that, then re-run")
+    allowed = min(sent_allowance(cp) if allowance is None else allowance, len(skip))
+    if extra > allowed:
+        raise UnexpectedMessagesError(
+            f"{cp.target_vhost}/{cp.target_queue} holds {extra} more messages than the checkpoint accounts for "
+            f"({depth} now, {cp.depth_base} when {cp.published} records were confirmed), but an earlier attempt can have "
+            f"left at most {allowed} in flight: something else publishes to it. Nothing was published by this run. "
+            "Stop the other publisher and re-run; or purge the target queue and restore with a fresh checkpoint_state")
     if extra == 0:
         return cp
     log.info("%s/%s: %d records of the interrupted run reached the queue unconfirmed; not publishing them again",

@@ -1,4 +1,10 @@
-"""Restore one queue: checkpoint, target, resume point, then publish every record in the window (and selection)."""
+"""Restore one queue: claim, checkpoint, target, resume point, then publish every record in the window (and selection).
+
+The run holds the queue restore's claim (:mod:`.claims`) from before it reads the checkpoint until its last write, so
+a second run of the same restore refuses, or later finds the queue completed. A fresh start (no checkpoint of this
+restore) first measures the target against the plan (:mod:`.fresh_start`); a resume counts as delivered only what its
+earlier attempt's sent bound can explain (:func:`.publisher.reconcile`), and on a stream reads it back
+(:mod:`.stream_resume`)."""
 
 from __future__ import annotations
 
@@ -11,15 +17,17 @@ import pika
 import pika.exceptions
 
 from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.broker.pika_connection import blocking_connection
 from airflow_rbak.display import package_logger
-from airflow_rbak.restore import target
+from airflow_rbak.restore import stream_resume, target
 from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpointStore
 from airflow_rbak.restore.contract import check_resume
 from airflow_rbak.restore.earlier_attempts import close_earlier_attempts, publisher_names
 from airflow_rbak.restore.errors import PublishError
+from airflow_rbak.restore.fresh_start import check_fresh_start
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
-from airflow_rbak.restore.publisher import ConfirmPipeline, reconcile
+from airflow_rbak.restore.publisher import ConfirmPipeline, reconcile, sent_allowance
 from airflow_rbak.restore.records import Positioned, iter_window_records
 from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.storage.base import Storage
@@ -59,22 +67,37 @@ def restore_queue(connection: RabbitMQConnection, storage: Storage, settings: Re
     """Publish the queue's records in the window, resuming after its checkpoint; dry run publishes nothing.
 
     A checkpoint that is not the resume point the plan pinned (or a later state of it) raises PlanChangedError
-    before anything is published (:func:`.contract.check_resume`)."""
+    before anything is published (:func:`.contract.check_resume`); another run holding the queue restore's claim,
+    RestoreClaimedError; a target holding messages its checkpoint cannot account for, UnexpectedMessagesError."""
     started = time.monotonic()
     result = QueueResult(queue.source_vhost, queue.source_queue, queue.target_vhost, queue.target_queue, queue.records_in_window)
     if settings.dry_run:
         result.dry_run, result.published = True, queue.to_add
         return result
-    cp = checkpoints.load(queue_checkpoint(plan, queue, settings))
-    check_resume(queue, cp)  # the approved resume point, or later progress of the same restore; never a skip
-    result.resumed_from = cp.next_ordinal
-    if not cp.completed:
-        cp = _publish(connection, storage, settings, queue, checkpoints, cp, result)
+    blank = queue_checkpoint(plan, queue, settings)
+    with checkpoints.claim(blank):
+        cp = checkpoints.load(blank)
+        check_resume(queue, cp)  # the approved resume point, or later progress of the same restore; never a skip
+        result.resumed_from = cp.next_ordinal
+        if not cp.completed:
+            if not cp.started:
+                _check_fresh_start(connection, settings, plan, queue, checkpoints)
+            cp = _publish(connection, storage, settings, queue, checkpoints, cp, result)
     result.published_total = cp.published
     result.completed = cp.completed
     result.unroutable = [asdict(u) for u in checkpoints.unroutable(cp)]
     result.seconds = round(time.monotonic() - started, 3)
     return result
+
+
+def _check_fresh_start(connection: RabbitMQConnection, settings: RestoreRequest, plan: RestorePlan, queue: QueuePlan,
+                       checkpoints: RestoreCheckpointStore) -> None:
+    """Refuse a fresh start into a target that gained messages since the plan (:mod:`.fresh_start`)."""
+    def has_begun(other: QueuePlan) -> bool:
+        return other.resumes or checkpoints.load(queue_checkpoint(plan, other, settings)).started
+
+    with ManagementClient(connection) as client:
+        check_fresh_start(client, connection, plan, queue, settings.publish_mode, has_begun)
 
 
 def _publish(connection: RabbitMQConnection, storage: Storage, settings: RestoreRequest, queue: QueuePlan,
@@ -97,7 +120,7 @@ def _publish(connection: RabbitMQConnection, storage: Storage, settings: Restore
             if closed:
                 log.warning("closed %d connection(s) of an earlier attempt of this restore still open on the broker "
                             "before measuring %s/%s", len(closed), queue.target_vhost, queue.target_queue)
-        cp = _resume(conn, connection, queue, checkpoints, cp, records, result, settings.restore_consumer_offsets)
+        cp = _resume(conn, connection, queue, checkpoints, cp, records, result, settings)
         return _send(conn, connection, settings, queue, checkpoints, cp, records, result)
     except pika.exceptions.AMQPError as exc:
         raise PublishError(f"restore of {queue.task_id} into {queue.target_vhost}/{queue.target_queue} stopped "
@@ -110,17 +133,21 @@ def _publish(connection: RabbitMQConnection, storage: Storage, settings: Restore
 
 
 def _resume(conn: pika.BlockingConnection, connection: RabbitMQConnection, queue: QueuePlan, checkpoints: RestoreCheckpointStore,
-            cp: QueueCheckpoint, records: Any, result: QueueResult, track_offsets: bool = False) -> QueueCheckpoint:
-    """Measure the target; on a re-run, skip the records a crashed run already got into it."""
+            cp: QueueCheckpoint, records: Any, result: QueueResult, settings: RestoreRequest) -> QueueCheckpoint:
+    """Measure the target; on a re-run, skip the records a crashed run already got into it, as far as its sent bound
+    explains them (and, on a stream, as the messages there show)."""
     if cp.depth_base is None:
         return cp  # a fresh start (depth_base is set in _send), or exchange mode (no exact resume there)
     depth = target.queue_depth(conn, connection, queue, settle=_SETTLE_SECONDS)
     extra = depth - cp.depth_base
-    skip: list[Positioned] = list(itertools.islice(records, extra)) if extra > 0 else []
-    updated = reconcile(cp, depth, skip)
+    allowance = sent_allowance(cp, settings.max_in_flight)
+    skip: list[Positioned] = list(itertools.islice(records, min(extra, allowance))) if extra > 0 else []
+    updated = reconcile(cp, depth, skip, allowance)
     result.already_delivered = updated.published - cp.published
-    if track_offsets and queue.queue_type == "stream" and result.already_delivered:  # their new offsets, for the mapping
-        checkpoints.add_stream_offsets(cp, [(s.record.delivery_tag, cp.depth_base + j) for j, s in enumerate(skip)])
+    if queue.queue_type == "stream" and result.already_delivered:
+        stream_resume.check_gap(connection, queue.target_vhost, queue.target_queue, cp.depth_base, skip)
+        if settings.restore_consumer_offsets:  # their new offsets, for the mapping
+            checkpoints.add_stream_offsets(cp, [(s.record.delivery_tag, cp.depth_base + j) for j, s in enumerate(skip)])
     if updated != cp:
         checkpoints.save(updated)
     return updated

@@ -98,13 +98,14 @@ class RestoreRun:
         plan = self.plan()
         definitions = self.definitions(plan) if self.settings.restore_definitions else None
         results, refused = [], []
-        for queue in plan.queues:  # a queue whose resume point drifted is refused; the others go on
-            try:
+        for queue in plan.queues:  # a queue refused before it sent anything (its resume point drifted, its target
+            try:                   # gained messages, another run publishes it) is left out; the others go on
                 results.append(self.publish(plan, queue))
-            except PlanChangedError as exc:
-                refused.append(str(exc))
+            except RestoreRefusedError as exc:
+                refused.append(exc)
         if refused:
-            raise PlanChangedError(f"{len(refused)} queues were refused, the others restored: {' | '.join(refused)}")
+            kind = PlanChangedError if all(isinstance(e, PlanChangedError) for e in refused) else RestoreRefusedError
+            raise kind(f"{len(refused)} queues were refused, the others restored: {' | '.join(map(str, refused))}")
         return self.report(plan, results, definitions)
 
     def plan(self) -> RestorePlan:
