@@ -123,12 +123,10 @@ def _remove_one(storage: Storage, backup: BackupSummary, listed: set[str], all_r
         result.skipped[backup_id] = "its lock changed before it could be taken over: its run may be back"
         return
     leased, manifest = LeasedStorage(storage, lock), manifest_key(backup_id)
-    try:
-        for key in sorted(doomed, key=lambda k: k == manifest):  # the manifest after everything but the lock
-            leased.delete(key)
-            result.objects_deleted += 1
-    finally:
-        result.objects_deleted += lock.release()
+    for key in sorted(doomed, key=lambda k: k == manifest):  # the manifest after everything but the lock
+        leased.delete(key)  # on a failure this pass's lock stays, lapses, and the folder is abandoned again
+        result.objects_deleted += 1
+    result.objects_deleted += lock.release()
     result.removed.append(backup_id)
     _note_kept(result, backup_id, kept, "removes")
 

@@ -13,10 +13,10 @@ backups still list is a *retired* base: retention removed that backup but
 kept the stream segments later backups' chains take from it.
 
 An incomplete backup whose run is gone is *abandoned* (:func:`abandonment`): its ``lock.json`` is readable and was
-not renewed for the grace period (``[rbak] abandoned_grace_hours``), or it holds no lock at all and its manifest
-began longer ago than that. A folder without a manifest counts only with such a lock and no segment (a run that
-stopped before its manifest); an unreadable lock, or a folder without lock or manifest, is never taken for
-abandoned: nothing says a run wrote it, and its segments may still make a backup (``rbak manifest rebuild``).
+not renewed for the grace period (``[rbak] abandoned_grace_hours``). A folder without a manifest counts only with
+such a lock and no segment (a run that stopped before its manifest). A folder without a lock, or with an unreadable
+one, is never taken for abandoned: nothing but its manifest (one object anyone may plant) speaks for it, and its
+segments may still make a backup (``rbak manifest rebuild``); it is left to a human.
 """
 
 from __future__ import annotations
@@ -188,10 +188,7 @@ def abandonment(lock: LockInfo | None, has_manifest: bool, created_at: int | Non
     if lock is not None and lock.unreadable:
         return None  # no holder to judge: left to a human (rbak unlock)
     if lock is None:
-        if not has_manifest or created_at is None or now_ms - created_at < after_ms:
-            return None
-        return (f"abandoned: no run holds its lock and it began {span(now_ms - created_at)} ago; `rbak forget "
-                "--abandoned` removes it")
+        return None  # only its manifest speaks for it, and one planted object must not make a folder deletable
     if not has_manifest and holds_segments:
         return None  # segments without a manifest may make a backup again: left to `rbak manifest rebuild`
     quiet = now_ms - max(lock.renewed_at, lock.acquired_at)

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata
-from airflow_rbak.repository.abandoned import remove_abandoned
+from airflow_rbak.repository.abandoned import CLEANUP_OWNER, remove_abandoned
 from airflow_rbak.repository.catalog import latest_complete, list_backups
 from airflow_rbak.repository.lock import BackupLock, LockInfo
 from airflow_rbak.repository.manifest_store import ManifestStore
@@ -58,7 +58,7 @@ def test_only_evidence_that_the_run_is_gone_makes_a_backup_abandoned(storage):
     begun(storage, "running", lock_at=LATER - HOUR)  # renewed an hour ago
     begun(storage, "unreadable-lock")
     storage.put("unreadable-lock/lock.json", b"not json")
-    begun(storage, "unlocked", lock_at=None)  # a run that gave its lock back and failed, or was unlocked
+    begun(storage, "unlocked", lock_at=None)  # only its manifest speaks for it: one object anyone may plant
     begun(storage, "unlocked-recent", at=LATER - HOUR, lock_at=None)
     storage.put("stray/whatever.bin", b"x")  # no manifest, no lock
     storage.put("lost-manifest/queues/v/q/segment-0001.zst", b"seg")  # segments a rebuild may make a backup of
@@ -70,7 +70,7 @@ def test_only_evidence_that_the_run_is_gone_makes_a_backup_abandoned(storage):
 
     # Then only the runs shown gone are abandoned; the rest keep their status, and `latest` is still the complete one
     assert found == {"done": "complete", "crashed": "abandoned", "running": "incomplete",
-                     "unreadable-lock": "incomplete", "unlocked": "abandoned", "unlocked-recent": "incomplete",
+                     "unreadable-lock": "incomplete", "unlocked": "incomplete", "unlocked-recent": "incomplete",
                      "stray": "no-manifest", "lost-manifest": "no-manifest", "before-manifest": "abandoned"}
     assert statuses(storage, now=T0 + HOUR)["crashed"] == "incomplete"  # within the grace
     assert latest_complete(storage, now_ms=LATER).backup_id == "done"
@@ -145,10 +145,14 @@ def test_one_folder_that_cannot_be_removed_does_not_stop_the_others(storage, mon
     # When the pass runs
     done = remove_abandoned(storage, now_ms=LATER, after_ms=GRACE)
 
-    # Then the other is removed, the error names the first, and the first keeps its manifest (still abandoned)
+    # Then the other is removed, the error names the first, and the first keeps its manifest under the pass's lock,
+    # abandoned again once that lock's grace has passed (the next pass finishes it)
     assert done.removed == ["b-gone"] and "access denied" in done.errors["a-stuck"]
     assert not list(storage.list("b-gone/")) and storage.exists("a-stuck/manifest.json")
-    assert statuses(storage)["a-stuck"] == "abandoned"
+    left = BackupLock(storage, "a-stuck").read()
+    assert left.owner == CLEANUP_OWNER
+    assert statuses(storage, now=left.renewed_at + 1)["a-stuck"] == "incomplete"
+    assert statuses(storage, now=left.renewed_at + GRACE)["a-stuck"] == "abandoned"
 
 
 def test_an_abandoned_lock_no_longer_holds_back_the_expiry_of_stream_backups(storage):
