@@ -145,6 +145,25 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "boolean", "False", "True",
         "Whether a restore run may skip the approval with its skip_approval param (automation); off: such a run "
         "fails at approve, changing nothing. Dry runs never wait."),
+    "retention": _option(
+        "string", None, '{"keep_daily": 7, "keep_weekly": 5, "keep_monthly": 12}',
+        "The backup location's retention, a JSON object with the keys of rbak_backup's retention param: what "
+        "scheduled runs (and runs whose param is null) apply after each backup. A run's param may keep more (it is "
+        "applied together with this rule), never less: a param setting a rule below this one fails at the first task, "
+        "changing nothing. Unset: a run removes only what its param expires."),
+    "copy_retention": _option(
+        "string", None, '{"keep_last": 30}',
+        "The second copy's retention (rbak_backup's copy task), bounding the copy_retention param as retention bounds "
+        "the retention param."),
+    "allow_retention_param_below_configured": _option(
+        "boolean", "False", "True",
+        "Whether a run's retention or copy_retention param may keep less than the configured rule; off: such a run "
+        "fails at its first task, changing nothing."),
+    "abandoned_grace_hours": _option(
+        "float", "24", "72",
+        "An incomplete backup whose run has not renewed its lock for this long (a DAG run renews it only while one of "
+        "its tasks runs) is abandoned: rbak list says so, and each backup's retention (and rbak forget --abandoned) "
+        "removes its folder and staging, never a segment a complete backup lists."),
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -20,6 +21,8 @@ from typing import Any
 from airflow_rbak.access import AccessPolicy, ApprovalRules, check_allowed_locations
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.provider import CONFIG_OPTIONS, CONFIG_SECTION
+from airflow_rbak.repository.retention import RetentionPolicy
+from airflow_rbak.repository.retention_bounds import bounded_policy
 from airflow_rbak.storage.sealed import KEY_FILE_NAME, StateSeal, resolve_state_key
 from airflow_rbak.storage.url import credentials_refusal, holds_credentials
 
@@ -119,6 +122,40 @@ class RbakSettings:
         return ApprovalRules(approvers=tuple(self.text("restore_approvers").split()),
                              trigger_user_may_approve=self._boolean("approval_by_trigger_user_allowed"),
                              skip_allowed=self._boolean("allow_skip_approval"))
+
+    def configured_retention(self, option: str = "retention") -> RetentionPolicy:
+        """The administrator's retention of a location (``retention``, ``copy_retention``): no rule when unset."""
+        text = self.text(option)
+        if not text:
+            return RetentionPolicy()
+        try:
+            value = json.loads(text)
+        except ValueError:
+            raise ConfigurationError(f"[{CONFIG_SECTION}] {option} must be a JSON object, got {text!r}") from None
+        if not isinstance(value, dict):
+            raise ConfigurationError(f"[{CONFIG_SECTION}] {option} must be a JSON object, got {text!r}")
+        try:
+            return RetentionPolicy.from_json(value)
+        except (ConfigurationError, TypeError) as exc:
+            raise ConfigurationError(f"[{CONFIG_SECTION}] {option}: {exc}") from None
+
+    def run_retention(self, option: str, param: Any) -> RetentionPolicy:
+        """The retention a run applies: its param (``option``'s namesake) bounded by ``[rbak] option``
+        (:func:`~airflow_rbak.repository.retention_bounds.bounded_policy`); refused when the param keeps less."""
+        return bounded_policy(param, self.configured_retention(option), param=option, option=option,
+                              allow_below=self._boolean("allow_retention_param_below_configured"))
+
+    def abandoned_after_ms(self) -> int:
+        """How long an incomplete backup's lock may go unrenewed before its run counts as gone
+        (``abandoned_grace_hours``), in ms."""
+        text = self.text("abandoned_grace_hours")
+        try:
+            hours = float(text)
+        except ValueError:
+            raise ConfigurationError(f"[{CONFIG_SECTION}] abandoned_grace_hours must be a number, got {text!r}") from None
+        if not hours > 0 or hours > 24 * 365 * 100:
+            raise ConfigurationError(f"[{CONFIG_SECTION}] abandoned_grace_hours must be > 0, got {text!r}")
+        return int(hours * 3_600_000)
 
     def _boolean(self, option: str) -> bool:
         text = self.text(option).lower()

@@ -126,13 +126,15 @@ PARAMS = {
                                            "1,024); more queues than that are captured in groups, one after another"),
     "retention": Param(None, type=["null", "object"], additionalProperties=False, properties=RETENTION_PROPERTIES,
                        description='e.g. {"keep_last": 7, "keep_daily": 7, "keep_monthly": 12}; only complete, '
-                                   'superseded backups go'),
+                                   'superseded backups go; null: [rbak] retention. Never below [rbak] retention: '
+                                   'a run asking for less fails at its first task'),
     "copy_to": Param(None, type=["null", "string"],
                      description="a second location (storage URL) the backup is copied to after it is complete, with "
                                  "the chain bases it needs, verified there; null: no copy"),
     "copy_retention": Param(None, type=["null", "object"], additionalProperties=False,
                             properties=RETENTION_PROPERTIES,
-                            description="the copy location's own retention, applied there after the copy (as retention)"),
+                            description="the copy location's own retention, applied there after the copy (as retention); "
+                                        "null: [rbak] copy_retention, never below it"),
 }
 
 #: The trigger form's sections, in order (Airflow shows each param under its ``section``).
@@ -171,7 +173,8 @@ with DAG(
         task_id="discover", vhosts="{{ params.vhosts }}", include="{{ params.include }}", exclude="{{ params.exclude }}",
         queue_types="{{ params.queue_types }}", break_lock="{{ params.break_lock }}",
         allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}",
-        max_capture_tasks="{{ params.max_capture_tasks }}", **broker)
+        max_capture_tasks="{{ params.max_capture_tasks }}", retention="{{ params.retention }}",
+        copy_retention="{{ params.copy_retention }}", **broker)
     definitions = RbakExportDefinitionsOperator(
         task_id="export_definitions", include_definitions="{{ params.include_definitions }}",
         include_users="{{ params.include_users }}", compression="{{ params.compression }}", **broker)

@@ -47,6 +47,8 @@ from airflow_rbak.codec.manifest import SELECTED_VHOSTS
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.progress import ProgressReporter, checkpoint_sampler
+from airflow_rbak.repository.abandoned import remove_abandoned
+from airflow_rbak.repository.catalog import DEFAULT_ABANDONED_AFTER_MS
 from airflow_rbak.repository.chain_link import ChainLock, latest_with_stream
 from airflow_rbak.repository.lock import BackupLock, LeasedStorage
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
@@ -326,9 +328,11 @@ class BackupRun:
             return finish_backup(self.storage, self.settings.backup_id, entries, left_out, self.chain_lock())
 
     def finalize(self, encode_report_key: str, captures: Iterable[Mapping[str, Any]] = (),
-                 retention: RetentionPolicy | None = None) -> dict[str, Any]:
+                 retention: RetentionPolicy | None = None,
+                 abandoned_after_ms: int = DEFAULT_ABANDONED_AFTER_MS) -> dict[str, Any]:
         """The finalize task: the completed manifest from the encode report and the captures' results, staging
-        removed, the lock given back, then retention; returns the summary (XCom and the Asset event)."""
+        removed, the lock given back, then retention and the removal of abandoned backups (whose lock has not been
+        renewed for ``abandoned_after_ms``); returns the summary (XCom and the Asset event)."""
         # The manifest is written only by the run that holds the backup (re-taken by a retry after it was given back).
         with self.holding():
             manifest = finalize_backup(self.storage, self.settings.backup_id, encode_report_key, captures,
@@ -340,7 +344,22 @@ class BackupRun:
         summary["retention_deleted"] = done.deleted
         summary["retention_segments_kept_for_chains"] = done.segments_kept_for_chains
         summary["retention_kept"] = done.kept
+        summary["abandoned_removed"] = self.remove_abandoned(abandoned_after_ms)
         return summary
+
+    def remove_abandoned(self, after_ms: int = DEFAULT_ABANDONED_AFTER_MS) -> list[str]:
+        """Remove the location's abandoned backups (:mod:`airflow_rbak.repository.abandoned`); return their ids.
+
+        The backup is complete by now: a failure here is logged, never the run's.
+        """
+        try:
+            gone = remove_abandoned(self.plain_storage, after_ms=after_ms)
+        except RbakError as exc:
+            log.warning("could not remove abandoned backups from %s (%s)", self.plain_storage.url, exc)
+            return []
+        for backup_id, error in gone.errors.items():
+            log.warning("abandoned backup %s stays: %s", backup_id, error)
+        return gone.removed
 
     def chain_lock(self) -> ChainLock:
         """The location's chain lock, for this run picking a stream's base or linking its chains."""

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+import sys
 import time
 from typing import IO
 from urllib.parse import urlsplit, urlunsplit
 
-from airflow_rbak.cli.configured import location, state_seal
+from airflow_rbak.cli.configured import command_settings, location, state_seal
 from airflow_rbak.cli.output import json_line, json_safe, listed, say
 from airflow_rbak.cli.runs import BROKER_URL_ENV, broker_connection
 from airflow_rbak.codec import read_header
@@ -19,6 +21,7 @@ from airflow_rbak.codec.records import encode_record
 from airflow_rbak.codec.segment import decode_payload, iter_payload_records
 from airflow_rbak.display import when as _when
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.abandoned import AbandonedResult, remove_abandoned
 from airflow_rbak.repository.catalog import left_out_queues, list_backups, resolve_backup_id
 from airflow_rbak.repository.chain import chain_owners, dependencies
 from airflow_rbak.repository.chain_link import ChainLock
@@ -26,7 +29,8 @@ from airflow_rbak.repository.lock import BackupLock
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.rebuild import rebuild_manifest
 from airflow_rbak.repository.retention import SETTINGS as RETENTION_SETTINGS
-from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
+from airflow_rbak.repository.retention import RetentionPolicy, RetentionResult, apply_retention
+from airflow_rbak.repository.retention_bounds import shortfalls
 from airflow_rbak.repository.second_copy import COPIED, REFUSED, copy_backups
 from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.storage import open_storage
@@ -50,7 +54,7 @@ def _chosen(args: argparse.Namespace) -> tuple[Storage, str]:
 
 def list_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     storage = _open_existing(args)
-    summaries = list_backups(storage)
+    summaries = list_backups(storage, abandoned_after_ms=command_settings(args).abandoned_after_ms())
     if args.format == "json":
         json_line(out, [s.to_json() for s in summaries])
         return 0
@@ -221,18 +225,53 @@ def unlock_cmd(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def forget_cmd(args: argparse.Namespace, out: IO[str]) -> int:
-    """Retention on demand: the rbak_backup DAG's ``retention`` (:mod:`airflow_rbak.repository.retention`), chain-aware."""
+    """Retention on demand: the rbak_backup DAG's ``retention`` (:mod:`airflow_rbak.repository.retention`), chain-aware;
+    with ``--abandoned``, the abandoned backups removed too (:mod:`airflow_rbak.repository.abandoned`).
+
+    The flags apply as given (this is the administrator's tool), with a note when they keep less than the
+    configured ``[rbak] retention``.
+    """
     policy = _policy(args)
-    if not policy.active:
+    if not policy.active and not args.abandoned:
         raise ConfigurationError("say what to keep: --keep-last N, --keep-daily N (hourly, weekly, monthly, yearly) "
-                                 "and/or --max-age-days D")
+                                 "and/or --max-age-days D; or remove abandoned backups with --abandoned")
     storage = _open_existing(args)
-    result = apply_retention(storage, policy, now_ms=int(time.time() * 1000), protect=None,
-                             chain_lock=ChainLock(storage, "rbak forget", wait=max(0.0, args.wait)), dry_run=args.dry_run)
+    _note_below_configured(policy, args)
+    now = int(time.time() * 1000)
+    result = apply_retention(storage, policy, now_ms=now, protect=None, dry_run=args.dry_run,
+                             chain_lock=ChainLock(storage, "rbak forget", wait=max(0.0, args.wait))) if policy.active else None
+    gone = remove_abandoned(storage, now_ms=now, after_ms=_abandoned_after_ms(args), dry_run=args.dry_run,
+                            chain_lock=ChainLock(storage, "rbak forget --abandoned", wait=max(0.0, args.wait))
+                            ) if args.abandoned else None
     if args.format == "json":
-        json_line(out, result.to_json())
-        return 0
-    verb = "would remove" if result.dry_run else "removed"
+        json_line(out, {**(result.to_json() if result else {}), **({"abandoned": gone.to_json()} if gone else {})})
+        return 1 if gone and gone.errors else 0
+    verb = "would remove" if args.dry_run else "removed"
+    if result is not None:
+        _say_retention(out, result, verb)
+    if gone is not None:
+        _say_abandoned(out, gone, verb)
+    return 1 if gone and gone.errors else 0
+
+
+def _note_below_configured(policy: RetentionPolicy, args: argparse.Namespace) -> None:
+    """A note on stderr when the flags keep less than ``[rbak] retention`` (scheduled runs keep that much)."""
+    if not policy.active:
+        return
+    configured = command_settings(args).configured_retention("retention")
+    short = shortfalls(policy, configured)
+    if short:
+        print(f"rbak: note: these flags keep less than [rbak] retention {json.dumps(configured.rules())} "
+              f"({', '.join(short)}); applying them as given", file=sys.stderr)
+
+
+def _abandoned_after_ms(args: argparse.Namespace) -> int:
+    if args.abandoned_after_hours is not None:
+        return int(args.abandoned_after_hours * 3_600_000)
+    return command_settings(args).abandoned_after_ms()
+
+
+def _say_retention(out: IO[str], result: RetentionResult, verb: str) -> None:
     say(out, f"{verb} {len(result.deleted)} backup(s), {result.objects_deleted} objects")
     for backup_id in result.deleted:
         kept = result.segments_kept_for_chains.get(backup_id)
@@ -240,7 +279,15 @@ def forget_cmd(args: argparse.Namespace, out: IO[str]) -> int:
             + (f": {result.removed_because[backup_id]}" if result.removed_because.get(backup_id) else ""))
     for backup_id, reason in result.kept.items():
         say(out, f"  keep {backup_id}: {reason}")
-    return 0
+
+
+def _say_abandoned(out: IO[str], gone: AbandonedResult, verb: str) -> None:
+    say(out, f"{verb} {len(gone.removed)} abandoned backup(s), {gone.objects_deleted} objects")
+    for backup_id in gone.removed:
+        kept = gone.objects_kept.get(backup_id)
+        say(out, f"  {verb} {backup_id}" + (f" (keeping {kept} objects other backups list)" if kept else ""))
+    for backup_id, why in {**gone.skipped, **gone.errors}.items():
+        say(out, f"  ! left {backup_id}: {why}")
 
 
 def export_cmd(args: argparse.Namespace, out: IO[str]) -> int:

@@ -38,6 +38,12 @@ def cli_settings() -> RbakSettings:
     return RbakSettings(environment_lookup() if conf is None else airflow_lookup(conf))
 
 
+def command_settings(args: argparse.Namespace) -> RbakSettings:
+    """The ``[rbak]`` options a command applies (retention, the abandoned grace): as :func:`cli_settings` reads them,
+    but from the environment alone for a command given ``--path``, which never loads Airflow."""
+    return RbakSettings(environment_lookup()) if getattr(args, "path", None) else cli_settings()
+
+
 def state_seal() -> StateSeal:
     """The seal of state objects (``RbakSettings.state_seal``), with ``[core] fernet_key`` as Airflow reads it, else
     ``AIRFLOW__CORE__FERNET_KEY``: the key the DAGs' tasks use, so ``rbak`` opens what they sealed.

@@ -49,6 +49,7 @@ EXAMPLES = {
     "validate": "rbak validate --backup-id latest --deep\nrbak validate --path file:///var/backups/rabbit --backup-id b1 "
                 "--format json",
     "forget": "rbak forget --keep-last 7 --dry-run\n"
+              "rbak forget --abandoned --dry-run\n"
               "rbak forget --keep-daily 7 --keep-weekly 5 --keep-monthly 12 --dry-run\n"
               "rbak forget --path s3://backups/rabbit --keep-last 7 --max-age-days 30",
     "copy": "rbak copy file:///var/backups/rabbit s3://dr-backups/rabbit?region=eu-central-1\n"
@@ -131,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     _path_arg(p)
     _retention_args(p)
     p.add_argument("--dry-run", action="store_true", help="say what would be removed and why each other stays; remove nothing")
+    p.add_argument("--abandoned", action="store_true",
+                   help="also remove abandoned backups: incomplete ones whose run is gone (rbak list says so), with "
+                        "their staging, never a segment another backup lists nor a backup whose run holds its lock")
+    p.add_argument("--abandoned-after-hours", type=positive_float, metavar="H",
+                   help="with --abandoned: a lock unrenewed for H hours means its run is gone (default: [rbak] "
+                        "abandoned_grace_hours, 24)")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the location's chain lock while a backup links its chains (default 60)")
     p.set_defaults(run=commands.forget_cmd)

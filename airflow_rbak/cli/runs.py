@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.cli.configured import location, state_seal
+from airflow_rbak.cli.configured import command_settings, location, state_seal
 from airflow_rbak.cli.output import json_line, listed, say
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
+from airflow_rbak.repository.retention import apply_retention
 from airflow_rbak.repository.second_copy import copy_backups
 from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.settings import default_checkpoint_state
@@ -180,8 +180,11 @@ def backup_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     conf.pop("vhosts", None)
     if "streams" in conf:
         conf["incremental_streams"] = conf.pop("streams") == "incremental"
-    verify, policy = _verify_mode(conf.pop("verify", "deep")), RetentionPolicy.from_json(conf.pop("retention", None))
-    copy_to, copy_policy = conf.pop("copy_to", None), RetentionPolicy.from_json(conf.pop("copy_retention", None))
+    # the run's retention bounded by [rbak] retention and copy_retention, as rbak_backup bounds its params
+    configured = command_settings(args)
+    verify, policy = _verify_mode(conf.pop("verify", "deep")), configured.run_retention("retention", conf.pop("retention", None))
+    copy_to = conf.pop("copy_to", None)
+    copy_policy = configured.run_retention("copy_retention", conf.pop("copy_retention", None))
     backup_id, storage_url = conf.pop("backup_id"), conf.pop("storage_url")
     if not backup_id:
         raise ConfigurationError("give the new backup's id as --backup-id")

@@ -113,20 +113,28 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
     """
 
     template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "vhosts", "include", "exclude", "queue_types",
-                                      "break_lock", "allow_delivery_count_increase", "max_capture_tasks")
+                                      "break_lock", "allow_delivery_count_increase", "max_capture_tasks", "retention",
+                                      "copy_retention")
 
     def __init__(self, *, vhosts: list[str] | None = None, include: list[str] | None = None, exclude: list[str] | None = None,
                  queue_types: list[str] | None = None, break_lock: bool = False, allow_delivery_count_increase: bool = False,
-                 max_capture_tasks: int | None = None, **kwargs: Any) -> None:
+                 max_capture_tasks: int | None = None, retention: dict[str, Any] | None = None,
+                 copy_retention: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.vhosts, self.include, self.exclude, self.queue_types = vhosts, include, exclude, queue_types
         self.break_lock, self.allow_delivery_count_increase = break_lock, allow_delivery_count_increase
         self.max_capture_tasks = max_capture_tasks
+        #: The run's retention params: checked against [rbak] retention here, before anything is written (and again
+        #: where they are applied).
+        self.retention, self.copy_retention = retention, copy_retention
 
     def selector(self) -> QueueSelector:
         return QueueSelector.from_params(self.vhosts, self.include, self.exclude, self.queue_types)
 
     def execute(self, context: Any) -> list[list[dict[str, Any]]]:
+        settings = rbak_settings()
+        run_step("retention settings", lambda: settings.run_retention("retention", self.retention))
+        run_step("copy_retention settings", lambda: settings.run_retention("copy_retention", self.copy_retention))
         selector = run_step("discover", self.selector)
         run = self.backup_run(context, selector=selector, break_lock=bool(self.break_lock),
                               allow_delivery_count_increase=bool(self.allow_delivery_count_increase))

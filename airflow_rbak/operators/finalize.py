@@ -7,12 +7,12 @@ from typing import Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
+from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.display import package_logger
 from airflow_rbak.links import RbakManifestLink, manifest_url
 from airflow_rbak.operators import metrics
 from airflow_rbak.operators.backup import backup_run, flat_results, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
-from airflow_rbak.repository.retention import RetentionPolicy
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
 
@@ -42,10 +42,13 @@ class RbakFinalizeManifestOperator(StorageConnectionMixin, BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         backup_id = str(self.backup_id)
-        policy = run_step("retention settings", lambda: RetentionPolicy.from_json(self.retention))
+        # verified here, where it acts, whatever an earlier task said: a param is a request, [rbak] retention the rule
+        settings = rbak_settings()
+        policy = run_step("retention settings", lambda: settings.run_retention("retention", self.retention))
+        after_ms = run_step("[rbak] abandoned_grace_hours", settings.abandoned_after_ms)
         captures = flat_results(self.captures)
         run = backup_run(context, None, backup_id, str(self.storage_url))
-        summary = run_step("finalize", lambda: run.finalize(str(self.encode_report_key), captures, policy))
+        summary = run_step("finalize", lambda: run.finalize(str(self.encode_report_key), captures, policy, after_ms))
         self.rbak_manifest_url = manifest_url(str(self.storage_url), backup_id)
         context["outlet_events"][AssetAlias(BACKUP_ASSET_ALIAS)].add(backup_asset(summary["storage_url"]), extra=summary)
         metrics.backup_completed(summary)

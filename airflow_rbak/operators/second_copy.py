@@ -8,10 +8,10 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.display import package_logger, printable
 from airflow_rbak.operators.backup import run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
-from airflow_rbak.repository.retention import RetentionPolicy
 from airflow_rbak.repository.second_copy import REFUSED, copy_backups
 from airflow_rbak.storage import open_storage
 
@@ -32,7 +32,8 @@ class RbakCopyBackupOperator(StorageConnectionMixin, BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         if not self.copy_to:
             raise AirflowSkipException("no copy_to: this backup has no second copy")
-        policy = run_step("copy retention settings", lambda: RetentionPolicy.from_json(self.copy_retention))
+        policy = run_step("copy retention settings",  # the param bounded by [rbak] copy_retention, checked here
+                          lambda: rbak_settings().run_retention("copy_retention", self.copy_retention))
         report = run_step("copy", lambda: copy_backups(open_storage(str(self.storage_url)), open_storage(str(self.copy_to)),
                                                        [str(self.backup_id)], retention=policy))
         log.info("%s", printable(report.describe()))

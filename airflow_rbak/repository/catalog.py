@@ -11,6 +11,12 @@ the reason (``future``, ``rebuilt``, ``damaged``, ...) and is never counted, nor
 A folder without a manifest whose only objects are segments that complete
 backups still list is a *retired* base: retention removed that backup but
 kept the stream segments later backups' chains take from it.
+
+An incomplete backup whose run is gone is *abandoned* (:func:`abandonment`): its ``lock.json`` is readable and was
+not renewed for the grace period (``[rbak] abandoned_grace_hours``). A folder without a manifest counts only with
+such a lock and no segment (a run that stopped before its manifest). A folder without a lock, or with an unreadable
+one, is never taken for abandoned: nothing but its manifest (one object anyone may plant) speaks for it, and its
+segments may still make a backup (``rbak manifest rebuild``); it is left to a human.
 """
 
 from __future__ import annotations
@@ -21,18 +27,22 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from airflow_rbak.codec import BackupManifest
-from airflow_rbak.codec.layout import compression_from_key, is_location_state, manifest_key
-from airflow_rbak.display import span
+from airflow_rbak.codec.layout import compression_from_key, is_location_state, lock_key, manifest_key, segment_file
+from airflow_rbak.display import package_logger, span
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.chain import dependencies, undeclared_owners
+from airflow_rbak.repository.lock import BackupLock, LockInfo, shown
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.storage.base import Storage
 from airflow_rbak.storage.encrypted import KeyRequiredError
 
+log = package_logger(__name__)
 #: How far ahead of the reader's clock a manifest's times may be and still count (hosts' clocks differ).
 MAX_CLOCK_SKEW_MS = 10 * 60 * 1000
 #: The statuses a backup may have; only ``complete`` counts for latest, freshness and keep_last.
-STATUSES = ("complete", "incomplete", "future", "rebuilt", "damaged", "no-manifest", "retired")
+STATUSES = ("complete", "incomplete", "future", "rebuilt", "damaged", "no-manifest", "retired", "abandoned")
+#: How long an incomplete backup's lock may go unrenewed before its run counts as gone (``abandoned_grace_hours``).
+DEFAULT_ABANDONED_AFTER_MS = 24 * 3_600_000
 
 @dataclass(frozen=True)
 class BackupSummary:
@@ -60,7 +70,8 @@ class BackupSummary:
         return asdict(self)
 
 
-def list_backups(storage: Storage, workers: int = 1, *, now_ms: int | None = None) -> list[BackupSummary]:
+def list_backups(storage: Storage, workers: int = 1, *, now_ms: int | None = None,
+                 abandoned_after_ms: int = DEFAULT_ABANDONED_AFTER_MS) -> list[BackupSummary]:
     """Every backup under ``storage``, oldest first (those without a readable manifest last).
 
     One listing of the location gives the backup ids and every object's size, against which each
@@ -73,7 +84,7 @@ def list_backups(storage: Storage, workers: int = 1, *, now_ms: int | None = Non
     store = ManifestStore(storage)
 
     def summary(backup_id: str) -> BackupSummary:
-        return _summary(store, backup_id, stored, now_ms)
+        return _abandoned_or(storage, _summary(store, backup_id, stored, now_ms), stored, now_ms, abandoned_after_ms)
 
     if workers > 1 and len(backup_ids) > 1:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rbak-catalog") as pool:
@@ -152,6 +163,39 @@ def _summary(store: ManifestStore, backup_id: str, stored: dict[str, int], now_m
         depends_on=depends_on,
         compression=segment_compressions(manifest),
     )
+
+
+def _abandoned_or(storage: Storage, summary: BackupSummary, stored: dict[str, int], now_ms: int,
+                  after_ms: int) -> BackupSummary:
+    """``summary``, or the same backup as ``abandoned`` when :func:`abandonment` finds its run gone."""
+    if summary.status not in ("incomplete", "no-manifest"):
+        return summary
+    prefix = f"{summary.backup_id}/"
+    try:
+        lock = BackupLock(storage, summary.backup_id).read() if lock_key(summary.backup_id) in stored else None
+    except RbakError as exc:  # a stray folder's name, or a lock that cannot be read now: no evidence either way
+        log.warning("cannot tell whether backup %s is abandoned (%s)", summary.backup_id, exc)
+        return summary
+    segments = any(key.startswith(f"{prefix}queues/") and segment_file(key) for key in stored)
+    why = abandonment(lock, summary.status == "incomplete", summary.created_at, segments, now_ms=now_ms,
+                      after_ms=after_ms)
+    return replace(summary, status="abandoned", problem=why) if why else summary
+
+
+def abandonment(lock: LockInfo | None, has_manifest: bool, created_at: int | None, holds_segments: bool, *,
+                now_ms: int, after_ms: int) -> str | None:
+    """Why an incomplete backup's run is gone (see the module docstring), or None when nothing shows it is."""
+    if lock is not None and lock.unreadable:
+        return None  # no holder to judge: left to a human (rbak unlock)
+    if lock is None:
+        return None  # only its manifest speaks for it, and one planted object must not make a folder deletable
+    if not has_manifest and holds_segments:
+        return None  # segments without a manifest may make a backup again: left to `rbak manifest rebuild`
+    quiet = now_ms - max(lock.renewed_at, lock.acquired_at)
+    if quiet < after_ms:
+        return None
+    return (f"abandoned: its run {shown(lock.owner)} on {shown(lock.host)} last renewed its lock {span(quiet)} ago; "
+            "`rbak forget --abandoned` removes it")
 
 
 def _trust(manifest: BackupManifest, stored: dict[str, int], now_ms: int) -> tuple[str, str | None]:

@@ -237,6 +237,25 @@ class BackupLock:
                 return found[0]
         raise BackupLockedError(f"backup {self.backup_id!r}: could not take its lock {self.key} (it keeps changing hands)")
 
+    def take_over(self, expected: LockInfo | None) -> bool:
+        """Take the lock from ``expected`` (the lock as last read; None: no lock) and from nobody else; True when
+        this owner now holds it. A lock renewed, replaced or taken since it was read stays its holder's."""
+        found = self._read_tagged()
+        if found is not None:
+            if expected is None or found[0] != expected or found[1] is None:
+                return False
+            if not self.storage.delete_if_unchanged(self.key, found[1]):
+                return False
+        elif expected is not None:
+            return False
+        now = int(time.time() * 1000)
+        mine = LockInfo(self.backup_id, self.owner, self.token, socket.gethostname(), os.getpid(), now, now)
+        if not self.storage.put_if_absent(self.key, mine.to_bytes()):
+            return False
+        time.sleep(self.confirm_after)  # a racing writer's lock lands before we read
+        found = self._read_tagged()
+        return found is not None and found[0].token == self.token
+
     def check(self, action: str = "writing the manifest") -> None:
         """Raise :class:`BackupLockedError` unless this owner holds the lock (before every write that matters)."""
         held = self.read()

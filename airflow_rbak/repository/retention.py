@@ -6,7 +6,10 @@ damaged backup may be the only copy of something, so retention leaves it to
 a human. A backup is kept when any configured rule keeps it (among the
 newest ``keep_last``, younger than ``max_age_days``, or the newest of one of
 the periods a calendar rule keeps, :mod:`airflow_rbak.repository.calendar_rules`);
-with no rule set nothing is removed. Each kept backup carries every rule that
+with no rule set nothing is removed. A policy may carry a *floor*, the
+administrator's rule (``[rbak] retention``): a backup the floor keeps is kept
+whatever the policy's own rules say, so a run's param can only add to what the
+administrator keeps (:mod:`airflow_rbak.repository.retention_bounds`). Each kept backup carries every rule that
 keeps it, and each removed one why every rule passed it over.
 
 Streams form chains (:mod:`airflow_rbak.repository.chain`): a kept backup may
@@ -66,6 +69,9 @@ class RetentionPolicy:
     keep_monthly: int | None = None
     keep_yearly: int | None = None
     timezone: str = "UTC"
+    #: The administrator's rule this policy never keeps less than (``[rbak] retention``): a backup it keeps stays
+    #: whatever this policy's own rules say (:mod:`airflow_rbak.repository.retention_bounds`); None for none.
+    floor: RetentionPolicy | None = None
 
     def __post_init__(self) -> None:
         for name in COUNT_SETTINGS:
@@ -89,7 +95,19 @@ class RetentionPolicy:
 
     @property
     def active(self) -> bool:
+        """Whether any rule is set, this policy's own or its floor's: with none, nothing is removed."""
+        return self.own_rules_active or (self.floor is not None and self.floor.active)
+
+    @property
+    def own_rules_active(self) -> bool:
         return any(getattr(self, name) is not None for name in (*COUNT_SETTINGS, "max_age_days"))
+
+    def rules(self) -> dict[str, Any]:
+        """The rules set, by setting name (the timezone only when a calendar rule is set), as the param writes them."""
+        found = {name: getattr(self, name) for name in (*COUNT_SETTINGS, "max_age_days") if getattr(self, name) is not None}
+        if any(self.calendar_counts().values()):
+            found["timezone"] = self.timezone
+        return found
 
     def calendar_counts(self) -> dict[str, int | None]:
         return {setting: getattr(self, setting) for _, setting, _ in CALENDAR_RULES}
@@ -121,9 +139,33 @@ def removal_reasons(backups: list[BackupSummary], policy: RetentionPolicy, *, no
 
 def _verdicts(backups: list[BackupSummary], policy: RetentionPolicy, *, now_ms: int, protect: str,
               continued: Mapping[str, tuple[str, ...]] | None) -> dict[str, tuple[str | None, str]]:
+    """Each backup's (why kept, or None) and (why each rule passed it over): the union of the policy and its floor."""
+    own = _own_verdicts(backups, policy, now_ms=now_ms, protect=protect, continued=continued)
+    floor = policy.floor
+    if floor is None or not floor.active:
+        return own
+    if not policy.own_rules_active:
+        return _own_verdicts(backups, floor, now_ms=now_ms, protect=protect, continued=continued)
+    configured = _own_verdicts(backups, floor, now_ms=now_ms, protect=protect, continued=continued)
+    verdicts: dict[str, tuple[str | None, str]] = {}
+    for backup_id, (kept, passed) in own.items():
+        floor_kept, floor_passed = configured[backup_id]
+        if kept is None and floor_kept is not None:
+            verdicts[backup_id] = (f"the configured retention keeps it: {floor_kept}", "")
+        elif kept is None:
+            verdicts[backup_id] = (None, f"{passed}; the configured retention: {floor_passed}" if floor_passed else passed)
+        else:
+            verdicts[backup_id] = (kept, passed)
+    return verdicts
+
+
+def _own_verdicts(backups: list[BackupSummary], policy: RetentionPolicy, *, now_ms: int, protect: str,
+                  continued: Mapping[str, tuple[str, ...]] | None) -> dict[str, tuple[str | None, str]]:
     continued = continued or {}
     verdicts: dict[str, tuple[str | None, str]] = {
         b.backup_id: (f"retired: holds only segments that {', '.join(b.needed_by)} list" if b.status == "retired"
+                      else "abandoned: its run is gone; removed with its staging after the grace period (rbak forget "
+                           "--abandoned)" if b.status == "abandoned"
                       else f"{b.status}: left to a human", "") for b in backups if b.status != "complete"}
     complete = sorted((b for b in backups if b.status == "complete"), key=lambda b: (b.created_at or 0, b.backup_id))
     newest_first = list(reversed(complete))
@@ -131,7 +173,7 @@ def _verdicts(backups: list[BackupSummary], policy: RetentionPolicy, *, now_ms: 
     calendar = calendar_verdict([Dated(b.backup_id, b.created_at or 0) for b in newest_first], policy.calendar_counts(),
                                 time_zone(policy.timezone))
     for position, backup in enumerate(newest_first):
-        if not policy.active:
+        if not policy.own_rules_active:
             verdicts[backup.backup_id] = ("no retention rule set", "")
             continue
         young = policy.max_age_days is not None and (now_ms - (backup.completed_at or 0)) < policy.max_age_days * _DAY_MS
@@ -217,8 +259,9 @@ def _stream_segment_keys(storage: Storage, backup_id: str) -> set[str]:
 
 
 def running_backups(storage: Storage, backups: list[BackupSummary]) -> tuple[str, ...]:
-    """Backups being written: not complete, and holding their ``lock.json`` (a crashed run's counts until unlocked)."""
-    return tuple(b.backup_id for b in backups if b.status != "complete" and _locked(storage, b.backup_id))
+    """Backups being written: not complete, and holding their ``lock.json`` (a crashed run's counts until its lease has
+    lapsed for ``[rbak] abandoned_grace_hours``: then the catalog calls it ``abandoned``)."""
+    return tuple(b.backup_id for b in backups if b.status not in ("complete", "abandoned") and _locked(storage, b.backup_id))
 
 
 def _locked(storage: Storage, backup_id: str) -> bool:

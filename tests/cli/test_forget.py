@@ -4,6 +4,7 @@ chain a kept backup lists stays whole), with ``--dry-run`` deleting nothing."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +64,46 @@ def test_forget_keeps_the_stream_chain_a_kept_backup_lists_and_dry_run_deletes_n
     assert "rbak: note: not used without Airflow: max_capture_tasks" in third.stderr
     assert not storage.exists("s2/manifest.json") and storage.exists("s3/manifest.json")
     assert rbak("validate", "--path", location, "--backup-id", "s3", "--deep").returncode == 0
+
+
+def test_forget_abandoned_removes_a_gone_run_leaves_a_live_one_and_notes_flags_below_the_configured_rule(
+        tmp_path, monkeypatch):
+    # Given a location with complete backups, a run whose lock was last renewed two days ago, and a live run
+    # (renewed now), in a deployment whose [rbak] retention keeps 3 and whose grace is the default 24 hours
+    import time
+
+    from airflow_rbak.codec import BackupManifest
+    from airflow_rbak.repository.lock import BackupLock, LockInfo
+
+    monkeypatch.setenv("AIRFLOW__RBAK__RETENTION", '{"keep_last": 3}')
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))  # rbak runs this tree's code
+    location = (tmp_path / "backups").as_uri()
+    storage, now = open_storage(location), int(time.time() * 1000)
+    store = ManifestStore(storage)
+    for n in range(1, 5):
+        store.save(BackupManifest(f"c{n}", now - (10 - n) * 3_600_000, "0", completed_at=now - (10 - n) * 3_600_000 + 1))
+    two_days_ago = now - 48 * 3_600_000
+    store.save(BackupManifest("gone", two_days_ago, "0"))
+    storage.put("gone/staging/v/q/chunk-000001", b"staged")
+    storage.put("gone/lock.json", LockInfo("gone", "rbak_backup/x", "t", "h", 1, two_days_ago, two_days_ago).to_bytes())
+    BackupLock(storage, "live", "rbak_backup/y").acquire()
+    store.save(BackupManifest("live", two_days_ago, "0"))
+    storage.put("live/staging/v/q/chunk-000001", b"staged")
+
+    # When rbak lists the location, then forgets abandoned backups (a dry run first) with flags below the rule
+    listed = {b["backup_id"]: b["status"] for b in json.loads(rbak("list", "--path", location, "--format", "json").stdout)}
+    dry = rbak("forget", "--path", location, "--abandoned", "--dry-run")
+    after_dry = sorted(i.key for i in storage.list(""))
+    real = rbak("--format", "json", "forget", "--path", location, "--abandoned", "--keep-last", "2")
+
+    # Then the gone run was listed abandoned and removed whole; the live one stays; the note named the rule
+    assert listed == {"c1": "complete", "c2": "complete", "c3": "complete", "c4": "complete", "gone": "abandoned",
+                      "live": "incomplete"}
+    assert dry.returncode == 0 and "would remove 1 abandoned backup(s), 3 objects" in dry.stdout, dry.stdout + dry.stderr
+    assert "gone/lock.json" in after_dry
+    assert real.returncode == 0, real.stderr
+    said = json.loads(real.stdout)
+    assert said["abandoned"]["removed"] == ["gone"] and said["deleted"] == ["c1", "c2"]
+    assert 'rbak: note: these flags keep less than [rbak] retention {"keep_last": 3} (keep_last 2 < 3)' in real.stderr
+    assert not list(storage.list("gone/")) and storage.exists("live/lock.json")
+    assert store.backup_ids() == ["c3", "c4", "live"]

@@ -227,3 +227,44 @@ def test_an_unreachable_broker_fails_the_first_task_clearly_writes_no_manifest_a
     (call,) = [json.loads(line) for line in calls.read_text().splitlines()]
     assert (call["dag_id"], call["task_id"]) == ("rbak_backup", "discover")
     assert "management API at http://127.0.0.1:1 is unreachable" in call["exception"] and password not in call["exception"]
+
+
+def _six_backups(location: str) -> list[str]:
+    """Six complete backups a day apart, the newest an hour old; returns every object of the location."""
+    store, now = ManifestStore(open_storage(location)), int(time.time() * 1000)
+    for age in range(6, 0, -1):
+        created = now - age * DAY_MS + DAY_MS - 3_600_000
+        store.save(BackupManifest(f"day-{7 - age}", created, "0", completed_at=created + 1000))
+    return sorted(i.key for i in open_storage(location).list(""))
+
+
+def test_a_retention_param_below_the_configured_rule_is_refused_before_anything_changes_in_either_location(
+        airflow_home, tmp_path):
+    # Given a deployment whose [rbak] retention and copy_retention keep the newest 5, and six backups in the backup
+    # location and in the copy
+    env = airflow_env(airflow_home, AIRFLOW__RBAK__RETENTION='{"keep_last": 5}',
+                      AIRFLOW__RBAK__COPY_RETENTION='{"keep_last": 5}')
+    location, copy_to = (tmp_path / "backups").as_uri(), (tmp_path / "copy").as_uri()
+    before = {location: _six_backups(location), copy_to: _six_backups(copy_to)}
+
+    # When one run asks for keep_last 1 in both locations, and another for keep_last 1 in the copy alone
+    both = dags_test(env, {"storage_url": location, "backup_id": "shrink-1", "retention": {"keep_last": 1},
+                           "copy_to": copy_to, "copy_retention": {"keep_last": 1}})
+    both_facts = run_facts(env)
+    copy_only = dags_test(env, {"storage_url": location, "backup_id": "shrink-2", "copy_to": copy_to,
+                                "copy_retention": {"keep_last": 1}})
+    copy_facts = run_facts(env)
+
+    # Then each fails at its first task, naming the rule, with no task after it run
+    for done, facts, param in ((both, both_facts, "retention"), (copy_only, copy_facts, "copy_retention")):
+        assert done.returncode != 0
+        said = done.stdout + done.stderr
+        assert (f'the {param} param {{"keep_last": 1}} keeps less than [rbak] {param} {{"keep_last": 5}} '
+                "(keep_last 1 < 5)") in said, said[-3000:]
+        assert facts["tasks"]["discover[-1]"] == "failed"
+        assert {t for t, s in facts["tasks"].items() if s == "success"} == set()
+    # and both locations hold exactly the backups they held before
+    after = {url: sorted(i.key for i in open_storage(url).list("")) for url in before}
+    assert after == before
+    assert ManifestStore(open_storage(location)).backup_ids() == [f"day-{n}" for n in range(1, 7)]
+    assert ManifestStore(open_storage(copy_to)).backup_ids() == [f"day-{n}" for n in range(1, 7)]
