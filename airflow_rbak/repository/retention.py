@@ -286,7 +286,12 @@ def _still_locked(storage: Storage, backup_id: str, keys: set[str], now_ms: int,
     """Whether the storage still locks any of ``keys`` (S3 Object Lock): then the whole backup is skipped, not half
     removed, and the result says until when."""
     now = datetime.fromtimestamp(now_ms / 1000, timezone.utc)
-    locks = [until for key, until in storage.locked_until(f"{backup_id}/", now).items() if key in keys]
+    try:
+        locks = [until for key, until in storage.locked_until(f"{backup_id}/", now).items() if key in keys]
+    except ObjectLockedError as unreadable:  # the locks cannot be read: skipped, not guessed
+        _record_lock(backup_id, None, result)
+        log.warning("retention skips backup %s: %s", backup_id, unreadable)
+        return True
     if locks:
         _record_lock(backup_id, max(locks), result)
     return bool(locks)

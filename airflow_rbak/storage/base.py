@@ -154,13 +154,13 @@ class Storage(abc.ABC):
         """
         return {}
 
-    def hidden_keys(self, prefix: str) -> list[str]:
+    def hidden_keys(self, prefix: str) -> tuple[str, ...]:
         """Keys under ``prefix`` whose stored versions a delete marker hides (a versioned bucket); this default: none.
 
         Readers see only current objects, so a backup hidden this way is invisible to them, yet still stored;
         retention purges these too, or a forgotten backup would leave its hidden versions behind.
         """
-        return []
+        return ()
 
     def purge(self, key: str) -> bool:
         """Remove the object and every earlier version of it; True when nothing of it is left.
@@ -274,7 +274,7 @@ class ForwardsImmutability(Storage):
         """The wrapped backend's locks."""
         return self.inner.locked_until(prefix, now)
 
-    def hidden_keys(self, prefix: str) -> list[str]:
+    def hidden_keys(self, prefix: str) -> tuple[str, ...]:
         """The wrapped backend's hidden keys."""
         return self.inner.hidden_keys(prefix)
 

@@ -114,7 +114,7 @@ class RetryingStorage(Storage):
         """The backend's locks under ``prefix``, retrying."""
         return self._call("locked_until", prefix, lambda: self.inner.locked_until(prefix, now))
 
-    def hidden_keys(self, prefix: str) -> list[str]:
+    def hidden_keys(self, prefix: str) -> tuple[str, ...]:
         """The backend's hidden keys, retrying."""
         return self._call("hidden_keys", prefix, lambda: self.inner.hidden_keys(prefix))
 

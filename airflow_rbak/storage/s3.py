@@ -132,10 +132,10 @@ class S3Storage(Storage):
         """The keys under ``prefix`` with a version S3 still refuses to delete, and until when."""
         return self.object_lock.locked_until(prefix, now)
 
-    def hidden_keys(self, prefix: str) -> list[str]:
+    def hidden_keys(self, prefix: str) -> tuple[str, ...]:
         """Keys under ``prefix`` whose latest version is a delete marker (none on an unversioned bucket)."""
         if self.object_lock.bucket_config()["versioning"] == "Disabled":
-            return []
+            return ()
         return self.object_lock.hidden_keys(prefix)
 
     def purge(self, key: str) -> bool:

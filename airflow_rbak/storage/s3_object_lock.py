@@ -16,15 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_rbak.codec.layout import is_backup_content
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.base import Immutability, ObjectLockedError, StorageError, check_prefix
 from airflow_rbak.storage.url import OBJECT_LOCK_MODES
-
-if TYPE_CHECKING:
-    from airflow_rbak.storage.s3 import S3Storage
 
 _DENIED = frozenset({"AccessDenied", "403", "Forbidden"})
 
@@ -34,9 +31,13 @@ def _utcnow() -> datetime:
 
 
 class S3ObjectLock:
-    """One S3 location's Object Lock: what each write asks for, what the bucket enforces, what a delete may remove."""
+    """One S3 location's Object Lock: what each write asks for, what the bucket enforces, what a delete may remove.
 
-    def __init__(self, storage: S3Storage, clock: Callable[[], datetime] = _utcnow) -> None:
+    ``storage`` is the :class:`~airflow_rbak.storage.s3.S3Storage` it serves (its client, bucket, prefix and error
+    translation), not imported here: that module imports this one.
+    """
+
+    def __init__(self, storage: Any, clock: Callable[[], datetime] = _utcnow) -> None:
         self._storage = storage
         self._mode = storage.config.object_lock
         self._days = storage.config.object_lock_days
@@ -128,12 +129,23 @@ class S3ObjectLock:
         return Immutability("S3Storage", immutable, summary, self._mode, self._days, details)
 
     def locked_until(self, prefix: str, now: datetime) -> dict[str, datetime]:
-        """Every key under ``prefix`` with a version locked past ``now`` (a HEAD per version; none without Object Lock)."""
+        """Every key under ``prefix`` with a version locked past ``now`` (a HEAD per version; none without Object Lock).
+
+        A credential that may not list versions cannot tell: :class:`ObjectLockedError` with no date, so retention
+        skips the backup rather than guess.
+        """
         check_prefix(prefix)
         if not self.bucket_config()["enabled"]:
             return {}
         locked: dict[str, datetime] = {}
-        for key, version_id in self._versions(self._storage._base + prefix):
+        try:
+            found = list(self._versions(self._storage._base + prefix))
+        except StorageError as error:
+            if _code(error) not in _DENIED:
+                raise
+            raise ObjectLockedError(f"cannot read the locks under {prefix} (s3:ListBucketVersions denied): taken as "
+                                    "locked; run retention with a credential that may", prefix, None) from error
+        for key, version_id in found:
             until = self._retain_until(key, version_id)
             if until is not None and until > now:
                 relative = key[len(self._storage._base):]
@@ -166,15 +178,20 @@ class S3ObjectLock:
             self._storage.delete(key)
         return purged
 
-    def hidden_keys(self, prefix: str) -> list[str]:
+    def hidden_keys(self, prefix: str) -> tuple[str, ...]:
         """Keys under ``prefix`` whose latest version is a delete marker: stored, but invisible to every reader."""
         check_prefix(prefix)
         client, base, hidden = self._storage._client, self._storage._base, set()
-        with self._storage._errors("list", None, prefix):
-            for page in client.get_paginator("list_object_versions").paginate(Bucket=self._storage.bucket,
-                                                                               Prefix=base + prefix):
-                hidden |= {m["Key"][len(base):] for m in page.get("DeleteMarkers", ()) if m.get("IsLatest")}
-        return sorted(hidden)
+        try:
+            with self._storage._errors("list", None, prefix):
+                for page in client.get_paginator("list_object_versions").paginate(Bucket=self._storage.bucket,
+                                                                                   Prefix=base + prefix):
+                    hidden |= {m["Key"][len(base):] for m in page.get("DeleteMarkers", ()) if m.get("IsLatest")}
+        except StorageError as error:
+            if _code(error) not in _DENIED:
+                raise
+            return ()  # a credential that may not list versions cannot purge them either
+        return tuple(sorted(hidden))
 
     def _versions(self, full_prefix: str) -> Iterator[tuple[str, str]]:
         """(key, version id) of every version and delete marker under a bucket prefix."""
