@@ -279,6 +279,12 @@ def _say_retention(out: IO[str], result: RetentionResult, verb: str) -> None:
             + (f": {result.removed_because[backup_id]}" if result.removed_because.get(backup_id) else ""))
     for backup_id, reason in result.kept.items():
         say(out, f"  keep {backup_id}: {reason}")
+    for backup_id, until in result.locked_until.items():
+        say(out, f"  locked {backup_id} until {until}: expired, but the storage refuses its deletion until then "
+                 "(Object Lock); a forget after that date removes it")
+    if result.hidden:
+        say(out, f"  hidden only: {listed(result.hidden)}: this credential may not delete object versions, so they "
+                 "stay behind delete markers until the bucket's lifecycle rule expires them")
 
 
 def _say_abandoned(out: IO[str], gone: AbandonedResult, verb: str) -> None:
@@ -288,6 +294,20 @@ def _say_abandoned(out: IO[str], gone: AbandonedResult, verb: str) -> None:
         say(out, f"  {verb} {backup_id}" + (f" (keeping {kept} objects other backups list)" if kept else ""))
     for backup_id, why in {**gone.skipped, **gone.errors}.items():
         say(out, f"  ! left {backup_id}: {why}")
+
+
+def location_cmd(args: argparse.Namespace, out: IO[str]) -> int:
+    """Whether the location's backups outlive a credential that can write there (S3 Object Lock)."""
+    storage = _open_existing(args)
+    found = storage.immutability()
+    if args.format == "json":
+        json_line(out, {"url": storage.url, **found.to_json()})
+        return 0
+    say(out, f"location:  {storage.url}")
+    say(out, f"immutable: {found.summary}")
+    for name, value in found.details:
+        say(out, f"  {name}: {value}")
+    return 0
 
 
 def export_cmd(args: argparse.Namespace, out: IO[str]) -> int:

@@ -55,6 +55,8 @@ EXAMPLES = {
     "copy": "rbak copy file:///var/backups/rabbit s3://dr-backups/rabbit?region=eu-central-1\n"
             "rbak copy s3://backups/rabbit azure://dr/rabbit --backup-id latest --keep-daily 7 --keep-monthly 12",
     "unlock": "rbak unlock --backup-id prod-2026-11-22",
+    "location": "rbak location --path 's3://backups/rabbit?region=eu-west-1&object_lock=compliance&object_lock_days=35'\n"
+                "rbak --format json location",
     "dump": "rbak segment dump /var/backups/rabbit/b1/queues/_default/orders/segment-0001.zst | head",
     "rebuild": "rbak manifest rebuild --backup-id prod-2026-11-22 --replace",
     "rollback": "RBAK_BROKER_URL=amqp://... rbak definitions rollback --backup-id latest   # lists, changes nothing\n"
@@ -162,6 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the destination's chain lock (default 60)")
     p.set_defaults(run=commands.copy_cmd)
+
+    p = command("location", "Tell whether the location's backups outlive a credential that can write there: the "
+                            "bucket's Object Lock, its default retention, and what the URL locks.")
+    _path_arg(p)
+    p.set_defaults(run=commands.location_cmd)
 
     p = command("unlock", "Remove the lock a crashed backup run left behind (says who held it).")
     _backup_args(p)

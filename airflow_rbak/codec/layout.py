@@ -162,6 +162,19 @@ def transformed_definitions_key(backup_id: str, timestamp: str) -> str:
     return f"{check_backup_id(backup_id)}/definitions/transformed-{timestamp}.json"
 
 
+def is_backup_content(key: str) -> bool:
+    """Whether ``key`` is part of what a backup *is* (its manifest, segments, definitions export), as opposed to the
+    state runs keep beside it (locks, checkpoints, staging, reports, restore snapshots).
+
+    Content is written once and never changed, so it is what S3 Object Lock locks (docs/operations.md#immutable-backups);
+    state must stay writable and deletable, or a lock could never be released and a checkpoint never advance.
+    """
+    backup_id, _, rest = key.partition("/")
+    if not rest or not _BACKUP_ID_RE.match(backup_id):
+        return False
+    return rest == MANIFEST_NAME or rest.startswith("queues/") or rest.startswith("definitions/definitions.json")
+
+
 def lock_key(backup_id: str) -> str:
     """Where the lock of a running backup lives (``repository.lock``)."""
     return f"{check_backup_id(backup_id)}/{LOCK_NAME}"

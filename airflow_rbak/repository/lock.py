@@ -53,7 +53,7 @@ import orjson
 from airflow_rbak.codec.layout import check_backup_id, lock_key
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import RbakError
-from airflow_rbak.storage.base import ObjectInfo, ObjectNotFoundError, Storage
+from airflow_rbak.storage.base import ForwardsImmutability, ObjectInfo, ObjectNotFoundError, Storage
 
 log = package_logger(__name__)
 #: Seconds between creating the lock and reading it back.
@@ -322,7 +322,7 @@ class BackupLock:
             f"or remove the lock with `rbak unlock --path URL --backup-id {self.backup_id}`")
 
 
-class LeasedStorage(Storage):
+class LeasedStorage(ForwardsImmutability):
     """Every write and delete first checks that ``lock``'s owner still holds it; reads pass through."""
 
     def __init__(self, inner: Storage, lock: BackupLock) -> None:
@@ -352,6 +352,10 @@ class LeasedStorage(Storage):
     def delete(self, key: str) -> None:
         self._check(key)
         self.inner.delete(key)
+
+    def purge(self, key: str) -> bool:
+        self._check(key)
+        return self.inner.purge(key)
 
     def get(self, key: str) -> bytes:
         return self.inner.get(key)

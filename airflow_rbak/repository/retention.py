@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from airflow_rbak.codec.layout import check_backup_id, lock_key, manifest_key
@@ -50,7 +51,7 @@ from airflow_rbak.repository.chain import referenced_keys
 from airflow_rbak.repository.chain_link import ChainLock
 from airflow_rbak.repository.lock import LeasedStorage
 from airflow_rbak.repository.manifest_store import ManifestStore
-from airflow_rbak.storage.base import Storage
+from airflow_rbak.storage.base import ObjectLockedError, Storage
 
 _DAY_MS = 86_400_000
 log = package_logger(__name__)
@@ -203,17 +204,23 @@ def select_expired(backups: list[BackupSummary], policy: RetentionPolicy, *, now
     return [b.backup_id for b in complete if reasons[b.backup_id] is None]
 
 
-def delete_backup(storage: Storage, backup_id: str, keep: frozenset[str] | set[str] = frozenset()) -> int:
+def delete_backup(storage: Storage, backup_id: str, keep: frozenset[str] | set[str] = frozenset(),
+                  hidden: list[str] | None = None) -> int:
     """Remove every object of one backup except ``keep``, its manifest first (a half-removed backup never
-    looks complete); return how many objects were removed."""
+    looks complete); return how many objects were removed.
+
+    Each object is purged, every stored version of it (:meth:`~airflow_rbak.storage.base.Storage.purge`): on a
+    versioned bucket a plain delete would only hide the backup. Keys this credential could only hide behind a delete
+    marker go into ``hidden``. Keys a delete marker already hides (the run's own state, removed as it went) are
+    purged too.
+    """
     prefix = f"{check_backup_id(backup_id)}/"
-    keys = [info.key for info in storage.list(prefix) if info.key not in keep]
+    stored = {info.key for info in storage.list(prefix)} | set(storage.hidden_keys(prefix))
+    keys = sorted(stored - set(keep))
     manifest = manifest_key(backup_id)
-    if manifest in keys:
-        storage.delete(manifest)
-    for key in keys:
-        if key != manifest:
-            storage.delete(key)
+    for key in ([manifest] if manifest in keys else []) + [key for key in keys if key != manifest]:
+        if not storage.purge(key) and hidden is not None:
+            hidden.append(key)
     return len(keys)
 
 
@@ -229,6 +236,11 @@ class RetentionResult:
     removed_because: dict[str, str] = field(default_factory=dict)
     #: Nothing was deleted: ``deleted`` and ``objects_deleted`` say what the pass would remove.
     dry_run: bool = False
+    #: Backups the policy expires that the storage still locks (S3 Object Lock), each with its latest retain-until
+    #: date (ISO 8601, UTC): skipped whole, removed by the first pass after that date.
+    locked_until: dict[str, str] = field(default_factory=dict)
+    #: Keys only hidden behind a delete marker: this credential may not delete versions (left to a lifecycle rule).
+    hidden: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -309,12 +321,34 @@ def _apply(storage: Storage, policy: RetentionPolicy, *, now_ms: int, protect: s
         log.info("retention keeps backup %s: %s", backup_id, reason)
     if not policy.active or (not expired and not retired):
         return result
-    _delete(storage, backups, expired, retired, result)
+    _delete(storage, backups, expired, retired, result, now_ms)
     return result
 
 
+def _still_locked(storage: Storage, backup_id: str, keys: set[str], now_ms: int, result: RetentionResult) -> bool:
+    """Whether the storage still locks any of ``keys`` (S3 Object Lock): then the whole backup is skipped, not half
+    removed, and the result says until when."""
+    now = datetime.fromtimestamp(now_ms / 1000, timezone.utc)
+    try:
+        locks = [until for key, until in storage.locked_until(f"{backup_id}/", now).items() if key in keys]
+    except ObjectLockedError as unreadable:  # the locks cannot be read: skipped, not guessed
+        _record_lock(backup_id, None, result)
+        log.warning("retention skips backup %s: %s", backup_id, unreadable)
+        return True
+    if locks:
+        _record_lock(backup_id, max(locks), result)
+    return bool(locks)
+
+
+def _record_lock(backup_id: str, until: datetime | None, result: RetentionResult) -> None:
+    when = until.astimezone(timezone.utc).isoformat() if until else "a date the storage did not tell"
+    result.locked_until[backup_id] = when
+    result.removed_because.pop(backup_id, None)
+    log.info("retention keeps backup %s: the storage locks it until %s (Object Lock); a later pass removes it", backup_id, when)
+
+
 def _delete(storage: Storage, backups: list[BackupSummary], expired: list[str], retired: list[str],
-            result: RetentionResult) -> None:
+            result: RetentionResult, now_ms: int) -> None:
     needed, all_readable = _needed_keys(storage, backups, set(expired))
     keep = set(needed)
     if not all_readable:
@@ -323,9 +357,16 @@ def _delete(storage: Storage, backups: list[BackupSummary], expired: list[str], 
         keep |= {info.key for backup_id in retired for info in storage.list(f"{backup_id}/")}
     verb = "would remove" if result.dry_run else "removes"
     for backup_id in retired + expired:  # retired folders first: a crash then leaves expired manifests, not orphans
-        stored = {info.key for info in storage.list(f"{backup_id}/")}
+        stored = {info.key for info in storage.list(f"{backup_id}/")} | set(storage.hidden_keys(f"{backup_id}/"))
         held = stored & keep
-        result.objects_deleted += len(stored - held) if result.dry_run else delete_backup(storage, backup_id, keep=held)
+        if _still_locked(storage, backup_id, stored - held, now_ms, result):
+            continue
+        try:
+            result.objects_deleted += len(stored - held) if result.dry_run else delete_backup(
+                storage, backup_id, keep=held, hidden=result.hidden)
+        except ObjectLockedError as locked:  # the storage's clock disagrees with ours: its refusal stands
+            _record_lock(backup_id, locked.until, result)
+            continue
         if held:
             users = sorted({user for key in held for user in needed.get(key, ())})
             result.segments_kept_for_chains[backup_id] = len(held)

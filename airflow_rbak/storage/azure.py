@@ -30,6 +30,7 @@ from azure.storage.blob import BlobServiceClient, ExponentialRetry
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.atomic import atomic_write
 from airflow_rbak.storage.base import (
+    Immutability,
     MissingLocationError,
     ObjectInfo,
     ObjectNotFoundError,
@@ -61,6 +62,14 @@ class AzureBlobStorage(Storage):
         service = client or _make_client(config, credential_environment() if environ is None else environ,
                                          connect_timeout, read_timeout)
         self._container = service.get_container_client(config.container)
+
+    def immutability(self) -> Immutability:
+        """Not claimed: rbak neither sets nor reads Azure immutability policies, and the emulator the tests
+        run does not enforce them, so nothing of it is tested (docs/operations.md#immutable-backups)."""
+        return Immutability(backend="AzureBlobStorage", immutable=False,
+                            summary="not claimed: rbak neither sets nor reads Azure immutability policies "
+                                    "(version-level WORM, time-based retention); "
+                                    "set on the storage account, they protect what they lock without rbak")
 
     def check_location(self) -> None:
         """The container must exist (an empty prefix is just empty)."""

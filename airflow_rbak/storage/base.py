@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.atomic import atomic_write
@@ -44,6 +45,14 @@ class ObjectTooLargeError(StorageError):
     """An object is larger than its reader accepts: refused from its stated size, without reading it."""
 
 
+class ObjectLockedError(StorageError):
+    """The storage refuses to delete an object until ``until`` (S3 Object Lock): final until that date passes."""
+
+    def __init__(self, message: str, key: str, until: datetime | None) -> None:
+        super().__init__(message, key)
+        self.until = until
+
+
 class InvalidKeyError(StorageError, ValueError):
     """A key that could escape the storage root or is otherwise not a valid key."""
 
@@ -54,6 +63,26 @@ class ObjectInfo:
 
     key: str
     size: int
+
+
+@dataclass(frozen=True)
+class Immutability:
+    """Whether a location's backups outlive a credential that can write there: what ``rbak location`` reports."""
+
+    backend: str
+    #: True only when the storage itself refuses to delete a backup's content before its lock passes.
+    immutable: bool
+    #: One sentence: why, or why not.
+    summary: str
+    #: The lock mode and period each backup's content is written with (S3: ``governance``/``compliance``), if any.
+    mode: str | None = None
+    days: int | None = None
+    #: Facts read from the storage (bucket versioning, Object Lock, default retention), as name -> value.
+    details: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {"backend": self.backend, "immutable": self.immutable, "summary": self.summary, "mode": self.mode,
+                "days": self.days, "details": dict(self.details)}
 
 
 def check_key(key: str) -> str:
@@ -111,6 +140,38 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def delete(self, key: str) -> None:
         """Remove the object; removing a missing object is not an error."""
+
+    def immutability(self) -> Immutability:
+        """What this location promises against deletion (``rbak location``); this default: nothing, any writer deletes."""
+        return Immutability(backend=type(self).__name__, immutable=False,
+                            summary="no: whoever may write here may also delete (the backend keeps no locks)")
+
+    def locked_until(self, prefix: str, now: datetime) -> dict[str, datetime]:
+        """The keys under ``prefix`` of which some stored version may not be deleted before a date after ``now``.
+
+        Retention asks before it removes a backup, so that a locked backup is skipped whole rather than half
+        removed. This default: a backend that keeps no locks.
+        """
+        return {}
+
+    def hidden_keys(self, prefix: str) -> tuple[str, ...]:
+        """Keys under ``prefix`` whose stored versions a delete marker hides (a versioned bucket); this default: none.
+
+        Readers see only current objects, so a backup hidden this way is invisible to them, yet still stored;
+        retention purges these too, or a forgotten backup would leave its hidden versions behind.
+        """
+        return ()
+
+    def purge(self, key: str) -> bool:
+        """Remove the object and every earlier version of it; True when nothing of it is left.
+
+        On a backend that keeps no versions this is :meth:`delete`. A versioned backend (S3 with Object Lock)
+        deletes each version where the credential may, and otherwise only hides the object behind a delete marker
+        (False: its versions stay until the bucket's lifecycle expires them); a version still locked raises
+        :class:`ObjectLockedError` and nothing is hidden.
+        """
+        self.delete(key)
+        return True
 
     def check_location(self) -> None:
         """Raise :class:`MissingLocationError` unless the location exists (it may be empty).
@@ -194,6 +255,32 @@ class Storage(abc.ABC):
         except ObjectNotFoundError:
             return False
         return True
+
+
+class ForwardsImmutability(Storage):
+    """For a wrapper around ``self.inner``: the backend's locks and purge, which a wrapper must never hide.
+
+    A wrapper that fell back to :class:`Storage`'s defaults would report no locks for a locked bucket and purge by
+    a plain delete, which on a versioned bucket only hides a backup; so every wrapper forwards these.
+    """
+
+    inner: Storage
+
+    def immutability(self) -> Immutability:
+        """The wrapped backend's answer."""
+        return self.inner.immutability()
+
+    def locked_until(self, prefix: str, now: datetime) -> dict[str, datetime]:
+        """The wrapped backend's locks."""
+        return self.inner.locked_until(prefix, now)
+
+    def hidden_keys(self, prefix: str) -> tuple[str, ...]:
+        """The wrapped backend's hidden keys."""
+        return self.inner.hidden_keys(prefix)
+
+    def purge(self, key: str) -> bool:
+        """The wrapped backend's purge."""
+        return self.inner.purge(key)
 
 
 def check_range(offset: int, length: int) -> None:

@@ -26,7 +26,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from airflow_rbak.storage.atomic import atomic_write
-from airflow_rbak.storage.base import ObjectInfo, ObjectNotFoundError, Storage, StorageError, check_range
+from airflow_rbak.storage.base import (
+    ForwardsImmutability,
+    ObjectInfo,
+    ObjectNotFoundError,
+    Storage,
+    StorageError,
+    check_range,
+)
 from airflow_rbak.storage.keyring import Keyring, key_check
 
 MAGIC = b"RBAKENC"
@@ -138,7 +145,7 @@ def _authenticated(secret: bytes, key: str, data: bytes) -> bytes:
                                  key) from None
 
 
-class EncryptedStorage(Storage):
+class EncryptedStorage(ForwardsImmutability):
     """Wrap a backend so every object is sealed on the way in and authenticated on the way out.
 
     Sizes from ``stat`` and ``list`` are the plain sizes (stored minus :data:`OVERHEAD`), so readers that cap an
@@ -236,7 +243,7 @@ def _plain(info: ObjectInfo) -> ObjectInfo:
     return ObjectInfo(info.key, max(0, info.size - OVERHEAD))
 
 
-class UnkeyedStorage(Storage):
+class UnkeyedStorage(ForwardsImmutability):
     """Wrap a backend opened without a key, so an encrypted location says it needs one instead of looking damaged.
 
     A read whose bytes start as an envelope raises :class:`KeyRequiredError`; so does the first write when the

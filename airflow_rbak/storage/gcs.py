@@ -27,6 +27,7 @@ from google.cloud.storage.retry import DEFAULT_RETRY
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.atomic import atomic_write
 from airflow_rbak.storage.base import (
+    Immutability,
     MissingLocationError,
     ObjectInfo,
     ObjectNotFoundError,
@@ -66,6 +67,13 @@ class GcsStorage(Storage):
         self._client = client or _make_client(config, credential_environment() if environ is None else environ)
         self._bucket = self._client.bucket(config.bucket)
         self._bucket_known = False
+
+    def immutability(self) -> Immutability:
+        """Not claimed: rbak neither sets nor reads GCS retention policies or holds, and the emulator the tests
+        run does not enforce them, so nothing of it is tested (docs/operations.md#immutable-backups)."""
+        return Immutability(backend="GcsStorage", immutable=False,
+                            summary="not claimed: rbak neither sets nor reads GCS retention policies, object retention or holds; "
+                                    "set on the storage account, they protect what they lock without rbak")
 
     def check_location(self) -> None:
         """The bucket must exist (an empty prefix is just empty)."""

@@ -11,11 +11,12 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import TypeVar
 
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.storage.base import ObjectInfo, Storage, TransientStorageError
+from airflow_rbak.storage.base import Immutability, ObjectInfo, Storage, TransientStorageError
 
 log = package_logger(__name__)
 T = TypeVar("T")
@@ -104,6 +105,22 @@ class RetryingStorage(Storage):
     def delete(self, key: str) -> None:
         """Delete, retrying: deleting twice is not an error."""
         self._call("delete", key, lambda: self.inner.delete(key))
+
+    def immutability(self) -> Immutability:
+        """The backend's locks, retrying."""
+        return self._call("immutability", "", self.inner.immutability)
+
+    def locked_until(self, prefix: str, now: datetime) -> dict[str, datetime]:
+        """The backend's locks under ``prefix``, retrying."""
+        return self._call("locked_until", prefix, lambda: self.inner.locked_until(prefix, now))
+
+    def hidden_keys(self, prefix: str) -> tuple[str, ...]:
+        """The backend's hidden keys, retrying."""
+        return self._call("hidden_keys", prefix, lambda: self.inner.hidden_keys(prefix))
+
+    def purge(self, key: str) -> bool:
+        """Purge, retrying: a version already gone is not listed again."""
+        return self._call("purge", key, lambda: self.inner.purge(key))
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """List, and after a failure part-way resume after the last key already yielded.

@@ -15,6 +15,7 @@ import io
 import os
 import threading
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import boto3
@@ -39,6 +40,7 @@ from s3transfer.exceptions import RetriesExceededError
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.atomic import atomic_write
 from airflow_rbak.storage.base import (
+    Immutability,
     MissingLocationError,
     ObjectInfo,
     ObjectNotFoundError,
@@ -50,6 +52,7 @@ from airflow_rbak.storage.base import (
     check_range,
 )
 from airflow_rbak.storage.credentials import S3Session, current_credentials
+from airflow_rbak.storage.s3_object_lock import S3ObjectLock
 from airflow_rbak.storage.url import S3StorageConfig
 
 MIB = 1024 * 1024
@@ -110,6 +113,37 @@ class S3Storage(Storage):
             max_concurrency=4,
         )
         self._client = client or _make_client(config, connect_timeout, read_timeout, max_attempts)
+        self.object_lock = S3ObjectLock(self)
+
+    def _write_args(self, key: str) -> dict[str, Any]:
+        """What every write asks S3 for: the encryption, and the Object Lock when ``key`` is a backup's content.
+
+        With ``object_lock`` in the URL the first write checks that the bucket can lock, so a run on a bucket
+        that cannot is refused before it writes anything.
+        """
+        self.object_lock.require_enabled()
+        return {**self._encryption, **self.object_lock.put_args(key)}
+
+    def immutability(self) -> Immutability:
+        """What the bucket's Object Lock and the URL's ``object_lock`` lock (:mod:`~airflow_rbak.storage.s3_object_lock`)."""
+        return self.object_lock.immutability()
+
+    def locked_until(self, prefix: str, now: datetime) -> dict[str, datetime]:
+        """The keys under ``prefix`` with a version S3 still refuses to delete, and until when."""
+        return self.object_lock.locked_until(prefix, now)
+
+    def hidden_keys(self, prefix: str) -> tuple[str, ...]:
+        """Keys under ``prefix`` whose latest version is a delete marker (none on an unversioned bucket)."""
+        if self.object_lock.bucket_config()["versioning"] == "Disabled":
+            return ()
+        return self.object_lock.hidden_keys(prefix)
+
+    def purge(self, key: str) -> bool:
+        """Every version of ``key`` deleted, or hidden where the credential may not delete versions."""
+        if self.object_lock.bucket_config()["versioning"] == "Disabled":
+            self.delete(key)
+            return True
+        return self.object_lock.purge(key)
 
     def check_location(self) -> None:
         """The bucket must exist (a prefix is no object on S3: an empty one is just empty)."""
@@ -122,10 +156,12 @@ class S3Storage(Storage):
         full = self._full_key(key)
         with self._errors("write", key):
             if len(data) <= self._transfer.multipart_threshold:
-                self._client.put_object(Bucket=self.bucket, Key=full, Body=data, **self._encryption)
+                self._client.put_object(Bucket=self.bucket, Key=full, Body=data, **self._write_args(key))
             else:
                 self._client.upload_fileobj(io.BytesIO(data), self.bucket, full, Config=self._transfer,
-                                            ExtraArgs=self._encryption)
+                                            ExtraArgs=self._write_args(key))
+        if len(data) > self._transfer.multipart_threshold:
+            self.object_lock.check_written(key)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """One PutObject with ``If-None-Match: *``: S3 refuses it (412) when the key exists.
@@ -137,7 +173,8 @@ class S3Storage(Storage):
         full = self._full_key(key)
         try:
             with self._errors("write", key):
-                self._client.put_object(Bucket=self.bucket, Key=full, Body=data, IfNoneMatch="*", **self._encryption)
+                self._client.put_object(Bucket=self.bucket, Key=full, Body=data, IfNoneMatch="*",
+                                        **self._write_args(key))
         except StorageError as error:
             code = _error_code(error.__cause__)
             if code == "PreconditionFailed":
@@ -151,7 +188,8 @@ class S3Storage(Storage):
         """Stream a local file up, in parts when it is large."""
         full = self._full_key(key)
         with open(path, "rb") as source, self._errors("write", key):
-            self._client.upload_fileobj(source, self.bucket, full, Config=self._transfer, ExtraArgs=self._encryption)
+            self._client.upload_fileobj(source, self.bucket, full, Config=self._transfer, ExtraArgs=self._write_args(key))
+        self.object_lock.check_written(key)
 
     def get(self, key: str) -> bytes:
         """Download the whole object; a broken-off body counts as transient."""
@@ -171,7 +209,7 @@ class S3Storage(Storage):
     def replace_if_unchanged(self, key: str, data: bytes, tag: str) -> bool:
         """One PutObject with ``If-Match: <ETag>``: S3 refuses it (412) when the object changed."""
         return self._if_match("write", key, lambda: self._client.put_object(
-            Bucket=self.bucket, Key=self._full_key(key), Body=data, IfMatch=tag, **self._encryption))
+            Bucket=self.bucket, Key=self._full_key(key), Body=data, IfMatch=tag, **self._write_args(key)))
 
     def delete_if_unchanged(self, key: str, tag: str) -> bool:
         """One DeleteObject with ``If-Match: <ETag>`` (a server that ignores it deletes unconditionally)."""

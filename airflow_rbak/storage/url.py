@@ -28,7 +28,7 @@ _CONTAINER_RE = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
 _ACCOUNT_RE = re.compile(r"^[a-z0-9]{3,24}$")
 # GCS bucket names: lowercase letters, digits, '-', '_' and '.'; dotted names may be longer.
 _GCS_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
-_S3_PARAMS = ("region", "endpoint", "path_style", "sse", "sse_kms_key_id")
+_S3_PARAMS = ("region", "endpoint", "path_style", "sse", "sse_kms_key_id", "object_lock", "object_lock_days")
 _AZURE_PARAMS = ("account", "endpoint")
 #: The host of an account's blob service, as the RBAK specification's ``azure://`` URLs name it.
 _AZURE_BLOB_HOST = ".blob.core.windows.net"
@@ -42,6 +42,8 @@ CREDENTIALS_HINT = ("credentials come from an Airflow connection (storage_conn_i
                     "GOOGLE_APPLICATION_CREDENTIALS); write an '@' in a path as %40")
 #: Server-side encryption by URL value: S3-managed keys, or KMS (a key id, or the account's default KMS key).
 SSE_ALGORITHMS = {"s3": "AES256", "kms": "aws:kms"}
+#: S3 Object Lock retention modes by URL value (docs/operations.md#immutable-backups).
+OBJECT_LOCK_MODES = {"governance": "GOVERNANCE", "compliance": "COMPLIANCE"}
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,9 @@ class S3StorageConfig:
     #: Server-side encryption of every object written: ``None``, ``"s3"`` (SSE-S3) or ``"kms"`` (SSE-KMS).
     sse: str | None = None
     sse_kms_key_id: str | None = None
+    #: S3 Object Lock on each backup's content: ``None``, ``"governance"`` or ``"compliance"``, for ``object_lock_days``.
+    object_lock: str | None = None
+    object_lock_days: int | None = None
 
     def __post_init__(self) -> None:
         if not _BUCKET_RE.match(self.bucket) or ".." in self.bucket:
@@ -93,6 +98,7 @@ class S3StorageConfig:
             raise ConfigurationError(f"invalid S3 sse {self.sse!r}: use s3 (SSE-S3) or kms (SSE-KMS)")
         if self.sse_kms_key_id is not None and self.sse != "kms":
             raise ConfigurationError("sse_kms_key_id needs sse=kms")
+        _check_object_lock(self.object_lock, self.object_lock_days)
 
     @property
     def encryption_args(self) -> dict[str, str]:
@@ -112,6 +118,8 @@ class S3StorageConfig:
         if self.path_style:
             params.append(("path_style", "true"))
         params += [(k, v) for k, v in (("sse", self.sse), ("sse_kms_key_id", self.sse_kms_key_id)) if v]
+        if self.object_lock:
+            params += [("object_lock", self.object_lock), ("object_lock_days", str(self.object_lock_days))]
         query = "?" + urlencode(params, safe=":/") if params else ""
         return f"s3://{self.bucket}{path}{query}"
 
@@ -300,6 +308,8 @@ def _parse_s3(netloc: str, path: str, query: str, url: str) -> S3StorageConfig:
         path_style=_parse_bool(params.get("path_style", "false"), "path_style"),
         sse=params.get("sse") or None,
         sse_kms_key_id=params.get("sse_kms_key_id") or None,
+        object_lock=params.get("object_lock") or None,
+        object_lock_days=_parse_days(params.get("object_lock_days") or None, "object_lock_days"),
     )
 
 
@@ -377,6 +387,25 @@ def _parse_bool(value: str, name: str) -> bool:
     if lowered in ("false", "0", "no"):
         return False
     raise ConfigurationError(f"{name} must be true or false, got {value!r}")
+
+
+def _parse_days(value: str | None, name: str) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit():
+        raise ConfigurationError(f"{name} must be a whole number of days, got {value!r}")
+    return int(value)
+
+
+def _check_object_lock(mode: str | None, days: int | None) -> None:
+    """Both or neither: a lock needs a mode and a period, and a period without a mode would lock nothing."""
+    if mode is not None and mode not in OBJECT_LOCK_MODES:
+        raise ConfigurationError(f"invalid S3 object_lock {mode!r}: use governance or compliance")
+    if (mode is None) != (days is None):
+        raise ConfigurationError("object_lock and object_lock_days go together: e.g. "
+                                 "?object_lock=governance&object_lock_days=35 (at least as long as retention keeps a backup)")
+    if days is not None and not 1 <= days <= 36500:
+        raise ConfigurationError(f"object_lock_days must be between 1 and 36500, got {days}")
 
 
 def _check_endpoint(endpoint: str, kind: str) -> None:
