@@ -339,3 +339,35 @@ def test_an_object_another_writer_creates_first_is_never_overwritten_and_the_cop
     assert hashlib.sha256(their).hexdigest() in report.backups[0].reason
     assert manifest.queues[0].segments[0].checksum in report.backups[0].reason
     assert [i.key for i in destination.list("sample-1/")] == [key] and destination.get(key) == their
+
+
+def test_an_encrypted_object_copied_without_resealing_is_refused_but_rbak_copy_reseals_and_validates_deep(
+        tmp_path, monkeypatch, capsys):
+    from airflow_rbak.storage.encrypted import ForeignLocationError
+    from airflow_rbak.storage.keyring import new_key_text, parse_keyring
+
+    # Given two encrypted locations sharing their keys, the first holding a chain
+    key_text = new_key_text("k1")
+    keys = parse_keyring(key_text)
+    first_url, second_url = (tmp_path / "first").as_uri(), (tmp_path / "second").as_uri()
+    copy_backups(small_chain((tmp_path / "plain").as_uri()), open_storage(first_url, keyring=keys))
+    first, second = open_storage(first_url, keyring=keys), open_storage(second_url, keyring=keys)
+    second.put("other-1/notes", b"marks the second location with its own identity")
+    key = "sample-1/manifest.json"
+
+    # When an object's stored bytes are copied across as they are
+    open_storage(second_url, keyring=None).inner.put(key, open_storage(first_url, keyring=None).inner.get(key))
+
+    # Then the second location refuses it, naming itself and the object
+    with pytest.raises(ForeignLocationError) as caught:
+        second.get(key)
+    assert key in str(caught.value) and second_url in str(caught.value)
+    assert first.location_id != second.location_id
+    open_storage(second_url, keyring=None).inner.delete(key)
+
+    # and rbak copy between them re-seals every object for the second location, which validates it deep
+    monkeypatch.setenv("RBAK_ENCRYPTION_KEYS", key_text)
+    assert rbak(["copy", first_url, second_url]) == 0, capsys.readouterr().err
+    assert statuses(second) == {"sample-1": "complete", "sample-2": "complete", "other-1": "no-manifest"}
+    for backup_id in ("sample-1", "sample-2"):
+        assert validate_backup(second, backup_id, deep=True).defects == []
