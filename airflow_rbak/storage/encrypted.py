@@ -107,7 +107,7 @@ class KeyRequiredError(EncryptionError):
     """An encrypted location opened without a key: says so rather than reporting the sealed bytes as damaged."""
 
 
-class BadMarkerError(EncryptionError):
+class BadMarkerError(DamagedObjectError):
     """The location's encryption marker is not one (edited, or another tool's): nothing is read or written."""
 
 
