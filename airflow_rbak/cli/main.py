@@ -62,7 +62,7 @@ EXAMPLES = {
                "rbak restore --broker-file ~/.rbak-broker --backup-id b1 --vhost-map prod=prod-restored",
     "export": "rbak export --decrypt --encryption-conn-id rbak_encryption --path s3://backups/rabbit "
               "--to file:///srv/rabbit-plain\nRBAK_ENCRYPTION_KEYS=k1:... rbak export --decrypt --to file:///srv/plain",
-    "retire-key": "RBAK_ENCRYPTION_KEYS=2026-12:...,2026-11:... rbak retire-key --path s3://backups/rabbit --key-id 2026-11",
+    "retire-key": "rbak retire-key --encryption-conn-id rbak_encryption --path s3://backups/rabbit --key-id 2026-11",
     "messages": "rbak messages --backup-id latest --queue orders --message-id 4711\n"
                 "rbak messages --path s3://backups/rabbit --backup-id b1 --vhost prod --queue dlq --since 2026-11-22T02:00:00Z "
                 "--limit 20 --format jsonl",
