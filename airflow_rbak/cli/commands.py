@@ -33,9 +33,10 @@ from airflow_rbak.repository.retention import RetentionPolicy, RetentionResult, 
 from airflow_rbak.repository.retention_bounds import shortfalls
 from airflow_rbak.repository.second_copy import COPIED, REFUSED, copy_backups
 from airflow_rbak.repository.validate import validate_backup
-from airflow_rbak.storage import open_storage
+from airflow_rbak.storage import EncryptedStorage, open_storage
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 from airflow_rbak.storage.export import export_location
+from airflow_rbak.storage.key_retirement import retire_key
 
 
 def _open_existing(args: argparse.Namespace) -> Storage:
@@ -322,6 +323,23 @@ def export_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         for key, why in result.refused.items():
             say(out, f"  ! not copied: {why}" if key in why else f"  ! not copied: {key}: {why}")
     return 0 if result.ok else 1
+
+
+def retire_key_cmd(args: argparse.Namespace, out: IO[str]) -> int:
+    """Pin what a key sealed (:mod:`airflow_rbak.storage.key_retirement`); exit 1 when an object sealed with it failed
+    to open (named, not pinned), every other one pinned."""
+    storage = _open_existing(args)
+    if not isinstance(storage, EncryptedStorage):
+        raise ConfigurationError(f"{storage.url}: retire-key needs the location's keys (--encryption-conn-id or "
+                                 "RBAK_ENCRYPTION_KEYS)")
+    done = retire_key(storage, args.key_id)
+    if args.format == "json":
+        json_line(out, {"key_id": done.key_id, "record": done.record, "pinned": done.pinned, "refused": done.refused})
+    else:
+        say(out, done.describe())
+        for why in done.refused.values():
+            say(out, f"  ! not pinned: {why}")
+    return 1 if done.refused else 0
 
 
 def _policy(args: argparse.Namespace) -> RetentionPolicy:

@@ -66,6 +66,7 @@ EXAMPLES = {
                "rbak restore --broker-file ~/.rbak-broker --backup-id b1 --vhost-map prod=prod-restored",
     "export": "rbak export --decrypt --encryption-conn-id rbak_encryption --path s3://backups/rabbit "
               "--to file:///srv/rabbit-plain\nRBAK_ENCRYPTION_KEYS=k1:... rbak export --decrypt --to file:///srv/plain",
+    "retire-key": "rbak retire-key --encryption-conn-id rbak_encryption --path s3://backups/rabbit --key-id 2026-11",
     "messages": "rbak messages --backup-id latest --queue orders --message-id 4711\n"
                 "rbak messages --path s3://backups/rabbit --backup-id b1 --vhost prod --queue dlq --since 2026-11-22T02:00:00Z "
                 "--limit 20 --format jsonl",
@@ -151,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decrypt", action="store_true", required=True,
                    help="write the copy unencrypted (required: says what the copy is)")
     p.set_defaults(run=commands.export_cmd)
+
+    p = command("retire-key", "Retire an encryption key at an encrypted location: pin every object it sealed, so that "
+                              "once the keyring marks it retired (id:base64:retired) it opens those and nothing more.")
+    _path_arg(p)
+    p.add_argument("--key-id", required=True, metavar="ID", help="the key to retire (in the keyring, not the first)")
+    p.set_defaults(run=commands.retire_key_cmd)
 
     p = command("copy", "Copy complete backups to a second location, whole chains, verified there before their manifest "
                         "is written; skips what is already there, resumes a half copy, names a damaged backup and "

@@ -7,14 +7,20 @@ restic's ``copy`` and pgBackRest's repositories are the model: the destination i
   object its manifest lists (its segments, the segments of the backups its stream chains continue, its
   definitions) and then the manifest itself, byte for byte. A chain base that is complete at the source and
   not at the destination is copied too, before the backup that continues it.
-- **Checked twice.** Each segment's bytes are checked against the source manifest's SHA-256 before they are
-  written (a damaged source backup is refused, named with the object and reason, and what this copy wrote in
-  its folder is removed; the others proceed). When every object is in place the backup is validated *at the
-  destination* as ``rbak validate --deep`` would, with the manifest not yet there, and only then is the
-  manifest written: a half copy never looks complete, to a reader or to this module.
+- **Never changes what it did not write** (:mod:`airflow_rbak.repository.copy_objects`). Only the objects the
+  backup's manifest may own are copied, each checked against the SHA-256 and size the manifest records before it
+  is written (a damaged source backup is refused, named with the object and reason); an object already at the
+  destination is read and kept only when its SHA-256 is the one wanted, else the backup is refused before
+  anything is written, naming the key and both digests; absent objects are created with ``put_if_absent``; a
+  refused copy removes exactly the objects it created. The others proceed.
+- **Checked twice.** When every object is in place the backup is validated *at the destination* as ``rbak
+  validate --deep`` would, with the manifest not yet there, and only then is the manifest written (never over
+  another): a half copy never looks complete, to a reader or to this module.
 - **Idempotent, resumable.** A backup whose manifest is at the destination with the same bytes is skipped
-  without reading anything else. An object already at the destination at its listed size is not written again
-  (an interrupted copy resumes where it stopped); the validation at the destination still reads it.
+  without reading anything else. An object already at the destination with the wanted SHA-256 is not written
+  again (an interrupted copy resumes where it stopped).
+- **Encrypted locations.** Each side is opened with its own keys and identity: what is read from the source is
+  authenticated there, and what is written is sealed for the destination (``storage/encrypted.py``).
 - **Under the destination's chain lock.** Each backup is written while the destination's chain lock is held
   (:mod:`airflow_rbak.repository.chain_link`), and so is the destination's retention, so neither ever sees the
   other's half-done work. The source is only read (its credentials may be read-only).
@@ -26,21 +32,24 @@ The copy runs in the process that calls it, a few objects at a time (``workers``
 
 from __future__ import annotations
 
-import hashlib
-import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_rbak.codec import BackupManifest, SegmentMetadata
+from airflow_rbak.codec import BackupManifest, CodecError
 from airflow_rbak.codec.layout import check_backup_id, manifest_key
 from airflow_rbak.codec.manifest import MAX_MANIFEST_BYTES
 from airflow_rbak.display import package_logger
-from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.catalog import LATEST, BackupSummary, list_backups
 from airflow_rbak.repository.chain_link import ChainLock
+from airflow_rbak.repository.copy_objects import (
+    CopiedObjects,
+    CopyRefusedError,
+    copy_wanted,
+    remove_created,
+    wanted_objects,
+)
 from airflow_rbak.repository.lock import LeasedStorage
 from airflow_rbak.repository.retention import RetentionPolicy, apply_retention, removal_reasons
 from airflow_rbak.repository.validate import validate_backup
@@ -49,10 +58,6 @@ from airflow_rbak.storage.base import ObjectInfo, ObjectNotFoundError, Storage, 
 log = package_logger(__name__)
 
 COPIED, ALREADY_THERE, REFUSED, LEFT_OUT = "copied", "already there", "refused", "left out"
-
-
-class CopyRefusedError(RbakError):
-    """One backup cannot be copied (damaged at the source, or failing validation at the destination)."""
 
 
 @dataclass
@@ -171,19 +176,18 @@ def _leave_out_what_retention_removes(report: CopyReport, at_source: dict[str, B
 def _copy_under_lock(source: Storage, destination: Storage, entry: BackupCopy, workers: int, wait: float) -> None:
     with ChainLock(destination, f"rbak copy of {entry.backup_id}", wait=wait).held() as held:
         leased = LeasedStorage(destination, held)
-        written: list[str] = []
+        done = CopiedObjects()
         try:
-            _copy_one(source, leased, entry, workers, written)
+            _copy_one(source, leased, entry, workers, done)
         except CopyRefusedError as exc:
             entry.outcome, entry.reason = REFUSED, str(exc)
-            own = [key for key in written if key.startswith(f"{entry.backup_id}/")]
-            for key in own:  # never a chain base's object: another backup at the destination may list it
-                leased.delete(key)
-            log.warning("not copying backup %s: %s (removed the %d objects this copy wrote in its folder)",
-                        entry.backup_id, exc, len(own))
+            removed = remove_created(leased, done.created)  # only what this copy created: never what it found there
+            entry.objects_copied, entry.bytes_copied = 0, 0
+            log.warning("not copying backup %s: %s (removed the %d objects this copy had created)",
+                        entry.backup_id, exc, removed)
 
 
-def _copy_one(source: Storage, destination: Storage, entry: BackupCopy, workers: int, written: list[str]) -> None:
+def _copy_one(source: Storage, destination: Storage, entry: BackupCopy, workers: int, done: CopiedObjects) -> None:
     key = manifest_key(entry.backup_id)
     manifest_bytes = read_bounded(source, key, MAX_MANIFEST_BYTES, "a manifest")
     try:
@@ -193,66 +197,28 @@ def _copy_one(source: Storage, destination: Storage, entry: BackupCopy, workers:
         raise CopyRefusedError(f"the destination holds another manifest under {key}; not overwritten")
     except ObjectNotFoundError:
         pass
-    manifest = BackupManifest.from_bytes(manifest_bytes, name=key)
-    objects: list[tuple[str, SegmentMetadata | None]] = [(s.key, s) for q in manifest.queues for s in q.segments]
-    if manifest.definitions is not None:
-        objects.append((manifest.definitions.key, None))
-    there = {info.key: info.size for info in destination.list(f"{entry.backup_id}/")}
-    for owner in sorted({k.split("/", 1)[0] for k, _ in objects} - {entry.backup_id}):
-        there.update({info.key: info.size for info in destination.list(f"{owner}/")})
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="rbak-copy") as pool:
-        # the pool's exit waits for every object, so `written` names all this copy wrote, refused or not
-        stop = threading.Event()  # set by the first refusal: the objects still queued are not read
-        futures = [pool.submit(_copy_object, source, destination, k, segment, there.get(k), written, stop)
-                   for k, segment in objects]
-    for future in futures:
-        copied_bytes = future.result()  # the first refusal or fault, in listing order
-        if copied_bytes is None:
-            entry.objects_already_there += 1
-        else:
-            entry.objects_copied += 1
-            entry.bytes_copied += copied_bytes
+    try:
+        manifest = BackupManifest.from_bytes(manifest_bytes, name=key)
+    except CodecError as exc:
+        raise CopyRefusedError(f"{key}: {exc}") from None
+    wanted = wanted_objects(source, manifest, entry.backup_id)
+    present: set[str] = set()
+    for owner in sorted({w.key.split("/", 1)[0] for w in wanted} | {entry.backup_id}):
+        present.update(info.key for info in destination.list(f"{owner}/"))
+    try:
+        copy_wanted(source, destination, wanted, present, done, workers)
+    finally:
+        entry.objects_copied, entry.bytes_copied = len(done.created), done.bytes_created
+        entry.objects_already_there = done.already_there
     checked = validate_backup(_WithManifest(destination, key, manifest_bytes), entry.backup_id, deep=True)
     if not checked.valid:
         raise CopyRefusedError("at the destination: " + "; ".join(str(d) for d in checked.defects[:5]))
-    destination.put(key, manifest_bytes)  # last: only now is the copy complete at the destination
+    if not destination.put_if_absent(key, manifest_bytes):  # last: only now is the copy complete at the destination
+        if read_bounded(destination, key, MAX_MANIFEST_BYTES, "a manifest") != manifest_bytes:
+            raise CopyRefusedError(f"another manifest appeared under {key} at the destination; not overwritten")
     entry.outcome = COPIED
     log.info("copied backup %s: %d objects (%d bytes), %d already there, verified at %s", entry.backup_id,
              entry.objects_copied, entry.bytes_copied, entry.objects_already_there, destination.url)
-
-
-def _copy_object(source: Storage, destination: Storage, key: str, segment: SegmentMetadata | None,
-                 size_there: int | None, written: list[str], stop: threading.Event) -> int | None:
-    """Copy one object unless it is already there at its listed size; its byte count, or None when not written."""
-    if stop.is_set():
-        raise CopyRefusedError(f"{key}: not copied after an earlier refusal")
-    try:
-        return _copy_checked(source, destination, key, segment, size_there, written)
-    except CopyRefusedError:
-        stop.set()
-        raise
-
-
-def _copy_checked(source: Storage, destination: Storage, key: str, segment: SegmentMetadata | None,
-                  size_there: int | None, written: list[str]) -> int | None:
-    if segment is not None and size_there == segment.size_bytes:
-        return None
-    try:
-        data = source.get(key)
-    except ObjectNotFoundError:
-        raise CopyRefusedError(f"{key}: missing at the source") from None
-    except StorageError as exc:
-        raise CopyRefusedError(f"{key}: cannot be read at the source ({exc})") from None
-    if segment is not None:
-        digest = hashlib.sha256(data).hexdigest()
-        if len(data) != segment.size_bytes or digest != segment.checksum:
-            raise CopyRefusedError(f"{key}: damaged at the source ({len(data)} bytes, SHA-256 {digest[:16]}…; the manifest "
-                                   f"says {segment.size_bytes} bytes, {segment.checksum[:16]}…)")
-    elif size_there == len(data):
-        return None
-    destination.put(key, data)
-    written.append(key)
-    return len(data)
 
 
 class _WithManifest(Storage):

@@ -22,11 +22,12 @@ from airflow_rbak.storage.base import (
     check_key,
     check_prefix,
 )
-from airflow_rbak.storage.encrypted import EncryptedStorage, UnkeyedStorage
+from airflow_rbak.storage.encrypted import EncryptedStorage
 from airflow_rbak.storage.file import FileStorage
 from airflow_rbak.storage.keyring import Keyring, current_keyring
 from airflow_rbak.storage.memory import MemoryStorage
 from airflow_rbak.storage.retry import DEFAULT_RETRIES, RetryingStorage
+from airflow_rbak.storage.unkeyed import UnkeyedStorage
 from airflow_rbak.storage.url import (
     AzureStorageConfig,
     FileStorageConfig,

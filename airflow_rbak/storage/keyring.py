@@ -1,9 +1,12 @@
 """The encryption keys of a location: several keys by id, the first one writes, every one reads.
 
 Rotation adds a key in front (``k2:...,k1:...``): new objects are sealed with ``k2``, objects sealed with ``k1`` stay
-readable as long as ``k1`` is listed, and nothing is rewritten. The text form is the one a connection's password
-holds (``hooks/encryption.py``) and the ``RBAK_ENCRYPTION_KEYS`` variable holds (the ``rbak`` command without Airflow,
-Spark executors): ``id:base64-key`` entries separated by commas, each key 32 random bytes (AES-256).
+readable as long as ``k1`` is listed, and nothing is rewritten. Rotation is not revocation: ``k1`` still opens (and
+could seal) anything. **Retiring** it does that (``k2:...,k1:...:retired``, after ``rbak keys retire``): a retired
+key opens only the objects its retirement record pinned (``storage/key_retirement.py``) and never seals. The text
+form is the one a connection's password holds (``hooks/encryption.py``) and the ``RBAK_ENCRYPTION_KEYS`` variable
+holds (the ``rbak`` command without Airflow, Spark executors): ``id:base64-key`` entries separated by commas, each key
+32 random bytes (AES-256), a retired one's followed by ``:retired``.
 
 As with storage credentials (``storage/credentials.py``), the Airflow face resolves the keys and hands them in for as
 long as a task runs (:func:`use_keyring`); every storage the process opens meanwhile is encrypted with them. Nothing
@@ -31,13 +34,17 @@ KEY_BYTES = 32
 #: A key id: what the envelope stores in its 16-byte field, so a user can name keys (``2026-11``, ``prod-a``).
 KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,16}")
 _CHECK_LABEL = b"rbak encryption key check v1"
+#: What follows a retired key's entry in the text form.
+RETIRED_SUFFIX = ":retired"
 
 
 @dataclass(frozen=True)
 class Keyring:
-    """Keys by id, newest first: the first seals, any of them opens."""
+    """Keys by id, newest first: the first seals, any of them opens (a retired one only what its record pinned)."""
 
     keys: tuple[tuple[str, bytes], ...] = field(repr=False)
+    #: The ids of retired keys (``id:base64:retired``): never the writing key.
+    retired: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.keys:
@@ -52,9 +59,15 @@ class Keyring:
                 raise ConfigurationError(f"encryption key {key_id!r} must be {KEY_BYTES} bytes (base64 of 32 random "
                                          f"bytes), not {len(key)}")
             seen.add(key_id)
+        if self.keys[0][0] in self.retired:
+            raise ConfigurationError(f"encryption key {self.keys[0][0]!r} writes (it is listed first), so it cannot be "
+                                     "retired: put the new key in front")
+        if unknown := sorted(self.retired - seen):
+            raise ConfigurationError(f"retired encryption key id(s) {', '.join(unknown)} not in the keyring")
 
     def __repr__(self) -> str:
-        return f"Keyring(ids={self.ids!r}, keys=<hidden>)"
+        retired = f", retired={sorted(self.retired)!r}" if self.retired else ""
+        return f"Keyring(ids={self.ids!r}{retired}, keys=<hidden>)"
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -72,7 +85,8 @@ class Keyring:
 
     def to_text(self) -> str:
         """The ``id:base64`` form :func:`parse_keyring` reads (secret: never log it)."""
-        return ",".join(f"{kid}:{base64.b64encode(key).decode()}" for kid, key in self.keys)
+        return ",".join(f"{kid}:{base64.b64encode(key).decode()}{RETIRED_SUFFIX if kid in self.retired else ''}"
+                        for kid, key in self.keys)
 
     def environment(self) -> dict[str, str]:
         """The variable that hands these keys on (secret: never log it)."""
@@ -86,12 +100,16 @@ def key_check(key: bytes) -> bytes:
 
 
 def parse_keyring(text: str, source: str = KEYRING_ENV) -> Keyring:
-    """The keyring ``text`` holds: ``id:base64-key`` entries, comma-separated, the writing key first.
+    """The keyring ``text`` holds: ``id:base64-key`` entries, comma-separated, the writing key first, a retired
+    key's entry ending ``:retired``.
 
     ``source`` names where the text came from in errors, which never repeat a key.
     """
-    keys = []
+    keys, retired = [], set()
     for entry in filter(None, (e.strip() for e in text.split(","))):
+        if entry.endswith(RETIRED_SUFFIX):
+            entry = entry[: -len(RETIRED_SUFFIX)]
+            retired.add(entry.partition(":")[0].strip())
         key_id, sep, encoded = entry.partition(":")
         if not sep:
             raise ConfigurationError(f"{source}: each encryption key is written id:base64-key")
@@ -101,7 +119,7 @@ def parse_keyring(text: str, source: str = KEYRING_ENV) -> Keyring:
             raise ConfigurationError(f"{source}: encryption key {key_id.strip()[:40]!r} is not base64") from None
         keys.append((key_id.strip(), key))
     try:
-        return Keyring(tuple(keys))
+        return Keyring(tuple(keys), frozenset(retired))
     except ConfigurationError as error:
         raise ConfigurationError(f"{source}: {error}") from None
 

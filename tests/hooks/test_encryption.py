@@ -28,7 +28,17 @@ def test_a_connection_password_gives_the_keyring_the_first_key_writing(monkeypat
     assert connection_keyring(None) is None
 
 
-@pytest.mark.parametrize("password, says", [(None, "has no password"), ("k1:QUJD", "must be 32 bytes")])
+def test_a_key_marked_retired_in_the_password_is_retired_in_the_keyring_and_handed_on_so(monkeypatch):
+    _connection(monkeypatch, password=f"{KEYS}:retired")
+
+    ring = connection_keyring("rbak_keys")
+
+    assert ring is not None and ring.retired == {"k1"} and ring.writer[0] == "k2"
+    assert ring.to_text() == f"{KEYS}:retired" and "retired=['k1']" in repr(ring)  # what Spark executors receive
+
+
+@pytest.mark.parametrize("password, says", [(None, "has no password"), ("k1:QUJD", "must be 32 bytes"),
+                                            (f"{KEYS.split(',')[0]}:retired", "cannot be retired")])
 def test_a_connection_without_usable_keys_names_itself_and_no_key(monkeypatch, password, says):
     _connection(monkeypatch, **({"password": password} if password else {}))
 

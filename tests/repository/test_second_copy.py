@@ -7,12 +7,15 @@ its listing but with one segment's bytes changed (same size: only reading it sho
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 from collections.abc import Iterator
 
 import pytest
 
 from airflow_rbak.cli.main import main as rbak
+from airflow_rbak.codec import BackupManifest
 from airflow_rbak.freshness import measure_freshness
 from airflow_rbak.repository.catalog import list_backups
 from airflow_rbak.repository.manifest_store import ManifestStore
@@ -88,15 +91,21 @@ def test_complete_backups_are_copied_verified_once_and_a_damaged_one_is_named_an
 
 
 class FailsAfterPuts(Storage):
-    """A destination that breaks (a transient fault) after ``allowed`` object writes, as a lost network would."""
+    """A destination that breaks (a transient fault) after ``allowed`` writes of backup objects, as a lost network
+    would."""
 
     def __init__(self, inner: Storage, allowed: int) -> None:
         self.inner, self.allowed, self.url = inner, allowed, inner.url
 
-    def put(self, key: str, data: bytes) -> None:
+    def _spend(self, key: str) -> None:
+        if "/" not in key:  # the destination's chain lock, at its root: not an object of a backup
+            return
         if self.allowed <= 0:
             raise TransientStorageError(f"{key}: connection lost (test)", key)
         self.allowed -= 1
+
+    def put(self, key: str, data: bytes) -> None:
+        self._spend(key)
         self.inner.put(key, data)
 
     def get(self, key: str) -> bytes:
@@ -118,6 +127,7 @@ class FailsAfterPuts(Storage):
         return self.inner.exists(key)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
+        self._spend(key)
         return self.inner.put_if_absent(key, data)
 
     def read_tagged(self, key: str) -> tuple[bytes, str]:
@@ -220,3 +230,144 @@ def test_a_copy_of_an_encrypted_location_is_sealed_with_the_same_keys_and_a_plai
     assert code != 0 and "holds unencrypted objects" in err and "a location is encrypted from its first object" in err
     assert "Traceback" not in err and key_text.split(":")[-1] not in err
     assert sorted(i.key for i in open_storage(plain_url).list()) == before  # nothing written into it
+
+
+# --- A copy never changes what it did not write (issue 51) ---
+
+
+def everything(storage: Storage) -> dict[str, str]:
+    """Every key of a location with the SHA-256 of its stored bytes: the whole destination, to compare."""
+    return {info.key: hashlib.sha256(storage.get(info.key)).hexdigest() for info in storage.list()}
+
+
+def planted(source: Storage, backup_id: str, base: str, extra: list[tuple[str, bytes]]) -> BackupManifest:
+    """A backup of the source's own whose manifest also lists ``extra`` objects (stored at the source as given) in
+    the base's folder, with their true sizes and digests, and declares the base in depends_on."""
+    manifest = build_sample_backup(source, backup_id)
+    queue = manifest.queues[0]
+    template = queue.segments[-1]
+    for number, (key, data) in enumerate(extra, start=len(queue.segments) + 1):
+        source.put(key, data)
+        queue.segments.append(dataclasses.replace(template, key=key, sequence=number, size_bytes=len(data),
+                                                  checksum=hashlib.sha256(data).hexdigest(), extensions={}))
+    manifest.extensions["depends_on"] = [base]
+    manifest.refresh_totals()
+    ManifestStore(source).save(manifest)
+    return manifest
+
+
+def test_a_planted_manifest_whose_depends_on_lists_a_replaced_base_segment_changes_no_destination_object(
+        tmp_path, location):
+    # Given good-1 copied to the destination (a folder, or loopback S3)
+    source, destination = open_storage((tmp_path / "source").as_uri()), open_storage(location)
+    good = build_sample_backup(source, "good-1")
+    assert copy_backups(source, destination).ids("copied") == ["good-1"]
+    # and a compromised source: good-1's segment replaced (new size, new SHA-256), listed by a planted evil-1
+    segment = good.queues[0].segments[0].key
+    replaced = source.get(good.queues[1].segments[0].key) + b"planted"
+    old, new = hashlib.sha256(destination.get(segment)).hexdigest(), hashlib.sha256(replaced).hexdigest()
+    planted(source, "evil-1", "good-1", [(segment, replaced)])
+    before = everything(destination)
+
+    # When every backup of the source is copied, and evil-1 by name
+    report = copy_backups(source, destination)
+    asked = copy_backups(source, destination, ["evil-1"])
+
+    # Then evil-1 is refused naming the key and both digests, and every destination object is as it was
+    for run in (report, asked):
+        assert run.ids("refused") == ["evil-1"] and run.ids("copied") == []
+        (reason,) = [b.reason for b in run.backups if b.backup_id == "evil-1"]
+        assert segment in reason and new in reason and old in reason and "kept as it is" in reason
+    assert everything(destination) == before
+    assert validate_backup(destination, "good-1", deep=True).defects == []
+
+
+def test_a_refused_copy_removes_exactly_the_objects_it_created_even_in_a_base_folder(tmp_path, location):
+    # Given good-1 at the destination, and evil-2 at the source listing two of good-1's folder's objects: one the
+    # destination holds with the same bytes, one new; and an own segment whose bytes match the manifest but are no
+    # segment (so every object is created, and the validation at the destination refuses the backup)
+    source, destination = open_storage((tmp_path / "source").as_uri()), open_storage(location)
+    good = build_sample_backup(source, "good-1")
+    copy_backups(source, destination)
+    shared = good.queues[0].segments[1].key
+    fresh = shared.rsplit("/", 1)[0] + "/segment-0099.zst"
+    evil = planted(source, "evil-2", "good-1", [(shared, source.get(shared)), (fresh, source.get(shared))])
+    own = evil.queues[1].segments[0]
+    garbage = b"not a segment" * 10
+    source.put(own.key, garbage)
+    own.size_bytes, own.checksum = len(garbage), hashlib.sha256(garbage).hexdigest()
+    evil.refresh_totals()
+    ManifestStore(source).save(evil)
+    before = everything(destination)
+
+    # When it is copied
+    report = copy_backups(source, destination, ["evil-2"])
+
+    # Then it is refused by the validation at the destination; the new object in good-1's folder and evil-2's own
+    # objects are gone again, and the object it found there is kept: the destination is as it was
+    assert report.ids("refused") == ["evil-2"] and "at the destination" in report.backups[0].reason
+    assert report.backups[0].objects_already_there >= 1 and report.backups[0].objects_copied == 0
+    assert everything(destination) == before and fresh not in before and shared in before
+
+
+class RacedDestination(FailsAfterPuts):
+    """A destination where another writer stores ``their`` bytes at ``key`` just before the copy creates it."""
+
+    def __init__(self, inner: Storage, key: str, their: bytes) -> None:
+        super().__init__(inner, allowed=10**9)
+        self.key, self.their = key, their
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        if key == self.key:
+            self.inner.put(key, self.their)
+        return super().put_if_absent(key, data)
+
+
+def test_an_object_another_writer_creates_first_is_never_overwritten_and_the_copy_is_refused_naming_both(tmp_path):
+    # Given a source backup, and a destination where another writer wins the race for one of its segments
+    source, destination = open_storage((tmp_path / "source").as_uri()), open_storage((tmp_path / "copy").as_uri())
+    manifest = build_sample_backup(source, "sample-1")
+    key = manifest.queues[0].segments[0].key
+    their = b"another writer's bytes"
+
+    # When it is copied
+    report = copy_backups(source, RacedDestination(destination, key, their), workers=1)
+
+    # Then the other writer's object stays, the copy is refused naming the key and both digests, and removes only
+    # the objects it created itself
+    assert report.ids("refused") == ["sample-1"]
+    assert hashlib.sha256(their).hexdigest() in report.backups[0].reason
+    assert manifest.queues[0].segments[0].checksum in report.backups[0].reason
+    assert [i.key for i in destination.list("sample-1/")] == [key] and destination.get(key) == their
+
+
+def test_an_encrypted_object_copied_without_resealing_is_refused_but_rbak_copy_reseals_and_validates_deep(
+        tmp_path, monkeypatch, capsys):
+    from airflow_rbak.storage.encrypted import ForeignLocationError
+    from airflow_rbak.storage.keyring import new_key_text, parse_keyring
+
+    # Given two encrypted locations sharing their keys, the first holding a chain
+    key_text = new_key_text("k1")
+    keys = parse_keyring(key_text)
+    first_url, second_url = (tmp_path / "first").as_uri(), (tmp_path / "second").as_uri()
+    copy_backups(small_chain((tmp_path / "plain").as_uri()), open_storage(first_url, keyring=keys))
+    first, second = open_storage(first_url, keyring=keys), open_storage(second_url, keyring=keys)
+    second.put("other-1/notes", b"marks the second location with its own identity")
+    key = "sample-1/manifest.json"
+
+    # When an object's stored bytes are copied across as they are
+    open_storage(second_url, keyring=None).inner.put(key, open_storage(first_url, keyring=None).inner.get(key))
+
+    # Then the second location refuses it, naming itself and the object
+    with pytest.raises(ForeignLocationError) as caught:
+        second.get(key)
+    assert key in str(caught.value) and second_url in str(caught.value)
+    assert first.location_id != second.location_id
+    open_storage(second_url, keyring=None).inner.delete(key)
+
+    # and rbak copy between them re-seals every object for the second location, which validates it deep
+    monkeypatch.setenv("RBAK_ENCRYPTION_KEYS", key_text)
+    assert rbak(["copy", first_url, second_url]) == 0, capsys.readouterr().err
+    assert statuses(second) == {"sample-1": "complete", "sample-2": "complete", "other-1": "no-manifest"}
+    for backup_id in ("sample-1", "sample-2"):
+        assert validate_backup(second, backup_id, deep=True).defects == []

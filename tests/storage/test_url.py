@@ -20,7 +20,7 @@ from airflow_rbak.storage import (
     open_storage,
     parse_storage_url,
 )
-from airflow_rbak.storage.encrypted import UnkeyedStorage
+from airflow_rbak.storage.unkeyed import UnkeyedStorage
 
 
 @pytest.mark.parametrize(
