@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.cli.configured import location, state_seal
+from airflow_rbak.cli.configured import cli_settings, location, state_seal
 from airflow_rbak.cli.output import json_line, listed, say
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.repository.retention import RetentionPolicy, apply_retention
@@ -186,7 +186,7 @@ def backup_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         settings = BackupSettings(backup_id, storage_url, selector=selector, **conf)
     except TypeError as exc:  # a name BackupSettings does not take
         raise ConfigurationError(f"unknown backup setting: {exc}") from None
-    run = BackupRun(broker_connection(args), settings, seal=state_seal())
+    run = BackupRun(broker_connection(args), settings, seal=state_seal(), state_dir=cli_settings().state_dir())
     manifest = run.run()
     summary: dict[str, Any] = {
         "backup_id": manifest.backup_id, "queues": len(manifest.queues), "total_messages": manifest.total_messages,
