@@ -119,6 +119,12 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "rbak-state.key in the Airflow home (one machine only). Every worker and the rbak command need the same key; "
         "changing it makes earlier state untrusted (checkpoints start again, older imports cannot be rolled back)."),
         "sensitive": True},
+    "state_dir": _option(
+        "string", None, "/mnt/shared/rbak-state",
+        "An absolute path: a folder outside every backup location for the deployment's own state: the sealed "
+        "ledger of delivery-limit stops, which a location's writers cannot undo. Unset: rbak-state in the Airflow "
+        "home. Every worker and the rbak command need the same folder: put it on storage every worker shares when "
+        "you add workers, writable only by the account the tasks run as."),
     "ui_locations": _option(
         "string", None, "s3://backups/eu s3://backups/us",
         "Further storage URLs the RabbitMQ backups view lists after storage_url, separated by spaces or newlines; "

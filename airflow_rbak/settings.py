@@ -243,6 +243,18 @@ class RbakSettings:
         """The Airflow connection holding the location's encryption keys; None: the location is not encrypted."""
         return self.text("encryption_conn_id") or None
 
+    def state_dir(self) -> Path:
+        """The deployment's own state outside every location (``state_dir``, else ``$AIRFLOW_HOME/rbak-state``): the
+        ledger of delivery-limit stops, which a location's writers cannot undo. Every worker and ``rbak`` need the
+        same folder: put it on storage they all mount when there is more than one machine."""
+        configured = self.text("state_dir")
+        if not configured:
+            return airflow_home() / "rbak-state"
+        path = Path(configured).expanduser()
+        if not path.is_absolute():  # a worker's current folder is no place every worker shares
+            raise ConfigurationError(f"[{CONFIG_SECTION}] state_dir must be an absolute path, got {configured!r}")
+        return path
+
     def state_seal(self, fernet_key: str | None) -> StateSeal:
         """The seal of state objects the runs write to a location and read back (``storage.sealed``).
 

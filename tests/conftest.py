@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +20,11 @@ from tests.wheel import build_wheel, install_wheel
 #: the engines' default seal, Airflow's tasks and the ``rbak`` command all read it, as they would in production.
 TEST_STATE_KEY = "rbak-test-state-key-" + "5" * 44
 os.environ.setdefault("AIRFLOW__RBAK__STATE_KEY", TEST_STATE_KEY)
+#: The deployment's ledger of delivery-limit stops (``[rbak] state_dir``) for the whole session: one folder, as every
+#: worker of a deployment shares one; never the user's own ``~/airflow``.
+if not os.environ.get("AIRFLOW__RBAK__STATE_DIR"):
+    os.environ["AIRFLOW__RBAK__STATE_DIR"] = tempfile.mkdtemp(prefix="rbak-test-state-")
+    atexit.register(shutil.rmtree, os.environ["AIRFLOW__RBAK__STATE_DIR"], True)
 
 # --- The RabbitMQ series of the session (tests/broker/versions.py) ---------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from airflow_rbak.broker.connection import DEFAULT_MANAGEMENT_PORT, DEFAULT_STREAM_PORT
 from airflow_rbak.provider import get_provider_info
@@ -58,11 +59,12 @@ def test_airflow_config_list_shows_the_rbak_section_with_every_default_descripti
         tmp_path):
     from airflow_rbak.provider import CONFIG_OPTIONS
 
-    # Given Airflow with [rbak] options set the way Airflow takes any option (the tests' environment sets five more)
+    # Given Airflow with [rbak] options set the way Airflow takes any option (the tests' environment sets six more)
     env = airflow_env(tmp_path, AIRFLOW__RBAK__POOL="rbak-broker")
     given = {name: env[f"AIRFLOW__RBAK__{name.upper()}"] for name in CONFIG_OPTIONS if f"AIRFLOW__RBAK__{name.upper()}" in env}
     assert given == {"pool": "rbak-broker", "backup_schedule": "none", "task_retries": "0", "allowed_storage_urls": "*",
-                     "allowed_conn_ids": "*", "allow_skip_approval": "True", "state_key": TEST_STATE_KEY}
+                     "allowed_conn_ids": "*", "allow_skip_approval": "True", "state_key": TEST_STATE_KEY,
+                     "state_dir": os.environ["AIRFLOW__RBAK__STATE_DIR"]}
     assert get_provider_info()["config"]["rbak"]["options"]["state_key"]["sensitive"] is True
 
     # When its own CLI lists the section

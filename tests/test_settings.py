@@ -54,6 +54,17 @@ def test_values_come_from_AIRFLOW__RBAK__variables_without_airflow():
     assert (given.task_defaults()["retries"], given.progress_interval_s()) == (7, 2.5)
 
 
+def test_the_ledger_folder_is_state_dir_else_rbak_state_in_the_airflow_home_and_never_a_relative_path(monkeypatch, tmp_path):
+    from airflow_rbak.capture.limit_stops import default_state_dir
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    assert settings().state_dir() == tmp_path / "rbak-state" == default_state_dir({"AIRFLOW_HOME": str(tmp_path)})
+    assert settings(AIRFLOW__RBAK__STATE_DIR="/mnt/shared/rbak-state").state_dir() == Path("/mnt/shared/rbak-state")
+    assert default_state_dir({"AIRFLOW__RBAK__STATE_DIR": "/mnt/shared/rbak-state"}) == Path("/mnt/shared/rbak-state")
+    with pytest.raises(ConfigurationError, match=r"\[rbak\] state_dir must be an absolute path, got 'rbak-state'"):
+        settings(AIRFLOW__RBAK__STATE_DIR="rbak-state").state_dir()
+
+
 @pytest.mark.parametrize(("option", "value", "message"), [
     ("task_retries", "three", "[rbak] task_retries must be a whole number, got 'three'"),
     ("max_active_queue_tasks", "0", "[rbak] max_active_queue_tasks must be >= 1, got 0"),

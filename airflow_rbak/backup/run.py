@@ -18,6 +18,7 @@ tests and small installations.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -36,6 +37,7 @@ from airflow_rbak.broker.definitions import export_definitions
 from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, discover_queues
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.capture.checkpoints import CaptureCheckpoints
+from airflow_rbak.capture.limit_stops import LimitStops, default_state_dir, open_ledger
 from airflow_rbak.capture.queue_capture import CaptureOptions, CaptureResult, QueueCapture
 from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS, Facts, decide
 from airflow_rbak.capture.stream_capture import StreamCapture
@@ -138,11 +140,14 @@ class BackupRun:
     """The steps of one backup against one broker and one storage location, one method per DAG task."""
 
     def __init__(self, connection: RabbitMQConnection | None, settings: BackupSettings,
-                 storage: Storage | None = None, seal: StateSeal | None = None) -> None:
+                 storage: Storage | None = None, seal: StateSeal | None = None,
+                 state_dir: str | os.PathLike[str] | None = None) -> None:
         self._connection = connection
         self.settings = settings
-        #: Seals the capture checkpoints (``storage.sealed``): a planted one is never resumed from.
+        #: Seals the capture checkpoints and delivery-limit stops (``storage.sealed``): a planted one is never trusted.
         self.seal = seal
+        #: The deployment's ledger of delivery-limit stops (``[rbak] state_dir``; None: ``default_state_dir()``).
+        self.state_dir = state_dir
         self.plain_storage = storage or open_storage(settings.storage_url)
         self.lock = BackupLock(self.plain_storage, settings.backup_id, settings.lock_owner)
         # Every write of every step is checked against the lock: a run whose lock is taken over stops at once.
@@ -304,7 +309,8 @@ class BackupRun:
                     return capture.capture(info, resume_after=mark, management=client)
             with ManagementClient(self.connection) as client:
                 version = client.version()
-            return QueueCapture(self.connection, self.storage, checkpoints, options).capture(info, version)
+            stops = LimitStops(self.storage, open_ledger(self.state_dir or default_state_dir()), checkpoints.seal)
+            return QueueCapture(self.connection, self.storage, checkpoints, options, stops).capture(info, version)
         finally:
             checkpoints.close()
 

@@ -52,11 +52,11 @@ from airflow_rbak.capture.capture_options import (  # noqa: F401 - the capture's
 )
 from airflow_rbak.capture.checkpoints import CaptureCheckpoints
 from airflow_rbak.capture.errors import CaptureInterruptedError, DeliveryLimitRiskError, UnsafeQueueError
-from airflow_rbak.capture.limit_stops import record_stop, stop_reason
+from airflow_rbak.capture.limit_stops import LimitStops, default_state_dir, open_ledger
 from airflow_rbak.capture.queue_features import CaptureMethod, Facts, QueueDecision, decide
 from airflow_rbak.capture.queue_run import QueueRun
 from airflow_rbak.display import package_logger
-from airflow_rbak.storage.base import Storage, StorageError
+from airflow_rbak.storage.base import Storage
 
 log = package_logger(__name__)
 
@@ -70,11 +70,15 @@ class QueueCapture:
         storage: Storage,
         checkpoints: CaptureCheckpoints,
         options: CaptureOptions,
+        stops: LimitStops | None = None,
     ) -> None:
         self.connection = connection
         self.storage = storage
         self.checkpoints = checkpoints
         self.options = options
+        #: The delivery-limit stops (:mod:`.limit_stops`); default: the ledger in ``default_state_dir()``, sealed as
+        #: the checkpoints are.
+        self.stops = stops or LimitStops(storage, open_ledger(default_state_dir()), checkpoints.seal)
 
     def capture(self, info: QueueInfo, broker_version: str) -> CaptureResult:
         """Capture every message present at the start, return them all, and report."""
@@ -125,8 +129,12 @@ class QueueCapture:
         plan = decision.return_plan
         if plan is None or not plan.counts or plan.limit is None:
             return info, decision
-        # Returns count and the user allowed it: unless an earlier capture stopped short of the limit (:mod:`.limit_stops`).
-        reason = stop_reason(self.storage, info, plan.limit, lambda: self._exact_depth(info))
+        # Returns count and the user allowed it: unless an earlier capture stopped short of the limit, or a stop this
+        # one makes could not be remembered outside the location (:mod:`.limit_stops`).
+        reason = self.stops.reason(info, plan.limit, lambda: self._exact_depth(info))
+        if reason is None and (problem := self.stops.unwritable()) is not None:
+            reason = (f"a stop at its delivery limit of {plan.limit} could not be remembered outside the backup "
+                      f"location: this deployment's ledger of delivery-limit stops ([rbak] state_dir) {problem}")
         return info, decision if reason is None else QueueDecision(CaptureMethod.LEAVE_OUT, reason)
 
     def _exact_depth(self, info: QueueInfo) -> int:
@@ -138,17 +146,20 @@ class QueueCapture:
             close_quietly(conn)
 
     def _record_stop(self, info: QueueInfo, decision: QueueDecision, exc: DeliveryLimitRiskError) -> DeliveryLimitRiskError:
-        """Remember the stop in the location (:mod:`.limit_stops`), so that later captures leave the queue out."""
+        """Remember the stop in the location and the ledger (:mod:`.limit_stops`): later captures leave the queue out."""
         assert decision.return_plan is not None and decision.return_plan.limit is not None
-        try:
-            key = record_stop(self.storage, info, decision.return_plan.limit, self.options.backup_id)
-        except StorageError as failure:
+        failed = self.stops.record(info, decision.return_plan.limit, self.options.backup_id)
+        places, clear = self.stops.places(info.vhost, info.name), self.stops.how_to_clear(info.vhost, info.name)
+        if len(failed) == 2:
             return DeliveryLimitRiskError(
-                f"{exc} The stop could not be recorded in the backup location ({failure}): the next capture of this "
-                "queue with allow_delivery_count_increase would bring its messages to the delivery limit; do not run "
-                "one")
-        return DeliveryLimitRiskError(f"{exc} Later backups leave it out until {key} in the backup location is deleted "
-                                      "(by a backup that sees the queue empty or its limit raised, or by you).")
+                f"{exc} The stop could not be recorded in {' nor in '.join(failed)}: the next capture of this queue with "
+                "allow_delivery_count_increase would bring its messages to the delivery limit; do not run one")
+        kept = f"Later backups leave it out while either of {places} records it (both are cleared by a backup that " \
+               f"sees the queue empty or its limit raised, or by {clear})."
+        if failed:
+            return DeliveryLimitRiskError(f"{exc} {kept} But the stop could not be written to {failed[0]}: it is "
+                                          "remembered in one place only")
+        return DeliveryLimitRiskError(f"{exc} {kept}")
 
     def _leave_out(self, info: QueueInfo, reason: str) -> CaptureResult:
         """Leave a queue out before its first message is received (or fail, under ``on_unsafe_queue=fail``)."""

@@ -27,9 +27,10 @@ after a return exceeds *L* is dropped or dead-lettered.
   returns everything and raises ``DeliveryLimitRiskError``: no capture's return brings a message to *L* (where a
   consumer of the application would have no retry left), so its messages end at (up to) *L - 1*. The next
   capture's return would bring those to *L*, and it cannot see a count before receiving the message, so the stop
-  is recorded in the location and later captures leave the queue out before receiving anything until the risk is
-  gone (:mod:`.limit_stops`). Under a limit *L <= 2* even a message never returned stops the capture (*L <= 1*:
-  any return reaches the limit), so such a queue is left out before anything is received, even when allowed. A
+  is recorded, sealed, in the location and in the deployment's ledger outside it, and later captures leave the queue
+  out before receiving anything until the risk is gone (:mod:`.limit_stops`). Under a limit *L <= 2* even a message
+  never returned stops the capture (*L <= 1*: any return reaches the limit), so such a queue is left out before
+  anything is received, even when allowed. A
   message the application's own returns brought to *c >= L - 1* is not protected (this capture's return brings it
   to *L* or past it), which is why the increase is opt-in.
 * RabbitMQ 4.3+: ``basic.nack`` does not count, so nothing is refused.

@@ -201,6 +201,42 @@ def rollback_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
+def limit_stops_cmd(args: argparse.Namespace, out: IO[str]) -> int:
+    """List a location's delivery-limit stops, in the location and in this deployment's ledger; or, with ``--clear``,
+    delete one queue's in both places (:mod:`airflow_rbak.capture.limit_stops`): only once its messages are safe.
+
+    The seal's key and the ledger's folder are the tasks' (``[rbak] state_key``, ``[rbak] state_dir``), so a record
+    the tasks sealed opens here; one that does not is listed with why, and still counts as a stop for the tasks.
+    """
+    from airflow_rbak.capture.limit_stops import LimitStops, open_ledger
+
+    if args.clear and (args.vhost is None or args.queue is None):
+        raise ConfigurationError("--clear needs the stopped queue's --vhost and --queue")
+    storage = open_storage(location(args)) if args.clear else _open_existing(args)
+    stops = LimitStops(storage, open_ledger(command_settings(args).state_dir()), state_seal())
+    if args.clear:
+        cleared = stops.clear(args.vhost, args.queue)
+        if args.format == "json":
+            json_line(out, {"vhost": args.vhost, "queue": args.queue, "cleared": cleared})
+        else:
+            say(out, f"cleared the delivery-limit stop of {args.vhost}/{args.queue}: deleted {listed(cleared)}")
+        return 0
+    records = [r for r in stops.all() if args.vhost is None or r.queue()[0] == args.vhost]
+    rows = [{"where": r.where, "key": r.key, "vhost": r.queue()[0], "queue": r.queue()[1], "limit": r.limit,
+             "backup_id": (r.body or {}).get("backup_id"), "stopped_at": (r.body or {}).get("stopped_at"),
+             "problem": r.problem} for r in records]
+    if args.format == "json":
+        json_line(out, rows)
+        return 0
+    if not rows:
+        say(out, f"no delivery-limit stops for {storage.url} (in the location or in the ledger {stops.ledger.url})")
+    for row in rows:
+        what = (f"stopped by {row['backup_id']} at its delivery limit of {row['limit']} ({row['stopped_at']})"
+                if row["problem"] is None else f"{row['problem']}: counts as a stop")
+        say(out, f"{row['vhost']}/{row['queue']} [{row['where']}] {what}")
+    return 0
+
+
 def unlock_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     """Remove ``{backup_id}/lock.json``; only for a run known to be gone (a live one would lose its lock).
 

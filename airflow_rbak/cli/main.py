@@ -57,6 +57,8 @@ EXAMPLES = {
     "unlock": "rbak unlock --backup-id prod-2026-11-22",
     "location": "rbak location --path 's3://backups/rabbit?region=eu-west-1&object_lock=compliance&object_lock_days=35'\n"
                 "rbak --format json location",
+    "limit-stops": "rbak limit-stops --path s3://backups/rabbit\n"
+                   "rbak limit-stops --clear --vhost prod --queue orders   # once its messages are safe",
     "dump": "rbak segment dump /var/backups/rabbit/b1/queues/_default/orders/segment-0001.zst | head",
     "rebuild": "rbak manifest rebuild --backup-id prod-2026-11-22 --replace",
     "rollback": "RBAK_BROKER_URL=amqp://... rbak definitions rollback --backup-id latest   # lists, changes nothing\n"
@@ -180,6 +182,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("unlock", "Remove the lock a crashed backup run left behind (says who held it).")
     _backup_args(p)
     p.set_defaults(run=commands.unlock_cmd)
+
+    p = command("limit-stops", "List the queues a capture stopped at their delivery limit (RabbitMQ before 4.3, "
+                               "allow_delivery_count_increase), as the location and this deployment's ledger record "
+                               "them; with --clear, delete one queue's stop in both places.")
+    _path_arg(p)
+    p.add_argument("--vhost", help="only this vhost's stops (with --clear: the stopped queue's vhost)")
+    p.add_argument("--queue", help="with --clear: the stopped queue")
+    p.add_argument("--clear", action="store_true",
+                   help="delete the queue's stop in the location and the ledger: later backups capture it again, each "
+                        "return raising its messages' delivery count (only once they are consumed or safe)")
+    p.set_defaults(run=commands.limit_stops_cmd)
 
     segment = sub.add_parser("segment", help="Work with one segment file.").add_subparsers(dest="segment_command", required=True)
     p = command("dump", "Print a segment's header, then each record, one JSON line each.", segment)

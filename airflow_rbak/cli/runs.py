@@ -192,7 +192,7 @@ def backup_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         settings = BackupSettings(backup_id, storage_url, selector=selector, **conf)
     except TypeError as exc:  # a name BackupSettings does not take
         raise ConfigurationError(f"unknown backup setting: {exc}") from None
-    run = BackupRun(broker_connection(args), settings, seal=state_seal())
+    run = BackupRun(broker_connection(args), settings, seal=state_seal(), state_dir=configured.state_dir())
     manifest = run.run()
     summary: dict[str, Any] = {
         "backup_id": manifest.backup_id, "queues": len(manifest.queues), "total_messages": manifest.total_messages,

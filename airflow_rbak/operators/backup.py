@@ -80,7 +80,8 @@ def backup_run(context: Any, connection: RabbitMQConnection | None, backup_id: s
                **settings: Any) -> BackupRun:
     """The :class:`BackupRun` of one task: settings validated before any I/O, the DAG run the lock's owner."""
     return run_step("setup", lambda: BackupRun(
-        connection, BackupSettings(backup_id, storage_url, lock_owner=lock_owner(context), **settings), seal=state_seal()))
+        connection, BackupSettings(backup_id, storage_url, lock_owner=lock_owner(context), **settings), seal=state_seal(),
+        state_dir=rbak_settings().state_dir()))
 
 
 class RbakBrokerOperator(StorageConnectionMixin, BaseOperator):
