@@ -99,8 +99,8 @@ def rollback_definitions(client: ManagementClient, storage: Storage, backup_id: 
     matching its pin, is acted on; anything else raises :class:`DefinitionsRollbackError` before the target is touched.
     """
     seal = seal or default_seal()
+    key, record = _chosen_import(storage, backup_id, snapshot_key, restore_run, seal)  # the location first: no broker
     here, here_name = _reached_cluster(client)
-    key, record = _chosen_import(storage, backup_id, snapshot_key, restore_run, seal)
     refused = cluster_refusal(record, import_record_key(key), here, here_name)
     if refused:
         raise DefinitionsRollbackError(refused)
