@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     _backup_args(p)
     p.set_defaults(run=commands.describe_cmd)
 
-    p = command("validate", "Check a backup; exit 1 and list every defect when it is not intact.")
+    p = command("validate", "Check a backup; list every defect and exit 1 (the backup is damaged) when it is not intact.")
     _backup_args(p)
     p.add_argument("--deep", action="store_true", help="read every segment: CRC, SHA-256, records, timestamps")
     _cap_arg(p)
@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("copy", "Copy complete backups to a second location, whole chains, verified there before their manifest "
                         "is written; skips what is already there, resumes a half copy, names a damaged backup and "
-                        "copies the rest (exit 1 when one was refused).")
+                        "copies the rest (exit 1, the backup is damaged, when one was refused).")
     p.add_argument("source", help="the storage URL to copy from (only read)")
     p.add_argument("destination", help="the storage URL to copy to")
     p.add_argument("--backup-id", action="append", metavar="ID",
