@@ -38,7 +38,10 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Ar
 def _signature(action: argparse.Action) -> str:
     if not action.option_strings:
         return f"`{action.metavar or action.dest}`"
-    value = "" if action.nargs == 0 else f" {action.metavar or (action.choices and '{' + ','.join(action.choices) + '}') or action.dest.upper()}"
+    if action.nargs == 0:
+        return ", ".join(f"`{flag}`" for flag in action.option_strings)
+    choices = "{" + ",".join(action.choices) + "}" if action.choices else None
+    value = f" {action.metavar or choices or action.dest.upper()}"
     return ", ".join(f"`{flag}{value}`" for flag in action.option_strings)
 
 

@@ -178,8 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     _cap_arg(p)
     p.set_defaults(run=commands.rebuild_cmd)
 
-    definitions = sub.add_parser("definitions", help="Work with a backup's definitions: export them, roll back an import.").add_subparsers(
-        dest="definitions_command", required=True)
+    definitions = sub.add_parser("definitions", help="Work with a backup's definitions: export them, roll back an "
+                                                     "import.").add_subparsers(dest="definitions_command", required=True)
     p = command("rollback", "Return a broker's definitions to the snapshot a restore took before importing: delete what "
                             "the import created, put back what it replaced (queues, exchanges, bindings, policies and "
                             "vhosts only, as its sealed import record lists them). Lists everything and changes "
