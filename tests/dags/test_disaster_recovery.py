@@ -5,13 +5,18 @@ Host A is an Airflow home of its own (its own fernet key and database) that back
 rbak_backup`` onto an encrypted S3 location whose credentials are in an ``aws`` connection. The escrow is written as
 the procedure lists it: the location URL, the storage connection, the encryption keyring and ``[rbak] state_key``.
 Host B is a NEW home (another fernet key, an empty database) whose settings come only from the escrow and the new
-broker's connection; moto checks every request's signature, so the escrowed keys are the only way in.
+broker's connection; moto checks every request's signature, so the escrowed keys are the only way in. Then the
+procedure's path without Airflow, ``rbak restore`` with the same escrow in its environment, restores it again into
+another vhost of the new cluster.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,6 +56,23 @@ def from_escrow(escrow: dict[str, str]) -> dict[str, str]:
             "AIRFLOW__RBAK__STATE_KEY": escrow["state_key"]}
 
 
+def rbak_restore_from_escrow(escrow: dict[str, str], target, source_vhost: str, target_vhost: str,
+                             home: Path) -> subprocess.CompletedProcess[str]:
+    """``rbak restore`` as docs/disaster-recovery.md runs it without Airflow: the escrowed keyring, state key and storage
+    keys in the environment, the new broker in ``RBAK_BROKER_URL``, no Airflow home."""
+    home.mkdir()
+    keys = json.loads(escrow["storage_connection"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "RBAK_", *AWS_KEY_VARIABLES))}
+    env.update({"HOME": str(home), KEYRING_ENV: escrow["encryption_keyring"], "AIRFLOW__RBAK__STATE_KEY": escrow["state_key"],
+                "AWS_ACCESS_KEY_ID": keys["login"], "AWS_SECRET_ACCESS_KEY": keys["password"],
+                "RBAK_BROKER_URL": f"amqp://guest:guest@127.0.0.1:{target.amqp_port}/?management_port="
+                                   f"{target.management_port}&stream_port={target.stream_port}"})
+    return subprocess.run([sys.executable, "-m", "airflow_rbak.cli.main", "restore", "--path", escrow["storage_url"],
+                           "--backup-id", "latest", "--vhost-map", f"{source_vhost}={target_vhost}", "--format", "json",
+                           "--conf", json.dumps({"vhosts": [source_vhost], "restore_definitions": True})],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
 @pytest.mark.broker
 @pytest.mark.s3
 def test_a_new_airflow_configured_from_the_escrow_restores_an_encrypted_backup_byte_exact_into_a_new_cluster(
@@ -80,6 +102,9 @@ def test_a_new_airflow_configured_from_the_escrow_restores_an_encrypted_backup_b
         assert host_b["AIRFLOW__CORE__FERNET_KEY"] != host_a["AIRFLOW__CORE__FERNET_KEY"]
         restored = dags_test(host_b, {"backup_id": "latest", "vhosts": [vhost], "restore_definitions": True,
                                       "skip_approval": True}, dag_id="rbak_restore")
+
+        # and, the procedure's path without Airflow, `rbak restore` with the same escrow into another vhost there
+        by_hand = rbak_restore_from_escrow(kept, c, vhost, f"{vhost}-cli", tmp_path / "no-airflow")
     try:
         # Then the restore succeeded, and every message is in the new cluster, byte for byte, every property and header
         assert restored.returncode == 0, (restored.stdout + restored.stderr)[-6000:]
@@ -89,6 +114,11 @@ def test_a_new_airflow_configured_from_the_escrow_restores_an_encrypted_backup_b
         for name, (queue_type, count) in QUEUES.items():
             got = read_queue(second_broker.connection, vhost, name, queue_type, count)
             assert got == expected_views(count, queue_type, behaviour), name
+        assert by_hand.returncode == 0, by_hand.stdout + by_hand.stderr
+        assert json.loads(by_hand.stdout)["published"] == sum(n for _, n in QUEUES.values())
+        for name, (queue_type, count) in QUEUES.items():
+            got = read_queue(second_broker.connection, f"{vhost}-cli", name, queue_type, count)
+            assert got == expected_views(count, queue_type, behaviour), name
         # and the location host A wrote is encrypted (every object but the marker is an envelope; moto no longer checks)
         stored = open_storage(s3_storage_url, keyring=None).inner
         keys = [i.key for i in stored.list() if not i.key.endswith(MARKER_KEY)]
@@ -96,11 +126,12 @@ def test_a_new_airflow_configured_from_the_escrow_restores_an_encrypted_backup_b
         # and neither the keyring, the state key nor the storage secret is in host B's output or logs
         secret_key = json.loads(kept["storage_connection"])["password"]
         words = [kept["encryption_keyring"].split(":", 1)[1], kept["state_key"], secret_key]
-        places = {"output": restored.stdout + restored.stderr, "xcom": json.dumps(facts),
+        places = {"output": restored.stdout + restored.stderr + by_hand.stdout + by_hand.stderr, "xcom": json.dumps(facts),
                   **{k: v.decode(errors="replace") for k, v in log_files(Path(host_b["AIRFLOW_HOME"])).items()}}
         assert [(where, i) for where, text in places.items() for i, w in enumerate(words) if w in text] == []
     finally:
-        try:
-            second_broker.api("DELETE", f"vhosts/{vhost}")
-        except requests.RequestException:
-            pass
+        for name in (vhost, f"{vhost}-cli"):
+            try:
+                second_broker.api("DELETE", f"vhosts/{name}")
+            except requests.RequestException:
+                pass
