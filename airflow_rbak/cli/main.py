@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=definitions_export.export_cmd)
 
     p = command("restore", "Restore a backup without Airflow: the rbak_restore DAG's engine and settings, in this "
-                           "process (the disaster path in docs/operations.md).")
+                           "process (the disaster path: docs/disaster-recovery.md).")
     runs.add_conf_args(p, '{"vhost_map": {"prod": "prod-restored"}, "on_existing_messages": "append"}')
     runs.add_broker_args(p)
     p.add_argument("--vhost-map", action="append", metavar="SOURCE=TARGET", help="restore a vhost under another name")
