@@ -92,8 +92,9 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "rbak_drill's schedule; none: manual runs only. The DAG is paused when Airflow first sees it whatever this says."),
     "task_retries": _option(
         "integer", "3", "5",
-        "Retries of every task of the DAGs, after 1, 2, 4 ... minutes (at most 30 apart). Invalid settings, refusals "
-        "and a held lock fail at once whatever this says."),
+        "Retries of every task of rbak_backup, rbak_restore and rbak_verify, after 1, 2, 4 ... minutes (at most 30 "
+        "apart); rbak_freshness and rbak_drill never retry. Invalid settings, refusals and a held lock fail at once "
+        "whatever this says."),
     "task_timeout_minutes": _option(
         "integer", "360", "720", "Every task's execution_timeout, in minutes: a task still running after this long fails."),
     "pool": _option(

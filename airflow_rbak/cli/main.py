@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from airflow_rbak import __version__
-from airflow_rbak.cli import commands, messages, runs
+from airflow_rbak.cli import commands, definitions_export, messages, runs
 from airflow_rbak.cli.arguments import positive_float, positive_int
 from airflow_rbak.cli.configured import encryption_keyring
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
@@ -64,6 +64,9 @@ EXAMPLES = {
     "rollback": "RBAK_BROKER_URL=amqp://... rbak definitions rollback --backup-id latest   # lists, changes nothing\n"
                 "RBAK_BROKER_URL=amqp://... rbak definitions rollback --backup-id latest --apply\n"
                 "rbak definitions rollback --backup-id b1 --restore-run airflow:rbak_restore/manual__2026-11-22T04:15:00+00:00",
+    "definitions-export": "rbak definitions export --backup-id latest -o definitions.json   # no users, no hashes\n"
+                          "rbak definitions export --backup-id b1 --vhost prod -o prod.json\n"
+                          "rbak definitions export --backup-id latest --include-users -o with-hashes.json",
     "restore": "RBAK_BROKER_URL=amqp://... rbak restore --backup-id latest --dry-run\n"
                "rbak restore --broker-file ~/.rbak-broker --backup-id b1 --vhost-map prod=prod-restored",
     "export": "rbak export --decrypt --encryption-conn-id rbak_encryption --path s3://backups/rabbit "
@@ -93,9 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "it, the RBAK_ENCRYPTION_KEYS variable's keys, else none (a plain location)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help_text: str, parent=sub, formats=("text", "json")) -> argparse.ArgumentParser:
+    def command(name: str, help_text: str, parent=sub, formats=("text", "json"), examples: str = "") -> argparse.ArgumentParser:
         p = parent.add_parser(name, help=help_text, description=help_text, formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog="examples:\n  " + EXAMPLES[name].replace("\n", "\n  "))
+                              epilog="examples:\n  " + EXAMPLES[examples or name].replace("\n", "\n  "))
         # SUPPRESS: given here it wins, absent it leaves the value given before the command
         p.add_argument("--format", choices=formats, default=argparse.SUPPRESS, help="output format (default text)")
         p.add_argument("--encryption-conn-id", default=argparse.SUPPRESS, metavar="CONN_ID",
@@ -110,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     _backup_args(p)
     p.set_defaults(run=commands.describe_cmd)
 
-    p = command("validate", "Check a backup; exit 1 and list every defect when it is not intact.")
+    p = command("validate", "Check a backup; list every defect and exit 1 (the backup is damaged) when it is not intact.")
     _backup_args(p)
     p.add_argument("--deep", action="store_true", help="read every segment: CRC, SHA-256, records, timestamps")
     _cap_arg(p)
@@ -163,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("copy", "Copy complete backups to a second location, whole chains, verified there before their manifest "
                         "is written; skips what is already there, resumes a half copy, names a damaged backup and "
-                        "copies the rest (exit 1 when one was refused).")
+                        "copies the rest (exit 1, the backup is damaged, when one was refused).")
     p.add_argument("source", help="the storage URL to copy from (only read)")
     p.add_argument("destination", help="the storage URL to copy to")
     p.add_argument("--backup-id", action="append", metavar="ID",
@@ -209,8 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     _cap_arg(p)
     p.set_defaults(run=commands.rebuild_cmd)
 
-    definitions = sub.add_parser("definitions", help="Work with the definitions a restore imported.").add_subparsers(
-        dest="definitions_command", required=True)
+    definitions = sub.add_parser("definitions", help="Work with a backup's definitions: export them, roll back an "
+                                                     "import.").add_subparsers(dest="definitions_command", required=True)
     p = command("rollback", "Return a broker's definitions to the snapshot a restore took before importing: delete what "
                             "the import created, put back what it replaced (queues, exchanges, bindings, policies and "
                             "vhosts only, as its sealed import record lists them). Lists everything and changes "
@@ -230,8 +233,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                             "(the default)")
     p.set_defaults(run=commands.rollback_cmd)
 
+    p = command("export", "Write a backup's definitions as RabbitMQ's own JSON, for rabbitmqctl import_definitions or "
+                          "POST /api/definitions: without users, password hashes and URI credentials unless "
+                          "--include-users.", definitions, examples="definitions-export")
+    _backup_args(p)
+    definitions_export.add_export_args(p)
+    p.set_defaults(run=definitions_export.export_cmd)
+
     p = command("restore", "Restore a backup without Airflow: the rbak_restore DAG's engine and settings, in this "
-                           "process (the disaster path in docs/operations.md).")
+                           "process (the disaster path: docs/disaster-recovery.md).")
     runs.add_conf_args(p, '{"vhost_map": {"prod": "prod-restored"}, "on_existing_messages": "append"}')
     runs.add_broker_args(p)
     p.add_argument("--vhost-map", action="append", metavar="SOURCE=TARGET", help="restore a vhost under another name")
