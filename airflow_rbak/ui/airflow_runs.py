@@ -111,7 +111,8 @@ def _log_events(ti: Any) -> Iterator[Mapping[str, Any]]:
 
     if not ti.try_number:
         return
-    chunks, _ = TaskLogReader().read_log_chunks(ti, ti.try_number, {"download_logs": True})
+    metadata: Any = {}  # from the start; Airflow's reader fills in where it stopped
+    chunks, _ = TaskLogReader().read_log_chunks(ti, ti.try_number, metadata)
     for message in chunks:
         yield message.model_dump() if hasattr(message, "model_dump") else dict(message)
 

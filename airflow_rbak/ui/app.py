@@ -38,10 +38,15 @@ from airflow_rbak.repository.manifest_store import ManifestNotFoundError
 from airflow_rbak.repository.message_filter import FilterError
 from airflow_rbak.ui import URL_PREFIX
 from airflow_rbak.ui.airflow_runs import load_backup_runs, with_reasons
-from airflow_rbak.ui.backup_catalog import (ACTIONABLE, UI_RETRIES, BackupCatalog, LocationNotFoundError, backup_row,
-                                            describe_error)
-from airflow_rbak.ui.message_browser import (BODY_FILTERS, QUERY_FILTERS, MessagePageError, Position, filter_of,
-                                             queue_of)
+from airflow_rbak.ui.backup_catalog import (
+    ACTIONABLE,
+    UI_RETRIES,
+    BackupCatalog,
+    LocationNotFoundError,
+    backup_row,
+    describe_error,
+)
+from airflow_rbak.ui.message_browser import BODY_FILTERS, QUERY_FILTERS, MessagePageError, Position, filter_of, queue_of
 from airflow_rbak.ui.message_browser import message_page as read_messages
 from airflow_rbak.ui.messages_page import BACK_PAGES, form_field, messages_page
 from airflow_rbak.ui.pages import Links, detail_page, list_page, message_page, restore_page
