@@ -295,6 +295,11 @@ def _header_equals(kind: str, value: Any, wanted: HeaderWanted) -> bool:
     return _header_text(kind, value) == wanted
 
 
+def header_text(kind: str, value: Any) -> str | None:
+    """A header's value as a ``headers`` filter compares it with text (None: it has no text, no text filter matches)."""
+    return _header_text(kind, value)
+
+
 def _header_text(kind: str, value: Any) -> str | None:
     if kind in _TEXT_KINDS:
         return value

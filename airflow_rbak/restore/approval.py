@@ -68,6 +68,7 @@ def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id:
     same = " (**the same cluster the backup was taken from**)" if same_cluster else ""
     adds = sum(q.to_add for q in plan.queues)
     lines = [
+        "**The user who triggered this run cannot approve it**: their Approve does not count (unless `[rbak] approval_by_trigger_user_allowed` is on).", "",  # noqa: E501
         f"**Backup** {md_code(plan.backup_id)} from {md_code(plan.storage_url)}, window {_window(plan)}, drawn from "
         f"{', '.join(md_code(b) for b in plan.drawn_from) or 'no segments'}.",
         "",

@@ -3,12 +3,17 @@
 Three small queries (runs, the tasks that verify, the XComs that name a resolved backup id or hold a
 restore's report) read every run of the three DAGs at once, newest first up to ``limit``;
 :class:`~airflow_rbak.ui.runs.RunIndex` then matches them to backups without Airflow. A restore of
-``latest`` names its backup in its report, so it is listed once it has one.
+``latest`` names its backup in its report, so it is listed once it has one. A fourth names the task that failed
+each failed run; why it failed is read from that task's note or log (:func:`with_reasons`) for one backup's page
+only, since a log may sit on remote storage.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import functools
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from airflow.models.dagrun import DagRun
@@ -18,7 +23,9 @@ from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from airflow_rbak.airflow_settings import rbak_settings
+from airflow_rbak.display import package_logger
 from airflow_rbak.restore.run import report_line
+from airflow_rbak.ui.damage import failure_reason, restore_outcome
 from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, BackupDagRun
 
 #: The XCom that names the backup a run chose itself: discover's summary, resolve_backup's return value, the
@@ -28,6 +35,9 @@ _RESOLVED = {BACKUP_DAG_ID: ("discover", "summary"), VERIFY_DAG_ID: ("resolve_ba
 _KIND = {BACKUP_DAG_ID: "backup", VERIFY_DAG_ID: "verify", RESTORE_DAG_ID: "restore"}
 #: The task whose end is a run's verify: the backup's encode task verifies what it wrote.
 _VERIFIES = {BACKUP_DAG_ID: "encode", VERIFY_DAG_ID: "verify"}
+_FAILED = ("failed",)
+
+log = package_logger(__name__)
 
 
 def _verify_tasks(dag_id: Any, task_id: Any) -> Any:
@@ -57,6 +67,7 @@ def load_backup_runs(session: Session, limit: int = 5000) -> list[BackupDagRun]:
         select(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.state, TaskInstance.end_date)
         .where(_verify_tasks(TaskInstance.dag_id, TaskInstance.task_id), TaskInstance.map_index == -1))}
     xcoms = _xcoms(session)
+    failed = _failed_tasks(session)
     default_url = rbak_settings().ui_storage_urls()[0]  # as configured: never raises, unlike default_storage_url()
     found = []
     for run in runs:
@@ -76,7 +87,75 @@ def load_backup_runs(session: Session, limit: int = 5000) -> list[BackupDagRun]:
             storage_url=str(conf.get("storage_url") or default_url), backup_id=backup_id,
             state=_state(run.state) or "none", started_at=_ms(run.start_date), ended_at=_ms(run.end_date),
             verify_state=verify_state, verify_at=_ms(ti.end_date) if ti is not None else None,
-            outcome=_outcome(run.dag_id, xcoms.get((run.dag_id, run.run_id, "report")))))
+            outcome=_outcome(run.dag_id, xcoms.get((run.dag_id, run.run_id, "report")))
+            or restore_outcome(_state(run.state) or "", failed.get((run.dag_id, run.run_id)), None)
+            if run.dag_id == RESTORE_DAG_ID else None,
+            failed_task=failed.get((run.dag_id, run.run_id))))
+    return found
+
+
+def _failed_tasks(session: Session) -> dict[tuple[str, str], str]:
+    """The first task (by when it ended) that failed in each failed restore or verify run."""
+    rows = session.execute(
+        select(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id)
+        .join(DagRun, and_(DagRun.dag_id == TaskInstance.dag_id, DagRun.run_id == TaskInstance.run_id))
+        .where(TaskInstance.dag_id.in_((RESTORE_DAG_ID, VERIFY_DAG_ID)), TaskInstance.state.in_(_FAILED),
+               DagRun.state.in_(_FAILED))
+        .order_by(TaskInstance.end_date.desc()))
+    return {(dag_id, run_id): task_id for dag_id, run_id, task_id in rows}  # the earliest, written last
+
+
+def _log_events(ti: Any) -> Iterator[Mapping[str, Any]]:
+    """The task's latest try's log as events (Airflow's own reader: local files or remote logging alike)."""
+    from airflow.utils.log.log_reader import TaskLogReader
+
+    if not ti.try_number:
+        return
+    metadata: Any = {}  # from the start; Airflow's reader fills in where it stopped
+    chunks, _ = TaskLogReader().read_log_chunks(ti, ti.try_number, metadata)
+    for message in chunks:
+        yield message.model_dump() if hasattr(message, "model_dump") else dict(message)
+
+
+@functools.lru_cache(maxsize=1024)
+def _reason(dag_id: str, run_id: str, task_id: str, try_number: int) -> tuple[str | None, bool]:
+    """A finished try's reason (its log no longer changes, so it is read once per api-server)."""
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.scalars(select(TaskInstance).where(
+            TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id,
+            TaskInstance.map_index == -1)).first()
+        if ti is None:
+            ti = session.scalars(select(TaskInstance).where(
+                TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id)).first()
+        if ti is None:
+            return None, False
+        if ti.note:
+            return failure_reason([{"level": "error", "event": ti.note}])
+        try:
+            return failure_reason(_log_events(ti))
+        except Exception as exc:  # noqa: BLE001 - a log that cannot be read leaves the reason in Airflow's UI
+            log.warning("rbak UI: cannot read the log of %s %s %s: %s", dag_id, run_id, task_id, exc)
+            return None, False
+
+
+def with_reasons(session: Session, runs: list[BackupDagRun]) -> list[BackupDagRun]:
+    """The runs, each failed restore or verify run with its failed task's reason (and whether it names damage)."""
+    tries = {(t.dag_id, t.run_id, t.task_id): t.try_number for t in session.execute(
+        select(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id, TaskInstance.try_number).where(
+            or_(*(and_(TaskInstance.dag_id == r.dag_id, TaskInstance.run_id == r.run_id,
+                       TaskInstance.task_id == r.failed_task) for r in runs if r.failed_task))))} \
+        if any(r.failed_task for r in runs) else {}
+    found = []
+    for run in runs:
+        if not run.failed_task:
+            found.append(run)
+            continue
+        reason, damaged = _reason(run.dag_id, run.run_id, run.failed_task,
+                                  int(tries.get((run.dag_id, run.run_id, run.failed_task)) or 0))
+        outcome = restore_outcome(run.state, run.failed_task, reason) if run.kind == "restore" else run.outcome
+        found.append(dataclasses.replace(run, reason=reason, damaged=damaged, outcome=outcome))
     return found
 
 

@@ -26,6 +26,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from pydantic import BaseModel, Field
 from sqlalchemy import select
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -36,12 +37,20 @@ from airflow_rbak.hooks.storage import open_connected_storage
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError
 from airflow_rbak.repository.message_filter import FilterError
 from airflow_rbak.ui import URL_PREFIX
-from airflow_rbak.ui.airflow_runs import load_backup_runs
-from airflow_rbak.ui.backup_catalog import ACTIONABLE, UI_RETRIES, BackupCatalog, LocationNotFoundError, describe_error
-from airflow_rbak.ui.message_browser import BODY_FILTERS, QUERY_FILTERS, MessagePageError, Position, filter_of
+from airflow_rbak.ui.airflow_runs import load_backup_runs, with_reasons
+from airflow_rbak.ui.backup_catalog import (
+    ACTIONABLE,
+    UI_RETRIES,
+    BackupCatalog,
+    LocationNotFoundError,
+    backup_row,
+    describe_error,
+)
+from airflow_rbak.ui.message_browser import BODY_FILTERS, QUERY_FILTERS, MessagePageError, Position, filter_of, queue_of
 from airflow_rbak.ui.message_browser import message_page as read_messages
-from airflow_rbak.ui.messages_page import messages_page
+from airflow_rbak.ui.messages_page import BACK_PAGES, form_field, messages_page
 from airflow_rbak.ui.pages import Links, detail_page, list_page, message_page, restore_page
+from airflow_rbak.ui.param_errors import plain_param_error
 from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, RunIndex
 
 # FastAPI's own /openapi.json would answer anyone: the one below asks for the same login as every other route.
@@ -63,9 +72,14 @@ def catalog() -> BackupCatalog:
                          opener=lambda url: open_connected_storage(url, conn_id, retries=UI_RETRIES, keyring=keyring))
 
 
-def run_index() -> RunIndex:
+def run_index(backup: tuple[str, str] | None = None) -> RunIndex:
+    """Every run of the view's DAGs; for ``backup`` (location URL, backup id), its failed runs with their reasons."""
     with create_session() as session:
-        return RunIndex(load_backup_runs(session))
+        runs = load_backup_runs(session)
+        if backup is None:
+            return RunIndex(runs)
+        mine = [r for r in runs if (r.storage_url, r.backup_id) == backup]
+        return RunIndex([*(r for r in runs if (r.storage_url, r.backup_id) != backup), *with_reasons(session, mine)])
 
 
 def permissions(user: Any) -> dict[str, bool]:
@@ -153,7 +167,8 @@ def _location(location_id: str) -> Any:
 
 def _detail(location_id: str, backup_id: str) -> dict[str, Any]:
     try:
-        return catalog().detail(_location(location_id), backup_id, run_index())
+        location = _location(location_id)
+        return catalog().detail(location, backup_id, run_index((location.url, backup_id)))
     except (LocationNotFoundError, ManifestNotFoundError) as exc:
         raise HTTPException(404, str(exc)) from None
     except HTTPException:
@@ -186,6 +201,18 @@ def api_locations() -> list[dict[str, str | None]]:
 def api_backups(location_id: str, offset: Offset = 0, limit: Limit = 50, refresh: bool = False) -> dict[str, Any]:
     """One page of a location's backups, newest first; ``error`` says why a location cannot be read."""
     return catalog().page(_location(location_id), run_index(), offset, limit, refresh)
+
+
+class ParamRefusal(BaseModel):
+    """Airflow's answer to a trigger whose params failed their schemas (its ``detail``)."""
+
+    detail: str = Field(max_length=20_000)
+
+
+@app.post("/api/param-error", dependencies=_can_read)
+def api_param_error(refusal: ParamRefusal) -> dict[str, str | None]:
+    """Airflow's refusal of a trigger's param in one sentence, and the field it concerns (the restore form's errors)."""
+    return plain_param_error(refusal.detail)
 
 
 @app.get("/api/locations/{location_id}/backups/{backup_id}", dependencies=_can_read)
@@ -234,8 +261,10 @@ def _restorable(location: Any, backup_id: str) -> None:
         raise HTTPException(404, f"There is no backup {backup_id!r} in {location.url}; nothing to restore.") from None
     except Exception as exc:  # noqa: BLE001 - an unreadable location: said in one line
         raise HTTPException(502, f"{location.url}: {describe_error(exc)}") from None
-    if summary.status not in ACTIONABLE:
-        raise HTTPException(409, f"Backup {backup_id} is {summary.status}: {summary.problem or 'not restorable'}. "
+    row = backup_row(summary, location, run_index((location.url, backup_id)),
+                     catalog().damage.found(location.url, backup_id))
+    if row["status"] not in ACTIONABLE:
+        raise HTTPException(409, f"Backup {backup_id} is {row['status']}: {row['problem'] or 'not restorable'}. "
                                  "The view restores complete (and rebuilt) backups only.")
 
 
@@ -266,7 +295,7 @@ def restore_view(request: Request, location_id: str, backup_id: str, user: GetUs
 
 
 #: The messages pages' own query parameters; every other one is a filter (repository/message_filter.py).
-_PAGING = ("queue", "at", "limit")
+_PAGING = ("queue", "at", "limit", "back")
 
 
 def _filter_query(request: Request) -> list[tuple[str, str]]:
@@ -295,16 +324,51 @@ def _messages(location_id: str, backup_id: str, request: Request, user: Any, que
     except ManifestNotFoundError as exc:
         raise HTTPException(404, str(exc)) from None
     except (MessagePageError, RbakError, ValueError) as exc:
-        raise HTTPException(400, str(exc)) from None
+        raise FilterRefused(exc) from None
     try:
         page = read_messages(catalog().storage(location), manifest, queue, start=start, limit=limit, match=match,
                              show_bodies=show_bodies)
     except (MessagePageError, FilterError) as exc:  # a body regex that ran out of time says so
-        raise HTTPException(400, str(exc)) from None
+        raise FilterRefused(exc) from None
     except Exception as exc:  # noqa: BLE001 - a damaged segment, an unreachable location: said in one line
         raise HTTPException(502, f"{backup_id}: {describe_error(exc)}") from None
+    for found in page["damaged"]:  # the backup's page says so too, and offers no Restore… (damage.py)
+        catalog().damage.record(location.url, backup_id, found["segment"], found["reason"])
     return {**page, "backup_id": backup_id, "location": location.to_json(), "filters": query,
             "bodies_refused": None if show_bodies else BODIES_REFUSED}
+
+
+class FilterRefused(HTTPException):
+    """A filter or position that cannot be used (400); ``field`` names the form's field when one is at fault."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(400, str(exc))
+        self.field = form_field(exc.field) if isinstance(exc, FilterError) else None
+        self.text = str(exc).removeprefix(f"{exc.field}: ") if isinstance(exc, FilterError) else str(exc)
+
+
+def _back(back: str | None) -> list[str]:
+    """The pages before this one (``back=1.0,1.20``), each a position, newest last."""
+    try:
+        return [str(Position.parse(at)) for at in (back or "").split(",") if at][-BACK_PAGES:]
+    except MessagePageError as exc:
+        raise FilterRefused(MessagePageError(f"back: {exc}")) from None
+
+
+def _refused_page(location_id: str, backup_id: str, request: Request, user: Any, queue: int, limit: int,
+                  refused: FilterRefused) -> dict[str, Any] | None:
+    """The messages page as asked, with no messages and the refusal beside its field (None: the queue cannot be read)."""
+    try:
+        location = _location(location_id)
+        q = queue_of(catalog().manifest(location, backup_id), queue)
+    except Exception:  # noqa: BLE001 - the plain refusal page says why then
+        return None
+    filters = [(k, v) for k, v in request.query_params.multi_items() if k not in _PAGING and v.strip()]
+    return {"queue": {"index": queue, "vhost": q.vhost, "name": q.name, "queue_type": q.queue_type,
+                      "messages": q.message_count}, "start": "", "limit": limit, "messages": [], "scanned": 0,
+            "damaged": [], "next": None, "filter": None, "bodies": may_see_bodies(user), "backup_id": backup_id,
+            "location": location.to_json(), "filters": filters, "bodies_refused": None if may_see_bodies(user)
+            else BODIES_REFUSED, "error": {"field": refused.field, "text": refused.text}}
 
 
 QueueIndex = Annotated[int, Query(ge=0)]
@@ -323,11 +387,18 @@ def api_messages(request: Request, location_id: str, backup_id: str, user: GetUs
 @app.get("/backups/{location_id}/{backup_id}/messages", response_class=HTMLResponse, dependencies=_can_read)
 def messages_view(request: Request, location_id: str, backup_id: str, user: GetUserDep, queue: QueueIndex = 0,
                   at: str | None = None, limit: PageLimit = 20) -> HTMLResponse:
-    """A queue's messages page by page, with the filter form."""
+    """A queue's messages page by page, with the filter form (a filter it cannot use is said beside its field, the
+    form kept as given, with status 400)."""
     to = links(request)
     back = (to.backup(location_id, backup_id), f"backup {backup_id}")
     try:
-        page = _messages(location_id, backup_id, request, user, queue, at, limit)
+        page = {**_messages(location_id, backup_id, request, user, queue, at, limit),
+                "back": _back(request.query_params.get("back"))}
+    except FilterRefused as exc:
+        kept = _refused_page(location_id, backup_id, request, user, queue, limit, exc)
+        if kept is not None:
+            return HTMLResponse(messages_page(kept, to), status_code=400)
+        return HTMLResponse(message_page(f"Messages of {backup_id}", str(exc.detail), to, back), status_code=400)
     except HTTPException as exc:
         return HTMLResponse(message_page(f"Messages of {backup_id}", str(exc.detail), to, back),
                             status_code=exc.status_code)

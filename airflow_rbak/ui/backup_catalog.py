@@ -28,6 +28,7 @@ from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage, StorageError
 from airflow_rbak.storage.url import credentials_refusal, holds_credentials
+from airflow_rbak.ui.damage import DamageLedger, Finding, damage_of
 from airflow_rbak.ui.runs import RunIndex
 
 log = package_logger(__name__)
@@ -128,11 +129,18 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def backup_row(summary: BackupSummary, location: Location, runs: RunIndex) -> dict[str, Any]:
-    """One backup as a row of the list: the catalog's summary, its completeness and its last verify."""
+def backup_row(summary: BackupSummary, location: Location, runs: RunIndex,
+               found: list[Finding] | None = None) -> dict[str, Any]:
+    """One backup as a row of the list: the catalog's summary, its completeness and its last verify; a backup whose
+    manifest reads whole but that a reader found damaged (``damage``, newest first) is listed ``damaged``."""
     last = runs.last_verify(location.url, summary.backup_id)
-    return {**summary.to_json(), "complete": summary.status == "complete",
-            "last_verify": last.to_json() if last else None}
+    row = {**summary.to_json(), "complete": summary.status == "complete",
+           "last_verify": last.to_json() if last else None, "damage": []}
+    if summary.status in ACTIONABLE:
+        damage = damage_of([r.to_json() for r in runs.runs(location.url, summary.backup_id)], found or [])
+        if damage:
+            row.update(status="damaged", complete=False, damage=damage, problem=damage[0])
+    return row
 
 
 def manifest_detail(manifest: BackupManifest) -> dict[str, Any]:
@@ -178,6 +186,8 @@ class BackupCatalog:
         self._cache: dict[str, tuple[float, list[BackupSummary] | BaseException]] = {}
         self._lock = threading.Lock()
         self.listings: SingleFlight[list[BackupSummary]] = SingleFlight()
+        #: Damage the message browser found in backups whose manifests read whole (damage.py says why kept here).
+        self.damage = DamageLedger()
 
     def location(self, location_id: str) -> Location:
         found = next((loc for loc in self.locations if loc.id == location_id), None)
@@ -221,7 +231,8 @@ class BackupCatalog:
         except Exception as exc:  # noqa: BLE001 - one location's fault must not hide the others
             log.warning("rbak UI: cannot list %s: %s", location.url, describe_error(exc))
             return {**body, "total": 0, "backups": [], "error": describe_error(exc)}
-        rows = [backup_row(s, location, runs) for s in summaries[offset:offset + limit]]
+        rows = [backup_row(s, location, runs, self.damage.found(location.url, s.backup_id))
+                for s in summaries[offset:offset + limit]]
         return {**body, "total": len(summaries), "backups": rows, "error": None}
 
     def detail(self, location: Location, backup_id: str, runs: RunIndex) -> dict[str, Any]:
@@ -233,12 +244,13 @@ class BackupCatalog:
         """
         summary = self.summary(location, backup_id)
         pending = runs.pending_verify(location.url, backup_id)
-        body: dict[str, Any] = {"location": location.to_json(), "backup": backup_row(summary, location, runs),
+        row = backup_row(summary, location, runs, self.damage.found(location.url, backup_id))
+        body: dict[str, Any] = {"location": location.to_json(), "backup": row,
                 "runs": {kind: [r.to_json() for r in runs.runs(location.url, backup_id, name)]
                          for kind, name in (("made", "backup"), ("verified", "verify"), ("restored", "restore"))},
                 "verify": {"pending": pending.to_json() if pending else None,
                            "next_run_id": runs.next_verify_run_id(location.id, location.url, backup_id)}}
-        if summary.status in READABLE:
+        if summary.status in READABLE:  # found damaged by a reader: its manifest still reads whole
             body.update(manifest_detail(self.manifest(location, backup_id)))
         elif summary.status == "damaged":  # its manifest may still read (an object it lists is missing): show it
             try:

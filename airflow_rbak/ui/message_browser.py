@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_rbak.codec import BackupManifest, BackupRecord, CodecError, QueueBackup
-from airflow_rbak.codec.headers import headers_to_json
+from airflow_rbak.codec.headers import BYTES, TIMESTAMP, HeaderValue, headers_to_json
 from airflow_rbak.codec.segment import iter_records_from
 from airflow_rbak.exceptions import RbakError
-from airflow_rbak.repository.message_filter import PARAM_NAMES, FilterError, MessageFilter
+from airflow_rbak.repository.message_filter import PARAM_NAMES, FilterError, MessageFilter, header_text
 from airflow_rbak.repository.message_reader import SegmentUnreadableError, vouched_bytes
 from airflow_rbak.repository.ownership import queue_defects
 from airflow_rbak.storage.base import Storage
@@ -150,6 +150,20 @@ def _bounded(value: Any) -> str:
     return _printable_text(text if len(text) <= HEADER_CHARS else text[:HEADER_CHARS] + f"… ({len(text) - HEADER_CHARS} more)")
 
 
+def header_shown(name: str, value: HeaderValue) -> dict[str, str | None]:
+    """One header as the filter takes it: ``shown`` is ``x-tenant=eu`` (what the Header field matches), and ``type``
+    is said only where it matters: a timestamp, bytes, or a value no text filter matches (a table, an array, void)."""
+    text = header_text(value.kind, value.value)
+    if text is None:
+        return {"shown": _printable_text(f"{name}: ") + _bounded(value.to_json()),
+                "type": f"{value.kind}: no header filter matches it"}
+    kind = {TIMESTAMP: "timestamp, seconds since the epoch", BYTES: "bytes, shown as UTF-8 text"}.get(value.kind)
+    shown = f"{name}={text}"
+    if len(shown) > HEADER_CHARS:
+        shown = shown[:HEADER_CHARS] + f"… ({len(shown) - HEADER_CHARS} more)"
+    return {"shown": _printable_text(shown), "type": kind}
+
+
 def message_json(record: BackupRecord, position: Position, number: int, show_body: bool) -> dict[str, Any]:
     """One message for the API and the page: where it is, its properties (those set), headers, and body preview."""
     properties = {k: v for k, v in record.properties.to_json().items() if v is not None}
@@ -158,6 +172,7 @@ def message_json(record: BackupRecord, position: Position, number: int, show_bod
         "exchange": record.exchange, "routing_key": record.routing_key, "redelivered": record.redelivered,
         "backed_up_at": record.backed_up_at, "properties": properties,
         "headers": [[name, _bounded(value)] for name, value in headers_to_json(record.headers)],
+        "headers_shown": [header_shown(name, value) for name, value in record.headers],
         "body_bytes": len(record.body),
         "body": body_preview(record.body, record.properties.content_type) if show_body else None,
     }

@@ -15,7 +15,7 @@ from urllib.parse import quote, urlencode
 
 from airflow_rbak.display import count, printable, size, when
 from airflow_rbak.ui.backup_catalog import ACTIONABLE
-from airflow_rbak.ui.runs import RESTORE_DAG_ID, VERIFY_DAG_ID
+from airflow_rbak.ui.runs import RESTORE_DAG_ID, VERIFY_DAG_ID, restore_run_id
 from airflow_rbak.ui.trigger_form import SCRIPT as TRIGGER_SCRIPT
 from airflow_rbak.ui.trigger_form import trigger_form
 
@@ -37,8 +37,12 @@ table{border-collapse:collapse;width:100%;margin:6px 0 14px}
 th,td{border-bottom:1px solid #e2e8f0;padding:5px 8px;text-align:left;vertical-align:top}
 th{background:#f7fafc;font-weight:600}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .date{white-space:nowrap;font-variant-numeric:tabular-nums}table.backups{table-layout:fixed}
+table.backups .date{white-space:normal;overflow-wrap:anywhere}.date>span{white-space:nowrap}
+table.backups .badge{padding:1px 6px}table.backups th{font-size:12px;padding:4px}
+#trigger-form input[type=text],#trigger-form textarea{max-width:100%;box-sizing:border-box}
+ul.damage{margin:0;padding-left:18px}
 .hidden-why{background:#fffaf0;border:1px solid #fbd38d;padding:6px 10px;border-radius:6px;margin:6px 0;color:#744210}
-td{overflow-wrap:anywhere}table.backups{font-size:13px}table.backups td,table.backups th{padding:4px 5px}
+td{overflow-wrap:anywhere}table.backups{font-size:13px}table.backups td,table.backups th{padding:4px}
 a{color:#2b6cb0;text-decoration:none}a:hover{text-decoration:underline}
 .badge{border-radius:10px;padding:1px 8px;font-size:12px;white-space:nowrap}
 .ok{background:#c6f6d5;color:#22543d}.bad{background:#fed7d7;color:#822727}.mid{background:#fefcbf;color:#744210}
@@ -154,17 +158,20 @@ def _verify_cell(last: dict[str, Any] | None) -> str:
 
 
 def _date(ms: Any) -> str:
-    """A time on one line (at 1024 px a table's dates would wrap at their spaces): to the minute, the seconds in
-    its title."""
+    """A time to the minute, the seconds in its title: on one line where it fits, else the day over the time (never
+    drawn over the next column)."""
     full = when(ms)
-    shown = full[:16] if full[:4].isdigit() and full.endswith(" UTC") else full
-    return f'<span class="date" title="{_text(full)}">{_text(shown)}</span>'
+    if full[:4].isdigit() and full.endswith(" UTC"):
+        day, _, minute = full[:16].partition(" ")
+        return f'<span class="date" title="{_text(full)}"><span>{_text(day)}</span> <span>{_text(minute)}</span></span>'
+    return f'<span class="date" title="{_text(full)}">{_text(full)}</span>'
 
 
 #: The list's columns and their widths: the same in every location's table, whatever its rows hold.
-_COLUMNS = (("Backup", 14, ""), ("Status", 8, ""), ("Started (UTC)", 12, ""), ("Completed (UTC)", 12, ""),
-            ("Queues", 5, "n"), ("Messages", 7, "n"), ("Bytes", 7, "n"), ("Codec", 6, ""),
-            ("Last verify", 13, ""), ("Depends on", 8, ""), ("Needed by", 8, ""))
+#: Inside Airflow's frame at a 1024 px window (937 px wide) each holds its widest word: "incomplete", "Messages".
+_COLUMNS = (("Backup", 9, ""), ("Status", 10, ""), ("Started (UTC)", 14, ""), ("Completed (UTC)", 14, ""),
+            ("Queues", 7, "n"), ("Messages", 8, "n"), ("Bytes", 8, "n"), ("Codec", 6, ""),
+            ("Last verify", 10, ""), ("Depends on", 7, ""), ("Needed by", 7, ""))
 assert sum(width for _, width, _ in _COLUMNS) == 100
 
 
@@ -245,14 +252,19 @@ def _actions(detail: dict[str, Any], links: Links, can: dict[str, bool], paused:
     """Restore… and Verify for users who may trigger them, each DAG's paused state beside them, and Verify held while
     a verify run of this backup is still to finish (its run id is fixed until then: a second trigger is refused)."""
     url, backup_id, status = detail["location"]["url"], detail["backup"]["backup_id"], detail["backup"]["status"]
-    if status not in ACTIONABLE:
+    damage = detail["backup"].get("damage") or []
+    if status not in ACTIONABLE and not damage:
         if not (can.get("restore") or can.get("verify")):
             return ""
         return (f'<div class="hidden-why" id="not-offered">Restore… and Verify are not offered: this backup is '
                 f'{_text(status)} ({_text(detail["backup"].get("problem") or "what it lists is not all stored")}). '
                 "Only complete and rebuilt backups are restored or verified from here.</div>")
     buttons, notices, answer = [], [], ""
-    if can.get("restore"):
+    if damage and can.get("restore"):
+        notices.append('<div class="hidden-why" id="no-restore">Restore… is not offered: a reader found this backup '
+                       "damaged (see Damage below). Verify checks every segment again; a verify that succeeds "
+                       "clears it.</div>")
+    elif can.get("restore"):
         href = links.restore_form(detail["location"]["id"], backup_id)
         buttons.append(f'<a class="btn" id="restore" href="{_text(href)}">Restore…</a>')
         notices += [paused_notice(RESTORE_DAG_ID, links)] if paused.get(RESTORE_DAG_ID) else []
@@ -320,7 +332,7 @@ def _definitions(detail: dict[str, Any]) -> str:
 def _damaged_notice(detail: dict[str, Any]) -> str:
     """A damaged backup whose manifest still reads: what follows is what it lists, not what is stored."""
     b = detail["backup"]
-    if b["status"] != "damaged" or detail.get("hidden"):
+    if b["status"] != "damaged" or detail.get("hidden") or b.get("damage"):
         return ""
     return (f'<div class="hidden-why" id="damaged">This backup is damaged ({_text(b.get("problem") or "?")}): what '
             "follows is what its manifest lists, and not all of it is stored.</div>")
@@ -340,7 +352,9 @@ def detail_page(detail: dict[str, Any], links: Links, can: dict[str, bool], paus
              ("Source", _text(source)), ("Totals", totals),
              ("Compression", _text(", ".join(b["compression"]) or "-")), ("Last verify", _verify_cell(b["last_verify"])),
              ("Depends on", _ids(b["depends_on"], links, loc["id"])), ("Needed by", _ids(b["needed_by"], links, loc["id"]))]
-    if b.get("problem"):
+    if b.get("damage"):
+        facts.append(("Damage", "<ul class=damage>" + "".join(f"<li>{_text(d)}</li>" for d in b["damage"]) + "</ul>"))
+    elif b.get("problem"):
         facts.append(("Problem", _text(b["problem"])))
     table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
     body = (f'<p><a href="{_text(links.listing(loc["id"], 0))}">← all backups</a></p><h1>Backup {_text(b["backup_id"])}</h1>'
@@ -352,12 +366,15 @@ def detail_page(detail: dict[str, Any], links: Links, can: dict[str, bool], paus
     return page_frame(f"Backup {b['backup_id']}", body, links, _VERIFY_SCRIPT)
 
 
-def restore_page(location: dict[str, str], backup_id: str, params: dict[str, Any], links: Links, paused: bool) -> str:
+def restore_page(location: dict[str, str], backup_id: str, params: dict[str, Any], links: Links, paused: bool,
+                 run_id: str | None = None) -> str:
     """``rbak_restore``'s trigger form for one backup: its location and id filled in, every other param at its default,
-    and the DAG's paused state above it."""
+    the DAG's paused state above it, and the run id it triggers (a new one each time it is shown)."""
     form = trigger_form(RESTORE_DAG_ID, params, {"storage_url": location["url"], "backup_id": backup_id},
                         api_url=links.trigger_api(RESTORE_DAG_ID), runs_url=links.run(RESTORE_DAG_ID, ""),
-                        dag_url=links.dag(RESTORE_DAG_ID))
+                        dag_url=links.dag(RESTORE_DAG_ID),
+                        run_id=run_id or restore_run_id(location["id"], backup_id),
+                        plain_url=f"{links.view_root}/api/param-error")
     body = (f'<p><a href="{_text(links.backup(location["id"], backup_id))}">← backup {_text(backup_id)}</a></p>'
             f"<h1>Restore backup {_text(backup_id)}: trigger {RESTORE_DAG_ID}</h1>"
             f"{paused_notice(RESTORE_DAG_ID, links) if paused else ''}{form}")

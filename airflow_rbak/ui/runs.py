@@ -9,6 +9,7 @@ a ``backup_id``, ``rbak_verify`` or ``rbak_restore`` with ``latest``), the id on
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -33,7 +34,9 @@ class BackupDagRun:
 
     ``verify_state``/``verify_at`` are the state and end (ms since the epoch) of the task that verified (the
     backup's ``encode``, ``rbak_verify``'s ``verify``); a backup run with ``verify: none`` verifies nothing and
-    carries ``verify_state`` None. ``outcome`` is a restore's report in one line, once it has one.
+    carries ``verify_state`` None. ``outcome`` is a restore's report in one line, once it has one, or how it ended
+    without one (rejected, failed in a task). ``failed_task`` is the first task of a failed run that failed, ``reason``
+    what its log says failed it (read for one backup's page only), ``damaged`` whether that reason names damage.
     """
 
     dag_id: str
@@ -47,6 +50,9 @@ class BackupDagRun:
     verify_state: str | None = None
     verify_at: int | None = None
     outcome: str | None = None
+    failed_task: str | None = None
+    reason: str | None = None
+    damaged: bool = False
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
@@ -102,3 +108,10 @@ class RunIndex:
         taken = [r.run_id[len(stem) + 2:] for r in self.runs(storage_url, backup_id, "verify")
                  if r.run_id.startswith(f"{stem}__")]
         return f"{stem}__{1 + max((int(n) for n in taken if n.isdigit()), default=0)}"
+
+
+def restore_run_id(location_id: str, backup_id: str, token: str | None = None) -> str:
+    """The run id one restore form triggers: the backup's names and a token drawn when the form is shown, so two POSTs
+    of one form name one run (Airflow refuses the second) and each form opened makes its own."""
+    stem = _RUN_ID_UNSAFE.sub("_", f"rbak_restore__{location_id}__{backup_id}")[:200]
+    return f"{stem}__{token or secrets.token_hex(8)}"

@@ -4,7 +4,8 @@ Airflow 3.3's UI cannot open its own trigger form with values from a URL (it has
 ``/dags/{dag_id}/trigger`` route; apache/airflow#54800), so Restore… opens this one: the params of
 ``rbak_restore`` as Airflow serialised them (value, JSON schema, description, section), the backup's
 ``storage_url`` and ``backup_id`` filled in. It submits to Airflow's REST API, which validates the
-params against their schemas and checks the user may trigger the DAG, exactly as its own form does.
+params against their schemas and checks the user may trigger the DAG, exactly as its own form does. The button is
+disabled while a trigger is in flight, and the form carries the run id it triggers, so one form makes one run.
 """
 
 from __future__ import annotations
@@ -23,27 +24,12 @@ function rbakValue(field){
   if(kind==='json')return JSON.parse(raw);
   return raw;
 }
-const rbakTypes={integer:'a whole number',number:'a number',string:'text',boolean:'true or false',
-  object:'a JSON object, such as {"a": "b"}',array:'a JSON list, such as ["a", "b"]','null':'empty'};
-function rbakPlain(text){
-  // Airflow's refusal of a param: "Invalid input for param NAME: MESSAGE\n\nFailed validating 'RULE' in schema..."
-  const m=/^Invalid input for param ([^:\s]+): ([^\n]*)/.exec(text||'');
-  if(!m)return {field:null,said:String(text||'').split('\n\n')[0]};
-  const said=m[2], rule=(/Failed validating '(\w+)'/.exec(text)||[])[1]||'';
-  let t;
-  if(rule==='minimum'||rule==='exclusiveMinimum')t='must be '+(said.match(/minimum of (\S+)/)||[,'larger'])[1]+' or more';
-  else if(rule==='maximum'||rule==='exclusiveMaximum')t='must be '+(said.match(/maximum of (\S+)/)||[,'smaller'])[1]+' or less';
-  else if(rule==='type'){const k=said.match(/is not of type (.*)$/);
-    t='must be '+(k?k[1].split(/, /).map(x=>rbakTypes[x.replace(/'/g,'')]||x).join(' or '):'of another type');}
-  else if(rule==='enum')t='must be one of '+(said.match(/is not one of (.*)$/)||[,'the listed values'])[1];
-  else if(rule==='pattern')t='does not have the form this field takes (it must match '
-    +(said.match(/does not match (.*)$/)||[,'its pattern'])[1]+')';
-  else if(rule==='minLength')t='is too short';else if(rule==='maxLength')t='is too long';
-  else if(rule==='required')t='misses a required part: '+said;
-  else if(rule==='additionalProperties')t='has a part it does not take: '+said;
-  else t=said;
-  const given=said.match(/^(.*?) (is|does) /);
-  return {field:m[1],said:t+(given&&rule!=='required'&&rule!=='additionalProperties'?' (you gave '+given[1]+')':'')};
+async function rbakPlain(form,text){
+  // Airflow's refusal of a param in one sentence beside its field (param_errors.py words it)
+  try{const r=await fetch(form.dataset.plain,{method:'POST',credentials:'same-origin',
+      headers:{'Content-Type':'application/json'},body:JSON.stringify({detail:String(text||'')})});
+    if(r.ok)return await r.json();}catch(e){}
+  return {field:null,said:String(text||'').split('\n\n')[0]};
 }
 function rbakFieldError(form,name,text){
   const out=document.getElementById('error-'+name), field=document.getElementById('param-'+name);
@@ -56,7 +42,8 @@ function rbakClearErrors(form){
   for(const f of form.querySelectorAll('[aria-invalid]'))f.removeAttribute('aria-invalid');
 }
 async function rbakTrigger(form){
-  const out=document.getElementById('trigger-result'), conf={};
+  const out=document.getElementById('trigger-result'), button=document.getElementById('trigger'), conf={};
+  if(button.disabled)return false;  // one click, one run (and the run id below makes a second POST one run too)
   rbakClearErrors(form);out.className='answer muted';
   for(const field of form.querySelectorAll('[data-param]')){
     try{conf[field.dataset.param]=rbakValue(field);}
@@ -64,20 +51,27 @@ async function rbakTrigger(form){
       out.className='answer err';out.textContent='Not triggered: '+text;
       rbakFieldError(form,field.dataset.param,'Not valid JSON: '+e.message);return false;}
   }
-  out.textContent='Triggering…';
-  const r=await fetch(form.dataset.api,{method:'POST',credentials:'same-origin',headers:{'Content-Type':'application/json'},
-    body:JSON.stringify({logical_date:null,conf:conf})});
-  const body=await r.json().catch(()=>({}));
+  button.disabled=true;out.textContent='Triggering…';
+  const runs=form.dataset.runs, runId=form.dataset.runId;
+  let r, body;
+  try{r=await fetch(form.dataset.api,{method:'POST',credentials:'same-origin',headers:{'Content-Type':'application/json'},
+    body:JSON.stringify({dag_run_id:runId,logical_date:null,conf:conf})});
+    body=await r.json().catch(()=>({}));}
+  catch(e){out.className='answer err';out.textContent='Not triggered: '+e;button.disabled=false;return false;}
+  const link=(id)=>{const a=document.createElement('a');a.href=runs+encodeURIComponent(id);a.className='airflow';
+    a.textContent=id;return a;};
+  if(r.status===409){out.textContent='Already triggered from this form: ';out.appendChild(link(runId));
+    out.appendChild(document.createTextNode(' (not triggered again; open Restore… again for another run)'));return false;}
   if(!r.ok){
-    const plain=(r.status===400&&typeof body.detail==='string')?rbakPlain(body.detail):null;
+    button.disabled=false;
+    const plain=(r.status===400&&typeof body.detail==='string')?await rbakPlain(form,body.detail):null;
     out.className='answer err';
     if(plain&&plain.field){out.textContent='Not triggered: '+plain.field+' '+plain.said+'.';
       if(!rbakFieldError(form,plain.field,plain.said+'.'))out.scrollIntoView({block:'center'});}
     else{out.textContent='Not triggered: '+rbakProblem(r.status,body);out.scrollIntoView({block:'center'});}
     return false;
   }
-  const a=document.createElement('a');a.href=form.dataset.runs+encodeURIComponent(body.dag_run_id);a.className='airflow';
-  a.textContent=body.dag_run_id;out.textContent='Triggered: ';out.appendChild(a);rbakOpen(a.href);
+  const a=link(body.dag_run_id);out.textContent='Triggered: ';out.appendChild(a);rbakOpen(a.href);
   return false;
 }
 """
@@ -109,8 +103,12 @@ def _input(name: str, value: Any, schema: Mapping[str, Any]) -> str:
 
 
 def trigger_form(dag_id: str, params: Mapping[str, Mapping[str, Any]], filled: Mapping[str, Any], *,
-                 api_url: str, runs_url: str, dag_url: str) -> str:
-    """The form's HTML body: one field per param, grouped by ``section`` in the params' order, ``filled`` set."""
+                 api_url: str, runs_url: str, dag_url: str, run_id: str, plain_url: str) -> str:
+    """The form's HTML body: one field per param, grouped by ``section`` in the params' order, ``filled`` set.
+
+    ``run_id`` is the run this form triggers, fixed when the form is shown: Airflow keeps a run id unique, so a
+    second POST of the same form (a double click, a retry after a lost answer) is refused (409) rather than making
+    a second run. ``plain_url`` words Airflow's refusal of a param (param_errors.py)."""
     sections: dict[str, list[str]] = {}
     for name, param in params.items():
         schema = param.get("schema") or {}
@@ -123,6 +121,7 @@ def trigger_form(dag_id: str, params: Mapping[str, Mapping[str, Any]], filled: M
             f"<div class=muted>{described}</div></td></tr>")
     blocks = "".join(f"<h2>{escape(title)}</h2><table>{''.join(rows)}</table>" for title, rows in sections.items())
     return (f'<form id="trigger-form" data-api="{escape(api_url)}" data-runs="{escape(runs_url)}" '
+            f'data-run-id="{escape(run_id)}" data-plain="{escape(plain_url)}" '
             f'onsubmit="rbakTrigger(this); return false;">{blocks}'
             f'<div class="actions"><button class="btn" id="trigger" type="submit">Trigger {escape(dag_id)}</button>'
             f'<a class="airflow" href="{escape(dag_url)}">the DAG in Airflow</a> '

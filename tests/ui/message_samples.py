@@ -2,7 +2,9 @@
 
 ``inbox`` (vhost ``/``) holds, in stored order: JSON orders (``order-1`` … routed ``orders.eu`` or ``orders.us``),
 one binary body, one body of HTML with a script, and one text body longer than a preview; ``damaged-1`` is the
-same backup with one segment gone (its manifest still reads).
+same backup with one segment gone (its manifest still reads); ``flipped-1`` the same with one byte of a segment
+flipped (it lists ``complete``: only a reader of that segment finds it); ``verify-failed-1`` an intact copy whose
+verify a test marks failed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ LONG_TEXT = ("line of text " * 400).encode()
 #: Position of each special message in the queue (numbered from 1, in stored order).
 BINARY_AT, SCRIPT_AT, LONG_AT = ORDERS + 1, ORDERS + 2, ORDERS + 3
 TOTAL = ORDERS + 3
+FLIPPED, VERIFY_FAILED = "flipped-1", "verify-failed-1"
 
 
 def _order(i: int) -> BackupRecord:
@@ -48,9 +51,10 @@ def inbox_records() -> list[BackupRecord]:
 
 
 def build_message_backups(url: str) -> None:
-    """``messages-1`` (complete) and ``damaged-1`` (a segment missing) in the location at ``url``."""
+    """``messages-1`` (complete), ``damaged-1`` (a segment missing), ``flipped-1`` (a byte of a segment flipped) and
+    ``verify-failed-1`` (intact) in the location at ``url``."""
     storage = open_storage(url)
-    for backup_id in ("messages-1", "damaged-1"):
+    for backup_id in ("messages-1", "damaged-1", FLIPPED, VERIFY_FAILED):
         writer = BackupWriter(storage, backup_id, segment_max_bytes=2048, source_cluster="rabbit@ui",
                               rabbitmq_version="4.3.6")
         sink = writer.queue("/", "inbox", "quorum")
@@ -60,3 +64,7 @@ def build_message_backups(url: str) -> None:
         writer.finish()
     damaged = ManifestStore(storage).load("damaged-1")
     storage.delete(damaged.queues[0].segments[1].key)
+    flipped = ManifestStore(storage).load(FLIPPED).queues[0].segments[1]
+    data = bytearray(storage.get(flipped.key))
+    data[len(data) // 2] ^= 0x01
+    storage.put(flipped.key, bytes(data))
