@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_rbak.access import AccessPolicy, ApprovalRules, check_allowed_locations
+from airflow_rbak.doctor.deployment import SecretSource, StateKeySetting
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.provider import CONFIG_OPTIONS, CONFIG_SECTION
 from airflow_rbak.storage.sealed import KEY_FILE_NAME, StateSeal, resolve_state_key
@@ -214,3 +215,18 @@ class RbakSettings:
         Never logged, never in an error.
         """
         return StateSeal(resolve_state_key(self._lookup("state_key"), fernet_key, airflow_home() / KEY_FILE_NAME))
+
+    def state_key_setting(self, fernet_key: str | None, environ: Mapping[str, str] | None = None) -> StateKeySetting:
+        """How :meth:`state_seal` would find its key, and where ``state_key`` is set, for the preflight
+        (``airflow_rbak.doctor``): the environment or a ``_cmd`` / ``_secret`` form are outside Airflow, airflow.cfg
+        is not. Resolves nothing, creates no key file."""
+        env = os.environ if environ is None else environ
+        if env.get(environment_name("state_key")):
+            source = SecretSource(f"the {environment_name('state_key')} environment variable", True)
+        elif any(env.get(environment_name(f"state_key_{form}")) or self._lookup(f"state_key_{form}")
+                 for form in ("cmd", "secret")):
+            source = SecretSource("state_key_cmd / state_key_secret (a command or secrets backend)", True)
+        else:
+            source = SecretSource("airflow.cfg", False)
+        return StateKeySetting(self._lookup("state_key"), source, bool((fernet_key or "").split(",")[0].strip()),
+                               airflow_home() / KEY_FILE_NAME)

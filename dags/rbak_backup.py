@@ -171,7 +171,8 @@ with DAG(
         task_id="discover", vhosts="{{ params.vhosts }}", include="{{ params.include }}", exclude="{{ params.exclude }}",
         queue_types="{{ params.queue_types }}", break_lock="{{ params.break_lock }}",
         allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}",
-        max_capture_tasks="{{ params.max_capture_tasks }}", **broker)
+        max_capture_tasks="{{ params.max_capture_tasks }}", include_definitions="{{ params.include_definitions }}",
+        spark_conn_id="{{ params.spark_conn_id }}", **broker)
     definitions = RbakExportDefinitionsOperator(
         task_id="export_definitions", include_definitions="{{ params.include_definitions }}",
         include_users="{{ params.include_users }}", compression="{{ params.compression }}", **broker)
