@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow_rbak.access import AccessPolicy, ApprovalRules, check_allowed_locations
+from airflow_rbak.access import DEFAULT_CONN_IDS, AccessPolicy, ApprovalRules, check_allowed_locations
 from airflow_rbak.doctor.deployment import SecretSource, StateKeySetting
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.provider import CONFIG_OPTIONS, CONFIG_SECTION
@@ -108,12 +108,14 @@ class RbakSettings:
     def access_policy(self) -> AccessPolicy:
         """The locations and connections DAG params may name (``allowed_storage_urls``, ``allowed_conn_ids``).
 
-        ``storage_url`` and ``ui_locations`` are always allowed: a run left at its defaults is never refused.
+        ``storage_url``, ``ui_locations`` and the connections the shipped DAGs name by default
+        (``access.DEFAULT_CONN_IDS``) are always allowed: a run left at its defaults is never refused.
         """
         allowed = self.text("allowed_storage_urls").split()
         check_allowed_locations(allowed, "allowed_storage_urls")
         urls = [*self.ui_storage_urls(), *allowed]
-        return AccessPolicy(tuple(dict.fromkeys(urls)), tuple(self.text("allowed_conn_ids").split()))
+        conn_ids = [*DEFAULT_CONN_IDS, *self.text("allowed_conn_ids").split()]
+        return AccessPolicy(tuple(dict.fromkeys(urls)), tuple(dict.fromkeys(conn_ids)))
 
     def approval_rules(self) -> ApprovalRules:
         """Who may answer a restore's approval, and whether a run may skip it (docs/security.md)."""
