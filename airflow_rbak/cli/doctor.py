@@ -9,6 +9,7 @@ Java. Exit 0 when nothing failed (warnings are shown; ``--strict`` makes them fa
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from typing import IO
@@ -44,7 +45,13 @@ def add_doctor_args(p: argparse.ArgumentParser) -> None:
 
 def doctor_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     """Run every check, print each finding with its fix, exit by the worst (see the module's docstring)."""
-    report = run_preflight(deployment(args))
+    pika_log = logging.getLogger("pika")  # each permission probe is a channel error the broker answers: expected
+    level = pika_log.level
+    pika_log.setLevel(logging.CRITICAL)
+    try:
+        report = run_preflight(deployment(args))
+    finally:
+        pika_log.setLevel(level)
     if args.format == "json":
         json_line(out, report.to_json())
     else:
