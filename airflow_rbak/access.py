@@ -31,6 +31,17 @@ ANY = "*"
 LOCATION_PARAMS = ("storage_url", "storage_urls", "checkpoint_state", "copy_to")
 #: The DAG params that name an Airflow connection.
 CONNECTION_PARAMS = ("rabbitmq_conn_id", "spark_conn_id")
+#: The connections each shipped DAG names by default (its ``Param`` defaults are read from here): always allowed,
+#: whatever ``[rbak] allowed_conn_ids`` lists, so a run with the shipped params is never refused by the allowlist and an
+#: administrator who lists their own connections does not refuse the scheduled backups (docs/security.md).
+DAG_DEFAULT_CONNECTIONS: dict[str, dict[str, str]] = {
+    "rbak_backup": {"rabbitmq_conn_id": "rabbitmq_default", "spark_conn_id": "spark_default"},
+    "rbak_verify": {"spark_conn_id": "spark_default"},
+    "rbak_restore": {"rabbitmq_conn_id": "rabbitmq_default"},
+    "rbak_drill": {"rabbitmq_conn_id": "rabbitmq_drill"},
+}
+#: Every connection :data:`DAG_DEFAULT_CONNECTIONS` names, once.
+DEFAULT_CONN_IDS = tuple(dict.fromkeys(c for names in DAG_DEFAULT_CONNECTIONS.values() for c in names.values()))
 #: ``checkpoint_state`` that keeps restore checkpoints beside the backup: no location of its own.
 IN_BACKUP_STORAGE = "backup"
 

@@ -138,8 +138,9 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "location. A run naming another fails at its first task."),
     "allowed_conn_ids": _option(
         "string", "rabbitmq_default spark_default", "rabbitmq_default rabbitmq_dr spark_default",
-        "The Airflow connections the DAGs' params (rabbitmq_conn_id, spark_conn_id) may name, separated by spaces or "
-        "newlines; * allows any. A run naming another fails at its first task."),
+        "The Airflow connections the DAGs' params (rabbitmq_conn_id, spark_conn_id) may name besides the shipped DAGs' "
+        "default connections (rabbitmq_default, spark_default, rabbitmq_drill), which are always allowed, separated by "
+        "spaces or newlines; * allows any. A run naming another fails at its first task."),
     "restore_approvers": _option(
         "string", None, "alice bob",
         "The Airflow users (ids, as the auth manager knows them) who may answer rbak_restore's approval, separated by "

@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow_rbak.access import AccessPolicy, ApprovalRules, check_allowed_locations
+from airflow_rbak.access import DEFAULT_CONN_IDS, AccessPolicy, ApprovalRules, check_allowed_locations
+from airflow_rbak.doctor.deployment import SecretSource, StateKeySetting
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.provider import CONFIG_OPTIONS, CONFIG_SECTION
 from airflow_rbak.repository.retention import RetentionPolicy
@@ -110,12 +111,14 @@ class RbakSettings:
     def access_policy(self) -> AccessPolicy:
         """The locations and connections DAG params may name (``allowed_storage_urls``, ``allowed_conn_ids``).
 
-        ``storage_url`` and ``ui_locations`` are always allowed: a run left at its defaults is never refused.
+        ``storage_url``, ``ui_locations`` and the connections the shipped DAGs name by default
+        (``access.DEFAULT_CONN_IDS``) are always allowed: a run left at its defaults is never refused.
         """
         allowed = self.text("allowed_storage_urls").split()
         check_allowed_locations(allowed, "allowed_storage_urls")
         urls = [*self.ui_storage_urls(), *allowed]
-        return AccessPolicy(tuple(dict.fromkeys(urls)), tuple(self.text("allowed_conn_ids").split()))
+        conn_ids = [*DEFAULT_CONN_IDS, *self.text("allowed_conn_ids").split()]
+        return AccessPolicy(tuple(dict.fromkeys(urls)), tuple(dict.fromkeys(conn_ids)))
 
     def approval_rules(self) -> ApprovalRules:
         """Who may answer a restore's approval, and whether a run may skip it (docs/security.md)."""
@@ -263,3 +266,18 @@ class RbakSettings:
         Never logged, never in an error.
         """
         return StateSeal(resolve_state_key(self._lookup("state_key"), fernet_key, airflow_home() / KEY_FILE_NAME))
+
+    def state_key_setting(self, fernet_key: str | None, environ: Mapping[str, str] | None = None) -> StateKeySetting:
+        """How :meth:`state_seal` would find its key, and where ``state_key`` is set, for the preflight
+        (``airflow_rbak.doctor``): the environment or a ``_cmd`` / ``_secret`` form are outside Airflow, airflow.cfg
+        is not. Resolves nothing, creates no key file."""
+        env = os.environ if environ is None else environ
+        if env.get(environment_name("state_key")):
+            source = SecretSource(f"the {environment_name('state_key')} environment variable", True)
+        elif any(env.get(environment_name(f"state_key_{form}")) or self._lookup(f"state_key_{form}")
+                 for form in ("cmd", "secret")):
+            source = SecretSource("state_key_cmd / state_key_secret (a command or secrets backend)", True)
+        else:
+            source = SecretSource("airflow.cfg", False)
+        return StateKeySetting(self._lookup("state_key"), source, bool((fernet_key or "").split(",")[0].strip()),
+                               airflow_home() / KEY_FILE_NAME)

@@ -26,6 +26,7 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param
 
+from airflow_rbak.access import DAG_DEFAULT_CONNECTIONS
 from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.backup.run import STREAM_MODES
 from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
@@ -40,6 +41,7 @@ from airflow_rbak.operators.second_copy import RbakCopyBackupOperator
 from airflow_rbak.operators.segments import RbakBackupSegmentsOperator
 from airflow_rbak.segments.stages import DEFAULT_IN_PROCESS_MAX_BYTES, PLACEMENTS
 
+DEFAULTS = DAG_DEFAULT_CONNECTIONS["rbak_backup"]  # always allowed (access.py)
 CONFIG = rbak_settings()
 #: The retention settings a ``retention`` object may hold (repository.retention.RetentionPolicy).
 RETENTION_PROPERTIES = {"keep_last": {"type": ["null", "integer"], "minimum": 1},
@@ -69,8 +71,10 @@ def _strings(default: list[str] | None, description: str, **schema: object) -> P
 
 
 PARAMS = {
-    "rabbitmq_conn_id": Param("rabbitmq_default", type="string", minLength=1, description="Airflow connection of type rabbitmq"),
-    "spark_conn_id": Param("spark_default", type="string", minLength=1, description="Spark connection (local[*] if missing)"),
+    "rabbitmq_conn_id": Param(DEFAULTS["rabbitmq_conn_id"], type="string", minLength=1,
+                              description="Airflow connection of type rabbitmq"),
+    "spark_conn_id": Param(DEFAULTS["spark_conn_id"], type="string", minLength=1,
+                           description="Spark connection (local[*] if missing)"),
     "storage_url": Param(CONFIG.storage_url(), type="string", minLength=1,
                          description="file:///path or s3://bucket/prefix?region=...&endpoint=..."),
     "backup_id": Param(None, type=["null", "string"], pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$",
@@ -174,7 +178,8 @@ with DAG(
         queue_types="{{ params.queue_types }}", break_lock="{{ params.break_lock }}",
         allow_delivery_count_increase="{{ params.allow_delivery_count_increase }}",
         max_capture_tasks="{{ params.max_capture_tasks }}", retention="{{ params.retention }}",
-        copy_retention="{{ params.copy_retention }}", **broker)
+        copy_retention="{{ params.copy_retention }}", include_definitions="{{ params.include_definitions }}",
+        spark_conn_id="{{ params.spark_conn_id }}", **broker)
     definitions = RbakExportDefinitionsOperator(
         task_id="export_definitions", include_definitions="{{ params.include_definitions }}",
         include_users="{{ params.include_users }}", compression="{{ params.compression }}", **broker)

@@ -18,9 +18,11 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param
 
+from airflow_rbak.access import DAG_DEFAULT_CONNECTIONS
 from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.operators.drill import RbakDrillCleanupOperator, RbakDrillOperator
 
+DEFAULTS = DAG_DEFAULT_CONNECTIONS["rbak_drill"]  # always allowed (access.py)
 CONFIG = rbak_settings()
 
 with DAG(
@@ -35,7 +37,7 @@ with DAG(
     default_args={**CONFIG.task_defaults(), "retries": 0},
     params={
         "storage_url": Param(CONFIG.storage_url(), type="string", minLength=1, description="the location to drill"),
-        "rabbitmq_conn_id": Param("rabbitmq_drill", type="string", minLength=1,
+        "rabbitmq_conn_id": Param(DEFAULTS["rabbitmq_conn_id"], type="string", minLength=1,
                                   description="the broker the scratch vhosts are made on (its user must be allowed to "
                                               "create and delete vhosts)"),
         "backup_id": Param("latest", type="string", minLength=1,

@@ -55,6 +55,7 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param
 
+from airflow_rbak.access import DAG_DEFAULT_CONNECTIONS
 from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.operators.restore import (
@@ -70,6 +71,7 @@ from airflow_rbak.settings import (
     default_checkpoint_state,
 )
 
+DEFAULTS = DAG_DEFAULT_CONNECTIONS["rbak_restore"]  # always allowed (access.py)
 CONFIG = rbak_settings()
 PLAN = "{{ ti.xcom_pull(task_ids='plan', key='plan') }}"
 #: The approve task's result, holding the sealed approval that definitions, publish and report verify.
@@ -91,7 +93,8 @@ PARAMS = {
                          description="file:///path or s3://bucket/prefix?region=...&endpoint=..."),
     "backup_id": Param("latest", type="string", pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$",
                        description="a backup id, or 'latest' for the newest complete backup"),
-    "rabbitmq_conn_id": Param("rabbitmq_default", type="string", minLength=1, description="the target broker's connection"),
+    "rabbitmq_conn_id": Param(DEFAULTS["rabbitmq_conn_id"], type="string", minLength=1,
+                              description="the target broker's connection"),
     "vhosts": _globs("source vhost globs to restore"),
     "queues": _globs("source queue name globs to restore"),
     "vhost_map": _names_map('restore vhosts under other names, e.g. {"prod": "prod-restored"}'),

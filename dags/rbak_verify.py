@@ -9,10 +9,12 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param, task
 
+from airflow_rbak.access import DAG_DEFAULT_CONNECTIONS
 from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.operators.spark import RbakVerifyBackupOperator
 
+DEFAULTS = DAG_DEFAULT_CONNECTIONS["rbak_verify"]  # always allowed (access.py)
 CONFIG = rbak_settings()
 
 with DAG(
@@ -26,7 +28,7 @@ with DAG(
         "backup_id": Param("latest", type="string", pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$",
                            description="a backup id, or latest (the newest complete backup)"),
         "sample_percent": Param(100, type="number", exclusiveMinimum=0, maximum=100),
-        "spark_conn_id": Param("spark_default", type="string", minLength=1),
+        "spark_conn_id": Param(DEFAULTS["spark_conn_id"], type="string", minLength=1),
         "max_decompressed_bytes": Param(DEFAULT_MAX_DECOMPRESSED_BYTES, type="integer", minimum=1,
                                         description="refuse a segment whose records take more than this many bytes "
                                                     "uncompressed; the default holds any segment this provider writes"),

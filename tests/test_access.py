@@ -117,7 +117,7 @@ def test_allowed_storage_urls_and_allowed_conn_ids_add_to_them_and_a_broken_entr
 
     assert policy.refusals({"storage_url": "s3://dr-backups/x", "checkpoint_state": "/mnt/state/r.db",
                             "rabbitmq_conn_id": "rabbitmq_dr"}) == []
-    assert len(policy.refusals({"rabbitmq_conn_id": "rabbitmq_default"})) == 1  # the option replaces the default list
+    assert policy.refusals({"rabbitmq_conn_id": "rabbitmq_default"}) == []  # the shipped DAGs' defaults stay allowed
     with pytest.raises(ConfigurationError, match=r"\[rbak\] allowed_storage_urls: unknown storage URL scheme 'ftp'"):
         settings(AIRFLOW__RBAK__ALLOWED_STORAGE_URLS="ftp://x").access_policy()
 

@@ -112,7 +112,7 @@ def check_broker(connection: RabbitMQConnection, vhost: str = "/") -> Access:
         _run(f"AMQP {connection.host}:{connection.amqp_port}", lambda: _amqp(connection, vhost)),
         _run(f"stream {connection.host}:{connection.stream_port}", lambda: _stream(connection, vhost)),
     )
-    return Access(endpoints, {**_management_rights(connection, vhost), **_amqp_rights(connection, vhost)})
+    return Access(endpoints, {**_management_rights(connection, vhost), **amqp_rights(connection, vhost)})
 
 
 def _version(connection: RabbitMQConnection) -> str:
@@ -158,7 +158,7 @@ _AMQP_RIGHTS = {
 }
 
 
-def _amqp_rights(connection: RabbitMQConnection, vhost: str) -> dict[str, Right]:
+def amqp_rights(connection: RabbitMQConnection, vhost: str) -> dict[str, Right]:
     """Read, write and configure on ``vhost``, each probed on a name that does not exist (:mod:`permission_probe`)."""
     whats = {key: what.format(vhost=vhost) for key, (what, _) in _AMQP_RIGHTS.items()}
     try:

@@ -23,7 +23,7 @@ from airflow_rbak.storage.keyring import Keyring, use_keyring
 from airflow_rbak.storage.sealed import StateSeal
 
 
-def _airflow_conf() -> Any | None:
+def airflow_conf() -> Any | None:
     """Airflow's configuration where Airflow is installed, else None."""
     try:
         from airflow.configuration import conf  # the one import of Airflow here: pyproject's airflow-face contract
@@ -34,7 +34,7 @@ def _airflow_conf() -> Any | None:
 
 def cli_settings() -> RbakSettings:
     """The ``[rbak]`` options from Airflow's configuration where Airflow is installed, else from the environment."""
-    conf = _airflow_conf()
+    conf = airflow_conf()
     return RbakSettings(environment_lookup() if conf is None else airflow_lookup(conf))
 
 
@@ -52,7 +52,7 @@ def state_seal() -> StateSeal:
     ``AIRFLOW__RBAK__STATE_KEY`` is set (it wins there too), nor where there is no ``airflow.cfg`` (a machine kept
     for disaster recovery: ``rbak restore --path`` imports nothing of Airflow there)."""
     has_config = Path(os.environ.get("AIRFLOW_CONFIG") or airflow_home() / "airflow.cfg").is_file()
-    conf = _airflow_conf() if has_config and not environment_lookup()("state_key") else None
+    conf = airflow_conf() if has_config and not environment_lookup()("state_key") else None
     if conf is None:
         return RbakSettings(environment_lookup()).state_seal(os.environ.get("AIRFLOW__CORE__FERNET_KEY"))
     return RbakSettings(airflow_lookup(conf)).state_seal(conf.get("core", "fernet_key", fallback=None))

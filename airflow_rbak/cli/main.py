@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from airflow_rbak import __version__
-from airflow_rbak.cli import commands, definitions_export, messages, runs
+from airflow_rbak.cli import commands, definitions_export, doctor, messages, runs
 from airflow_rbak.cli.arguments import positive_float, positive_int
 from airflow_rbak.cli.configured import encryption_keyring
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
@@ -78,6 +78,9 @@ EXAMPLES = {
     "search": "rbak search --message-id 4711\n"
               "rbak search --path file:///var/backups/rabbit --since-date 2026-11-01 --header x-tenant=acme "
               "--body-regex 'amount\":\\s*9{3,}' --format json",
+    "doctor": "rbak doctor   # the [rbak] options, the rabbitmq_default connection, the DAGs' Spark\n"
+              "rbak doctor --broker-file ~/.rbak-broker --path s3://backups/rabbit --format json\n"
+              "rbak doctor --conn-id rabbitmq_prod --vhost orders --strict",
     "backup": "RBAK_BROKER_URL=amqp://... rbak backup --backup-id manual-1\n"
               "rbak backup --broker-file ~/.rbak-broker --backup-id b2 -c '{\"vhosts\": [\"prod\"], \"verify\": \"deep\", "
               "\"retention\": {\"keep_last\": 7}}'",
@@ -260,6 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_conf_args(p, '{"vhosts": ["prod"], "verify": "deep", "retention": {"keep_last": 7}}')
     runs.add_broker_args(p)
     p.set_defaults(run=runs.backup_cmd)
+
+    p = command("doctor", "Check a deployment before its first run: the broker user's tags and rights for each DAG, "
+                          "the vhosts it cannot see, the location (a probe written, read back and deleted), its "
+                          "encryption keys, the state key, paused DAGs, local Spark and Java. Every check runs; each "
+                          "finding is ok, warning or failure with its fix. Exit 0 unless a check failed (1); "
+                          "--strict: a warning too.")
+    doctor.add_doctor_args(p)
+    p.set_defaults(run=doctor.doctor_cmd)
     return parser
 
 

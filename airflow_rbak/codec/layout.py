@@ -195,6 +195,12 @@ def is_location_state(key: str) -> bool:
     return key.startswith(LOCATION_STATE_PREFIX)
 
 
+def preflight_probe_key(token: str) -> str:
+    """The object ``rbak doctor`` writes, reads back and deletes to prove a location writable: location state, which
+    no backup lists (:data:`LOCATION_STATE_PREFIX`)."""
+    return f"{LOCATION_STATE_PREFIX}preflight/probe-{token}"
+
+
 def delivery_limit_stop_key(vhost: str, queue: str) -> str:
     """Where a capture that stopped at a quorum queue's delivery limit records it, for every later backup of the
     location (:mod:`airflow_rbak.capture.limit_stops`)."""

@@ -25,6 +25,7 @@ from airflow_rbak.capture.errors import ConsumerTimeoutError, UnsafeQueueError
 from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
 from airflow_rbak.display import package_logger, printable
 from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.hooks.deployment import backup_preflight
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.links import RabbitMQQueueLink, queue_url
 from airflow_rbak.operators import metrics
@@ -115,13 +116,17 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
 
     template_fields: Sequence[str] = (*RbakBrokerOperator.template_fields, "vhosts", "include", "exclude", "queue_types",
                                       "break_lock", "allow_delivery_count_increase", "max_capture_tasks", "retention",
-                                      "copy_retention")
+                                      "copy_retention", "include_definitions", "spark_conn_id")
 
     def __init__(self, *, vhosts: list[str] | None = None, include: list[str] | None = None, exclude: list[str] | None = None,
                  queue_types: list[str] | None = None, break_lock: bool = False, allow_delivery_count_increase: bool = False,
                  max_capture_tasks: int | None = None, retention: dict[str, Any] | None = None,
-                 copy_retention: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 copy_retention: dict[str, Any] | None = None, include_definitions: bool = True,
+                 spark_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        #: What the run's preflight checks besides the broker and location (``hooks/deployment.py``): the
+        #: definitions export's tag, and the Spark connection's local Spark and Java (None: not checked).
+        self.include_definitions, self.spark_conn_id = include_definitions, spark_conn_id
         self.vhosts, self.include, self.exclude, self.queue_types = vhosts, include, exclude, queue_types
         self.break_lock, self.allow_delivery_count_increase = break_lock, allow_delivery_count_increase
         self.max_capture_tasks = max_capture_tasks
@@ -139,6 +144,9 @@ class RbakDiscoverQueuesOperator(RbakBrokerOperator):
         selector = run_step("discover", self.selector)
         run = self.backup_run(context, selector=selector, break_lock=bool(self.break_lock),
                               allow_delivery_count_increase=bool(self.allow_delivery_count_increase))
+        run_step("preflight", lambda: backup_preflight(  # fails on a wrong setting before anything is written
+            run.connection, str(self.rabbitmq_conn_id), str(self.storage_url), self.vhosts,
+            bool(self.include_definitions), str(self.spark_conn_id) if self.spark_conn_id else None))
         found = run_step("discover", run.discover)
         context["ti"].xcom_push(key="summary", value=found.summary())
         log.info("backup %s: %d queues to capture from %s", found.backup_id, len(found.queues),
