@@ -40,7 +40,7 @@ def add_doctor_args(p: argparse.ArgumentParser) -> None:
                    help="the backup runs with include_definitions false (no administrator tag needed)")
     p.add_argument("--spark-conn-id", default="spark_default", metavar="CONN_ID",
                    help="the Spark connection of the DAGs' Spark steps (default spark_default)")
-    p.add_argument("--strict", action="store_true", help="exit 1 on a warning too")
+    p.add_argument("--strict", action="store_true", help="count a warning as a failure (code 1)")
 
 
 def doctor_cmd(args: argparse.Namespace, out: IO[str]) -> int:

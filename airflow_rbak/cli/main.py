@@ -267,8 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("doctor", "Check a deployment before its first run: the broker user's tags and rights for each DAG, "
                           "the vhosts it cannot see, the location (a probe written, read back and deleted), its "
                           "encryption keys, the state key, paused DAGs, local Spark and Java. Every check runs; each "
-                          "finding is ok, warning or failure with its fix. Exit 0 unless a check failed (1); "
-                          "--strict: a warning too.")
+                          "finding is ok, warning or failure with its fix. It exits 0 (done) when no check failed, and with "
+                          "code 1 when one did, as validate does for a damaged backup; --strict counts a warning as a "
+                          "failure.")
     doctor.add_doctor_args(p)
     p.set_defaults(run=doctor.doctor_cmd)
     return parser

@@ -52,8 +52,8 @@ def test_each_command_has_its_own_examples_in_its_help():
     for name, text in helps.items():
         examples = text.split("examples:", 1)[1]
         assert examples.strip().startswith(("rbak", "RBAK_BROKER_URL")), name
-        spelled = "segment dump" if name == "dump" else "manifest rebuild" if name == "rebuild" else \
-            "definitions rollback" if name == "rollback" else name.replace("-", " ")
+        spelled = {"dump": "segment dump", "rebuild": "manifest rebuild", "rollback": "definitions rollback",
+                   "definitions-export": "definitions export"}.get(name, name)
         assert all(f"rbak {spelled}" in line or f"rbak --format json {spelled}" in line
                    for line in examples.strip().splitlines()), (name, examples)
 
