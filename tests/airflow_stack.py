@@ -17,7 +17,8 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -218,3 +219,23 @@ def airflow_stack(home: Path, roles: dict[str, str] | None = None, **extra: str)
         **extra,
     })
     return AirflowStack(home=home, env=env, url=url, passwords=passwords)
+
+
+@contextmanager
+def running_stack(home: Path, roles: dict[str, str], dag_id: str) -> Iterator[AirflowStack]:
+    """A started stack (``airflow_stack``'s users and ``roles``) with ``dag_id`` parsed and unpaused; stopped after."""
+    running = airflow_stack(home, roles)
+    try:
+        running.start()
+        running.wait_for_dag(dag_id)
+        yield running
+    finally:
+        running.stop()
+
+
+def awaiting_approval(stack: AirflowStack, dag_id: str, run_id: str) -> tuple[str, dict]:
+    """Wait until the run's ``approve`` task waits for an answer; its Human-in-the-loop path and request."""
+    stack.wait_for_task(dag_id, run_id, "approve", ("awaiting_input",))
+    stack.wait_until_parked(dag_id, run_id, "approve")
+    path = f"{stack.run_path(dag_id, run_id)}/taskInstances/approve/-1/hitlDetails"
+    return path, stack.api("GET", path).json()

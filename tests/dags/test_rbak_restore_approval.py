@@ -18,7 +18,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from tests.airflow_stack import USER, AirflowStack, airflow_stack
+from tests.airflow_stack import USER, AirflowStack, awaiting_approval, running_stack
 from tests.reliability.secrets import BrokerUser, leaks
 from tests.restore.helpers import backup, body_of, declare, message_view, props_of, publish, read_queue
 
@@ -31,13 +31,8 @@ REQUESTER, COLLEAGUE = "requester", "colleague"
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
     """One running Airflow for the module, with ``rbak_restore`` parsed and unpaused."""
-    running = airflow_stack(tmp_path_factory.mktemp("airflow-stack"), {REQUESTER: "user", COLLEAGUE: "user"})
-    try:
-        running.start()
-        running.wait_for_dag(DAG)
+    with running_stack(tmp_path_factory.mktemp("airflow-stack"), {REQUESTER: "user", COLLEAGUE: "user"}, DAG) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def _vhost_exists(broker, name: str) -> bool:
@@ -68,14 +63,6 @@ def _given_a_backup_and_a_connection(stack: AirflowStack, broker, vhost: str, tm
             "checkpoint_state": str(tmp_path / "restore.db")}
 
 
-def _awaiting_approval(stack: AirflowStack, run_id: str) -> tuple[str, dict]:
-    """Wait until ``approve`` waits for an answer; its Human-in-the-loop path and request."""
-    stack.wait_for_task(DAG, run_id, "approve", ("awaiting_input",))
-    stack.wait_until_parked(DAG, run_id, "approve")
-    path = f"{stack.run_path(DAG, run_id)}/taskInstances/approve/-1/hitlDetails"
-    return path, stack.api("GET", path).json()
-
-
 @pytest.mark.broker
 def test_a_restore_waits_for_approval_and_publishes_only_after_it(stack, broker, vhost, tmp_path, secret_user):
     target = f"{vhost}-approved"
@@ -85,7 +72,7 @@ def test_a_restore_waits_for_approval_and_publishes_only_after_it(stack, broker,
         run_id = stack.trigger(DAG, conf, as_user=REQUESTER)
 
         # Then it waits at approve, showing the plan (and no secret) to the approver
-        path, request = _awaiting_approval(stack, run_id)
+        path, request = awaiting_approval(stack, DAG, run_id)
         assert request["options"] == ["Approve", "Reject"] and request["defaults"] == ["Reject"]
         body = request["body"]
         assert f"`{vhost}/{QUEUE}`" in body and f"`{target}`" in body and f"| {COUNT} | no such queue | {COUNT} |" in body
@@ -128,7 +115,7 @@ def test_the_user_who_triggered_a_restore_cannot_approve_it_and_another_user_can
     try:
         # Given a restore the requester triggered, waiting for approval
         run_id = stack.trigger(DAG, conf, as_user=REQUESTER)
-        path, _ = _awaiting_approval(stack, run_id)
+        path, _ = awaiting_approval(stack, DAG, run_id)
 
         # When the requester approves it themselves (Airflow lets any user with the permission answer)
         answer = stack.api("PATCH", path, json={"chosen_options": ["Approve"]}, as_user=REQUESTER).json()
@@ -168,7 +155,7 @@ def test_a_rejected_restore_imports_and_publishes_nothing_and_says_it_was_reject
     try:
         # Given a restore waiting for approval
         run_id = stack.trigger(DAG, conf, as_user=REQUESTER)
-        path, _ = _awaiting_approval(stack, run_id)
+        path, _ = awaiting_approval(stack, DAG, run_id)
 
         # When the approver rejects it
         stack.api("PATCH", path, json={"chosen_options": ["Reject"]})

@@ -19,7 +19,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from tests.airflow_stack import AirflowStack, airflow_stack, poll
+from tests.airflow_stack import AirflowStack, awaiting_approval, poll, running_stack
 from tests.conftest import S3_TEST_REGION
 from tests.reliability.secrets import BrokerUser
 from tests.restore.helpers import backup, body_of, declare, message_view, props_of, publish, read_queue
@@ -33,13 +33,9 @@ REQUESTER, COLLEAGUE = "requester", "colleague"
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iterator[AirflowStack]:
     """One running Airflow for the module (with the loopback S3 credentials in its environment)."""
-    running = airflow_stack(tmp_path_factory.mktemp("airflow-authority"), {REQUESTER: "user", COLLEAGUE: "user"})
-    try:
-        running.start()
-        running.wait_for_dag(DAG)
+    with running_stack(tmp_path_factory.mktemp("airflow-authority"), {REQUESTER: "user", COLLEAGUE: "user"},
+                       DAG) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -79,13 +75,6 @@ def _conf(stack: AirflowStack, broker, vhost: str, location: str, user: BrokerUs
         "password": user.password, "extra": json.dumps({"management_port": c.management_port, "stream_port": c.stream_port})})
     return {"storage_url": location, "backup_id": "latest", "vhosts": [vhost], "vhost_map": {vhost: target},
             "rabbitmq_conn_id": conn_id, "restore_definitions": True, "strip_user_id": True}
-
-
-def _awaiting_approval(stack: AirflowStack, run_id: str) -> str:
-    """Wait until ``approve`` waits for an answer; its Human-in-the-loop path."""
-    stack.wait_for_task(DAG, run_id, "approve", ("awaiting_input",))
-    stack.wait_until_parked(DAG, run_id, "approve")
-    return f"{stack.run_path(DAG, run_id)}/taskInstances/approve/-1/hitlDetails"
 
 
 def _clear(stack: AirflowStack, run_id: str, task_id: str, downstream: bool) -> None:
@@ -129,7 +118,7 @@ def test_marking_approve_succeeded_is_no_approval_and_nothing_reaches_the_target
     try:
         # Given a restore the requester triggered, waiting for approval, and the target as it is
         run_id = stack.trigger(DAG, conf, as_user=REQUESTER)
-        _awaiting_approval(stack, run_id)
+        awaiting_approval(stack, DAG, run_id)[0]
         before = _target_state(broker, target)
 
         # When the requester marks approve as succeeded (Airflow lets whoever may edit the run do it)
@@ -155,7 +144,7 @@ def test_clearing_plan_after_an_approval_runs_no_plan_that_nobody_saw(stack, bro
     try:
         # Given a restore approved by a colleague, which restored every message byte for byte
         run_id = stack.trigger(DAG, conf, as_user=REQUESTER)
-        path = _awaiting_approval(stack, run_id)
+        path = awaiting_approval(stack, DAG, run_id)[0]
         stack.api("PATCH", path, json={"chosen_options": ["Approve"]}, as_user=COLLEAGUE)
         assert stack.wait_for_run(DAG, run_id) == "success", stack.task_states(DAG, run_id)
         assert _target_state(broker, target) == {"vhost": True, "queues": {QUEUE: _expected()}}
@@ -190,7 +179,7 @@ def test_an_edited_plan_xcom_is_refused_and_nothing_reaches_the_target(stack, br
     try:
         # Given a restore waiting for approval
         run_id = stack.trigger(DAG, conf, as_user=REQUESTER)
-        path = _awaiting_approval(stack, run_id)
+        path = awaiting_approval(stack, DAG, run_id)[0]
         before = _target_state(broker, target)
 
         # When the requester edits the plan XCom to send the backup's queue elsewhere (the role `user` may edit a DAG's
