@@ -132,7 +132,7 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "read once per api-server process."),
     "allowed_storage_urls": _option(
         "string", None, "s3://backups/rabbitmq file:///mnt/restore-checkpoints",
-        "Further storage locations the DAGs' params (storage_url, storage_urls, checkpoint_state) may name, besides "
+        "Further storage locations the DAGs' params (storage_url, storage_urls, checkpoint_state, copy_to) may name, besides "
         "storage_url and ui_locations, which are always allowed: URLs separated by spaces or newlines, each allowing "
         "itself and every location below it (paths compared after normalisation, buckets exactly); * allows any "
         "location. A run naming another fails at its first task."),

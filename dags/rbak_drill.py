@@ -1,7 +1,7 @@
 """Restore drill: prove that a location's latest complete backup restores, byte for byte, on a broker you name.
 
 Restores the backup (or ``sample_queues`` of its queues, picked at random) into scratch vhosts it creates on the
-``rabbitmq_conn_id`` broker (``rbak-drill-<run id>-<n>``, marked in their description), reads every restored message
+``rabbitmq_conn_id`` broker (``rbak-drill-<run id>-<digest>-<n>``, marked in their description), reads every restored message
 back and compares body, properties, headers and order with the backup's records, deletes the scratch vhosts, and
 reports. A failed drill (a damaged segment, a message that differs, a scratch vhost left) fails the ``drill`` task,
 which calls the failure notifier (``[rbak] failure_notifier``) like ``rbak_freshness``; the ``rbak.drill.passed``
