@@ -50,7 +50,7 @@ RETENTION_PROPERTIES = {"keep_last": {"type": ["null", "integer"], "minimum": 1}
                            for period in ("hourly", "daily", "weekly", "monthly", "yearly")},
                         "timezone": {"type": ["null", "string"]}}
 QUEUE_TYPES = ["classic", "quorum", "stream"]
-BACKUP_ID = ("{{ params.backup_id or 'rbak-' ~ (logical_date or dag_run.run_after)"
+BACKUP_ID = ("{{ params.backup_id or 'rbak-' ~ (dag_run.logical_date or dag_run.run_after)"
              ".strftime('%Y%m%dT%H%M%SZ') }}")
 ENCODE_REPORT = "{{ ti.xcom_pull(task_ids='encode')['report_key'] }}"
 #: What the capture tasks and the encode task both read to make a queue's segments (so they agree).
