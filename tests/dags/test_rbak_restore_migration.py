@@ -36,7 +36,7 @@ def test_the_restore_dag_migrates_mirrored_classic_queues_to_quorum_on_another_c
         assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
         facts = run_facts(env, dag_id="rbak_restore")
         assert facts["state"] == "success"
-        migration = facts["xcom"]["plan[-1].plan"]["migration"]
+        migration = facts["xcom"]["plan[-1].plan"]["body"]["plan"]["migration"]  # the sealed plan's
         assert migration["refused"] == [] and sorted(q for _, q in migration["converted"]) == [
             "audit", "dead-letters", "orders", "payments"]
         assert any(line.startswith("-policy") for line in migration["diff"])

@@ -77,7 +77,7 @@ def test_a_selective_restore_through_the_dag_publishes_exactly_the_chosen_messag
         # and the plan named it too, in its log and in what it handed on; the approval request names it
         assert f"selection: {SELECTION}: 37 records selected in 1 queues" in output
         assert "no approval asked (skip_approval is set) for: Restore backup sel-dag-1: 37 selected records" in output
-        plan = RestorePlan.from_json(_untagged(facts["xcom"]["plan[-1].plan"]))
+        plan = RestorePlan.from_json(_untagged(facts["xcom"]["plan[-1].plan"]["body"]["plan"]))  # the sealed plan's
         (queue,) = plan.queues
         assert queue.records_in_window == 37 and queue.records_total == TOTAL and len(queue.segments) <= 37
         body = approval_body(plan, RestoreRequest(**{k: v for k, v in conf.items() if k != "skip_approval"}),

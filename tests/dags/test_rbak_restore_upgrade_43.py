@@ -37,7 +37,7 @@ def test_the_restore_dag_upgrades_a_3_10_backup_into_4_3_as_quorum_queues(broker
         assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
         facts = run_facts(env, dag_id="rbak_restore")
         assert facts["state"] == "success"
-        plan = facts["xcom"]["plan[-1].plan"]
+        plan = facts["xcom"]["plan[-1].plan"]["body"]["plan"]  # the sealed plan's (restore/authority.py)
         assert plan["migration"]["refused"] == [] and plan["migration"]["target_version"].startswith("4.3.")
         report = facts["xcom"]["report[-1].return_value"]
         assert report["planned"] == report["published"] == sum(n for _, n in QUEUES.values())

@@ -61,8 +61,8 @@ def test_three_dag_backups_of_a_growing_stream_then_keep_last_1_restore_latest_w
         assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
         facts = run_facts(env, dag_id="rbak_restore")["xcom"]
         assert facts["report[-1].return_value"]["planned"] == facts["report[-1].return_value"]["published"] == TOTAL
-        drawn = facts["plan[-1].plan"]["drawn_from"]  # XCom keeps a tuple as {"__classname__": …, "__data__": […]}
-        assert (drawn.get("__data__") if isinstance(drawn, dict) else drawn) == ["dag-c1", "dag-c2", "dag-c3"]
+        # (the plan XCom is the sealed plan: restore/authority.py)
+        assert facts["plan[-1].plan"]["body"]["plan"]["drawn_from"] == ["dag-c1", "dag-c2", "dag-c3"]
 
         # Then the target stream holds all 20,000 messages once, in order, byte-exact
         restored = read_queue(c, target, "events", "stream", TOTAL)

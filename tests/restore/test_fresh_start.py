@@ -88,7 +88,8 @@ def test_a_retry_whose_checkpoint_was_deleted_refuses_and_adds_nothing(broker, b
     landed = ready_count(broker.connection, vhost, "restored")
     assert int(measured.group(1)) <= landed < COUNT
     before = read_queue(broker.connection, vhost, "restored", queue_type, landed)
-    assert [m[0] for m in before] == [v[0] for v in expected_views(landed, queue_type, behaviour)]
+    # (the first records of the stored order: a 4.3 quorum queue's backup holds them by priority)
+    assert [m[0] for m in before] == [v[0] for v in expected_views(COUNT, queue_type, behaviour)[:landed]]
 
     # And once the target is emptied (here: by the read above), a restore planned again puts each record in once
     # (``append``: the management API may count the read messages for a few seconds more)

@@ -86,7 +86,8 @@ def test_a_retry_after_another_publisher_added_more_than_was_in_flight_refuses(b
         assert store.load(replace(cp, stored=False)) == cp  # the checkpoint is unchanged
     found = read_queue(broker.connection, vhost, "restored", queue_type, held)
     ours = [m[0] for m in found if not m[0].startswith(b"foreign")]
-    assert ours == [v[0] for v in expected_views(len(ours), queue_type, behaviour)] and len(ours) >= cp.published
+    # (the first records of the stored order: a 4.3 quorum queue's backup holds them by priority)
+    assert ours == [v[0] for v in expected_views(COUNT, queue_type, behaviour)[:len(ours)]] and len(ours) >= cp.published
 
 
 @pytest.mark.broker
