@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.conftest import broker, broker_310, second_broker, vhost  # noqa: F401 - fixtures, imported to register them here
+from tests.broker.conftest import behaviour, broker, broker_310, second_broker, vhost  # noqa: F401 - fixtures, imported to register them here
 from tests.dags.airflow_env import VENV_BIN, airflow_env, run
 from tests.reliability.secrets import create_user
 

@@ -178,3 +178,11 @@ def expected_views(count: int, queue_type: str, behaviour: Behaviour, start: int
     if behaviour.sorts_headers(queue_type):
         return [(body, props, tuple(sorted(headers, key=lambda h: h[0]))) for body, props, headers in ordered]
     return ordered
+
+
+def expected_partial(count: int, landed: int, queue_type: str, behaviour: Behaviour) -> list[tuple]:
+    """What a target holds after a restore of ``count`` messages (:func:`publish`) stopped once ``landed`` were in it:
+    the first ``landed`` records of the backup's stored order (the source's delivery order), as the target delivers
+    them in turn (a 4.x quorum queue delivers by priority among the messages it holds)."""
+    stored = expected_views(count, queue_type, behaviour)[:landed]
+    return [stored[n] for n in behaviour.delivery_order(queue_type, [view[1][PRIORITY] or 0 for view in stored])]

@@ -13,7 +13,7 @@ from airflow_rbak.restore.fresh_start import unexpected
 from airflow_rbak.restore.plan import QueuePlan
 from airflow_rbak.restore.publisher import ConfirmPipeline
 from airflow_rbak.storage import open_storage
-from tests.restore.helpers import backup, declare, expected_views, publish, read_queue, ready_count
+from tests.restore.helpers import backup, declare, expected_partial, expected_views, publish, read_queue, ready_count
 
 COUNT = 1500
 
@@ -87,16 +87,24 @@ def test_a_retry_whose_checkpoint_was_deleted_refuses_and_adds_nothing(broker, b
     # And the target holds only what the failed attempt left: the first records, each once, in order; nothing added
     landed = ready_count(broker.connection, vhost, "restored")
     assert int(measured.group(1)) <= landed < COUNT
-    before = read_queue(broker.connection, vhost, "restored", queue_type, landed)
-    # (the first records of the stored order: a 4.3 quorum queue's backup holds them by priority)
-    assert [m[0] for m in before] == [v[0] for v in expected_views(COUNT, queue_type, behaviour)[:landed]]
+    before = [m[0] for m in read_queue(broker.connection, vhost, "restored", queue_type, landed)]
+    assert _in_delivery_order(before, behaviour, queue_type) == _in_delivery_order(
+        [v[0] for v in expected_partial(COUNT, landed, queue_type, behaviour)], behaviour, queue_type)
 
     # And once the target is emptied (here: by the read above), a restore planned again puts each record in once
     # (``append``: the management API may count the read messages for a few seconds more)
     again = replace(request, checkpoint_state=str(tmp_path / "new.db"), on_existing_messages="append")
     RestoreRun(broker.connection, again).run()
-    restored = read_queue(broker.connection, vhost, "restored", queue_type, COUNT)
-    assert [m[0] for m in restored] == [v[0] for v in expected_views(COUNT, queue_type, behaviour)]
+    restored = [m[0] for m in read_queue(broker.connection, vhost, "restored", queue_type, COUNT)]
+    assert _in_delivery_order(restored, behaviour, queue_type) == _in_delivery_order(
+        [v[0] for v in expected_views(COUNT, queue_type, behaviour)], behaviour, queue_type)
+
+
+def _in_delivery_order(bodies: list[bytes], behaviour, queue_type: str) -> list[bytes]:
+    """``bodies`` as the test can hold them to: in order, except on a 4.0 quorum queue, whose two priority levels
+    deliver messages enqueued close together in an order that depends on when each arrived (not modelled here): there
+    the same records, each once, are compared."""
+    return sorted(bodies) if queue_type == "quorum" and (4, 0) <= behaviour.series < (4, 3) else bodies
 
 
 def _queue(**kwargs) -> QueuePlan:
