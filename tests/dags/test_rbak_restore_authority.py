@@ -50,7 +50,9 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def _target_state(broker, target: str) -> dict:
-    """Everything a restore into ``target`` could change: whether the vhost exists, and each queue's messages."""
+    """Everything a restore into ``target`` could change: whether the vhost exists, and each queue's messages (read
+    by consuming them: a state read once is compared with the next, never read again; an emptied queue still shows
+    whatever a refused step would have added)."""
     try:
         broker.api("GET", f"vhosts/{quote(target, safe='')}")
     except requests.HTTPError as exc:
