@@ -36,7 +36,11 @@ def publisher_names(cp: QueueCheckpoint) -> tuple[str, str]:
     """The prefix every attempt of this queue restore names its connection with, and this attempt's full name."""
     identity = "\0".join((cp.backup_id, cp.source_vhost, cp.source_queue, cp.target_vhost, cp.target_queue, cp.window,
                           cp.target_cluster, cp.location))
-    prefix = f"{CONNECTION_NAME} restore {hashlib.sha256(identity.encode()).hexdigest()[:16]} "
+    return publisher_names_for(f"{CONNECTION_NAME} restore {hashlib.sha256(identity.encode()).hexdigest()[:16]} ")
+
+
+def publisher_names_for(prefix: str) -> tuple[str, str]:
+    """``prefix`` and a new attempt's name under it."""
     return prefix, prefix + secrets.token_hex(4)
 
 

@@ -27,15 +27,20 @@ Why it is built this way:
   both numbers (:func:`reconcile`). A checkpoint of an older version has no
   bound: then ``max_in_flight + 500`` (the current setting's) stands for it,
   what an attempt of that version could have sent beyond its last commit.
-* What stays undetectable for a classic or quorum queue: another publisher
-  adding messages to the target between a crash and its re-run, no more than
-  the room the bound leaves (``sent_bound - published`` less the crashed
-  attempt's own messages that landed; at most ``max_in_flight +
-  max(max_in_flight, 500)``). Those are counted as delivered and as many
-  records are skipped. A stream is read back instead: the messages at the
-  offsets the re-run would count as its own are compared, body and ids, with
-  the records it would skip (:mod:`.stream_resume`), so there a foreign
-  message refuses the re-run.
+* A stopped attempt leaves its checkpoint exact (:meth:`ConfirmPipeline.stop`). Whatever stopped it, it first
+  waits briefly for the confirms still due; any that never come, it closes its connection (so nothing more of it
+  can land), counts how many of them reached the target by its settled depth, and writes the checkpoint with no
+  room at all. Only where the target cannot be measured (the broker is unreachable) does it write exactly how many
+  were in flight. So between a stop and its re-run, any message another publisher adds is more than the
+  checkpoint explains, and the re-run refuses it.
+* What stays undetectable for a classic or quorum queue: an attempt killed outright (SIGKILL, the OOM killer) has
+  no stop; its last commit's bound stands, and another publisher adding no more than the room it leaves
+  (``sent_bound - published`` less what the killed attempt got in; at most ``max_in_flight +
+  max(max_in_flight, 500)``) between the kill and the re-run is counted as delivered, skipping as many records. A
+  classic or quorum queue cannot be read without marking its messages (redelivered, delivery counts), so the re-run
+  does not look. A stream is read back instead: the messages at the offsets the re-run would count as its own are
+  compared, body and ids, with the records it would skip (:mod:`.stream_resume`), so there a foreign message
+  refuses the re-run.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import pika
@@ -57,6 +63,8 @@ from airflow_rbak.restore.records import Positioned
 log = package_logger(__name__)
 _COMMIT_EVERY = 500
 _CONFIRM_TIMEOUT = 120.0
+#: How long a stopped attempt waits for the confirms still due before it counts what landed.
+_STOP_WAIT = 15.0
 #: ``max_in_flight`` of the restores before the sent bound, for a checkpoint that has none (the request's default).
 _LEGACY_IN_FLIGHT = 1000
 
@@ -193,7 +201,7 @@ class ConfirmPipeline:
                 return
         log.error("a returned message matched no unconfirmed publish (%s %s)", method.exchange, method.routing_key)
 
-    def _advance(self) -> None:
+    def _advance(self, commit: bool = True) -> None:
         """Move the confirmed prefix of the window into the checkpoint (committed every few hundred)."""
         done = enqueued = 0
         last: _InFlight | None = None
@@ -216,17 +224,75 @@ class ConfirmPipeline:
         self.cp = replace(cp, next_ordinal=last.item.ordinal + 1, published=cp.published + done, depth_base=depth)
         self.confirmed += done
         self._uncommitted += done
-        if self._uncommitted >= _COMMIT_EVERY:
+        if commit and self._uncommitted >= _COMMIT_EVERY:
             self._commit()
 
     def _commit(self) -> None:
+        self._save(max(self.cp.sent_bound or 0, self.cp.published + len(self.pending) + bound_step(self.max_in_flight)))
+
+    def _save(self, bound: int) -> None:
         if self._offset_pairs:
             self.checkpoints.add_stream_offsets(self.cp, self._offset_pairs)
             self._offset_pairs = []
-        bound = max(self.cp.sent_bound or 0, self.cp.published + len(self.pending) + bound_step(self.max_in_flight))
         self.cp = replace(self.cp, sent_bound=bound)
         self.checkpoints.save(self.cp)
         self._uncommitted = 0
+
+    def stop(self, measure: Callable[[], int | None] | None) -> None:
+        """After any failure: leave the checkpoint saying exactly what this attempt may have put in the target.
+
+        Waits up to ``_STOP_WAIT`` for the confirms still due. Publishes that stay unconfirmed: the connection is
+        closed, then ``measure`` (the target's settled depth once the broker holds no connection of this restore;
+        ``None`` where it cannot tell) says how many landed, and those count as published; the checkpoint then
+        allows nothing more. Without a measurement it allows exactly the publishes in flight. Never raises."""
+        try:
+            self._await_confirms(time.monotonic() + _STOP_WAIT)
+        except Exception:  # noqa: BLE001 - a stop must still write what it knows
+            pass
+        if self.pending:
+            try:
+                self.conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+            try:
+                depth = measure() if measure is not None else None
+            except Exception as exc:  # noqa: BLE001
+                log.warning("could not measure %s/%s after the stop (%s)", self.cp.target_vhost, self.cp.target_queue,
+                            type(exc).__name__)
+                depth = None
+            if depth is not None:
+                self._count_landed(depth)
+        try:
+            self._save(self.cp.published + len(self.pending))
+        except Exception as exc:  # noqa: BLE001 - the last commit's (larger) bound stands
+            log.error("could not write the checkpoint of %s/%s after the stop (%s); its last commit stands",
+                      self.cp.target_vhost, self.cp.target_queue, type(exc).__name__)
+
+    def _await_confirms(self, deadline: float) -> None:
+        while self.pending and self._nacked is None and time.monotonic() < deadline:
+            if self.channel.closed_by_broker is not None or not self.channel.is_open or not self.conn.is_open:
+                return
+            self.conn.process_data_events(time_limit=0.05)
+            self._advance(commit=False)
+
+    def _count_landed(self, depth: int) -> None:
+        """Count the first ``depth - depth_base`` unconfirmed publishes as delivered: one channel keeps their order, and
+        the connection is closed, so exactly those landed. A depth outside what was in flight is left to the re-run,
+        which refuses it."""
+        base = self.cp.depth_base
+        landed = -1 if base is None else depth - base
+        if not 0 <= landed <= len(self.pending) or any(e.returned for e in itertools.islice(self.pending, landed)):
+            log.warning("%s/%s holds %d messages after the stop; %s were in flight: left to the re-run to judge",
+                        self.cp.target_vhost, self.cp.target_queue, depth, len(self.pending))
+            return
+        if landed:
+            last = self.pending[landed - 1]
+            self.cp = replace(self.cp, next_ordinal=last.item.ordinal + 1, published=self.cp.published + landed,
+                              depth_base=depth)
+            log.info("%s/%s: %d unconfirmed publishes reached the queue before the stop; counted as published",
+                     self.cp.target_vhost, self.cp.target_queue, landed)
+        self.pending.clear()  # the rest never will: the connection is closed and the depth has settled
+        self.by_tag.clear()
 
     def close(self) -> None:
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -23,7 +24,7 @@ from airflow_rbak.display import package_logger
 from airflow_rbak.restore import stream_resume, target
 from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpointStore
 from airflow_rbak.restore.contract import check_resume
-from airflow_rbak.restore.earlier_attempts import close_earlier_attempts, publisher_names
+from airflow_rbak.restore.earlier_attempts import close_earlier_attempts, publisher_names, publisher_names_for
 from airflow_rbak.restore.errors import PublishError
 from airflow_rbak.restore.fresh_start import check_fresh_start
 from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
@@ -121,7 +122,8 @@ def _publish(connection: RabbitMQConnection, storage: Storage, settings: Restore
                 log.warning("closed %d connection(s) of an earlier attempt of this restore still open on the broker "
                             "before measuring %s/%s", len(closed), queue.target_vhost, queue.target_queue)
         cp = _resume(conn, connection, queue, checkpoints, cp, records, result, settings)
-        return _send(conn, connection, settings, queue, checkpoints, cp, records, result)
+        measure = (lambda: _depth_after_stop(connection, queue, prefix)) if _exact(settings, queue) else None
+        return _send(conn, connection, settings, queue, checkpoints, cp, records, result, measure)
     except pika.exceptions.AMQPError as exc:
         raise PublishError(f"restore of {queue.task_id} into {queue.target_vhost}/{queue.target_queue} stopped "
                            f"({type(exc).__name__}: {exc}); re-run to resume after the checkpoint") from None
@@ -153,8 +155,20 @@ def _resume(conn: pika.BlockingConnection, connection: RabbitMQConnection, queue
     return updated
 
 
+def _depth_after_stop(connection: RabbitMQConnection, queue: QueuePlan, prefix: str) -> int | None:
+    """The target's settled depth once the broker holds no connection of this restore (a stream: ``None``, its re-run
+    reads the gap back); what a stopped attempt counts its unconfirmed publishes by."""
+    if queue.queue_type == "stream":
+        return None
+    _, name = publisher_names_for(prefix)
+    with blocking_connection(connection.pika_parameters_all(queue.target_vhost, name)) as conn:
+        close_earlier_attempts(connection, prefix, name)
+        return target.queue_depth(conn, connection, queue, settle=_SETTLE_SECONDS)
+
+
 def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, settings: RestoreRequest, queue: QueuePlan,
-          checkpoints: RestoreCheckpointStore, cp: QueueCheckpoint, records: Any, result: QueueResult) -> QueueCheckpoint:
+          checkpoints: RestoreCheckpointStore, cp: QueueCheckpoint, records: Any, result: QueueResult,
+          measure: Callable[[], int | None] | None = None) -> QueueCheckpoint:
     exact = _exact(settings, queue)
     if exact and cp.depth_base is None:
         cp = replace(cp, depth_base=target.queue_depth(conn, connection, queue))
@@ -178,6 +192,9 @@ def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, setting
         log.info("%s -> %s/%s: %d records published and confirmed (%d unroutable)", queue.task_id, queue.target_vhost,
                  queue.target_queue, pipeline.confirmed, pipeline.unroutable)
         return cp
+    except BaseException:
+        pipeline.stop(measure)
+        raise
     finally:
         pipeline.close()
 
