@@ -41,10 +41,8 @@ COUNT = 1500
 BLANK = QueueCheckpoint("b-1", "/", "orders", "dr", "orders", "None..None", target_cluster="cluster-a", location="file:///b")
 
 
-def _failed_attempt(broker, vhost, tmp_path, monkeypatch, queue_type: str, backup_id: str, killed: bool = False):
-    """A backup of ``orders`` and a restore of it into ``restored`` that failed part-way (its checkpoint kept);
-    returns the run, its plan and the queue's checkpoint as the failed attempt left it. ``killed``: the attempt ends
-    as if killed outright, without its stop (its last commit's bound stands)."""
+def _planned(broker, vhost, tmp_path, queue_type: str, backup_id: str):
+    """A backup of ``COUNT`` messages in ``orders`` and the plan of restoring it into ``restored``, 300 in flight."""
     declare(broker.connection, vhost, {"orders": queue_type})
     publish(broker.connection, vhost, "orders", 0, COUNT, decimal=queue_type != "stream")
     location = (tmp_path / "b").as_uri()
@@ -52,7 +50,14 @@ def _failed_attempt(broker, vhost, tmp_path, monkeypatch, queue_type: str, backu
     request = RestoreRequest(location, backup_id=backup_id, queue_map={"orders": "restored"},
                              checkpoint_state=str(tmp_path / "restore.db"), max_in_flight=300)
     run = RestoreRun(broker.connection, request)
-    plan = run.plan()
+    return run, run.plan(), request
+
+
+def _failed_attempt(broker, vhost, tmp_path, monkeypatch, queue_type: str, backup_id: str, killed: bool = False):
+    """A backup of ``orders`` and a restore of it into ``restored`` that failed part-way (its checkpoint kept);
+    returns the run, its plan and the queue's checkpoint as the failed attempt left it. ``killed``: the attempt ends
+    as if killed outright, without its stop (its last commit's bound stands)."""
+    run, plan, request = _planned(broker, vhost, tmp_path, queue_type, backup_id)
     fail_after_commit(monkeypatch, 500)
     if killed:
         monkeypatch.setattr(publisher_module.ConfirmPipeline, "stop", lambda self, measure: None)
@@ -109,14 +114,7 @@ def test_a_retry_after_another_publisher_added_one_message_refuses(broker, behav
 def _attempt_cut_by_the_broker(broker, vhost, tmp_path, monkeypatch, queue_type: str, backup_id: str):
     """A restore of ``orders`` into ``restored`` whose connection the broker closes after its 700th send, 300 in
     flight; returns the run, its plan and the checkpoint the stopped attempt left."""
-    declare(broker.connection, vhost, {"orders": queue_type})
-    publish(broker.connection, vhost, "orders", 0, COUNT)
-    location = (tmp_path / "b").as_uri()
-    backup(broker.connection, location, backup_id, vhost)
-    request = RestoreRequest(location, backup_id=backup_id, queue_map={"orders": "restored"},
-                             checkpoint_state=str(tmp_path / "restore.db"), max_in_flight=300)
-    run = RestoreRun(broker.connection, request)
-    plan = run.plan()
+    run, plan, request = _planned(broker, vhost, tmp_path, queue_type, backup_id)
     sent = {"n": 0}
 
     class CutAt700(ConfirmChannel):
