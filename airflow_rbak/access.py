@@ -9,21 +9,13 @@ builds both from the options; the operators enforce them (docs/security.md).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.storage.url import (
-    AzureStorageConfig,
-    FileStorageConfig,
-    GcsStorageConfig,
-    MemoryStorageConfig,
-    S3StorageConfig,
-    holds_credentials,
-    parse_storage_url,
-)
+from airflow_rbak.storage.registry import backend_of
+from airflow_rbak.storage.url import holds_credentials, parse_storage_url
 
 #: In an allowlist: any location, or any connection (an administrator's explicit choice to trust every triggerer).
 ANY = "*"
@@ -46,31 +38,22 @@ DEFAULT_CONN_IDS = tuple(dict.fromkeys(c for names in DAG_DEFAULT_CONNECTIONS.va
 IN_BACKUP_STORAGE = "backup"
 
 
-def _place(url: str) -> tuple[str, tuple[Any, ...], tuple[str, ...]]:
-    """What identifies a location: its kind, its container (bucket, account, endpoint) and its path segments.
+#: A location as the access rules compare it: its scheme, its container and its path segments.
+Place = tuple[str, tuple[Any, ...], tuple[str, ...]]
 
-    Paths compare segment by segment after normalisation (``..`` resolved, symlinks followed), so
-    ``/backups-evil`` is not below ``/backups`` and ``/backups/../etc`` is ``/etc``; a bucket, container, account or
-    endpoint must be the same exactly. Region, encryption and path style do not move a location.
+
+def _place(url: str) -> Place:
+    """What identifies a location: its scheme, and what its backend says identifies it (``Backend.place``).
+
+    A container (bucket, account, endpoint) must be the same exactly; paths compare segment by segment after the
+    backend's normalisation (a folder's ``..`` resolved and symlinks followed), so ``/backups-evil`` is not below
+    ``/backups``. Region, encryption and path style do not move a location.
     """
     config = parse_storage_url(url)
-    if isinstance(config, FileStorageConfig):
-        return "file", (), tuple(p for p in os.path.realpath(config.path).split(os.sep) if p)
-    if isinstance(config, S3StorageConfig):
-        return "s3", (config.bucket, config.endpoint), _segments(config.prefix)
-    if isinstance(config, AzureStorageConfig):
-        return "azure", (config.account, config.container, config.endpoint), _segments(config.prefix)
-    if isinstance(config, GcsStorageConfig):
-        return "gcs", (config.bucket, config.endpoint), _segments(config.prefix)
-    assert isinstance(config, MemoryStorageConfig)
-    return "memory", (config.name,), ()
+    backend = backend_of(config)
+    container, segments = backend.place(config)
+    return backend.scheme, container, segments
 
-
-def _segments(prefix: str) -> tuple[str, ...]:
-    return tuple(p for p in prefix.split("/") if p)
-
-
-Place = tuple[str, tuple[Any, ...], tuple[str, ...]]
 
 
 def _within(place: Place, allowed: Place) -> bool:

@@ -14,22 +14,15 @@ from urllib.parse import quote
 from airflow.sdk import BaseOperatorLink
 
 from airflow_rbak.codec.layout import manifest_key
-from airflow_rbak.storage.url import FileStorageConfig, S3StorageConfig, parse_storage_url
+from airflow_rbak.storage.registry import backend_of
+from airflow_rbak.storage.url import parse_storage_url
 
 
 def manifest_url(storage_url: str, backup_id: str) -> str:
-    """A browsable URL of ``{backup_id}/manifest.json``: file://, the S3 endpoint's URL, or the S3 console."""
-    key = manifest_key(backup_id)
+    """A browsable URL of ``{backup_id}/manifest.json``, as the location's backend links an object (file://, the S3
+    endpoint's URL or the S3 console, ...)."""
     config = parse_storage_url(storage_url)
-    if isinstance(config, FileStorageConfig):
-        return f"{config.url}/{quote(key)}"
-    if isinstance(config, S3StorageConfig):
-        full = "/".join(filter(None, [config.prefix, key]))
-        if config.endpoint:
-            return f"{config.endpoint.rstrip('/')}/{config.bucket}/{quote(full)}"
-        region = f"?region={config.region}" if config.region else ""
-        return f"https://s3.console.aws.amazon.com/s3/object/{config.bucket}{region}{'&' if region else '?'}prefix={quote(full)}"
-    return f"{config.url}/{key}"
+    return backend_of(config).link(config, manifest_key(backup_id))
 
 
 def queue_url(management_base_url: str, vhost: str, queue: str) -> str:

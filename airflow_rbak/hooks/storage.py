@@ -1,10 +1,12 @@
-"""The backup storage's credentials from an Airflow connection: type ``aws``, ``wasb`` or ``google_cloud_platform``.
+"""The backup storage's credentials from an Airflow connection of a type a storage backend reads (``aws``, ``wasb``,
+``google_cloud_platform``).
 
 An ``aws`` connection goes through the Amazon provider's ``AwsBaseHook`` (the ``amazon`` extra), so it means here
 what it means to every Airflow user: keys, ``role_arn`` (assumed on top of the worker's own identity), a profile,
 web identity (IRSA), ``region_name`` and ``endpoint_url``; its boto3 session (which renews an assumed role's
-credentials) goes to the S3 backend. ``wasb`` and ``google_cloud_platform`` connections are read through the hook
-layer's public ``get_connection``, with the fields their providers define (those providers need not be installed).
+credentials) goes to the S3 backend. Any other type is read by the backend that registered it
+(``storage/registry.py``; ``wasb`` and ``google_cloud_platform``, with the fields their providers define, which need
+not be installed), from the hook layer's public ``get_connection``.
 Airflow masks a connection's password in task logs once it is read this way; the extras that hold secrets here are
 registered with the masker too. The credentials are handed to the storage layer for the task's duration
 (:func:`storage_connection`), never exported to the process's environment. Without a ``storage_conn_id``, each
@@ -22,15 +24,14 @@ from airflow.sdk import BaseHook
 
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage import CURRENT_KEYS, DEFAULT_RETRIES, Keyring, Storage, open_storage
-from airflow_rbak.storage.credentials import (
-    AzureCredentials,
-    GcsCredentials,
-    S3Session,
-    StorageCredentials,
-    storage_credentials,
-)
+from airflow_rbak.storage.backend import ConnectionFields
+from airflow_rbak.storage.credentials import S3Session, StorageCredentials, storage_credentials
+from airflow_rbak.storage.registry import backend_for_connection, backends
 
-_CONN_TYPES = ("aws", "wasb", "google_cloud_platform")
+
+def _conn_types() -> tuple[str, ...]:
+    """Every connection type a registered backend reads."""
+    return tuple(t for backend in backends() for t in backend.connection_types)
 
 
 class RbakStorageHook(BaseHook):
@@ -51,15 +52,17 @@ class RbakStorageHook(BaseHook):
         Raises ``ConfigurationError`` when the connection is of another type or lacks what its type needs.
         """
         conn = self.get_connection(self.storage_conn_id)
-        extra = conn.extra_dejson or {}
-        if conn.conn_type == "wasb":
-            return _azure(conn.login, conn.password, extra, self.storage_conn_id)
-        if conn.conn_type == "google_cloud_platform":
-            return _google(extra, self.storage_conn_id)
-        if conn.conn_type != "aws":
-            raise ConfigurationError(f"storage connection {self.storage_conn_id!r} is of type {conn.conn_type!r}; "
-                                     f"use one of: {', '.join(_CONN_TYPES)}")
-        return aws_session(self.storage_conn_id)
+        conn_type = conn.conn_type or ""
+        backend = backend_for_connection(conn_type)
+        if backend is None:
+            raise ConfigurationError(f"storage connection {self.storage_conn_id!r} is of type {conn_type!r}; "
+                                     f"use one of: {', '.join(_conn_types())}")
+        if backend.from_connection is None:  # a type an Airflow provider defines: read through that provider's hook
+            return aws_session(self.storage_conn_id)
+        fields = ConnectionFields(self.storage_conn_id, conn_type, conn.login, conn.password,
+                                  conn.extra_dejson or {}, _mask_value)
+        credentials: StorageCredentials | None = backend.from_connection(fields)
+        return credentials
 
 
 def aws_session(conn_id: str) -> S3Session:
@@ -73,55 +76,6 @@ def aws_session(conn_id: str) -> S3Session:
     session = hook.get_session()
     return S3Session(session, endpoint_url=hook.conn_config.get_service_endpoint_url("s3"),
                      region=hook.conn_region_name or session.region_name)
-
-
-def _extra(extra: dict[str, Any], conn_type: str, name: str) -> Any:
-    """An extra as the provider's form stores it: bare, or prefixed ``extra__<type>__`` by older forms."""
-    return extra.get(name) or extra.get(f"extra__{conn_type}__{name}")
-
-
-def _azure(login: str | None, password: str | None, extra: dict[str, Any], conn_id: str) -> AzureCredentials:
-    """A ``wasb`` connection: its connection string, else account (login) and key (password), else a SAS token."""
-    _mask(extra, "wasb", ("connection_string", "sas_token", "shared_access_key"))
-    connection_string = _extra(extra, "wasb", "connection_string")
-    if connection_string:
-        return AzureCredentials(connection_string=connection_string)
-    key = password or _extra(extra, "wasb", "shared_access_key")
-    if key:
-        return AzureCredentials(account=login or None, account_key=key)
-    sas = _extra(extra, "wasb", "sas_token")
-    if sas:
-        return AzureCredentials(account=login or None, sas_token=sas)
-    raise ConfigurationError(f"wasb connection {conn_id!r} holds no connection string, account key or SAS token; "
-                             "for a managed identity or service principal leave storage_conn_id unset and install "
-                             "azure-identity")
-
-
-def _google(extra: dict[str, Any], conn_id: str) -> GcsCredentials | None:
-    """A ``google_cloud_platform`` connection: its key file's JSON (``keyfile_dict``) or the file ``key_path`` names."""
-    _mask(extra, "google_cloud_platform", ("keyfile_dict",))
-    keyfile = _extra(extra, "google_cloud_platform", "keyfile_dict")
-    if keyfile:
-        return GcsCredentials(keyfile if isinstance(keyfile, str) else json.dumps(keyfile))
-    path = _extra(extra, "google_cloud_platform", "key_path")
-    if not path:
-        return None
-    try:
-        with open(path) as handle:
-            content = handle.read()
-    except OSError as error:
-        raise ConfigurationError(f"google_cloud_platform connection {conn_id!r}: cannot read its key_path "
-                                 f"({error.strerror})") from None
-    _mask_value(content)
-    return GcsCredentials(content)
-
-
-def _mask(extra: dict[str, Any], conn_type: str, names: tuple[str, ...]) -> None:
-    """Register the extras that hold secrets with Airflow's log masker (it masks only the password by itself)."""
-    for name in names:
-        value = _extra(extra, conn_type, name)
-        if value:
-            _mask_value(value if isinstance(value, str) else json.dumps(value))
 
 
 def _mask_value(value: str) -> None:

@@ -53,7 +53,8 @@ import orjson
 from airflow_rbak.codec.layout import check_backup_id, lock_key
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import RbakError
-from airflow_rbak.storage.base import ForwardsImmutability, ObjectInfo, ObjectNotFoundError, Storage
+from airflow_rbak.storage.base import ObjectNotFoundError, Storage
+from airflow_rbak.storage.forwarding import ForwardingStorage
 
 log = package_logger(__name__)
 #: Seconds between creating the lock and reading it back.
@@ -322,13 +323,12 @@ class BackupLock:
             f"or remove the lock with `rbak unlock --path URL --backup-id {self.backup_id}`")
 
 
-class LeasedStorage(ForwardsImmutability):
+class LeasedStorage(ForwardingStorage):
     """Every write and delete first checks that ``lock``'s owner still holds it; reads pass through."""
 
     def __init__(self, inner: Storage, lock: BackupLock) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.lock = lock
-        self.url = inner.url
 
     def __repr__(self) -> str:
         return f"LeasedStorage({self.inner!r}, owner={self.lock.owner!r})"
@@ -338,39 +338,36 @@ class LeasedStorage(ForwardsImmutability):
             self.lock.check(f"writing {key}")
 
     def put(self, key: str, data: bytes) -> None:
+        """Store, while the lock is held."""
         self._check(key)
         self.inner.put(key, data)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create if absent, while the lock is held."""
         self._check(key)
         return self.inner.put_if_absent(key, data)
 
     def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        """Store a local file, while the lock is held."""
         self._check(key)
         self.inner.put_file(key, path)
 
+    def replace_if_unchanged(self, key: str, data: bytes, tag: str) -> bool:
+        """Replace if unchanged, while the lock is held."""
+        self._check(key)
+        return self.inner.replace_if_unchanged(key, data, tag)
+
+    def delete_if_unchanged(self, key: str, tag: str) -> bool:
+        """Delete if unchanged, while the lock is held."""
+        self._check(key)
+        return self.inner.delete_if_unchanged(key, tag)
+
     def delete(self, key: str) -> None:
+        """Delete, while the lock is held."""
         self._check(key)
         self.inner.delete(key)
 
     def purge(self, key: str) -> bool:
+        """Purge, while the lock is held."""
         self._check(key)
         return self.inner.purge(key)
-
-    def get(self, key: str) -> bytes:
-        return self.inner.get(key)
-
-    def get_range(self, key: str, offset: int, length: int) -> bytes:
-        return self.inner.get_range(key, offset, length)
-
-    def get_file(self, key: str, path: str | os.PathLike[str]) -> None:
-        self.inner.get_file(key, path)
-
-    def stat(self, key: str) -> ObjectInfo:
-        return self.inner.stat(key)
-
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        return self.inner.list(prefix)
-
-    def exists(self, key: str) -> bool:
-        return self.inner.exists(key)

@@ -32,6 +32,7 @@ The copy runs in the process that calls it, a few objects at a time (``workers``
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -54,6 +55,7 @@ from airflow_rbak.repository.lock import LeasedStorage
 from airflow_rbak.repository.retention import RetentionPolicy, apply_retention, removal_reasons
 from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.storage.base import ObjectInfo, ObjectNotFoundError, Storage, StorageError, read_bounded
+from airflow_rbak.storage.forwarding import ForwardingStorage
 
 log = package_logger(__name__)
 
@@ -221,31 +223,52 @@ def _copy_one(source: Storage, destination: Storage, entry: BackupCopy, workers:
              entry.objects_copied, entry.bytes_copied, entry.objects_already_there, destination.url)
 
 
-class _WithManifest(Storage):
+class _WithManifest(ForwardingStorage):
     """The destination as it will be once the manifest is written: reads only, the manifest served from memory."""
 
     def __init__(self, inner: Storage, key: str, manifest: bytes) -> None:
-        self.inner, self.key, self.manifest, self.url = inner, key, manifest, inner.url
+        super().__init__(inner)
+        self.key, self.manifest = key, manifest
 
     def put(self, key: str, data: bytes) -> None:
+        raise StorageError("validation does not write", key)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        raise StorageError("validation does not write", key)
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        raise StorageError("validation does not write", key)
+
+    def replace_if_unchanged(self, key: str, data: bytes, tag: str) -> bool:
         raise StorageError("validation does not write", key)
 
     def delete(self, key: str) -> None:
         raise StorageError("validation does not delete", key)
 
+    def delete_if_unchanged(self, key: str, tag: str) -> bool:
+        raise StorageError("validation does not delete", key)
+
+    def purge(self, key: str) -> bool:
+        raise StorageError("validation does not delete", key)
+
     def get(self, key: str) -> bytes:
+        """The manifest from memory, any other object from the destination."""
         return self.manifest if key == self.key else self.inner.get(key)
 
     def get_range(self, key: str, offset: int, length: int) -> bytes:
+        """A range of the manifest from memory, or of another object from the destination."""
         if key == self.key:
             return self.manifest[offset:offset + length]
         return self.inner.get_range(key, offset, length)
 
+    def get_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        """Not needed by validation: read through :meth:`get`, so the manifest is the one in memory."""
+        Storage.get_file(self, key, path)
+
+    def read_tagged(self, key: str) -> tuple[bytes, str]:
+        """Read through :meth:`get`, so the manifest is the one in memory."""
+        return Storage.read_tagged(self, key)
+
     def stat(self, key: str) -> ObjectInfo:
+        """The manifest's size from memory, any other object's from the destination."""
         return ObjectInfo(key, len(self.manifest)) if key == self.key else self.inner.stat(key)
-
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        return self.inner.list(prefix)
-
-    def exists(self, key: str) -> bool:
-        return key == self.key or self.inner.exists(key)

@@ -3,14 +3,14 @@
 ``open_storage(url)`` is the usual entry point. The cloud backends are imported
 only when needed, so using file or memory storage does not pay for boto3, and
 the Azure and GCS client libraries are optional extras (``airflow-rbak[azure]``,
-``airflow-rbak[gcs]``).
+``airflow-rbak[gcs]``). Which backends exist is the registry's (``storage/registry.py``): each registers its
+scheme once, and ``open_backend`` asks it.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.base import (
     InvalidKeyError,
     MissingLocationError,
@@ -26,6 +26,7 @@ from airflow_rbak.storage.encrypted import EncryptedStorage
 from airflow_rbak.storage.file import FileStorage
 from airflow_rbak.storage.keyring import Keyring, current_keyring
 from airflow_rbak.storage.memory import MemoryStorage
+from airflow_rbak.storage.registry import open_backend
 from airflow_rbak.storage.retry import DEFAULT_RETRIES, RetryingStorage
 from airflow_rbak.storage.unkeyed import UnkeyedStorage
 from airflow_rbak.storage.url import (
@@ -91,35 +92,6 @@ def open_storage(url: str, *, retries: int = DEFAULT_RETRIES, keyring: Keyring |
     if isinstance(keys, Keyring):
         return EncryptedStorage(retrying, keys)
     return UnkeyedStorage(retrying)
-
-
-def open_backend(config: StorageConfig) -> Storage:
-    """Build the bare backend for a parsed configuration, without retries."""
-    if isinstance(config, FileStorageConfig):
-        return FileStorage.from_config(config)
-    if isinstance(config, MemoryStorageConfig):
-        return MemoryStorage.from_config(config)
-    if isinstance(config, AzureStorageConfig):
-        try:
-            from airflow_rbak.storage.azure import AzureBlobStorage
-        except ImportError as error:
-            raise _missing_extra("azure", error) from None
-        return AzureBlobStorage(config)
-    if isinstance(config, GcsStorageConfig):
-        try:
-            from airflow_rbak.storage.gcs import GcsStorage
-        except ImportError as error:
-            raise _missing_extra("gcs", error) from None
-        return GcsStorage(config)
-    from airflow_rbak.storage.s3 import S3Storage
-
-    return S3Storage(config)
-
-
-def _missing_extra(scheme: str, error: ImportError) -> ConfigurationError:
-    """Say which extra a ``scheme://`` location needs when its client library is not installed."""
-    return ConfigurationError(f"{scheme}:// storage needs {error.name or 'its client library'}: "
-                              f"pip install 'airflow-rbak[{scheme}]'")
 
 
 def __getattr__(name: str) -> Any:

@@ -1,6 +1,6 @@
 """A storage backend on Azure Blob Storage (or Azurite), through azure-storage-blob.
 
-Credentials come from the environment (:class:`~airflow_rbak.storage.credentials.AzureCredentials`: a connection
+Credentials come from the environment (:class:`~airflow_rbak.storage.locations.azure.AzureCredentials`: a connection
 string, an account key or a SAS token; an Airflow ``wasb`` connection's, handed in, come first), else from azure-identity's
 default chain when it is installed; never from the storage URL. Conditional writes use ETags (``If-None-Match: *``,
 ``If-Match``), so the backup lock holds as it does on S3. Error messages never quote the SDK's own text, which can
@@ -41,8 +41,8 @@ from airflow_rbak.storage.base import (
     check_prefix,
     check_range,
 )
-from airflow_rbak.storage.credentials import AzureCredentials, credential_environment, parse_connection_string
-from airflow_rbak.storage.url import AzureStorageConfig
+from airflow_rbak.storage.credentials import credential_environment
+from airflow_rbak.storage.locations.azure import AzureCredentials, AzureStorageConfig, parse_connection_string
 
 _CHANGED_CODES = frozenset({"ConditionNotMet", "BlobAlreadyExists", "BlobNotFound", "LeaseIdMissing"})
 _HINT = ("set AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_KEY or "

@@ -257,32 +257,6 @@ class Storage(abc.ABC):
         return True
 
 
-class ForwardsImmutability(Storage):
-    """For a wrapper around ``self.inner``: the backend's locks and purge, which a wrapper must never hide.
-
-    A wrapper that fell back to :class:`Storage`'s defaults would report no locks for a locked bucket and purge by
-    a plain delete, which on a versioned bucket only hides a backup; so every wrapper forwards these.
-    """
-
-    inner: Storage
-
-    def immutability(self) -> Immutability:
-        """The wrapped backend's answer."""
-        return self.inner.immutability()
-
-    def locked_until(self, prefix: str, now: datetime) -> dict[str, datetime]:
-        """The wrapped backend's locks."""
-        return self.inner.locked_until(prefix, now)
-
-    def hidden_keys(self, prefix: str) -> tuple[str, ...]:
-        """The wrapped backend's hidden keys."""
-        return self.inner.hidden_keys(prefix)
-
-    def purge(self, key: str) -> bool:
-        """The wrapped backend's purge."""
-        return self.inner.purge(key)
-
-
 def check_range(offset: int, length: int) -> None:
     """Refuse negative offsets and lengths, which are caller bugs, not storage failures."""
     if offset < 0 or length < 0:

@@ -35,7 +35,6 @@ from typing import Any
 from airflow_rbak.codec.errors import CodecError
 from airflow_rbak.storage.atomic import atomic_write
 from airflow_rbak.storage.base import (
-    ForwardsImmutability,
     ObjectInfo,
     ObjectNotFoundError,
     ObjectTooLargeError,
@@ -52,6 +51,7 @@ from airflow_rbak.storage.encryption_records import (
     retirement_key,
     retirement_pins,
 )
+from airflow_rbak.storage.forwarding import ForwardingStorage
 from airflow_rbak.storage.keyring import Keyring, key_check
 
 __all__ = ["MARKER_KEY"]
@@ -207,7 +207,7 @@ def _authenticated(secret: bytes, key: str, data: bytes, location_id: str | None
                                  key) from None
 
 
-class EncryptedStorage(ForwardsImmutability):
+class EncryptedStorage(ForwardingStorage):
     """Wrap a backend so every object is sealed on the way in and authenticated on the way out.
 
     Sizes from ``stat`` and ``list`` are the plain sizes (stored minus :data:`OVERHEAD`), so readers that cap an
@@ -217,8 +217,7 @@ class EncryptedStorage(ForwardsImmutability):
     """
 
     def __init__(self, inner: Storage, keyring: Keyring) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.keyring = keyring
         self._marked = False
         self._marking = threading.Lock()
@@ -228,10 +227,6 @@ class EncryptedStorage(ForwardsImmutability):
 
     def __repr__(self) -> str:
         return f"EncryptedStorage({self.inner!r}, key ids={self.keyring.ids!r})"
-
-    def check_location(self) -> None:
-        """Check the location exists."""
-        self.inner.check_location()
 
     @property
     def location_id(self) -> str | None:
@@ -347,10 +342,6 @@ class EncryptedStorage(ForwardsImmutability):
         location_id = self._mark()
         return self.inner.replace_if_unchanged(key, seal(self.keyring, key, data, location_id), tag)
 
-    def delete_if_unchanged(self, key: str, tag: str) -> bool:
-        """Delete if unchanged (no bytes to seal)."""
-        return self.inner.delete_if_unchanged(key, tag)
-
     def stat(self, key: str) -> ObjectInfo:
         """The plain size, from the stored one."""
         if key == MARKER_KEY:
@@ -360,10 +351,6 @@ class EncryptedStorage(ForwardsImmutability):
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """The objects with their plain sizes, without the marker."""
         return (_plain(i) for i in self.inner.list(prefix) if i.key != MARKER_KEY)
-
-    def delete(self, key: str) -> None:
-        """Delete."""
-        self.inner.delete(key)
 
 
 def _plain(info: ObjectInfo) -> ObjectInfo:

@@ -22,7 +22,7 @@ from airflow_rbak.storage.base import (
     check_prefix,
     check_range,
 )
-from airflow_rbak.storage.url import FileStorageConfig
+from airflow_rbak.storage.locations.file import FileStorageConfig
 
 _COPY_CHUNK = 1024 * 1024
 # Errors that mean "there is no regular file at this key".

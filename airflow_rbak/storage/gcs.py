@@ -38,8 +38,8 @@ from airflow_rbak.storage.base import (
     check_prefix,
     check_range,
 )
-from airflow_rbak.storage.credentials import GCS_KEYFILE_ENV, credential_environment
-from airflow_rbak.storage.url import GcsStorageConfig
+from airflow_rbak.storage.credentials import credential_environment
+from airflow_rbak.storage.locations.gcs import GCS_KEYFILE_ENV, GcsStorageConfig
 
 _SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
 _HINT = (f"set {GCS_KEYFILE_ENV} (a key file's JSON) or GOOGLE_APPLICATION_CREDENTIALS, use a "

@@ -13,7 +13,7 @@ from airflow_rbak.storage.base import (
     check_key,
     check_prefix,
 )
-from airflow_rbak.storage.url import MemoryStorageConfig
+from airflow_rbak.storage.locations.memory import MemoryStorageConfig
 
 
 class _Objects:

@@ -17,6 +17,7 @@ from typing import TypeVar
 from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.base import Immutability, ObjectInfo, Storage, TransientStorageError
+from airflow_rbak.storage.forwarding import ForwardingStorage
 
 log = package_logger(__name__)
 T = TypeVar("T")
@@ -24,13 +25,14 @@ T = TypeVar("T")
 DEFAULT_RETRIES = 4
 
 
-class RetryingStorage(Storage):
+class RetryingStorage(ForwardingStorage):
     """Wrap a backend and retry each transient failure with exponential backoff and full jitter.
 
     A call is attempted at most ``retries + 1`` times; the wait before retry
     ``n`` (from 0) is uniform in ``[0, min(max_delay, base_delay * 2**n)]``,
     so many workers hitting one throttled bucket spread out instead of
-    retrying in lock step.
+    retrying in lock step. The conditional replace and delete pass through unretried: after a lost reply a retry
+    would answer False for this call's own change.
     """
 
     def __init__(
@@ -47,8 +49,7 @@ class RetryingStorage(Storage):
             raise ConfigurationError(
                 f"retries, base_delay and max_delay must be >= 0, got {retries}, {base_delay}, {max_delay}"
             )
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.retries = retries
         self._base_delay = base_delay
         self._max_delay = max_delay
@@ -77,14 +78,6 @@ class RetryingStorage(Storage):
     def read_tagged(self, key: str) -> tuple[bytes, str]:
         """Read with its tag, retrying."""
         return self._call("get", key, lambda: self.inner.read_tagged(key))
-
-    def replace_if_unchanged(self, key: str, data: bytes, tag: str) -> bool:
-        """Not retried: after a lost reply a retry would answer False for our own replacement."""
-        return self.inner.replace_if_unchanged(key, data, tag)
-
-    def delete_if_unchanged(self, key: str, tag: str) -> bool:
-        """Not retried, as :meth:`replace_if_unchanged`."""
-        return self.inner.delete_if_unchanged(key, tag)
 
     def get(self, key: str) -> bytes:
         """Read, retrying."""

@@ -51,9 +51,9 @@ from airflow_rbak.storage.base import (
     check_prefix,
     check_range,
 )
-from airflow_rbak.storage.credentials import S3Session, current_credentials
+from airflow_rbak.storage.credentials import current_credentials
+from airflow_rbak.storage.locations.s3 import S3Session, S3StorageConfig
 from airflow_rbak.storage.s3_object_lock import S3ObjectLock
-from airflow_rbak.storage.url import S3StorageConfig
 
 MIB = 1024 * 1024
 #: Bodies above this go up in parts; S3 still shows the object only when complete.

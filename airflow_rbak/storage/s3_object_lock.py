@@ -21,7 +21,7 @@ from typing import Any
 from airflow_rbak.codec.layout import is_backup_content
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.storage.base import Immutability, ObjectLockedError, StorageError, check_prefix
-from airflow_rbak.storage.url import OBJECT_LOCK_MODES
+from airflow_rbak.storage.locations.s3 import OBJECT_LOCK_MODES
 
 _DENIED = frozenset({"AccessDenied", "403", "Forbidden"})
 

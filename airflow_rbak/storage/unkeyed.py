@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 from airflow_rbak.storage.atomic import atomic_write
-from airflow_rbak.storage.base import ForwardsImmutability, ObjectInfo, Storage
+from airflow_rbak.storage.base import Storage
 from airflow_rbak.storage.encrypted import MARKER_KEY, KeyRequiredError, is_sealed
+from airflow_rbak.storage.forwarding import ForwardingStorage
 
 
-class UnkeyedStorage(ForwardsImmutability):
+class UnkeyedStorage(ForwardingStorage):
     """Wrap a backend opened without a key, so an encrypted location says it needs one instead of looking damaged.
 
     A read whose bytes start as an envelope raises :class:`KeyRequiredError`; so does the first write when the
@@ -19,8 +19,7 @@ class UnkeyedStorage(ForwardsImmutability):
     """
 
     def __init__(self, inner: Storage) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self._checked = False
 
     def __repr__(self) -> str:
@@ -41,10 +40,6 @@ class UnkeyedStorage(ForwardsImmutability):
         if is_sealed(data):
             raise self._refuse(key)
         return data
-
-    def check_location(self) -> None:
-        """Check the location exists."""
-        self.inner.check_location()
 
     def put(self, key: str, data: bytes) -> None:
         """Store, unless the location is encrypted."""
@@ -85,19 +80,3 @@ class UnkeyedStorage(ForwardsImmutability):
         """Replace if unchanged, unless the location is encrypted."""
         self._writable(key)
         return self.inner.replace_if_unchanged(key, data, tag)
-
-    def delete_if_unchanged(self, key: str, tag: str) -> bool:
-        """Delete if unchanged."""
-        return self.inner.delete_if_unchanged(key, tag)
-
-    def stat(self, key: str) -> ObjectInfo:
-        """Stat."""
-        return self.inner.stat(key)
-
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        """List (the marker included: it tells the location is encrypted)."""
-        return self.inner.list(prefix)
-
-    def delete(self, key: str) -> None:
-        """Delete."""
-        self.inner.delete(key)
