@@ -34,13 +34,13 @@ from airflow_rbak.storage.base import (
     MissingLocationError,
     ObjectInfo,
     ObjectNotFoundError,
-    Storage,
     StorageError,
     TransientStorageError,
     check_key,
     check_prefix,
     check_range,
 )
+from airflow_rbak.storage.cloud import CloudStorage
 from airflow_rbak.storage.credentials import credential_environment
 from airflow_rbak.storage.locations.azure import AzureCredentials, AzureStorageConfig, parse_connection_string
 
@@ -49,15 +49,13 @@ _HINT = ("set AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT with AZURE_
          "AZURE_STORAGE_SAS_TOKEN, use a wasb connection (storage_conn_id), or install azure-identity")
 
 
-class AzureBlobStorage(Storage):
+class AzureBlobStorage(CloudStorage):
     """Objects live at ``<prefix>/<key>`` in one container; keys are reported relative to the prefix."""
 
     def __init__(self, config: AzureStorageConfig, *, connect_timeout: float = 10.0, read_timeout: float = 60.0,
                  list_page_size: int | None = None, client: Any = None,
                  environ: Mapping[str, str] | None = None) -> None:
-        self.config = config
-        self.url = config.url
-        self._base = config.prefix + "/" if config.prefix else ""
+        super().__init__(config, config.container)
         self._page_size = list_page_size
         service = client or _make_client(config, credential_environment() if environ is None else environ,
                                          connect_timeout, read_timeout)
@@ -170,22 +168,17 @@ class AzureBlobStorage(Storage):
             return False
         return True
 
-    def _where(self, key: str | None, prefix: str = "") -> str:
-        where = f"azure://{self.config.container}/{self._base}{prefix if key is None else key}"
-        return f"{where} at {self.config.endpoint}" if self.config.endpoint else where
+    scheme = "azure"
 
-    @contextlib.contextmanager
-    def _errors(self, action: str, key: str | None, prefix: str = "") -> Iterator[None]:
-        """Translate the SDK's failures into the storage error hierarchy, quoting none of its text."""
-        try:
-            yield
-        except HttpResponseError as error:
-            raise self._response_error(error, action, key, prefix) from error
-        except (ServiceRequestError, ServiceResponseError) as error:
-            raise TransientStorageError(f"cannot {action} {self._where(key, prefix)}: "
-                                        f"{type(error).__name__} (no answer from the service)", key) from error
-        except AzureError as error:
-            raise StorageError(f"cannot {action} {self._where(key, prefix)}: {type(error).__name__}", key) from error
+    def _translate(self, error: Exception, action: str, key: str | None, prefix: str) -> StorageError | None:
+        if isinstance(error, HttpResponseError):
+            return self._response_error(error, action, key, prefix)
+        if isinstance(error, (ServiceRequestError, ServiceResponseError)):
+            return TransientStorageError(f"cannot {action} {self._where(key, prefix)}: "
+                                         f"{type(error).__name__} (no answer from the service)", key)
+        if isinstance(error, AzureError):
+            return StorageError(f"cannot {action} {self._where(key, prefix)}: {type(error).__name__}", key)
+        return None
 
     def _response_error(self, error: HttpResponseError, action: str, key: str | None, prefix: str) -> StorageError:
         code, status, where = _code(error), error.status_code or 0, self._where(key, prefix)

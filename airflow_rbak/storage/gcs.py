@@ -31,13 +31,13 @@ from airflow_rbak.storage.base import (
     MissingLocationError,
     ObjectInfo,
     ObjectNotFoundError,
-    Storage,
     StorageError,
     TransientStorageError,
     check_key,
     check_prefix,
     check_range,
 )
+from airflow_rbak.storage.cloud import CloudStorage
 from airflow_rbak.storage.credentials import credential_environment
 from airflow_rbak.storage.locations.gcs import GCS_KEYFILE_ENV, GcsStorageConfig
 
@@ -52,15 +52,13 @@ _OCTETS = "application/octet-stream"
 CLIENT_RETRY_SECONDS = 10.0
 
 
-class GcsStorage(Storage):
+class GcsStorage(CloudStorage):
     """Objects live at ``<prefix>/<key>`` in one bucket; keys are reported relative to the prefix."""
 
     def __init__(self, config: GcsStorageConfig, *, connect_timeout: float = 10.0, read_timeout: float = 60.0,
                  list_page_size: int | None = None, client: Any = None,
                  environ: Mapping[str, str] | None = None) -> None:
-        self.config = config
-        self.url = config.url
-        self._base = config.prefix + "/" if config.prefix else ""
+        super().__init__(config, config.bucket)
         self._page_size = list_page_size
         self._timeout = (connect_timeout, read_timeout)
         self._retry = DEFAULT_RETRY.with_timeout(CLIENT_RETRY_SECONDS)
@@ -180,32 +178,27 @@ class GcsStorage(Storage):
             raise
         return True
 
-    def _where(self, key: str | None, prefix: str = "") -> str:
-        where = f"gcs://{self.config.bucket}/{self._base}{prefix if key is None else key}"
-        return f"{where} at {self.config.endpoint}" if self.config.endpoint else where
+    scheme = "gcs"
 
-    @contextlib.contextmanager
-    def _errors(self, action: str, key: str | None, prefix: str = "") -> Iterator[None]:
-        """Translate the client's failures into the storage error hierarchy, quoting none of its text."""
+    def _translate(self, error: Exception, action: str, key: str | None, prefix: str) -> StorageError | None:
         where = self._where(key, prefix)
-        try:
-            yield
-        except api.NotFound as error:
+        if isinstance(error, api.NotFound):
             if key is None or not self._bucket_exists():
-                raise MissingLocationError(
-                    f"GCS bucket {self.config.bucket!r} does not exist ({where}); check the storage URL", key) from error
+                return MissingLocationError(
+                    f"GCS bucket {self.config.bucket!r} does not exist ({where}); check the storage URL", key)
             if action in ("read", "stat", "delete"):
-                raise ObjectNotFoundError(f"no object {key!r} in {self.url}", key) from error
-            raise StorageError(f"cannot {action} {where}: not found (HTTP 404)", key) from error
-        except _TRANSIENT as error:
-            raise TransientStorageError(f"cannot {action} {where}: {type(error).__name__}", key) from error
-        except (api.Forbidden, api.Unauthorized, RefreshError, DefaultCredentialsError) as error:
-            raise StorageError(f"access denied to {action} {where} ({type(error).__name__}): check the "
-                               f"credentials and the bucket's permissions; {_HINT}", key) from error
-        except api.GoogleAPICallError as error:
-            raise StorageError(f"cannot {action} {where}: {type(error).__name__} (HTTP {error.code})", key) from error
-        except (GoogleAuthError, InvalidResponse) as error:
-            raise StorageError(f"cannot {action} {where}: {type(error).__name__}", key) from error
+                return ObjectNotFoundError(f"no object {key!r} in {self.url}", key)
+            return StorageError(f"cannot {action} {where}: not found (HTTP 404)", key)
+        if isinstance(error, _TRANSIENT):
+            return TransientStorageError(f"cannot {action} {where}: {type(error).__name__}", key)
+        if isinstance(error, (api.Forbidden, api.Unauthorized, RefreshError, DefaultCredentialsError)):
+            return StorageError(f"access denied to {action} {where} ({type(error).__name__}): check the "
+                                f"credentials and the bucket's permissions; {_HINT}", key)
+        if isinstance(error, api.GoogleAPICallError):
+            return StorageError(f"cannot {action} {where}: {type(error).__name__} (HTTP {error.code})", key)
+        if isinstance(error, (GoogleAuthError, InvalidResponse)):
+            return StorageError(f"cannot {action} {where}: {type(error).__name__}", key)
+        return None
 
     def _bucket_exists(self) -> bool:
         """Check the bucket once, since a missing bucket answers 404 like a missing object."""

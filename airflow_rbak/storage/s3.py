@@ -44,13 +44,13 @@ from airflow_rbak.storage.base import (
     MissingLocationError,
     ObjectInfo,
     ObjectNotFoundError,
-    Storage,
     StorageError,
     TransientStorageError,
     check_key,
     check_prefix,
     check_range,
 )
+from airflow_rbak.storage.cloud import CloudStorage
 from airflow_rbak.storage.credentials import current_credentials
 from airflow_rbak.storage.locations.s3 import S3Session, S3StorageConfig
 from airflow_rbak.storage.s3_object_lock import S3ObjectLock
@@ -77,7 +77,7 @@ _TRANSIENT_EXCEPTIONS = (
 )
 
 
-class S3Storage(Storage):
+class S3Storage(CloudStorage):
     """Objects live at ``<prefix>/<key>`` in one bucket; keys are reported relative to the prefix.
 
     Bucket keys under the prefix that are not valid storage keys (console
@@ -100,10 +100,8 @@ class S3Storage(Storage):
             raise ConfigurationError(
                 "S3 parts must be at least 5 MiB and the multipart threshold at least one part"
             )
-        self.config = config
+        super().__init__(config, config.bucket)
         self.bucket = config.bucket
-        self.url = config.url
-        self._base = config.prefix + "/" if config.prefix else ""
         self._bucket_known = False
         self._encryption = config.encryption_args  # every write asks for it: S3 encrypts per object
         self._pagination = {"PageSize": list_page_size} if list_page_size else {}
@@ -290,29 +288,19 @@ class S3Storage(Storage):
     def _full_key(self, key: str) -> str:
         return self._base + check_key(key)
 
-    def _where(self, key: str | None, prefix: str = "") -> str:
-        """Name the bucket and key (and endpoint, if custom) for error messages."""
-        where = f"s3://{self.bucket}/{self._base}{prefix if key is None else key}"
-        return f"{where} at {self.config.endpoint}" if self.config.endpoint else where
+    scheme = "s3"
 
-    @contextlib.contextmanager
-    def _errors(self, action: str, key: str | None, prefix: str = "") -> Iterator[None]:
-        """Translate boto3 and botocore failures into the storage error hierarchy."""
-        try:
-            yield
-        except ClientError as error:
-            raise self._client_error(error, action, key, prefix) from error
-        except _TRANSIENT_EXCEPTIONS as error:
-            message = f"cannot {action} {self._where(key, prefix)}: {error}"
-            raise TransientStorageError(message, key) from error
-        except (NoCredentialsError, PartialCredentialsError) as error:
-            raise StorageError(
-                f"cannot {action} {self._where(key, prefix)}: {error}; set AWS_ACCESS_KEY_ID "
-                "and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or run with an instance role",
-                key,
-            ) from error
-        except BotoCoreError as error:
-            raise StorageError(f"cannot {action} {self._where(key, prefix)}: {error}", key) from error
+    def _translate(self, error: Exception, action: str, key: str | None, prefix: str) -> StorageError | None:
+        if isinstance(error, ClientError):
+            return self._client_error(error, action, key, prefix)
+        if isinstance(error, _TRANSIENT_EXCEPTIONS):
+            return TransientStorageError(f"cannot {action} {self._where(key, prefix)}: {error}", key)
+        if isinstance(error, (NoCredentialsError, PartialCredentialsError)):
+            return StorageError(f"cannot {action} {self._where(key, prefix)}: {error}; set AWS_ACCESS_KEY_ID "
+                                "and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or run with an instance role", key)
+        if isinstance(error, BotoCoreError):
+            return StorageError(f"cannot {action} {self._where(key, prefix)}: {error}", key)
+        return None
 
     def _client_error(
         self, error: ClientError, action: str, key: str | None, prefix: str
