@@ -10,11 +10,11 @@ it cannot show a password. A dry run changes nothing and a run with
 ``skip_approval`` (automation) says so up front: neither waits. No Airflow here.
 
 The request is a short summary with counts first, then the full plan: every
-queue (in exchange mode with every exchange and routing key its records are
-published with, :mod:`.exchange_routes`), and every definitions object the import creates or replaces with the
-settings that act beyond it (a policy's pattern, apply-to, priority and
-definition, and which existing queues it would also reach; queue and exchange
-arguments; bindings from exchanges that already carry traffic on the target).
+queue, then what each restore feature adds, in the order its plan section is
+registered (:mod:`.sections`): in exchange mode every exchange and routing key the
+records are published with, every definitions object the import creates or
+replaces with the settings that act beyond it, the transformations, the records
+too large for the target, ...
 Nothing is cut short and nothing is in the export's order: each section is
 sorted. What the approver saw is what the run does: the plan pins it
 (:mod:`~airflow_rbak.restore.contract`).
