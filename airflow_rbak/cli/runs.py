@@ -120,8 +120,8 @@ def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     verb = "would publish" if report.dry_run else "published"
     say(out, f"restore of {report.backup_id} into {report.target_cluster or connection.host}: {report.planned} planned, "
              f"{verb} {report.published}, {report.unroutable} unroutable")
-    if report.selection:
-        say(out, f"  selection: {report.selection}")
+    if report.section_fields.get("selection"):
+        say(out, f"  selection: {report.section_fields['selection']}")
     for q in report.queues:
         done = (f"would publish {q['published']}" if report.dry_run else
                 f"published {q['published']}" + (f" ({q['published_total']} with earlier runs)"
@@ -131,7 +131,7 @@ def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         say(out, line)
     from airflow_rbak.restore.migration import summary_lines
 
-    for line in summary_lines(report.migration):
+    for line in summary_lines(report.section_fields.get("migration")):
         say(out, line)
     return 0
 

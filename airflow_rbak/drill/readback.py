@@ -30,7 +30,7 @@ from airflow_rbak.codec.broker_headers import broker_headers
 from airflow_rbak.codec.properties import PIKA_NAMES, PROPERTY_NAMES
 from airflow_rbak.drill.compare import MessageView
 from airflow_rbak.restore.errors import DamagedSegmentsError
-from airflow_rbak.restore.plan import QueuePlan
+from airflow_rbak.restore.restore_plan import QueuePlan
 from airflow_rbak.restore.wire import left_out_headers
 from airflow_rbak.storage.base import Storage
 

@@ -37,8 +37,9 @@ from airflow_rbak.drill.compare import QueueComparison, compare_queue
 from airflow_rbak.drill.readback import delivered_views, expected_views
 from airflow_rbak.exceptions import ConfigurationError, RbakError
 from airflow_rbak.restore.definitions import import_selection, load_definitions
-from airflow_rbak.restore.plan import RestorePlan, resolve_manifest
+from airflow_rbak.restore.plan import resolve_manifest
 from airflow_rbak.restore.request import RestoreRequest, matches
+from airflow_rbak.restore.restore_plan import RestorePlan
 from airflow_rbak.restore.run import RestoreRun
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage

@@ -20,9 +20,10 @@ from airflow_rbak.restore.errors import (
     UnexpectedMessagesError,
     UnroutableMessagesError,
 )
-from airflow_rbak.restore.plan import QueuePlan, RestorePlan, SegmentPlan, SkippedSegment, plan_restore
+from airflow_rbak.restore.plan import plan_restore
 from airflow_rbak.restore.queue_restore import QueueResult
 from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest, parse_time
+from airflow_rbak.restore.restore_plan import QueuePlan, RestorePlan, SegmentPlan, SkippedSegment
 from airflow_rbak.restore.run import RestoreReport, RestoreRun
 
 __all__ = [

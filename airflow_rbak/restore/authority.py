@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_rbak.restore.errors import RestoreRefusedError
-from airflow_rbak.restore.plan import RestorePlan
+from airflow_rbak.restore.restore_plan import RestorePlan
 from airflow_rbak.storage.sealed import StateSeal, UntrustedStateError
 
 #: The seal purposes (an object sealed as one is never taken as the other).

@@ -47,9 +47,9 @@ from airflow_rbak.restore.definitions_diff import ImportChanges, compare, per_vh
 from airflow_rbak.restore.errors import DefinitionsImportError, RestoreRefusedError
 from airflow_rbak.restore.import_record import IMPORT_RECORD, import_record_key, local_run_ref, record_body
 from airflow_rbak.restore.import_view import import_view
-from airflow_rbak.restore.plan import RestorePlan
 from airflow_rbak.restore.quorum_support import target_version
 from airflow_rbak.restore.request import DefinitionsSelection, RestoreRequest, matches
+from airflow_rbak.restore.restore_plan import RestorePlan
 from airflow_rbak.storage.base import Storage, StorageError, read_bounded
 from airflow_rbak.storage.sealed import StateSeal, default_seal
 

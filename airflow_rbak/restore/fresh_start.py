@@ -27,7 +27,7 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.display import package_logger
 from airflow_rbak.restore.errors import UnexpectedMessagesError
-from airflow_rbak.restore.plan import QueuePlan, RestorePlan
+from airflow_rbak.restore.restore_plan import QueuePlan, RestorePlan
 from airflow_rbak.restore.target import target_depth
 
 log = package_logger(__name__)

@@ -21,10 +21,12 @@ from typing import Any
 import orjson
 
 from airflow_rbak.codec.layout import transformed_definitions_key
+from airflow_rbak.display import md_code, printable
 from airflow_rbak.restore.errors import DefinitionsImportError, MigrationRefusedError
-from airflow_rbak.restore.plan import RestorePlan
 from airflow_rbak.restore.quorum_support import target_version, version_text
 from airflow_rbak.restore.request import RestoreRequest
+from airflow_rbak.restore.restore_plan import RestorePlan
+from airflow_rbak.restore.section import Placement, PlanSection
 from airflow_rbak.restore.transformations import (
     CHANGED,
     KINDS,
@@ -131,3 +133,62 @@ def save_transformed(storage: Storage, backup_id: str, document: dict[str, Any],
     except StorageError as exc:
         raise DefinitionsImportError(f"could not save the transformed definitions {key} ({exc}); nothing was imported") from None
     return key
+
+
+class Transformations(PlanSection):
+    """The transformations (a migration, a quorum conversion): each change, the queues refused, the diff."""
+
+    name = "transformations"
+    placement = Placement(log=70, summary=30, report=10)
+
+    def with_definitions(self, plan: RestorePlan, settings: RestoreRequest) -> RestorePlan:
+        """Converted queues get their target type and refused queues leave the plan, before the target is inspected."""
+        return apply_to_plan(plan)
+
+    def log_lines(self, plan: RestorePlan) -> list[str]:
+        """Each change, then the diff against the backup's definitions."""
+        return summary_lines(plan.migration)
+
+    def approval_summary(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+        """How many changes, how many queues refused."""
+        if not plan.migration:
+            return []
+        return [f"- transformations: {len(plan.migration['changes'])} changes, "
+                f"{len(plan.migration['refused'])} queues refused"]
+
+    def approval_lines(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+        """Every change, the queues refused, and the diff against the backup's definitions."""
+        m = plan.migration
+        if not m:
+            return []
+        lines = ["", f"### Transformations {', '.join(md_code(t) for t in m['transformations'])} for the target's "
+                     f"RabbitMQ {md_code(m['target_version'])}", "",
+                 f"{len(m['changes'])} changes, {len(m['converted'])} queues become quorum.", ""]
+        changes = sorted(m["changes"], key=lambda c: (c["kind"], c["vhost"], c["name"], c["transformation"]))
+        lines += [f"- {md_code(c['transformation'])} {md_code(_object(c))} **{printable(c['action'])}**: "
+                  f"{md_code(c['detail'])}" for c in changes]
+        if m["refused"]:
+            lines += ["", f"**{len(m['refused'])} queues are refused** and left out with their bindings and messages; "
+                          "the report fails naming them: "
+                          + "; ".join(md_code(f"{r['vhost']}/{r['queue']}") for r in m["refused"])]
+        lines += ["", f"**Diff against the backup's definitions** ({m['diff_lines']} lines; `-` the backup's, `+` what "
+                      "is imported instead; every object imported is listed above):", ""]
+        lines += [f"    {printable(line)}" for line in m["diff"]]
+        if m["diff_lines"] > len(m["diff"]):
+            lines.append(f"    ({m['diff_lines'] - len(m['diff'])} more lines in the transformed definitions file)")
+        return lines
+
+    def report_fields(self, plan: RestorePlan) -> dict[str, Any]:
+        """What the transformations did (the plan's ``migration``), when any were named."""
+        return {"migration": plan.migration}
+
+    def left_out(self, plan: RestorePlan) -> MigrationRefusedError | None:
+        """The queues the transformations refused and left out."""
+        return refused_error(plan)
+
+
+def _object(change: dict[str, str]) -> str:
+    return f"{change['kind']} {change['vhost']}/{change['name']}"
+
+
+SECTION = Transformations()

@@ -12,7 +12,7 @@ from airflow_rbak.broker import stream_protocol
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.display import package_logger
 from airflow_rbak.restore.checkpoints import QueueCheckpoint, RestoreCheckpointStore
-from airflow_rbak.restore.plan import QueuePlan
+from airflow_rbak.restore.restore_plan import QueuePlan
 
 log = package_logger(__name__)
 

@@ -27,10 +27,10 @@ from airflow_rbak.restore.contract import check_resume
 from airflow_rbak.restore.earlier_attempts import close_earlier_attempts, publisher_names, publisher_names_for
 from airflow_rbak.restore.errors import PublishError
 from airflow_rbak.restore.fresh_start import check_fresh_start
-from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
 from airflow_rbak.restore.publisher import ConfirmPipeline, reconcile, sent_allowance
 from airflow_rbak.restore.records import Positioned, iter_window_records
 from airflow_rbak.restore.request import RestoreRequest
+from airflow_rbak.restore.restore_plan import QueuePlan, RestorePlan, queue_checkpoint
 from airflow_rbak.storage.base import Storage
 
 log = package_logger(__name__)

@@ -139,6 +139,9 @@ class RestoreRequest:
     #: Source queue globs whose records go back to where they died (their ``x-death``), not to the queue
     #: (:mod:`.dead_letters`); ``True`` is every queue.
     replay_dead_letters: tuple[str, ...] = ()
+    #: Derived, never given: True when the definitions follow the backup's own vhosts (no vhosts, no selection named),
+    #: so :meth:`definitions_of` narrows them to what the backup was asked for.
+    definitions_follow_backup: bool = field(default=False, init=False, repr=False, compare=False)
 
     def definitions_of(self, backup_vhosts: tuple[str, ...] | None,
                        queue_vhosts: Iterable[str] = ()) -> DefinitionsSelection | None:
@@ -148,7 +151,7 @@ class RestoreRequest:
         the vhosts the backup was asked for are imported; a manifest that does not say (``None``: another writer's
         backup, or one of every vhost) must not widen the import to every vhost, so then only the vhosts of the
         queues this restore selects. None: nothing to import (no such vhost)."""
-        if not getattr(self, "_definitions_follow_backup", False):
+        if not self.definitions_follow_backup:
             return self.definitions_selection
         vhosts = tuple(backup_vhosts or sorted(set(queue_vhosts)))
         if not vhosts:
@@ -173,7 +176,7 @@ class RestoreRequest:
         given = None if self.definitions_selection is FOLLOWS_RESTORE else self.definitions_selection
         selection = DefinitionsSelection.from_value(given, self.vhosts, self.queues)
         object.__setattr__(self, "definitions_selection", selection)
-        object.__setattr__(self, "_definitions_follow_backup", given is None and self.vhosts == ("*",))
+        object.__setattr__(self, "definitions_follow_backup", given is None and self.vhosts == ("*",))
         if self.publish_mode not in PUBLISH_MODES:
             raise ConfigurationError(f"publish_mode must be one of {list(PUBLISH_MODES)}, got {self.publish_mode!r}")
         if self.on_existing_messages not in ON_EXISTING_MESSAGES:
@@ -268,6 +271,6 @@ def _message_filter(value: Any) -> MessageFilter | None:
     return None if value.selects_all else value
 
 
-#: The settings a restore takes from its DAG params or ``rbak restore --conf``: every field but the internal
-#: ``max_in_flight``. The DAG and the command line both read this tuple.
-CONF_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RestoreRequest) if f.name != "max_in_flight")
+#: The settings a restore takes from its DAG params or ``rbak restore --conf``: every field given at construction but
+#: the internal ``max_in_flight``. The DAG and the command line both read this tuple.
+CONF_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RestoreRequest) if f.init and f.name != "max_in_flight")

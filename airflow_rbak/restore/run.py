@@ -19,14 +19,16 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.display import count, package_logger
 from airflow_rbak.progress import Sample
-from airflow_rbak.restore import migration, selection_report, size_limits
+from airflow_rbak.restore import sections
 from airflow_rbak.restore.checkpoints import open_checkpoint_store
 from airflow_rbak.restore.definitions import DefinitionsResult, plan_definitions, restore_definitions
 from airflow_rbak.restore.errors import PlanChangedError, RestoreRefusedError, UnroutableMessagesError
 from airflow_rbak.restore.offsets import restore_consumer_offsets
-from airflow_rbak.restore.plan import QueuePlan, RestorePlan, plan_restore, queue_checkpoint
+from airflow_rbak.restore.plan import plan_restore
+from airflow_rbak.restore.plan_log import summary_lines
 from airflow_rbak.restore.queue_restore import QueueResult, restore_queue
 from airflow_rbak.restore.request import RestoreRequest
+from airflow_rbak.restore.restore_plan import QueuePlan, RestorePlan, queue_checkpoint
 from airflow_rbak.restore.target import check_target, inspect_target, refusal
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
@@ -53,18 +55,13 @@ class RestoreReport:
     source_cluster: str | None = None
     target_cluster: str | None = None
     refused: str | None = None
-    #: What the transformations did (the plan's ``migration``), when any were named.
-    migration: dict[str, Any] | None = None
-    #: A selective restore's selection in one line, and its count per queue (``vhost/queue``); None: no selection.
-    selection: str | None = None
-    selected: dict[str, int] = field(default_factory=dict)
-    #: Dead-letter replay: per queue, ``[exchange, routing key, count]`` of each route its records were published to.
-    replayed: dict[str, list[list[Any]]] = field(default_factory=dict)
-    #: Queues the plan refused and left out (``{"vhost", "queue", "reason"}``); the report fails naming them.
-    refused_queues: list[dict[str, str]] = field(default_factory=list)
+    #: What each plan section reports (:meth:`.section.PlanSection.report_fields`: the transformations, a selection,
+    #: a replay, the queues refused...), by field name; the report's JSON carries them beside the fields above.
+    section_fields: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The report as plain JSON: its fields, then each section's."""
+        return {k: v for k, v in self.__dict__.items() if k != "section_fields"} | self.section_fields
 
 
 def report_line(report: Mapping[str, Any]) -> str:
@@ -118,15 +115,14 @@ class RestoreRun:
             if self.settings.restore_definitions:  # first: a refused queue is neither inspected nor published
                 proposal = plan_definitions(client, self.storage, self.settings, plan.backup_id, plan.definitions_key,
                                             plan.backup_vhosts, plan.queue_vhosts)
-                plan = migration.apply_to_plan(replace(plan, definitions_changes=proposal.changes.to_json(),
-                                                       migration=proposal.migration,
-                                                       definitions_pin=proposal.pin.to_json(),
-                                                       definitions_import=proposal.view(),
-                                                       definitions_compatibility=proposal.compatibility,
-                                                       definitions_not_imported=proposal.not_imported))
+                plan = sections.with_definitions(replace(plan, definitions_changes=proposal.changes.to_json(),
+                                                         migration=proposal.migration,
+                                                         definitions_pin=proposal.pin.to_json(),
+                                                         definitions_import=proposal.view(),
+                                                         definitions_compatibility=proposal.compatibility,
+                                                         definitions_not_imported=proposal.not_imported), self.settings)
             plan = inspect_target(plan, client, self.connection, self.settings, checkpoints)
-        for line in (plan.summary_lines() + selection_report.summary_lines(plan) + size_limits.summary_lines(plan)
-                     + migration.summary_lines(plan.migration)):
+        for line in summary_lines(plan):
             log.info("%s", line)
         check_target(plan, self.settings)
         return plan
@@ -189,8 +185,7 @@ class RestoreRun:
             source_cluster=plan.source_cluster,
             target_cluster=plan.target_cluster,
             refused=refusal(plan, self.settings),
-            migration=plan.migration,
-            **selection_report.report_fields(plan),
+            section_fields=sections.report_fields(plan),
         )
         log.info("restore of %s: %s", plan.backup_id, report_line(report.to_json()))
         if report.unroutable and not self.settings.allow_unroutable:
@@ -198,7 +193,7 @@ class RestoreRun:
             raise UnroutableMessagesError(
                 f"{report.unroutable} records were returned unroutable ({where}); the report lists their segment and "
                 "index. Create the missing bindings and restore those, or set allow_unroutable")
-        for left_out in (migration.refused_error(plan), selection_report.refused_error(plan)):
-            if left_out is not None and not self.settings.dry_run:
+        for left_out in sections.left_out(plan):
+            if not self.settings.dry_run:
                 raise left_out
         return report

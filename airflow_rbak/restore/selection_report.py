@@ -7,12 +7,15 @@ go through :func:`~airflow_rbak.display.printable` and the approval's Markdown t
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from airflow_rbak.display import md_code, printable
 from airflow_rbak.restore.dead_letters import route_label
 from airflow_rbak.restore.errors import RestoreRefusedError
-from airflow_rbak.restore.plan import QueuePlan, RestorePlan
+from airflow_rbak.restore.request import RestoreRequest
+from airflow_rbak.restore.restore_plan import QueuePlan, RestorePlan
+from airflow_rbak.restore.section import Placement, PlanSection
 
 
 def summary_lines(plan: RestorePlan) -> list[str]:
@@ -29,7 +32,7 @@ def summary_lines(plan: RestorePlan) -> list[str]:
             lines += [printable(f"    {match_text(m)}") for m in q.first_matches]
         lines += [printable(f"  {q.task_id}: dead-letter replay, {n} messages to {route_label(e, k)} in vhost "
                             f"{q.target_vhost!r} (none into {q.target_queue!r})") for e, k, n in q.replay_routes]
-    lines += [printable(f"  REFUSED {r['vhost']}/{r['queue']}: {r['reason']}") for r in plan.refused_queues]
+    lines += [printable(f"  REFUSED {r.vhost}/{r.queue}: {r.reason}") for r in plan.refused_queues]
     return lines
 
 
@@ -57,7 +60,7 @@ def approval_lines(plan: RestorePlan) -> list[str]:
                   f"{md_code(k)} in vhost {md_code(q.target_vhost)}" for q in replays for e, k, n in q.replay_routes]
     if plan.refused_queues:
         lines += ["", f"### Refused ({len(plan.refused_queues)} queues): left out, the report fails naming them", ""]
-        lines += [f"- {md_code(r['vhost'] + '/' + r['queue'])}: {md_code(r['reason'])}" for r in plan.refused_queues]
+        lines += [f"- {md_code(r.vhost + '/' + r.queue)}: {md_code(r.reason)}" for r in plan.refused_queues]
     return lines
 
 
@@ -77,7 +80,7 @@ def report_fields(plan: RestorePlan) -> dict[str, Any]:
         "selection": plan.selection,
         "selected": {q.task_id: q.records_in_window for q in plan.queues if q.selected is not None},
         "replayed": {q.task_id: [list(r) for r in q.replay_routes] for q in plan.queues if q.replay},
-        "refused_queues": [dict(r) for r in plan.refused_queues],
+        "refused_queues": [asdict(r) for r in plan.refused_queues],
     }
 
 
@@ -86,4 +89,30 @@ def refused_error(plan: RestorePlan) -> RestoreRefusedError | None:
     if not plan.refused_queues:
         return None
     return RestoreRefusedError(f"{len(plan.refused_queues)} queues were refused and left out, the others restored: "
-                               + " | ".join(r["reason"] for r in plan.refused_queues))
+                               + " | ".join(r.reason for r in plan.refused_queues))
+
+
+class Selection(PlanSection):
+    """A selective restore and a dead-letter replay: what they select, where replayed records go, what they refuse."""
+
+    name = "selection"
+    placement = Placement(log=50, report=20)
+
+    def log_lines(self, plan: RestorePlan) -> list[str]:
+        """The selection, each queue's count and first matches, each replay route and each refused queue."""
+        return summary_lines(plan)
+
+    def approval_lines(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+        """The selection, the replay and the refused queues as Markdown sections."""
+        return approval_lines(plan)
+
+    def report_fields(self, plan: RestorePlan) -> dict[str, Any]:
+        """The selection, its count per queue, the replay routes, the refused queues."""
+        return report_fields(plan)
+
+    def left_out(self, plan: RestorePlan) -> RestoreRefusedError | None:
+        """The queues refused and left out, the others restored."""
+        return refused_error(plan)
+
+
+SECTION = Selection()

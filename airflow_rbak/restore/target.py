@@ -36,13 +36,12 @@ from airflow_rbak.broker.errors import QueueNotFoundError
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.broker.message_size_limit import message_size_limit
 from airflow_rbak.display import package_logger
-from airflow_rbak.restore import delivery_order, target_compatibility
+from airflow_rbak.restore import sections
 from airflow_rbak.restore.checkpoints import RestoreCheckpointStore
 from airflow_rbak.restore.errors import PublishError, RestoreRefusedError
-from airflow_rbak.restore.plan import QueuePlan, RestorePlan, queue_checkpoint
 from airflow_rbak.restore.quorum_support import target_version
 from airflow_rbak.restore.request import RestoreRequest
-from airflow_rbak.restore.size_limits import size_refusal
+from airflow_rbak.restore.restore_plan import QueuePlan, RestorePlan, queue_checkpoint
 
 
 def queue_exists(conn: pika.BlockingConnection, name: str) -> bool:
@@ -117,7 +116,8 @@ log = package_logger(__name__)
 
 def inspect_target(plan: RestorePlan, client: ManagementClient, connection: RabbitMQConnection, settings: RestoreRequest,
                    checkpoints: RestoreCheckpointStore) -> RestorePlan:
-    """The plan with the target's identity and, per queue, its depth now and what this restore already put there."""
+    """The plan with the target's identity and, per queue, its depth now and what this restore already put there;
+    then as every section completes it (:func:`.sections.with_target`)."""
     plan = replace(plan, target_cluster=client.cluster_name(), target_cluster_id=client.cluster_identity())
     vhosts = set(client.vhosts())
     # max_message_size is the node's: read it through a vhost the restore reaches (one that exists, else "/")
@@ -137,14 +137,13 @@ def inspect_target(plan: RestorePlan, client: ManagementClient, connection: Rabb
         queues.append(replace(queue, target_depth=depth, resumes=cp.started, published_before=cp.published,
                               completed_before=cp.completed, resume_ordinal=cp.next_ordinal,
                               vhost_depths={k: v for k, v in others.items() if v}))
-    return delivery_order.with_warnings(replace(plan, queues=tuple(queues)))
+    return sections.with_target(replace(plan, queues=tuple(queues)), settings)
 
 
 def refusal(plan: RestorePlan, settings: RestoreRequest) -> str | None:
-    """Why this restore must not run: records the target cannot take, or (with ``on_existing_messages: refuse``)
-    target queues that hold messages. None: nothing to refuse."""
-    reasons = [r for r in (target_compatibility.refusal(plan.definitions_compatibility), size_refusal(plan),
-                           _existing_refusal(plan, settings)) if r]
+    """Why this restore must not run: what the sections refuse (definitions the target rejects, records it cannot
+    take, ...), or (with ``on_existing_messages: refuse``) target queues that hold messages. None: nothing to refuse."""
+    reasons = [*sections.refusals(plan, settings), *filter(None, [_existing_refusal(plan, settings)])]
     return " | ".join(reasons) or None
 
 

@@ -14,6 +14,7 @@ from airflow_rbak.restore import QueuePlan, RestorePlan, RestoreRejectedError, R
 from airflow_rbak.restore.approval import approval_body, approval_not_needed, approval_subject, rejection
 from airflow_rbak.restore.definitions_diff import compare
 from airflow_rbak.restore.import_view import import_view
+from airflow_rbak.restore.plan_log import summary_lines
 
 #: What Airflow's UI renders the request's body with: CommonMark and GFM tables.
 GFM = MarkdownIt("commonmark").enable("table")
@@ -174,7 +175,7 @@ def test_the_runtime_parameters_a_restore_does_not_import_are_named_in_the_reque
 
     assert _sections(body)["Not imported: runtime parameters of these vhosts (1)"] == ["operator_policy prod/cap` | x"]
     assert "  not imported (a restore imports no runtime parameters; set them on the target yourself): " \
-           "operator_policy prod/cap` | x" in plan.summary_lines()
+           "operator_policy prod/cap` | x" in summary_lines(plan)
     assert RestorePlan.from_json(plan.to_json()) == plan
 
 

@@ -81,7 +81,7 @@ def test_a_dead_letter_queue_is_replayed_to_where_each_message_died(broker, vhos
         plan, settings, "rabbitmq_default")
     # and `stray`, whose record never died, is refused saying why; the others go on
     (refused,) = plan.refused_queues
-    assert refused["queue"] == "stray" and "at position 0: it has no x-death header" in refused["reason"]
+    assert refused.queue == "stray" and "at position 0: it has no x-death header" in refused.reason
 
     with pytest.raises(RestoreRefusedError, match="1 queues were refused and left out, the others restored"):
         run.run()

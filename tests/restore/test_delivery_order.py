@@ -15,6 +15,7 @@ import pytest
 from airflow_rbak.codec import BackupProperties, BackupRecord
 from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.restore.approval import approval_body
+from airflow_rbak.restore.plan_log import summary_lines
 from airflow_rbak.storage import open_storage
 from tests.broker.behaviour import Behaviour
 from tests.repository.backup_writer import BackupWriter
@@ -70,7 +71,7 @@ def test_the_plan_warns_exactly_when_the_target_delivers_a_quorum_queue_in_anoth
     assert plan.source_rabbitmq_version == source_version and plan.target_rabbitmq_version == broker.version
     if warning:
         assert f"RabbitMQ {source_version} quorum queues" in warning and f"RabbitMQ {broker.version}" in warning
-        assert f"    WARNING: {warning}" in plan.summary_lines()
+        assert f"    WARNING: {warning}" in summary_lines(plan)
         assert "### Delivery order (1 queues)" in body and warning in body
     else:
         assert "### Delivery order" not in body

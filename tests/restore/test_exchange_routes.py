@@ -10,6 +10,7 @@ from airflow_rbak.display import printable
 from airflow_rbak.restore import QueuePlan, RestorePlan, RestoreRequest, exchange_routes
 from airflow_rbak.restore.approval import approval_body
 from airflow_rbak.restore.exchange_routes import DEFAULT_EXCHANGE, MAX_SHOWN_ROUTES, RouteCounts
+from airflow_rbak.restore.plan_log import summary_lines
 
 #: What Airflow's UI renders the request's body with: CommonMark and GFM tables.
 GFM = MarkdownIt("commonmark").enable("table")
@@ -96,7 +97,7 @@ def test_routes_survive_the_json_round_trip_and_show_one_row_each_with_the_defau
     assert route_tables(body) == {"prod/orders": routes}
     assert "| (AMQP default) | `orders` | 5 |" in body and "| `events.t` | (empty) | 1 |" in body
     assert "exchange mode: 3 routes (exchange and routing key) from 1 queues" in body
-    lines = plan.summary_lines()
+    lines = summary_lines(plan)
     assert "    route: exchange '(AMQP default)' routing key 'orders': 5 messages" in lines
     assert "    route: exchange 'orders.x' routing key 'new': 3 messages" in lines
 
@@ -110,7 +111,7 @@ def test_the_request_shows_at_most_fifty_routes_a_queue_and_counts_the_rest():
     assert route_tables(body) == {"prod/busy": routes[:MAX_SHOWN_ROUTES]}
     left = routes[MAX_SHOWN_ROUTES:]
     assert f"and at least {len(left) + 7} more routes ({sum(n for _, _, n in left) + 21} messages)." in body
-    assert sum(1 for line in plan.summary_lines() if line.startswith("    route:")) == MAX_SHOWN_ROUTES
+    assert sum(1 for line in summary_lines(plan) if line.startswith("    route:")) == MAX_SHOWN_ROUTES
 
 
 @pytest.mark.parametrize("name", HOSTILE)
@@ -123,7 +124,7 @@ def test_hostile_exchange_names_and_keys_show_literally_in_one_row_each(name):
     assert route_tables(body) == {"prod/q": [(printable(name), printable(name), 2), ("plain", printable(name), 1)]}
     kinds = {c.type for t in GFM.parse(body) if t.type == "inline" for c in t.children or []}
     assert not kinds & {"link_open", "image", "html_inline"}
-    assert all("\n" not in line and "\x1b" not in line for line in plan.summary_lines())
+    assert all("\n" not in line and "\x1b" not in line for line in summary_lines(plan))
 
 
 def test_queue_mode_shows_no_routes():
@@ -132,4 +133,4 @@ def test_queue_mode_shows_no_routes():
     body = approval_body(plan, RestoreRequest("memory://"), "rabbitmq_default")
 
     assert "Routes in exchange mode" not in body and "exchange mode:" not in body
-    assert not [line for line in plan.summary_lines() if "route:" in line]
+    assert not [line for line in summary_lines(plan) if "route:" in line]

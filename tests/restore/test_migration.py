@@ -165,8 +165,8 @@ def test_a_priority_queue_whose_loss_is_accepted_becomes_quorum_in_stored_order(
     # (its priorities, 0-3, are all one 4.0 level and already highest first for 4.3)
     prio = target_node.api("GET", _path("queues", into, "prio")).json()
     assert prio["type"] == "quorum" and prio["arguments"] == {"x-queue-type": "quorum"}
-    assert report.published == QUEUES["prio"][1] and report.migration["refused"] == []
-    (change,) = [c for c in report.migration["changes"] if c["name"] == "prio"]
+    assert report.published == QUEUES["prio"][1] and report.to_json()["migration"]["refused"] == []
+    (change,) = [c for c in report.to_json()["migration"]["changes"] if c["name"] == "prio"]
     if behaviour.quorum_orders_priorities():  # nothing to lose on 4.x: the change says how the target orders them
         assert "loss accepted" not in change["detail"] and "order messages by priority" in change["detail"]
     else:

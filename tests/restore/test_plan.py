@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_rbak.restore import BackupNotRestorableError, DamagedSegmentsError, RestorePlan, RestoreRequest, plan_restore
+from airflow_rbak.restore.plan_log import summary_lines
 from airflow_rbak.storage import MemoryStorage
 from tests.repository.sample import build_sample_backup
 
@@ -68,7 +69,7 @@ def test_skipping_damaged_segments_reports_exactly_what_was_skipped(storage):
     assert (skipped.key, skipped.record_count, skipped.reasons) == (victim.key, victim.record_count, ("missing",))
     assert plan.queues[0].records_in_window == 240 - victim.record_count
     assert victim.key not in [s.key for s in plan.queues[0].segments]
-    assert any("SKIPPED" in line and victim.key in line for line in plan.summary_lines())
+    assert any("SKIPPED" in line and victim.key in line for line in summary_lines(plan))
 
 
 def test_an_incomplete_or_missing_backup_is_refused(storage):

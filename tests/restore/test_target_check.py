@@ -9,6 +9,7 @@ import pytest
 from airflow_rbak.restore import RestorePlan, RestoreRequest
 from airflow_rbak.restore.errors import RestoreRefusedError
 from airflow_rbak.restore.plan import QueuePlan
+from airflow_rbak.restore.plan_log import summary_lines
 from airflow_rbak.restore.target import check_target, refusal
 
 QUEUE = QueuePlan("/", "orders", "dr", "orders", "classic", 10, 10, ())
@@ -49,6 +50,7 @@ def test_exchange_mode_refuses_any_non_empty_queue_of_the_target_vhost():
 
 
 def test_the_plan_says_what_each_queue_adds_and_names_both_clusters():
-    lines = plan(replace(QUEUE, target_depth=4, resumes=True, published_before=4), source="rabbit@a", target="rabbit@a").summary_lines()
+    lines = summary_lines(plan(replace(QUEUE, target_depth=4, resumes=True, published_before=4), source="rabbit@a",
+                               target="rabbit@a"))
     assert "source cluster rabbit@a -> target cluster rabbit@a (THE SAME CLUSTER)" in lines[1]
     assert "target holds 4, adds 6 (resuming: 4 confirmed before)" in lines[2]
