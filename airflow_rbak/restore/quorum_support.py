@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# Version and version_text are re-exported: the restore's modules take them from here
-from airflow_rbak.broker.versions import QUORUM_MESSAGE_TTL, QUORUM_PRIORITY_ORDER, Version, parse_version, version_text
+from airflow_rbak.broker.versions import QUORUM_MESSAGE_TTL, QUORUM_PRIORITY_ORDER, Version, parse_version
+from airflow_rbak.broker.versions import version_text as version_text  # re-exported: the restore's modules use it
 
 KEEP, DROP, REPLACE, LOSS = "keep", "drop", "replace", "loss"
 
