@@ -13,7 +13,7 @@ from airflow_rbak.exceptions import ConfigurationError
 
 QUEUE_TYPES = ("classic", "quorum", "stream")
 #: RabbitMQ 4.0 gave quorum queues a default delivery limit of 20 (the version table's ``DEFAULT_DELIVERY_LIMIT``).
-DEFAULT_QUORUM_DELIVERY_LIMIT_4X: int = DEFAULT_DELIVERY_LIMIT.value((4, 0, 0))
+DEFAULT_QUORUM_DELIVERY_LIMIT_4X: int = DEFAULT_DELIVERY_LIMIT.steps[-1].value
 
 
 @dataclass(frozen=True)

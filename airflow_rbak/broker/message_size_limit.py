@@ -23,8 +23,8 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.versions import MAX_MESSAGE_SIZE
 
 #: RabbitMQ's default ``max_message_size``: 128 MiB before 4.0, 16 MiB from 4.0 on (the version table's row).
-DEFAULT_BEFORE_4: int = MAX_MESSAGE_SIZE.value((3, 10, 0))
-DEFAULT_FROM_4: int = MAX_MESSAGE_SIZE.value((4, 0, 0))
+DEFAULT_BEFORE_4: int = MAX_MESSAGE_SIZE.steps[0].value
+DEFAULT_FROM_4: int = MAX_MESSAGE_SIZE.steps[-1].value
 #: The most this probe reads of one frame: the broker's answers here are a few hundred bytes.
 MAX_FRAME = 64 * 1024
 _SASL_HEADER, _AMQP_HEADER = b"AMQP\x03\x01\x00\x00", b"AMQP\x00\x01\x00\x00"

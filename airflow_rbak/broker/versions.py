@@ -61,7 +61,10 @@ class VersionRule:
     change: str
     steps: tuple[Step, ...]
     code: str
+    #: pytest node ids (``tests/x/test_y.py::test_z``, a parameter id allowed) of the tests that measured it.
     shown_by: tuple[str, ...]
+    #: Which of the docs' tables lists it: what a backup meets (``backup``), what a restore into it meets (``restore``).
+    parts: tuple[str, ...] = ("backup",)
 
     def __post_init__(self) -> None:
         starts = [s.since for s in self.steps]
@@ -105,15 +108,20 @@ QUORUM_PRIORITY_ORDER = VersionRule(
      Step((4, 0, 0), "two priority levels (0-4 normal, 5 and above high), high first but every third delivery the "
                      "older of the two levels' oldest", 2),
      Step((4, 3, 0), "32 priority levels (0-31), the higher delivered first", 32)),
-    "restore: the plan warns per queue when the target orders by more levels than the source "
-    "(`restore/delivery_order.py`); a classic queue's `x-max-priority` converted to quorum is a loss before 4.0 and "
-    "removed, with a note, from 4.0 (`restore/quorum_support.py`, `restore/transformations.py`)",
+    "a backup stores the order the queue delivered; a restore warns per queue when the target orders by more levels "
+    "than the source (a quorum queue restored "
+    "from an older version: 3.x into 4.0 or 4.3, 4.0 into 4.3); every message is restored "
+    "(`restore/delivery_order.py`); a classic queue converted to quorum: its `x-max-priority` is a loss before 4.0 "
+    "and removed, with a note, from 4.0, and one without it gets the note that it now delivers by priority "
+    "(`restore/quorum_support.py`, `restore/transformations.py`)",
     ("tests/capture/test_queue_capture.py::test_deep_queue_captured_exactly_and_left_unchanged[quorum-70000]",
      "tests/capture/test_queue_features_on_broker.py::"
      "test_a_quorum_single_active_consumer_queue_is_read_one_consumer_at_a_time_or_left_out_while_in_use",
      "tests/restore/test_delivery_order.py::"
      "test_the_plan_warns_exactly_when_the_target_delivers_a_quorum_queue_in_another_order",
-     "tests/restore/test_migration.py::test_a_priority_queue_whose_loss_is_accepted_becomes_quorum_in_stored_order"),
+     "tests/restore/test_migration.py::test_a_priority_queue_whose_loss_is_accepted_becomes_quorum_in_stored_order",
+     "tests/restore/test_upgrade_to_43.py::test_mirrored_classic_queues_of_3_10_become_quorum_on_4_3_with_every_message"),
+    parts=("backup", "restore"),
 )
 QUORUM_RETURNS_COUNT = VersionRule(
     "a backup's return raises `x-delivery-count` (quorum)",
@@ -248,17 +256,20 @@ MAX_MESSAGE_SIZE = VersionRule(
     ("tests/broker/test_message_size_limit.py::test_the_limit_is_the_nodes_own_on_4_x_and_the_versions_default_on_3_10",
      "tests/restore/test_message_size.py::"
      "test_a_message_over_the_targets_limit_is_refused_in_the_plan_and_nothing_is_published"),
+    parts=("restore",),
 )
 CLASSIC_MIRRORING = VersionRule(
     "a policy with `ha-*` keys, a queue with `x-ha-*` arguments (classic queue mirroring)",
     (Step(ANY, "mirrors the queue", False),
      Step((4, 0, 0), "import rejected (\"not recognised policy settings\")", True)),
-    "restore: from 4.0 a definitions import is read against the target's version first; such objects are refused "
-    "in the plan, naming `strip_mirroring` (`restore/target_compatibility.py`)",
+    "**refused** in the plan where the import is rejected, naming each object: name `strip_mirroring` (with "
+    "`convert_to_quorum` to keep the queues replicated) (`restore/target_compatibility.py`)",
     ("tests/restore/test_definitions_into_4x.py::"
      "test_a_mirroring_policy_fails_the_whole_import_and_a_queue_mode_policy_is_accepted",
      "tests/restore/test_target_compatibility.py::"
-     "test_on_4_x_each_object_gets_its_outcome_and_only_x_queue_version_1_is_changed"),
+     "test_on_4_x_each_object_gets_its_outcome_and_only_x_queue_version_1_is_changed",
+     "tests/restore/test_upgrade_to_43.py::test_3_10_definitions_as_they_are_each_applied_changed_or_refused_in_the_plan"),
+    parts=("restore",),
 )
 QUEUE_VERSION_1 = VersionRule(
     "a classic queue with `x-queue-version: 1`",
@@ -266,32 +277,39 @@ QUEUE_VERSION_1 = VersionRule(
      Step((4, 0, 0), "accepted and ignored (every classic queue is version 2)", "ignored"),
      Step((4, 1, 0), "import rejected (\"unsupported queue version\"; measured on 4.3.6, 4.1 and 4.2 taken to "
                      "reject it)", "refused")),
-    "restore: applied as it is where ignored; removed where rejected, an on-disk format no client sees "
-    "(`restore/target_compatibility.py`)",
+    "**applied** as it is where ignored; **changed** where rejected: the argument is removed (an on-disk format no "
+    "client sees) (`restore/target_compatibility.py`)",
     ("tests/restore/test_definitions_into_4x.py::test_x_queue_version_1_fails_the_whole_import_on_4_3_and_is_ignored_on_4_0",
      "tests/restore/test_target_compatibility.py::test_on_4_0_x_queue_version_1_is_applied_as_it_is"),
+    parts=("restore",),
 )
 LAZY_QUEUE_MODE = VersionRule(
     "a queue with `x-queue-mode: lazy`, a policy with `queue-mode`",
     (Step(ANY, "a lazy classic queue"),
      Step((3, 12, 0), "accepted, no effect (classic queues have no lazy mode)")),
-    "restore into 4.x: applied, with that note; `convert_to_quorum` removes them (`restore/target_compatibility.py`)",
-    ("tests/restore/test_definitions_into_4x.py::test_x_queue_mode_lazy_is_kept_as_an_argument_and_means_nothing",),
+    "into 4.x: **applied**, with that note; `convert_to_quorum` removes them (`restore/target_compatibility.py`)",
+    ("tests/restore/test_definitions_into_4x.py::test_x_queue_mode_lazy_is_kept_as_an_argument_and_means_nothing",
+     "tests/restore/test_upgrade_to_43.py::test_3_10_definitions_as_they_are_each_applied_changed_or_refused_in_the_plan"),
+    parts=("restore",),
 )
 TRANSIENT_QUEUES = VersionRule(
     "a transient (non-durable) non-exclusive queue",
     (Step(ANY, "a transient queue"),
      Step((4, 0, 0), "accepted, as a deprecated feature")),
-    "restore into 4.x: applied, with the note that a node restart loses its messages; `convert_to_quorum` makes it "
+    "into 4.x: **applied**, with the note that a node restart loses its messages; `convert_to_quorum` makes it "
     "durable (`restore/target_compatibility.py`)",
-    ("tests/restore/test_definitions_into_4x.py::test_a_transient_non_exclusive_queue_is_still_imported",),
+    ("tests/restore/test_definitions_into_4x.py::test_a_transient_non_exclusive_queue_is_still_imported",
+     "tests/restore/test_upgrade_to_43.py::test_3_10_definitions_as_they_are_each_applied_changed_or_refused_in_the_plan"),
+    parts=("restore",),
 )
 QUORUM_MESSAGE_TTL = VersionRule(
     "message TTL on a quorum queue",
     (Step(ANY, "none", False),
      Step((3, 10, 0), "`x-message-ttl` and `message-ttl` taken", True)),
-    "restore: a classic queue's message TTL converted to quorum is a loss before 3.10 (`restore/quorum_support.py`)",
+    "a classic queue's message TTL converted to quorum is a loss before 3.10, refused unless accepted by name "
+    "(`restore/quorum_support.py`)",
     ("tests/restore/test_quorum_support.py::test_each_argument_has_the_outcome_the_targets_version_gives_it",),
+    parts=("restore",),
 )
 
 #: The table, in the order the docs list it.
