@@ -17,9 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 TABLES = {  # document -> the heading of each table whose last column names tests
     "README.md": ["| component | supported | tested | shown by |"],
     "docs/operations.md": ["| queue feature | what a backup does | why that is safe | shown by |",
-                           "| what changes | 3.10 | 4.0 | 4.3 | shown by |",
+                           # the two tables scripts/version_table.py generates from airflow_rbak/broker/versions.py
+                           "| what changes | 3.10 | 4.0 | 4.3 | what a backup does | shown by |",
                            "| object / field | rabbitmqadmin-ng 2.29 | airflow-rbak | why | shown by |",
-                           "| in the 3.10 export | on RabbitMQ 4.x | what the restore does | test |"],
+                           "| what changes | 3.10 | 4.0 | 4.3 | what a restore does | shown by |"],
 }
 CODE = re.compile(r"`([^`]+)`")
 TEST_DEFINITIONS = {name for path in REPO.glob("tests/**/*.py")

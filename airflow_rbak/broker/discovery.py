@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import fnmatch
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from airflow_rbak.broker.management import ManagementClient
+from airflow_rbak.broker.versions import DEFAULT_DELIVERY_LIMIT, parse_version  # noqa: F401 (re-exported)
 from airflow_rbak.exceptions import ConfigurationError
 
 QUEUE_TYPES = ("classic", "quorum", "stream")
-#: RabbitMQ 4.0 gave quorum queues a default delivery limit of 20.
-DEFAULT_QUORUM_DELIVERY_LIMIT_4X = 20
-
-
-def parse_version(version: str) -> tuple[int, int, int]:
-    """``3.10.8`` -> (3, 10, 8); pre-release and build suffixes are ignored."""
-    nums = [int(n) for n in re.findall(r"\d+", version.split("+")[0].split("-")[0])[:3]]
-    if not nums:
-        raise ConfigurationError(f"cannot read RabbitMQ version {version!r}")
-    major, minor, patch = (nums + [0, 0, 0])[:3]
-    return major, minor, patch
+#: RabbitMQ 4.0 gave quorum queues a default delivery limit of 20 (the version table's ``DEFAULT_DELIVERY_LIMIT``).
+DEFAULT_QUORUM_DELIVERY_LIMIT_4X: int = DEFAULT_DELIVERY_LIMIT.steps[-1].value
 
 
 @dataclass(frozen=True)
@@ -66,8 +57,9 @@ def effective_delivery_limit(info: QueueInfo, version: tuple[int, int, int]) -> 
     """The delivery limit RabbitMQ enforces on a quorum queue, or None for no limit.
 
     RabbitMQ takes the smallest of the ``x-delivery-limit`` argument, the
-    policy's and the operator policy's ``delivery-limit``; from 4.0 a quorum
-    queue without any has a limit of 20, and a negative value means none.
+    policy's and the operator policy's ``delivery-limit``; where the version
+    table gives a default (4.0 on), a quorum queue without any has that limit,
+    and a negative value means none.
     """
     if info.queue_type != "quorum":
         return None
@@ -80,11 +72,12 @@ def effective_delivery_limit(info: QueueInfo, version: tuple[int, int, int]) -> 
         )
         if v is not None
     ]
-    if version >= (4, 0, 0):
+    default = DEFAULT_DELIVERY_LIMIT.value(version)
+    if default is not None:
         if any(c < 0 for c in candidates) and not [c for c in candidates if c >= 0]:
             return None
         candidates = [c for c in candidates if c >= 0]
-        return min(candidates) if candidates else DEFAULT_QUORUM_DELIVERY_LIMIT_4X
+        return min(candidates) if candidates else default
     return min(candidates) if candidates else None
 
 

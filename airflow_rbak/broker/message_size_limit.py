@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
+from airflow_rbak.broker.versions import MAX_MESSAGE_SIZE
 
-#: RabbitMQ's default ``max_message_size``: 128 MiB before 4.0, 16 MiB from 4.0 on.
-DEFAULT_BEFORE_4 = 128 * 1024 * 1024
-DEFAULT_FROM_4 = 16 * 1024 * 1024
+#: RabbitMQ's default ``max_message_size``: 128 MiB before 4.0, 16 MiB from 4.0 on (the version table's row).
+DEFAULT_BEFORE_4: int = MAX_MESSAGE_SIZE.steps[0].value
+DEFAULT_FROM_4: int = MAX_MESSAGE_SIZE.steps[-1].value
 #: The most this probe reads of one frame: the broker's answers here are a few hundred bytes.
 MAX_FRAME = 64 * 1024
 _SASL_HEADER, _AMQP_HEADER = b"AMQP\x03\x01\x00\x00", b"AMQP\x00\x01\x00\x00"
@@ -51,7 +52,7 @@ def message_size_limit(connection: RabbitMQConnection, vhost: str, version: tupl
     try:
         value = probe_max_message_size(connection, vhost)
     except (OSError, Amqp10Unavailable) as exc:
-        default = DEFAULT_FROM_4 if version >= (4, 0, 0) else DEFAULT_BEFORE_4
+        default = MAX_MESSAGE_SIZE.value(version)
         return MessageSizeLimit(default, f"the default of RabbitMQ {'.'.join(map(str, version))} (the node did not "
                                          f"tell its max_message_size over AMQP 1.0: {str(exc)[:200]})")
     return MessageSizeLimit(value, "max_message_size, as the target node announces it (AMQP 1.0 attach)")

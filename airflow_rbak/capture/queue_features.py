@@ -3,7 +3,8 @@
 A capture reads a queue by taking its messages without ack and giving
 them all back. Compared with leaving the queue alone for the same time,
 that must change nothing but the ``redelivered`` flag (and, where allowed,
-quorum delivery counts). Some features make that impossible or need
+quorum delivery counts). Which versions count a return is the version table's
+(:mod:`airflow_rbak.broker.versions`), not this module's. Some features make that impossible or need
 another way of reading; :data:`FEATURES` lists each one with what the
 backup does, and :func:`decide` applies it to one queue: capture by
 consumers, by ``basic.get``, one consumer at a time, or leave the queue
@@ -38,8 +39,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_rbak.broker.discovery import QueueInfo
+from airflow_rbak.broker.versions import QUORUM_RETURNS_COUNT, series_text
 from airflow_rbak.capture.returns import ReturnPlan, return_plan
 
+#: The first RabbitMQ series whose returns count toward no delivery limit (the version table's row), as text: ``4.3``.
+RETURNS_STOP_COUNTING = series_text(QUORUM_RETURNS_COUNT.since(False))
 #: RabbitMQ's default ``consumer_timeout`` (rabbitmq.conf), in milliseconds.
 DEFAULT_CONSUMER_TIMEOUT_MS = 1_800_000
 
@@ -109,12 +113,12 @@ def _delivery_limit_reason(info: QueueInfo, facts: Facts) -> str | None:
                 f"limit of {plan.limit}, and a backup must stop before its return could bring a message to the limit "
                 "(its consumers would have no retry left): under this limit it would stop at the first message, so "
                 "it is left out even with allow_delivery_count_increase; raise the limit above 2, remove it, or "
-                "upgrade to RabbitMQ 4.3+")
+                f"upgrade to RabbitMQ {RETURNS_STOP_COUNTING}+")
     if facts.allow_delivery_count_increase:
         return None
     return (f"RabbitMQ {facts.broker_version} counts every returned message toward this quorum queue's delivery limit "
             f"of {plan.limit}, so each backup would raise every message's x-delivery-count and repeated backups would "
-            "drop or dead-letter them; remove the limit, upgrade to RabbitMQ 4.3+, or set "
+            f"drop or dead-letter them; remove the limit, upgrade to RabbitMQ {RETURNS_STOP_COUNTING}+, or set "
             "allow_delivery_count_increase=True")
 
 
@@ -153,13 +157,13 @@ FEATURES: tuple[Feature, ...] = (
         leave_out=lambda q, f: f"reading it would restart its expiry timer (expires {_setting(q, 'x-expires', 'expires')} ms)",
     ),
     Feature(
-        "delivery limit on a quorum queue, RabbitMQ before 4.3",
+        f"delivery limit on a quorum queue, RabbitMQ before {RETURNS_STOP_COUNTING}",
         lambda q: q.queue_type == "quorum",
         "left out unless allow_delivery_count_increase (always under a limit of 2 or less); then captured, stopping "
         "before any return brings a message to the limit, and left out after such a stop until the queue is seen "
         "empty or its limit raised",
-        "every return counts toward the limit before 4.3 (basic.nack and channel close alike), so repeated backups "
-        "would drop or dead-letter messages",
+        f"every return counts toward the limit before {RETURNS_STOP_COUNTING} (basic.nack and channel close alike), so "
+        "repeated backups would drop or dead-letter messages",
         leave_out=_delivery_limit_reason,
     ),
     Feature(

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from airflow_rbak.broker.discovery import QueueInfo, effective_delivery_limit, parse_version
+from airflow_rbak.broker.discovery import QueueInfo, effective_delivery_limit
+from airflow_rbak.broker.versions import QUORUM_RETURN_METHOD, QUORUM_RETURNS_COUNT, parse_version
 
 #: A closed (or, from 4.3, nacked) channel's consumers go back in tag order only up to this many (the broker keeps them
 #: in an Erlang map, which iterates in key order only while it holds at most 32 keys).
@@ -71,11 +72,10 @@ class ReturnPlan:
 
 
 def return_plan(info: QueueInfo, version: str) -> ReturnPlan:
-    """Decide how returns behave on this broker for this queue (see the module docstring)."""
+    """Decide how returns behave on this broker for this queue (see the module docstring); the version boundaries are
+    the version table's (``QUORUM_RETURN_METHOD``, ``QUORUM_RETURNS_COUNT`` in :mod:`airflow_rbak.broker.versions`)."""
     v = parse_version(version)
     if info.queue_type != "quorum":
         return ReturnPlan("close", counts=False, limit=None)
-    limit = effective_delivery_limit(info, v)
-    if v < (4, 3, 0):
-        return ReturnPlan("close", counts=True, limit=limit, consumers_per_channel=CONSUMERS_PER_CHANNEL)
-    return ReturnPlan("nack", counts=False, limit=limit, consumers_per_channel=CONSUMERS_PER_CHANNEL)
+    return ReturnPlan(QUORUM_RETURN_METHOD.value(v), counts=QUORUM_RETURNS_COUNT.value(v),
+                      limit=effective_delivery_limit(info, v), consumers_per_channel=CONSUMERS_PER_CHANNEL)

@@ -4,8 +4,9 @@ A restore publishes a queue's records in the order the backup stored them, which
 them in. A target queue that orders by priority the way the source did, or less (not at all; two levels after 4.3's
 32, whose order is already highest first), delivers them in that order again; one that orders by more reorders
 them. Nothing in the messages is lost, so the restore is not refused: the plan and the approval request say it, per
-queue, before anything is published. Quorum queues order priorities by version (measured on 3.10.8, 4.0.5 and
-4.3.6; ``tests/broker/behaviour.py``):
+queue, before anything is published. Quorum queues order priorities by version (the version table's
+``QUORUM_PRIORITY_ORDER``, :mod:`airflow_rbak.broker.versions`; measured on 3.10.8, 4.0.5 and 4.3.6,
+``tests/broker/behaviour.py``):
 
 * before 4.0: no priorities, publish order;
 * 4.0 to 4.2: two levels (above 4 is high), high first but every third delivery the older of the two levels' oldest
@@ -20,30 +21,26 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from airflow_rbak.broker.versions import QUORUM_PRIORITY_ORDER
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.restore.plan import RestorePlan
 from airflow_rbak.restore.quorum_support import Version, target_version, version_text
 
-#: The first versions of each quorum ordering.
-TWO_LEVELS_SINCE: Version = (4, 0, 0)
-THIRTY_TWO_LEVELS_SINCE: Version = (4, 3, 0)
+#: The first versions of each quorum ordering (the version table's ``QUORUM_PRIORITY_ORDER``, by levels).
+TWO_LEVELS_SINCE: Version = QUORUM_PRIORITY_ORDER.since(2)
+THIRTY_TWO_LEVELS_SINCE: Version = QUORUM_PRIORITY_ORDER.since(32)
 
 
 def quorum_ordering(version: Version) -> str:
     """How a quorum queue of ``version`` orders messages of different priorities, in words."""
-    if version >= THIRTY_TWO_LEVELS_SINCE:
-        return "32 priority levels (0-31), the higher delivered first"
-    if version >= TWO_LEVELS_SINCE:
-        return ("two priority levels (0-4 normal, 5 and above high), high first but every third delivery the older "
-                "of the two levels' oldest")
-    return "no priorities: publish order"
+    return QUORUM_PRIORITY_ORDER.step(version).broker
 
 
 def _strength(version: Version) -> int:
-    """0: publish order, 1: two levels, 2: 32 levels. A stored order comes out of a queue of the same or a lower
-    strength unchanged (a 4.3 order is highest first, so 4.0's high messages are all the older ones), and is
-    reordered by a higher one."""
-    return 2 if version >= THIRTY_TWO_LEVELS_SINCE else 1 if version >= TWO_LEVELS_SINCE else 0
+    """0: publish order, 1: two levels, 2: 32 levels (the table's steps, in order). A stored order comes out of a
+    queue of the same or a lower strength unchanged (a 4.3 order is highest first, so 4.0's high messages are all the
+    older ones), and is reordered by a higher one."""
+    return QUORUM_PRIORITY_ORDER.level(version)
 
 
 def order_warning(source_version: Version | None, source_type: str, target_version: Version | None,

@@ -11,6 +11,8 @@ the user names it. RabbitMQ 3.10 refuses a quorum declare with
 ``x-max-priority``, ``x-queue-mode``, ``x-queue-master-locator`` or
 ``x-queue-version``, and any non-durable, auto-delete or exclusive one.
 Mirroring keys (``ha-*``) are the mirroring transformation's, not this table's.
+The versions from which quorum queues order priorities and take a message TTL
+are the version table's (:mod:`airflow_rbak.broker.versions`).
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_rbak.broker.discovery import parse_version
+from airflow_rbak.broker.versions import QUORUM_MESSAGE_TTL, QUORUM_PRIORITY_ORDER, Version, parse_version
+from airflow_rbak.broker.versions import version_text as version_text  # re-exported: the restore's modules use it
 
 KEEP, DROP, REPLACE, LOSS = "keep", "drop", "replace", "loss"
-Version = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
@@ -60,14 +62,14 @@ QUORUM_RULES: tuple[QuorumRule, ...] = (
     QuorumRule("x-overflow", "overflow", value="reject-publish-dlx",
                before=Outcome(REPLACE, "quorum queues reject publishes over the limit but cannot dead-letter them",
                               "reject-publish")),
-    QuorumRule("x-max-priority", None, since=(4, 0, 0),
+    QuorumRule("x-max-priority", None, since=QUORUM_PRIORITY_ORDER.since(2),
                before=Outcome(LOSS, "quorum queues before RabbitMQ 4.0 have no message priorities: messages would be "
                                     "delivered in the order they were published"),
                after=Outcome(DROP, "quorum queues of RabbitMQ 4.0 and later order messages by priority without the "
                                    "argument: in two levels (0-4 normal, 5 and above high: high first, every third delivery the "
                                    "older of the two levels' oldest) "
                                    "before 4.3, in 32 levels (0-31, the higher first) from 4.3")),
-    QuorumRule("x-message-ttl", "message-ttl", since=(3, 10, 0),
+    QuorumRule("x-message-ttl", "message-ttl", since=QUORUM_MESSAGE_TTL.since(True),
                before=Outcome(LOSS, "quorum queues before RabbitMQ 3.10 have no message TTL: messages would never expire")),
 )
 
@@ -75,10 +77,6 @@ QUORUM_RULES: tuple[QuorumRule, ...] = (
 def target_version(text: str) -> Version:
     """The target's version (``3.10.8``) as a tuple; a ConfigurationError for text that is not one."""
     return parse_version(text)
-
-
-def version_text(version: Version) -> str:
-    return ".".join(str(n) for n in version)
 
 
 def _rule(name: str, value: Any, by_policy_key: bool) -> QuorumRule | None:

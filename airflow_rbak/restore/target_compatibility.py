@@ -24,14 +24,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from airflow_rbak.broker.versions import CLASSIC_MIRRORING, QUEUE_VERSION_1
 from airflow_rbak.restore.quorum_support import Version, version_text
 from airflow_rbak.restore.transformations import MIRRORING_ARGUMENT_PREFIX, MIRRORING_POLICY_PREFIX
 
 APPLIED, CHANGED, REFUSED = "applied", "changed", "refused"
-#: The first version these rules are for: mirroring and queue version 1 went in 4.0.
-FROM = (4, 0, 0)
-#: The first version taken to refuse ``x-queue-version`` 1 (4.0.5 ignores it, 4.3.6 refuses it; 4.1, 4.2 unmeasured).
-QUEUE_VERSION_1_REFUSED_FROM = (4, 1, 0)
+#: The first version these rules are for: mirroring went in 4.0 (the version table's ``CLASSIC_MIRRORING``).
+FROM: Version = CLASSIC_MIRRORING.since(True)
+#: The first version taken to refuse ``x-queue-version`` 1 (the version table's ``QUEUE_VERSION_1``: 4.0.5 ignores
+#: it, 4.3.6 refuses it; 4.1, 4.2 unmeasured).
+QUEUE_VERSION_1_REFUSED_FROM: Version = QUEUE_VERSION_1.since("refused")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from airflow_rbak.broker.versions import QUORUM_PRIORITY_ORDER
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.restore.definitions_diff import identity
 from airflow_rbak.restore.quorum_support import DROP, LOSS, REPLACE, Version, argument_outcome, policy_key_outcome, version_text
@@ -40,7 +41,7 @@ MAX_NAME = 255
 #: From 4.0 a quorum queue delivers by each message's priority property, which a classic queue without
 #: x-max-priority ignores: measured on 4.3.6 (tests/restore/test_upgrade_to_43.py), a converted queue's messages of
 #: priorities 5, 4 .. 0 published in that reverse order come out highest first.
-PRIORITY_ORDER_SINCE = (4, 0, 0)
+PRIORITY_ORDER_SINCE = QUORUM_PRIORITY_ORDER.since(2)
 PRIORITY_ORDER_NOTE = ("delivery order: from RabbitMQ 4.0 a quorum queue delivers messages by their priority "
                        "property, highest first (4.0: two levels, 0-4 and 5 and above), which this classic queue "
                        "ignored; messages published with different priorities no longer come out in publish order")
