@@ -13,7 +13,6 @@ import argparse
 import base64
 from typing import IO, Any
 
-from airflow_rbak.cli.arguments import positive_int
 from airflow_rbak.cli.configured import location
 from airflow_rbak.cli.output import json_line, say
 from airflow_rbak.codec.headers import headers_to_json
@@ -23,29 +22,13 @@ from airflow_rbak.repository.catalog import resolve_backup_id
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.message_filter import FilterError, MessageFilter
 from airflow_rbak.repository.message_reader import DamagedSegment, StoredMessage, read_messages
-from airflow_rbak.repository.message_search import DEFAULT_SEARCH_LIMIT, BackupRange, plan_search, preview
+from airflow_rbak.repository.message_search import BackupRange, plan_search, preview
 from airflow_rbak.segments.search import choose_placement, run_search
-from airflow_rbak.segments.stages import DEFAULT_IN_PROCESS_MAX_BYTES, PLACEMENTS, Placement
+from airflow_rbak.segments.stages import Placement
 from airflow_rbak.storage import open_storage
 
 #: Characters of a body a table row shows.
 TABLE_BODY_CHARS = 48
-
-
-def add_filter_args(p: argparse.ArgumentParser) -> None:
-    """The filter's options (docs/operations.md#finding-and-replaying-messages lists what each tests)."""
-    f = p.add_argument_group("filters (all given must hold)")
-    f.add_argument("--since", metavar="TIME", help="backed up at or after: epoch ms or ISO 8601 (UTC unless a zone)")
-    f.add_argument("--until", metavar="TIME", help="backed up at or before: epoch ms or ISO 8601")
-    f.add_argument("--message-id", metavar="ID", help="the message_id property, exactly")
-    f.add_argument("--correlation-id", metavar="ID", help="the correlation_id property, exactly")
-    f.add_argument("--routing-key", metavar="GLOB", help="the routing key, a shell glob over all of it (orders.*)")
-    f.add_argument("--exchange", metavar="NAME", help="the exchange it was published to, exactly")
-    f.add_argument("--header", action="append", metavar="NAME=VALUE", help="a header's value as text (repeatable)")
-    f.add_argument("--content-type", metavar="TYPE", help="the content_type property, exactly")
-    f.add_argument("--body-contains", metavar="TEXT", help="the body holds these bytes (TEXT as UTF-8)")
-    f.add_argument("--body-regex", metavar="REGEX", help="a regular expression found in the body read as UTF-8; each "
-                                                         "body's search is bounded in time (a runaway pattern stops the read)")
 
 
 def filter_from_args(args: argparse.Namespace) -> MessageFilter:
@@ -196,24 +179,3 @@ def _date(value: str | None, name: str) -> int | None:
         raise FilterError(name, str(exc).split(": ", 1)[1]) from None
 
 
-def add_messages_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--vhost", help="only this vhost's queues (its name, exactly)")
-    p.add_argument("--queue", help="only queues of this name (exactly)")
-    add_filter_args(p)
-    p.add_argument("--limit", type=positive_int, metavar="N", help="stop after N messages (default: all)")
-
-
-def add_search_args(p: argparse.ArgumentParser) -> None:
-    scope = p.add_argument_group("which backups (default: every complete backup)")
-    scope.add_argument("--from-id", metavar="ID", help="from this backup on (by creation time)")
-    scope.add_argument("--to-id", metavar="ID", help="up to this backup")
-    scope.add_argument("--since-date", metavar="TIME", help="backups created at or after: epoch ms or ISO 8601")
-    scope.add_argument("--until-date", metavar="TIME", help="backups created at or before")
-    add_filter_args(p)
-    p.add_argument("--limit", type=positive_int, default=DEFAULT_SEARCH_LIMIT, metavar="N",
-                   help=f"list at most N distinct messages; count the rest (default {DEFAULT_SEARCH_LIMIT})")
-    p.add_argument("--placement", choices=PLACEMENTS, default="auto",
-                   help="auto: in this process up to --in-process-max-bytes of segment payloads, else Spark")
-    p.add_argument("--in-process-max-bytes", type=int, default=DEFAULT_IN_PROCESS_MAX_BYTES, metavar="N",
-                   help=f"auto's threshold (default {DEFAULT_IN_PROCESS_MAX_BYTES}, as the backup's encode)")
-    p.add_argument("--spark-master", default="local[2]", help="spark-submit's --master (default local[2])")

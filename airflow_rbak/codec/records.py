@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-import numpy
 import orjson
 
 from airflow_rbak.codec.bounded_json import RepeatedKeyError, loads_unique
@@ -174,6 +173,8 @@ def _body_json(body: bytes | memoryview) -> Any:
     byte); the bytes are the same."""
     if format_byte_array is not None:
         return orjson.Fragment(format_byte_array(body))
+    import numpy  # only without the accelerator: every command would otherwise pay numpy's import
+
     return numpy.frombuffer(body, numpy.uint8)
 
 
