@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import sys
+from collections.abc import Sequence
 from typing import IO, Any
 
 from airflow_rbak.cli.configured import location
@@ -23,7 +26,7 @@ from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.message_filter import FilterError, MessageFilter
 from airflow_rbak.repository.message_reader import DamagedSegment, StoredMessage, read_messages
 from airflow_rbak.repository.message_search import BackupRange, plan_search, preview
-from airflow_rbak.segments.search import choose_placement, run_search
+from airflow_rbak.segments.search import SubmitJob, choose_placement, run_search
 from airflow_rbak.segments.stages import Placement
 from airflow_rbak.storage import open_storage
 
@@ -137,7 +140,8 @@ def search_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     backup_ids = [s.backup_id for s in chosen]
     placement = choose_placement(storage, backup_ids, Placement(args.placement, args.in_process_max_bytes))
     body = run_search(url, backup_ids, message_filter, limit=args.limit, placement=placement,
-                      master=args.spark_master, cap=args.max_decompressed_bytes)
+                      master=args.spark_master, cap=args.max_decompressed_bytes,
+                      submit=spark_submitter() if placement == "spark" else None)
     body["backups_skipped"] = skipped + body["backups_skipped"]
     if _table(args):
         _search_table(out, body)
@@ -146,6 +150,24 @@ def search_cmd(args: argparse.Namespace, out: IO[str]) -> int:
             json_line(out, {"kind": "match", **hit})
         json_line(out, {"kind": "summary", **{k: v for k, v in body.items() if k != "hits"}})
     return 0 if body["ok"] else 1
+
+
+def spark_submitter() -> SubmitJob:
+    """The Spark provider's submit (``hooks/spark.py``), as the operators submit: imported only for a search on Spark.
+
+    The hook logs spark-submit's lines through Airflow's logging, which prints to standard output: they go to stderr,
+    since standard output carries the search's result."""
+    try:
+        from airflow_rbak.hooks.spark import submit_application  # Airflow's Spark provider: only where it is installed
+    except ImportError:
+        raise ConfigurationError("a search on Spark is submitted by Airflow's Spark provider, not installed here "
+                                 "(pip install 'airflow-rbak[airflow,spark]'); or search with --placement process") from None
+
+    def submit(application: str, application_args: Sequence[str], master: str) -> None:
+        with contextlib.redirect_stdout(sys.stderr):
+            submit_application(application, application_args, master)
+
+    return submit
 
 
 def _search_table(out: IO[str], body: dict[str, Any]) -> None:
