@@ -14,8 +14,8 @@ from typing import IO
 from urllib.parse import urlsplit, urlunsplit
 
 from airflow_rbak.cli.configured import command_settings, location, state_seal
+from airflow_rbak.cli.options import BROKER_URL_ENV
 from airflow_rbak.cli.output import json_line, json_safe, listed, say
-from airflow_rbak.cli.runs import BROKER_URL_ENV, broker_connection
 from airflow_rbak.codec import read_header
 from airflow_rbak.codec.records import encode_record
 from airflow_rbak.codec.segment import decode_payload, iter_payload_records
@@ -174,6 +174,7 @@ def rollback_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     command line, where ``ps`` and shell history would keep its password.
     """
     from airflow_rbak.broker.management import ManagementClient
+    from airflow_rbak.cli.runs import broker_connection
     from airflow_rbak.restore.rollback import rollback_definitions
 
     if args.broker is not None:

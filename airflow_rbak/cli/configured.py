@@ -14,13 +14,15 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.settings import RbakSettings, airflow_home, airflow_lookup, environment_lookup
 from airflow_rbak.storage.credentials import use_credentials
 from airflow_rbak.storage.keyring import Keyring, use_keyring
-from airflow_rbak.storage.sealed import StateSeal
+
+if TYPE_CHECKING:
+    from airflow_rbak.settings import RbakSettings
+    from airflow_rbak.storage.sealed import StateSeal
 
 
 def airflow_conf() -> Any | None:
@@ -33,7 +35,12 @@ def airflow_conf() -> Any | None:
 
 
 def cli_settings() -> RbakSettings:
-    """The ``[rbak]`` options from Airflow's configuration where Airflow is installed, else from the environment."""
+    """The ``[rbak]`` options from Airflow's configuration where Airflow is installed, else from the environment.
+
+    The settings module (every option's checks, the access rules) is imported here, by the commands that read an
+    option, not by one given ``--path``."""
+    from airflow_rbak.settings import RbakSettings, airflow_lookup, environment_lookup
+
     conf = airflow_conf()
     return RbakSettings(environment_lookup() if conf is None else airflow_lookup(conf))
 
@@ -41,6 +48,8 @@ def cli_settings() -> RbakSettings:
 def command_settings(args: argparse.Namespace) -> RbakSettings:
     """The ``[rbak]`` options a command applies (retention, the abandoned grace): as :func:`cli_settings` reads them,
     but from the environment alone for a command given ``--path``, which never loads Airflow."""
+    from airflow_rbak.settings import RbakSettings, environment_lookup
+
     return RbakSettings(environment_lookup()) if getattr(args, "path", None) else cli_settings()
 
 
@@ -51,6 +60,8 @@ def state_seal() -> StateSeal:
     Airflow's configuration is loaded only when it can say more than the environment: not when
     ``AIRFLOW__RBAK__STATE_KEY`` is set (it wins there too), nor where there is no ``airflow.cfg`` (a machine kept
     for disaster recovery: ``rbak restore --path`` imports nothing of Airflow there)."""
+    from airflow_rbak.settings import RbakSettings, airflow_home, airflow_lookup, environment_lookup
+
     has_config = Path(os.environ.get("AIRFLOW_CONFIG") or airflow_home() / "airflow.cfg").is_file()
     conf = airflow_conf() if has_config and not environment_lookup()("state_key") else None
     if conf is None:

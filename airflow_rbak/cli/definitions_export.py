@@ -32,17 +32,6 @@ from airflow_rbak.storage import open_storage
 VHOST_SECTIONS = ("queues", "exchanges", "bindings", "policies", "parameters", "permissions", "topic_permissions")
 
 
-def add_export_args(p: argparse.ArgumentParser) -> None:
-    """``definitions export``'s own options (``--path``/``--backup-id`` are the shared ones)."""
-    p.add_argument("--vhost", action="append", metavar="VHOST",
-                   help="only this vhost's definitions (repeatable); cluster-wide global parameters are then left out")
-    p.add_argument("-o", "--output", required=True, metavar="FILE",
-                   help="the file to write (mode 600), or - for standard output")
-    p.add_argument("--include-users", action="store_true",
-                   help="write the users with their password hashes, their permissions and parameter URIs' "
-                        "credentials as the backup stored them (default: left out, and the summary says so)")
-
-
 def export_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     """Write the backup's definitions export, selected and without credentials unless asked; summarise on ``out``
     (on stderr when the document itself goes to standard output)."""

@@ -16,31 +16,13 @@ from typing import IO
 
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.cli.configured import airflow_conf, cli_settings, encryption_keyring, location
+from airflow_rbak.cli.options import BROKER_URL_ENV, DEFAULT_CONN_ID
 from airflow_rbak.cli.output import json_line, say
-from airflow_rbak.cli.runs import BROKER_URL_ENV, add_broker_args, broker_connection
+from airflow_rbak.cli.runs import broker_connection
 from airflow_rbak.doctor import Deployment, SecretSource, Status, run_preflight
 from airflow_rbak.doctor.deployment import PausedDags
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.storage.keyring import Keyring, current_keyring
-
-#: The broker connection the backup and restore DAGs name by default.
-DEFAULT_CONN_ID = "rabbitmq_default"
-
-
-def add_doctor_args(p: argparse.ArgumentParser) -> None:
-    """The location, the broker, and what the backup will ask of them."""
-    p.add_argument("--path", help="storage URL (default: [rbak] storage_url, else $AIRFLOW_HOME/rbak-backups)")
-    p.add_argument("--conn-id", metavar="CONN_ID",
-                   help=f"the broker's Airflow connection (loads Airflow); default: --broker-file or ${BROKER_URL_ENV}, "
-                        f"else {DEFAULT_CONN_ID} where Airflow is installed")
-    add_broker_args(p)
-    p.add_argument("--vhost", action="append", metavar="VHOST",
-                   help="a vhost the backup names (its vhosts param; repeatable); default: every vhost the user sees")
-    p.add_argument("--no-definitions", action="store_true",
-                   help="the backup runs with include_definitions false (no administrator tag needed)")
-    p.add_argument("--spark-conn-id", default="spark_default", metavar="CONN_ID",
-                   help="the Spark connection of the DAGs' Spark steps (default spark_default)")
-    p.add_argument("--strict", action="store_true", help="count a warning as a failure (code 1)")
 
 
 def doctor_cmd(args: argparse.Namespace, out: IO[str]) -> int:

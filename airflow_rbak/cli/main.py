@@ -10,12 +10,14 @@ traceback (``RBAK_DEBUG=1`` shows them). ``--format text|json`` goes before or a
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import IO
 
 from airflow_rbak import __version__
-from airflow_rbak.cli import commands, definitions_export, doctor, messages, runs
+from airflow_rbak.cli import options
 from airflow_rbak.cli.arguments import positive_float, positive_int
 from airflow_rbak.cli.configured import encryption_keyring
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
@@ -26,16 +28,16 @@ from airflow_rbak.repository.catalog import NoCompleteBackupError
 from airflow_rbak.repository.lock import BackupLockedError
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError
 from airflow_rbak.repository.rebuild import NothingToRebuildError
-from airflow_rbak.restore.errors import DamagedSegmentsError
 from airflow_rbak.storage.base import ObjectNotFoundError, StorageError
 from airflow_rbak.storage.credentials import current_credentials, storage_credentials
 from airflow_rbak.storage.encrypted import DamagedObjectError, KeyRequiredError, NotEncryptedError, WrongKeyError
 from airflow_rbak.storage.keyring import storage_keyring
 
 EXIT_OK, EXIT_DEFECT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_LOCKED, EXIT_FAILED = 0, 1, 2, 3, 4, 5
-#: Which exit code an error means, the first match winning.
-EXIT_CODES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
-    ((CodecError, DamagedSegmentsError, DamagedObjectError, NotEncryptedError), EXIT_DEFECT),
+#: Which exit code an error means, the first match winning. A class named "module.Class" is of a module that a command
+#: imports only when it runs (the restore's): not imported, none of its errors was raised.
+EXIT_CODES: tuple[tuple[tuple[type[BaseException] | str, ...], int], ...] = (
+    ((CodecError, "airflow_rbak.restore.errors.DamagedSegmentsError", DamagedObjectError, NotEncryptedError), EXIT_DEFECT),
     ((ConfigurationError, KeyRequiredError, WrongKeyError, ManifestNotFoundError, NoCompleteBackupError,
       NothingToRebuildError, ObjectNotFoundError),
      EXIT_USAGE),
@@ -110,33 +112,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("list", "List the backups under a storage location.")
     _path_arg(p)
-    p.set_defaults(run=commands.list_cmd)
+    p.set_defaults(run="commands.list_cmd")
 
     p = command("describe", "Show a backup's manifest, queue by queue.")
     _backup_args(p)
-    p.set_defaults(run=commands.describe_cmd)
+    p.set_defaults(run="commands.describe_cmd")
 
     p = command("validate", "Check a backup; list every defect and exit 1 (the backup is damaged) when it is not intact.")
     _backup_args(p)
     p.add_argument("--deep", action="store_true", help="read every segment: CRC, SHA-256, records, timestamps")
     _cap_arg(p)
-    p.set_defaults(run=commands.validate_cmd)
+    p.set_defaults(run="commands.validate_cmd")
 
     p = command("messages", "Print a backup's messages in stored order (all queues, or --vhost/--queue), with the "
                             "filters below, one segment at a time; text is a table, json one line per message.",
                 formats=("text", "json", "table", "jsonl"))
     _backup_args(p)
-    messages.add_messages_args(p)
+    options.add_messages_args(p)
     _cap_arg(p)
-    p.set_defaults(run=messages.messages_cmd)
+    p.set_defaults(run="messages.messages_cmd")
 
     p = command("search", "Search every complete backup of a location (or a range) with the filters below: each "
                           "matching message once, with every backup, segment and position that holds it.",
                 formats=("text", "json", "table", "jsonl"))
     _path_arg(p)
-    messages.add_search_args(p)
+    options.add_search_args(p)
     _cap_arg(p)
-    p.set_defaults(run=messages.search_cmd)
+    p.set_defaults(run="messages.search_cmd")
 
     p = command("forget", "Remove the complete backups a retention rule no longer keeps, never a segment a kept "
                           "backup's stream chain lists, nor an incomplete or damaged backup.")
@@ -151,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "abandoned_grace_hours, 24)")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the location's chain lock while a backup links its chains (default 60)")
-    p.set_defaults(run=commands.forget_cmd)
+    p.set_defaults(run="commands.forget_cmd")
 
     p = command("export", "Copy a location to an empty one, every object as it reads: with --decrypt, a plain copy of "
                           "an encrypted location that any RBAK v1 reader reads.")
@@ -159,13 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, metavar="URL", help="the empty location to write the copy to")
     p.add_argument("--decrypt", action="store_true", required=True,
                    help="write the copy unencrypted (required: says what the copy is)")
-    p.set_defaults(run=commands.export_cmd)
+    p.set_defaults(run="commands.export_cmd")
 
     p = command("retire-key", "Retire an encryption key at an encrypted location: pin every object it sealed, so that "
                               "once the keyring marks it retired (id:base64:retired) it opens those and nothing more.")
     _path_arg(p)
     p.add_argument("--key-id", required=True, metavar="ID", help="the key to retire (in the keyring, not the first)")
-    p.set_defaults(run=commands.retire_key_cmd)
+    p.set_defaults(run="commands.retire_key_cmd")
 
     p = command("copy", "Copy complete backups to a second location, whole chains, verified there before their manifest "
                         "is written; skips what is already there, resumes a half copy, names a damaged backup and "
@@ -178,16 +180,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=positive_int, default=4, metavar="N", help="objects copied at a time (default 4)")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the destination's chain lock (default 60)")
-    p.set_defaults(run=commands.copy_cmd)
+    p.set_defaults(run="commands.copy_cmd")
 
     p = command("location", "Tell whether the location's backups outlive a credential that can write there: the "
                             "bucket's Object Lock, its default retention, and what the URL locks.")
     _path_arg(p)
-    p.set_defaults(run=commands.location_cmd)
+    p.set_defaults(run="commands.location_cmd")
 
     p = command("unlock", "Remove the lock a crashed backup run left behind (says who held it).")
     _backup_args(p)
-    p.set_defaults(run=commands.unlock_cmd)
+    p.set_defaults(run="commands.unlock_cmd")
 
     p = command("limit-stops", "List the queues a capture stopped at their delivery limit (RabbitMQ before 4.3, "
                                "allow_delivery_count_increase), as the location and this deployment's ledger record "
@@ -198,13 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clear", action="store_true",
                    help="delete the queue's stop in the location and the ledger: later backups capture it again, each "
                         "return raising its messages' delivery count (only once they are consumed or safe)")
-    p.set_defaults(run=commands.limit_stops_cmd)
+    p.set_defaults(run="commands.limit_stops_cmd")
 
     segment = sub.add_parser("segment", help="Work with one segment file.").add_subparsers(dest="segment_command", required=True)
     p = command("dump", "Print a segment's header, then each record, one JSON line each.", segment)
     p.add_argument("source", metavar="FILE_OR_URL", help="a local file, or a storage URL of one segment")
     _cap_arg(p)
-    p.set_defaults(run=commands.dump_cmd)
+    p.set_defaults(run="commands.dump_cmd")
 
     manifest = sub.add_parser("manifest", help="Work with a backup's manifest.").add_subparsers(
         dest="manifest_command", required=True
@@ -213,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     _backup_args(p)
     p.add_argument("--replace", action="store_true", help="replace an existing manifest.json (the old one is kept aside)")
     _cap_arg(p)
-    p.set_defaults(run=commands.rebuild_cmd)
+    p.set_defaults(run="commands.rebuild_cmd")
 
     definitions = sub.add_parser("definitions", help="Work with a backup's definitions: export them, roll back an "
                                                      "import.").add_subparsers(dest="definitions_command", required=True)
@@ -222,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "vhosts only, as its sealed import record lists them). Lists everything and changes "
                             "nothing unless --apply.", definitions)
     _backup_args(p)
-    runs.add_broker_args(p)
+    options.add_broker_args(p)
     p.add_argument("--broker", help=argparse.SUPPRESS)  # refused with a pointer to --broker-file, not echoed
     which = p.add_mutually_exclusive_group()
     which.add_argument("--snapshot", help="the snapshot's key (default: the newest rollback-before-import-* of the "
@@ -234,19 +236,19 @@ def build_parser() -> argparse.ArgumentParser:
     act.add_argument("--apply", action="store_true", help="delete and put back what the listing shows (default: only list)")
     act.add_argument("--dry-run", action="store_true", help="list what would be deleted and put back; change nothing "
                                                             "(the default)")
-    p.set_defaults(run=commands.rollback_cmd)
+    p.set_defaults(run="commands.rollback_cmd")
 
     p = command("export", "Write a backup's definitions as RabbitMQ's own JSON, for rabbitmqctl import_definitions or "
                           "POST /api/definitions: without users, password hashes and URI credentials unless "
                           "--include-users.", definitions, examples="definitions-export")
     _backup_args(p)
-    definitions_export.add_export_args(p)
-    p.set_defaults(run=definitions_export.export_cmd)
+    options.add_export_args(p)
+    p.set_defaults(run="definitions_export.export_cmd")
 
     p = command("restore", "Restore a backup without Airflow: the rbak_restore DAG's engine and settings, in this "
                            "process (the disaster path: docs/disaster-recovery.md).")
-    runs.add_conf_args(p, '{"vhost_map": {"prod": "prod-restored"}, "on_existing_messages": "append"}')
-    runs.add_broker_args(p)
+    options.add_conf_args(p, '{"vhost_map": {"prod": "prod-restored"}, "on_existing_messages": "append"}')
+    options.add_broker_args(p)
     p.add_argument("--vhost-map", action="append", metavar="SOURCE=TARGET", help="restore a vhost under another name")
     p.add_argument("--dry-run", action="store_true", help="plan and report; publish and import nothing")
     p.add_argument("--transform", action="append", metavar="NAME",
@@ -256,13 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="convert_to_quorum's rule: a target queue name or glob and quorum or classic (kept)")
     p.add_argument("--accept-loss", action="append", metavar="LOSS",
                    help="a loss a converted queue may take, ARGUMENT or QUEUE_GLOB:ARGUMENT (e.g. prio:x-max-priority)")
-    p.set_defaults(run=runs.restore_cmd)
+    p.set_defaults(run="runs.restore_cmd")
 
     p = command("backup", "Back up without Airflow: the rbak_backup DAG's steps in this process (encode without Spark), "
                           "then its verify and retention settings.")
-    runs.add_conf_args(p, '{"vhosts": ["prod"], "verify": "deep", "retention": {"keep_last": 7}}')
-    runs.add_broker_args(p)
-    p.set_defaults(run=runs.backup_cmd)
+    options.add_conf_args(p, '{"vhosts": ["prod"], "verify": "deep", "retention": {"keep_last": 7}}')
+    options.add_broker_args(p)
+    p.set_defaults(run="runs.backup_cmd")
 
     p = command("doctor", "Check a deployment before its first run: the broker user's tags and rights for each DAG, "
                           "the vhosts it cannot see, the location (a probe written, read back and deleted), its "
@@ -270,8 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "finding is ok, warning or failure with its fix. It exits 0 (done) when no check failed, and with "
                           "code 1 when one did, as validate does for a damaged backup; --strict counts a warning as a "
                           "failure.")
-    doctor.add_doctor_args(p)
-    p.set_defaults(run=doctor.doctor_cmd)
+    options.add_doctor_args(p)
+    p.set_defaults(run="doctor.doctor_cmd")
     return parser
 
 
@@ -305,7 +307,26 @@ def _backup_args(p: argparse.ArgumentParser) -> None:
 
 def exit_code(error: BaseException) -> int:
     """The exit code an error means (:data:`EXIT_CODES`); any other failure is :data:`EXIT_FAILED`."""
-    return next((code for kinds, code in EXIT_CODES if isinstance(error, kinds)), EXIT_FAILED)
+    return next((code for kinds, code in EXIT_CODES if isinstance(error, _loaded(kinds))), EXIT_FAILED)
+
+
+def _loaded(kinds: tuple[type[BaseException] | str, ...]) -> tuple[type[BaseException], ...]:
+    """``kinds`` with each class given by name taken from its module when imported, else left out."""
+    found: list[type[BaseException]] = []
+    for kind in kinds:
+        if isinstance(kind, str):
+            module, _, name = kind.rpartition(".")
+            kind = getattr(sys.modules.get(module), name, None)  # type: ignore[assignment]
+        if kind is not None:
+            found.append(kind)  # type: ignore[arg-type]
+    return tuple(found)
+
+
+def command_handler(name: str) -> Callable[[argparse.Namespace, IO[str]], int]:
+    """The function that runs a command, ``"module.function"`` of ``airflow_rbak.cli``: its module is imported only
+    now, so a command loads what it uses and no other command's engine (``rbak validate`` no restore planner)."""
+    module, _, function = name.rpartition(".")
+    return getattr(importlib.import_module(f"airflow_rbak.cli.{module}"), function)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -313,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         with storage_credentials(current_credentials()), storage_keyring(encryption_keyring(args.encryption_conn_id)):
-            code = args.run(args, sys.stdout)
+            code = command_handler(args.run)(args, sys.stdout)
     except BrokenPipeError:  # `rbak segment dump ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK

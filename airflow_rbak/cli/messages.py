@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import sys
+from collections.abc import Sequence
 from typing import IO, Any
 
-from airflow_rbak.cli.arguments import positive_int
 from airflow_rbak.cli.configured import location
 from airflow_rbak.cli.output import json_line, say
 from airflow_rbak.codec.headers import headers_to_json
@@ -23,29 +25,13 @@ from airflow_rbak.repository.catalog import resolve_backup_id
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.message_filter import FilterError, MessageFilter
 from airflow_rbak.repository.message_reader import DamagedSegment, StoredMessage, read_messages
-from airflow_rbak.repository.message_search import DEFAULT_SEARCH_LIMIT, BackupRange, plan_search, preview
-from airflow_rbak.segments.search import choose_placement, run_search
-from airflow_rbak.segments.stages import DEFAULT_IN_PROCESS_MAX_BYTES, PLACEMENTS, Placement
+from airflow_rbak.repository.message_search import BackupRange, plan_search, preview
+from airflow_rbak.segments.search import SubmitJob, choose_placement, run_search
+from airflow_rbak.segments.stages import Placement
 from airflow_rbak.storage import open_storage
 
 #: Characters of a body a table row shows.
 TABLE_BODY_CHARS = 48
-
-
-def add_filter_args(p: argparse.ArgumentParser) -> None:
-    """The filter's options (docs/operations.md#finding-and-replaying-messages lists what each tests)."""
-    f = p.add_argument_group("filters (all given must hold)")
-    f.add_argument("--since", metavar="TIME", help="backed up at or after: epoch ms or ISO 8601 (UTC unless a zone)")
-    f.add_argument("--until", metavar="TIME", help="backed up at or before: epoch ms or ISO 8601")
-    f.add_argument("--message-id", metavar="ID", help="the message_id property, exactly")
-    f.add_argument("--correlation-id", metavar="ID", help="the correlation_id property, exactly")
-    f.add_argument("--routing-key", metavar="GLOB", help="the routing key, a shell glob over all of it (orders.*)")
-    f.add_argument("--exchange", metavar="NAME", help="the exchange it was published to, exactly")
-    f.add_argument("--header", action="append", metavar="NAME=VALUE", help="a header's value as text (repeatable)")
-    f.add_argument("--content-type", metavar="TYPE", help="the content_type property, exactly")
-    f.add_argument("--body-contains", metavar="TEXT", help="the body holds these bytes (TEXT as UTF-8)")
-    f.add_argument("--body-regex", metavar="REGEX", help="a regular expression found in the body read as UTF-8; each "
-                                                         "body's search is bounded in time (a runaway pattern stops the read)")
 
 
 def filter_from_args(args: argparse.Namespace) -> MessageFilter:
@@ -154,7 +140,8 @@ def search_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     backup_ids = [s.backup_id for s in chosen]
     placement = choose_placement(storage, backup_ids, Placement(args.placement, args.in_process_max_bytes))
     body = run_search(url, backup_ids, message_filter, limit=args.limit, placement=placement,
-                      master=args.spark_master, cap=args.max_decompressed_bytes)
+                      master=args.spark_master, cap=args.max_decompressed_bytes,
+                      submit=spark_submitter() if placement == "spark" else None)
     body["backups_skipped"] = skipped + body["backups_skipped"]
     if _table(args):
         _search_table(out, body)
@@ -163,6 +150,24 @@ def search_cmd(args: argparse.Namespace, out: IO[str]) -> int:
             json_line(out, {"kind": "match", **hit})
         json_line(out, {"kind": "summary", **{k: v for k, v in body.items() if k != "hits"}})
     return 0 if body["ok"] else 1
+
+
+def spark_submitter() -> SubmitJob:
+    """The Spark provider's submit (``hooks/spark.py``), as the operators submit: imported only for a search on Spark.
+
+    The hook logs spark-submit's lines through Airflow's logging, which prints to standard output: they go to stderr,
+    since standard output carries the search's result."""
+    try:
+        from airflow_rbak.hooks.spark import submit_application  # Airflow's Spark provider: only where it is installed
+    except ImportError:
+        raise ConfigurationError("a search on Spark is submitted by Airflow's Spark provider, not installed here "
+                                 "(pip install 'airflow-rbak[airflow,spark]'); or search with --placement process") from None
+
+    def submit(application: str, application_args: Sequence[str], master: str) -> None:
+        with contextlib.redirect_stdout(sys.stderr):
+            submit_application(application, application_args, master)
+
+    return submit
 
 
 def _search_table(out: IO[str], body: dict[str, Any]) -> None:
@@ -196,24 +201,3 @@ def _date(value: str | None, name: str) -> int | None:
         raise FilterError(name, str(exc).split(": ", 1)[1]) from None
 
 
-def add_messages_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--vhost", help="only this vhost's queues (its name, exactly)")
-    p.add_argument("--queue", help="only queues of this name (exactly)")
-    add_filter_args(p)
-    p.add_argument("--limit", type=positive_int, metavar="N", help="stop after N messages (default: all)")
-
-
-def add_search_args(p: argparse.ArgumentParser) -> None:
-    scope = p.add_argument_group("which backups (default: every complete backup)")
-    scope.add_argument("--from-id", metavar="ID", help="from this backup on (by creation time)")
-    scope.add_argument("--to-id", metavar="ID", help="up to this backup")
-    scope.add_argument("--since-date", metavar="TIME", help="backups created at or after: epoch ms or ISO 8601")
-    scope.add_argument("--until-date", metavar="TIME", help="backups created at or before")
-    add_filter_args(p)
-    p.add_argument("--limit", type=positive_int, default=DEFAULT_SEARCH_LIMIT, metavar="N",
-                   help=f"list at most N distinct messages; count the rest (default {DEFAULT_SEARCH_LIMIT})")
-    p.add_argument("--placement", choices=PLACEMENTS, default="auto",
-                   help="auto: in this process up to --in-process-max-bytes of segment payloads, else Spark")
-    p.add_argument("--in-process-max-bytes", type=int, default=DEFAULT_IN_PROCESS_MAX_BYTES, metavar="N",
-                   help=f"auto's threshold (default {DEFAULT_IN_PROCESS_MAX_BYTES}, as the backup's encode)")
-    p.add_argument("--spark-master", default="local[2]", help="spark-submit's --master (default local[2])")

@@ -20,11 +20,11 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import IO, Any
 
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.cli.configured import command_settings, location, state_seal
+from airflow_rbak.cli.options import BROKER_URL_ENV
 from airflow_rbak.cli.output import json_line, listed, say
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.repository.retention import apply_retention
@@ -33,16 +33,8 @@ from airflow_rbak.repository.validate import validate_backup
 from airflow_rbak.settings import default_checkpoint_state
 from airflow_rbak.storage import open_storage
 
-BROKER_URL_ENV = "RBAK_BROKER_URL"
 #: DAG params a run without Airflow ignores.
 AIRFLOW_ONLY = ("rabbitmq_conn_id", "spark_conn_id", "max_capture_tasks", "max_publish_tasks", "skip_approval")
-
-
-def add_broker_args(p: argparse.ArgumentParser) -> None:
-    """``--broker-file``: the one way besides ``$RBAK_BROKER_URL`` to say which broker, with its credentials."""
-    p.add_argument("--broker-file", type=Path,
-                   help=f"a file holding amqp://user:pass@host:5672/?management_port=15672&stream_port=5552 "
-                        f"(default: ${BROKER_URL_ENV})")
 
 
 def broker_connection(args: argparse.Namespace) -> RabbitMQConnection:
@@ -75,14 +67,6 @@ def read_conf(args: argparse.Namespace) -> dict[str, Any]:
     if ignored:
         print(f"rbak: note: not used without Airflow: {', '.join(ignored)}", file=sys.stderr)
     return {k: v for k, v in conf.items() if k not in AIRFLOW_ONLY}
-
-
-def add_conf_args(p: argparse.ArgumentParser, example: str) -> None:
-    """``--conf`` (the DAG run's conf, shown with an ``example`` of the command's own), ``--path``, ``--backup-id``."""
-    p.add_argument("--conf", "-c", help=f"the DAG run's conf as JSON, e.g. '{example}'")
-    p.add_argument("--conf-file", type=Path, help="the same, from a JSON file")
-    p.add_argument("--path", help="storage URL (the storage_url setting; default: [rbak] storage_url)")
-    p.add_argument("--backup-id", help="the backup_id setting")
 
 
 def run_conf(args: argparse.Namespace) -> dict[str, Any]:

@@ -11,7 +11,7 @@
 #include <Python.h>
 #include <stdint.h>
 
-#define RBAK_API_VERSION 7 /* records.py checks it: bump it when the module's functions change */
+#define RBAK_API_VERSION 8 /* records.py checks it: bump it when the module's functions change */
 
 enum { N_RECORD = 10, N_PROPS = 13 };
 enum { F_BODY, F_PROPERTIES, F_HEADERS, F_EXCHANGE, F_ROUTING_KEY, F_DELIVERY_TAG, F_REDELIVERED, F_BACKED_UP_AT,
@@ -27,7 +27,7 @@ typedef struct {
     PyObject *record_keys[N_RECORD];  /* the JSON keys as str, spec order */
     PyObject *props_keys[N_PROPS];
     PyObject *void_value;             /* the shared HeaderValue("Void") the Python reader returns */
-    PyObject *loads;                  /* orjson.loads */
+    PyObject *loads;                  /* orjson.loads: the C reader checks a header value's keys itself */
     PyObject *header_from_json;       /* Python reader of one header value the C reader leaves to it */
     PyObject *header_to_json;         /* Python writer of one header value (returns its JSON bytes) */
     PyObject *staged_headers;         /* Python reader of a staged delivery's header table: (JSON, end) */
@@ -45,6 +45,9 @@ PyObject *rbak_read_byte_array(const unsigned char *s, Py_ssize_t n, Py_ssize_t 
 /* A record's fields parsed from its JSON s[0..n) into values (new references, spec order): 0, or -1 when the
  * record is left to the Python path. values must start all NULL; the caller releases them either way. */
 int rbak_decode_fields(const unsigned char *s, Py_ssize_t n, PyObject **values);
+/* rbak_decode_fields accepting and refusing the same records, with values[F_HEADERS] None: the header values are
+ * checked in C without being built (HeaderValue.from_json's rules; what it cannot tell goes to that reader). */
+int rbak_check_fields(const unsigned char *s, Py_ssize_t n, PyObject **values);
 /* The BackupRecord of the JSON s[0..n), or NULL (an exception may be set) when it is left to the Python path. */
 PyObject *rbak_decode(const unsigned char *s, Py_ssize_t n);
 /* The BackupRecord of fields rbak_decode_fields read (borrowed), or NULL with an exception set. */

@@ -40,7 +40,7 @@ PyObject *rbak_scan_records(PyObject *self, PyObject *args) {
         Py_ssize_t len = rbak_framed_length(s, view.len, pos);
         if (len < 0) break;
         PyObject *values[N_RECORD] = {NULL};
-        int ok = rbak_decode_fields(s + pos + 4, len, values) == 0;
+        int ok = rbak_check_fields(s + pos + 4, len, values) == 0;
         long long stamp = ok ? PyLong_AsLongLong(values[F_BACKED_UP_AT]) : 0; /* in range: read as a signed 64-bit */
         int other = ok && (PyUnicode_Compare(values[F_SOURCE_QUEUE], queue) != 0 ||
                            PyUnicode_Compare(values[F_SOURCE_VHOST], vhost) != 0);

@@ -2,20 +2,22 @@
  * straight from its JSON, with the checks record_from_json makes, and without the
  * intermediate dicts and lists a general JSON parser creates. Header values other
  * than strings, integers, Bool and Void go through orjson.loads and
- * HeaderValue.from_json. Anything this reader does not accept (an unusual shape,
- * an unknown or repeated key, a wrong type, a value out of range, malformed JSON)
- * makes it answer None; records.py's Python path then reads the record or reports
- * what is wrong with it. */
+ * HeaderValue.from_json, their keys checked here (skip_header_value). Anything
+ * this reader does not accept (an unusual shape, an unknown or repeated key, a
+ * wrong type, a value out of range, malformed JSON) makes it answer None;
+ * records.py's Python path then reads the record or reports what is wrong with it. */
 #include "_speedups.h"
 
+#include <math.h>
 #include <string.h>
 
 typedef struct {
     const unsigned char *s;
     Py_ssize_t i, n;
+    int check; /* check the header values without building them (scan_records keeps none) */
 } cursor;
 
-enum { K_OTHER, K_STRING, K_LONG, K_SHORT, K_TIMESTAMP, K_BOOL };
+enum { K_OTHER, K_STRING, K_LONG, K_SHORT, K_TIMESTAMP, K_BOOL, K_BYTES, K_FLOAT, K_DOUBLE, K_TABLE, K_ARRAY };
 
 static int is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -207,11 +209,27 @@ static int kind_code(const unsigned char *s, Py_ssize_t n) {
     if (n == 5 && memcmp(s, "Short", 5) == 0) return K_SHORT;
     if (n == 9 && memcmp(s, "Timestamp", 9) == 0) return K_TIMESTAMP;
     if (n == 4 && memcmp(s, "Bool", 4) == 0) return K_BOOL;
+    if (n == 5 && memcmp(s, "Bytes", 5) == 0) return K_BYTES;
+    if (n == 5 && memcmp(s, "Float", 5) == 0) return K_FLOAT;
+    if (n == 6 && memcmp(s, "Double", 6) == 0) return K_DOUBLE;
+    if (n == 5 && memcmp(s, "Table", 5) == 0) return K_TABLE;
+    if (n == 5 && memcmp(s, "Array", 5) == 0) return K_ARRAY;
     return K_OTHER;
 }
 
-/* Move past one JSON object or array (strings skipped whole); 0 if it does not end. */
-static int skip_container(cursor *c) {
+/* How deep skip_header_value follows containers: deeper values are left to the Python path, which refuses them
+ * (HeaderValue.from_json's MAX_DEPTH of 64 header levels is at most 3 JSON levels each) or reads them. */
+#define SKIP_DEPTH 256
+
+/* Move past one header value's JSON object or array (strings skipped whole); 0 if it does not end, nests deeper
+ * than SKIP_DEPTH, or holds an object with a second key.
+ *
+ * Every object in a header value is a variant's one-key object ({"Table": [...]}), so an object with two keys,
+ * repeated or not, is never valid: the Python reader refuses the record and names why. Seeing the second key here,
+ * while the value is walked anyway, is the repeated-key check of bounded_json.loads_unique at no extra pass, and
+ * the value is then parsed by orjson alone. */
+static int skip_header_value(cursor *c) {
+    unsigned char open[SKIP_DEPTH];
     Py_ssize_t depth = 0;
     while (c->i < c->n) {
         unsigned char ch = c->s[c->i++];
@@ -219,18 +237,22 @@ static int skip_container(cursor *c) {
             while (c->i < c->n && c->s[c->i] != '"') c->i += c->s[c->i] == '\\' ? 2 : 1;
             c->i++;
         } else if (ch == '{' || ch == '[') {
-            depth++;
-        } else if ((ch == '}' || ch == ']') && --depth == 0) {
-            return c->i <= c->n;
+            if (depth == SKIP_DEPTH) return 0;
+            open[depth++] = ch;
+        } else if (ch == '}' || ch == ']') {
+            if (--depth == 0) return c->i <= c->n;
+        } else if (ch == ',' && depth > 0 && open[depth - 1] == '{') {
+            return 0;
         }
     }
     return 0;
 }
 
-/* A header value the C reader leaves to Python: orjson reads it, HeaderValue.from_json checks it. */
+/* A header value the C reader leaves to Python: orjson reads it (skip_header_value has checked its keys),
+ * HeaderValue.from_json checks it. */
 static PyObject *header_value_generic(cursor *c, Py_ssize_t start) {
     c->i = start;
-    if (!skip_container(c)) return NULL;
+    if (!skip_header_value(c)) return NULL;
     PyObject *raw = PyBytes_FromStringAndSize((const char *)c->s + start, c->i - start), *data = NULL, *value = NULL;
     if (raw != NULL) data = PyObject_CallOneArg(rbak.loads, raw);
     if (data != NULL) value = PyObject_CallOneArg(rbak.header_from_json, data);
@@ -270,8 +292,133 @@ static PyObject *header_value(cursor *c) {
     return hv;
 }
 
-/* [[key, value], ...] as a tuple of (str, HeaderValue) pairs. */
+/* Checking a header value without building it, for scan_records: 1 when HeaderValue.from_json would accept the
+ * value (the cursor is then after it), 0 when this cannot tell (the caller then reads it as read_records does, so
+ * the answer and any refusal stay the Python reader's). Only shapes from_json surely accepts answer 1. */
+#define HEADER_MAX_DEPTH 64 /* headers.py's MAX_DEPTH */
+static int check_value(cursor *c, int depth);
+
+/* Accept any string (its UTF-8 checked as read_str checks it), and only that. */
+static int check_str(cursor *c) {
+    PyObject *text = read_str(c);
+    Py_XDECREF(text);
+    return text != NULL;
+}
+
+/* A Bytes array: byte values 0-255 only. */
+static int check_bytes(cursor *c) {
+    int negative;
+    unsigned long long m;
+    if (!eat(c, '[')) return 0;
+    if (eat(c, ']')) return 1;
+    do {
+        if (!read_int(c, &negative, &m) || negative || m > 255) return 0;
+    } while (eat(c, ','));
+    return eat(c, ']');
+}
+
+/* A Float's or Double's value: null, or a JSON number (strict grammar) well inside the type's finite range. */
+static int check_number(cursor *c, int f32) {
+    skip_ws(c);
+    if (c->i < c->n && c->s[c->i] == 'n') {
+        PyObject *null = read_literal(c, "null", Py_None);
+        Py_XDECREF(null);
+        return null != NULL;
+    }
+    const unsigned char *s = c->s;
+    Py_ssize_t i = c->i, n = c->n, start = c->i, digits;
+    char text[64];
+    i += i < n && s[i] == '-';
+    for (digits = i; i < n && s[i] >= '0' && s[i] <= '9'; i++) {}
+    if (i == digits || (s[digits] == '0' && i - digits > 1)) return 0;
+    if (i < n && s[i] == '.') {
+        for (digits = ++i; i < n && s[i] >= '0' && s[i] <= '9'; i++) {}
+        if (i == digits) return 0;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        i += i + 1 < n && (s[i + 1] == '+' || s[i + 1] == '-') ? 2 : 1;
+        for (digits = i; i < n && s[i] >= '0' && s[i] <= '9'; i++) {}
+        if (i == digits) return 0;
+    }
+    if (i - start >= (Py_ssize_t)sizeof text) return 0;
+    memcpy(text, s + start, (size_t)(i - start));
+    text[i - start] = '\0';
+    double value = PyOS_string_to_double(text, NULL, NULL);
+    if (value == -1.0 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    if (!(fabs(value) <= (f32 ? 3.4e38 : 1e308))) return 0; /* near a bound (or not finite): Python decides */
+    c->i = i;
+    return 1;
+}
+
+/* A Table's [[key, value], ...] (pairs) or an Array's [value, ...], each value one level deeper. */
+static int check_list(cursor *c, int depth, int pairs) {
+    if (!eat(c, '[')) return 0;
+    if (eat(c, ']')) return 1;
+    do {
+        if (pairs ? !(eat(c, '[') && check_str(c) && eat(c, ',') && check_value(c, depth + 1) && eat(c, ']'))
+                  : !check_value(c, depth + 1))
+            return 0;
+    } while (eat(c, ','));
+    return eat(c, ']');
+}
+
+static int check_value(cursor *c, int depth) {
+    Py_ssize_t len;
+    int ok = 0;
+    if (depth > HEADER_MAX_DEPTH) return 0;
+    skip_ws(c);
+    if (c->i < c->n && c->s[c->i] == '"') {
+        PyObject *text = read_str(c);
+        ok = text != NULL && PyUnicode_CompareWithASCIIString(text, "Void") == 0;
+        Py_XDECREF(text);
+        return ok;
+    }
+    if (!eat(c, '{')) return 0;
+    PyObject *kind = read_str(c), *value = NULL;
+    const char *name = kind == NULL ? NULL : PyUnicode_AsUTF8AndSize(kind, &len);
+    if (name != NULL && eat(c, ':')) {
+        switch (kind_code((const unsigned char *)name, len)) {
+        case K_STRING: ok = check_str(c); break;
+        case K_LONG: ok = (value = read_ranged(c, INT64_MIN, INT64_MAX)) != NULL; break;
+        case K_SHORT: ok = (value = read_ranged(c, -32768, 32767)) != NULL; break;
+        case K_TIMESTAMP: ok = (value = read_ranged(c, 0, ULLONG_MAX)) != NULL; break;
+        case K_BOOL: ok = (value = read_bool(c)) != NULL; break;
+        case K_BYTES: ok = check_bytes(c); break;
+        case K_FLOAT: ok = check_number(c, 1); break;
+        case K_DOUBLE: ok = check_number(c, 0); break;
+        case K_TABLE: ok = check_list(c, depth, 1); break;
+        case K_ARRAY: ok = check_list(c, depth, 0); break;
+        default: ok = 0;
+        }
+    }
+    Py_XDECREF(kind);
+    Py_XDECREF(value);
+    if (PyErr_Occurred()) PyErr_Clear();
+    return ok && eat(c, '}'); /* a second key: not one-key, so not valid; the Python reader names why */
+}
+
+/* The header table checked (None) as read_headers would read it: each value in C, or when check_value cannot
+ * tell, by the reader itself; NULL when a pair is not accepted. */
+static PyObject *check_headers(cursor *c) {
+    if (!eat(c, '[')) return NULL;
+    if (eat(c, ']')) return Py_NewRef(Py_None);
+    do {
+        if (!eat(c, '[') || !check_str(c) || !eat(c, ',')) return NULL;
+        Py_ssize_t start = c->i;
+        if (!check_value(c, 1)) {
+            c->i = start;
+            PyObject *value = header_value(c);
+            if (value == NULL) return NULL;
+            Py_DECREF(value);
+        }
+        if (!eat(c, ']')) return NULL;
+    } while (eat(c, ','));
+    return eat(c, ']') ? Py_NewRef(Py_None) : NULL;
+}
+
+/* [[key, value], ...] as a tuple of (str, HeaderValue) pairs; in check mode None once every pair is valid. */
 static PyObject *read_headers(cursor *c) {
+    if (c->check) return check_headers(c);
     PyObject *pairs = PyList_New(0), *out = NULL;
     if (pairs == NULL || !eat(c, '[')) goto done;
     if (!eat(c, ']')) {
@@ -346,8 +493,8 @@ static PyObject *read_field(cursor *c, int k) {
 }
 
 /* The record's fields into values: see _speedups.h. */
-int rbak_decode_fields(const unsigned char *s, Py_ssize_t n, PyObject **values) {
-    cursor c = {s, 0, n};
+static int read_fields(const unsigned char *s, Py_ssize_t n, PyObject **values, int check) {
+    cursor c = {s, 0, n, check};
     int k = -1;
     if (!eat(&c, '{')) return -1;
     do {
@@ -361,6 +508,10 @@ int rbak_decode_fields(const unsigned char *s, Py_ssize_t n, PyObject **values) 
         if (values[j] == NULL) return -1; /* a missing field: the Python path names it */
     return 0;
 }
+
+int rbak_decode_fields(const unsigned char *s, Py_ssize_t n, PyObject **values) { return read_fields(s, n, values, 0); }
+
+int rbak_check_fields(const unsigned char *s, Py_ssize_t n, PyObject **values) { return read_fields(s, n, values, 1); }
 
 PyObject *rbak_record_of(PyObject *const *values) {
     return build(rbak.record_type, rbak.record_slots, values, N_RECORD);

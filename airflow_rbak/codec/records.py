@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-import numpy
 import orjson
 
 from airflow_rbak.codec.bounded_json import RepeatedKeyError, loads_unique
@@ -26,7 +25,7 @@ try:  # the optional C accelerator (setup.py); without it the Python path below 
     from airflow_rbak.codec import _speedups
 except ImportError:  # pragma: no cover - exercised where no compiler was available
     _speedups = None
-if getattr(_speedups, "API_VERSION", None) != 7:  # pragma: no cover - built from older sources: `pip install -e .`
+if getattr(_speedups, "API_VERSION", None) != 8:  # pragma: no cover - built from older sources: `pip install -e .`
     _speedups = None
 #: The accelerator's body-array writer and reader (None without it): ``format_byte_array(body)`` is the JSON array,
 #: ``parse_byte_array(data, offset)`` the bytes of the array at ``offset`` and the offset after it.
@@ -174,6 +173,8 @@ def _body_json(body: bytes | memoryview) -> Any:
     byte); the bytes are the same."""
     if format_byte_array is not None:
         return orjson.Fragment(format_byte_array(body))
+    import numpy  # only without the accelerator: every command would otherwise pay numpy's import
+
     return numpy.frombuffer(body, numpy.uint8)
 
 
@@ -336,7 +337,7 @@ configure_staged: Callable[[Callable[[bytes, int, int], tuple[bytes, int]]], Non
 if _speedups is not None:
     _speedups.configure(
         BackupRecord, BackupProperties, tuple((p.json_name, p.kind) for p in PROPERTIES), HeaderValue, VOID_VALUE,
-        _header_value_from_json, _header_value_json, loads_unique,
+        _header_value_from_json, _header_value_json, orjson.loads,
     )
     accelerated_encode, accelerated_decode = _speedups.encode_record, _speedups.decode_record
     accelerated_append, accelerated_read = _speedups.append_record, _speedups.read_records

@@ -17,10 +17,12 @@ works.
 from __future__ import annotations
 
 import os
+import site
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -28,7 +30,7 @@ from airflow.sdk import BaseHook, Connection
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_rbak.display import package_logger
-from airflow_rbak.segments.shipping import ENV_ALIAS
+from airflow_rbak.segments.shipping import ENV_ALIAS, build_executor_env
 from airflow_rbak.storage.credentials import current_credentials, handed_on
 from airflow_rbak.storage.keyring import current_keyring
 
@@ -47,15 +49,17 @@ class RbakSparkSubmitHook(SparkSubmitHook):
     ``properties_file``, ``application_args``, executor settings...).
     """
 
-    def __init__(self, *, default_master: str = DEFAULT_MASTER, **kwargs: Any) -> None:
+    def __init__(self, *, default_master: str = DEFAULT_MASTER, look_up: bool = True, **kwargs: Any) -> None:
         self.default_master = default_master
+        self.look_up = look_up
         super().__init__(**kwargs)
 
     # An instance method (BaseHook's is a classmethod), so that each hook falls back to its own master: the
     # provider's hook looks its connection up through ``self`` (on construction, and for YARN's status).
     def get_connection(self, conn_id: str) -> Connection:  # type: ignore[override]
-        """The stored connection ``conn_id``, else a ``spark`` connection to :attr:`default_master`."""
-        return stored_connection(conn_id) or local_connection(conn_id, self.default_master)
+        """The stored connection ``conn_id``, else (or without ``look_up``) a ``spark`` connection to
+        :attr:`default_master`."""
+        return (stored_connection(conn_id) if self.look_up else None) or local_connection(conn_id, self.default_master)
 
 
 def stored_connection(conn_id: str) -> Connection | None:
@@ -73,15 +77,18 @@ def local_connection(conn_id: str, master: str) -> Connection:
 
 @contextmanager
 def submit_hook(conn_id: str, options: Mapping[str, Any], *, default_master: str = DEFAULT_MASTER,
-                executor_env: Callable[[], str] | None = None) -> Iterator[RbakSparkSubmitHook]:
+                executor_env: Callable[[], str] | None = None,
+                master: str | None = None) -> Iterator[RbakSparkSubmitHook]:
     """A hook for one submit to ``conn_id``'s master, with ``options`` (the hook's arguments) completed for it.
+
+    ``master`` given (a command line names it): that master, and no connection is looked up.
 
     Local master: ``env_vars`` run spark-submit and its workers on this interpreter, which otherwise inherit the
     task's environment. Any other master: the archive ``executor_env()`` builds (if given) becomes the executors'
     Python. The credentials the task was handed (any master), and on a cluster those of the task's environment
     otherwise, go to the job in a private properties file that is removed when the block ends.
     """
-    connection = stored_connection(conn_id)
+    connection = local_connection(conn_id, master) if master else stored_connection(conn_id)
     if connection is None:
         log.info("No connection %r: Spark master %s", conn_id, default_master)
     handed = current_credentials()
@@ -93,12 +100,34 @@ def submit_hook(conn_id: str, options: Mapping[str, Any], *, default_master: str
     keyring = current_keyring()  # the location's keys travel as its credentials do: the file, never a command line
     credentials = {**credentials, **(keyring.environment() if keyring is not None else {})}
     with credentials_properties_file(settings.get("properties_file"), settings.get("conf") or {}, credentials) as path:
-        yield RbakSparkSubmitHook(conn_id=conn_id, default_master=default_master, **{**settings, "properties_file": path})
+        yield RbakSparkSubmitHook(conn_id=conn_id, default_master=master or default_master, look_up=master is None,
+                                  **{**settings, "properties_file": path})
+
+
+def submit_application(application: str, application_args: Sequence[str], master: str) -> None:
+    """Run ``application`` with spark-submit on ``master`` through the provider's hook, as the operators run their
+    jobs, for a caller outside a task (``rbak search --placement spark``); the provider's ``AirflowException`` says
+    why it failed. On a cluster master the executors get the environment archive."""
+    options = {"name": "rbak-search", "application_args": list(application_args)}
+    with submit_hook("spark_default", options, master=master, executor_env=build_executor_env) as hook:
+        hook.submit(application)
 
 
 def local_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` with spark-submit and its Python workers on this interpreter (``env_vars`` given win)."""
-    return {**options, "env_vars": {**local_python_env(), **(options.get("env_vars") or {})}}
+    """``options`` with spark-submit and its Python workers on this interpreter and this ``airflow_rbak``
+    (``env_vars`` given win)."""
+    return {**options, "env_vars": {**local_python_env(), **checkout_path(), **(options.get("env_vars") or {})}}
+
+
+def checkout_path(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``PYTHONPATH`` led by the folder this ``airflow_rbak`` was imported from, where that is a checkout rather than
+    an installation (no ``site-packages``): the job then runs the task's own code, not another copy installed here.
+    Empty for an installed package, whose folder must not come before the standard library."""
+    folder = str(Path(__file__).resolve().parents[2])
+    given = (os.environ if environ is None else environ).get("PYTHONPATH", "")
+    if folder in site.getsitepackages() or Path(folder).name in ("site-packages", "dist-packages"):
+        return {}
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [folder, given]))}
 
 
 def cluster_options(options: Mapping[str, Any], archive: str | None) -> dict[str, Any]:

@@ -4,16 +4,18 @@ The rule is the encode's (:class:`~airflow_rbak.segments.stages.Placement`): ``a
 while the segments' payloads (their ``uncompressed_bytes``, what is decompressed and parsed) add up to at most
 ``in_process_max_bytes``, since below that Spark's start-up costs more than the work it would spread;
 ``process`` and ``spark`` force either way. Both give the same result (:mod:`.jobs.search_messages`).
+
+A Spark search is submitted by the caller's ``submit`` (:data:`SubmitJob`): the command line passes the provider's
+hook (``hooks/spark.py``'s ``submit_application``), the one path to spark-submit the operators take too, which this
+layer, below Airflow, cannot import.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +38,12 @@ RESULT_KEY = "search-result.json"
 MAX_RESULT_BYTES = 256 * 1024**2
 
 
+#: Runs a Spark application: (the job's file, its arguments, the master); raises when spark-submit fails.
+SubmitJob = Callable[[str, Sequence[str], str], None]
+
+
 class SearchJobError(RbakError):
-    """The Spark search job failed; its stderr's tail says why."""
+    """The Spark search job failed; the submit's error says why."""
 
 
 def payload_bytes(storage: Storage, backup_ids: Sequence[str]) -> int:
@@ -64,11 +70,15 @@ def choose_placement(storage: Storage, backup_ids: Sequence[str], placement: Pla
 
 def run_search(
     storage_url: str, backup_ids: Sequence[str], message_filter: MessageFilter, *, limit: int, placement: str,
-    master: str = "local[2]", cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    master: str = "local[2]", cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES, submit: SubmitJob | None = None,
 ) -> dict[str, Any]:
-    """The search's result as JSON (:meth:`SearchResult.to_json` with its ``hits``), from either placement."""
+    """The search's result as JSON (:meth:`SearchResult.to_json` with its ``hits``), from either placement; ``submit``
+    runs the Spark job (required on Spark)."""
     if placement == "spark":
-        return submit_search(storage_url, backup_ids, message_filter, limit=limit, master=master, cap=cap)
+        if submit is None:
+            raise ConfigurationError("a search on Spark needs a way to submit its job; search with placement process")
+        return submit_search(storage_url, backup_ids, message_filter, limit=limit, master=master, cap=cap,
+                             submit=submit)
     result = search_backups(open_storage(storage_url), backup_ids, message_filter, limit=limit, cap=cap)
     return {**result.to_json(), "hits": [hit.to_json() for hit in result.hits.values()]}
 
@@ -81,39 +91,34 @@ def spark_submit() -> str | None:
 
 def submit_search(
     storage_url: str, backup_ids: Sequence[str], message_filter: MessageFilter, *, limit: int, master: str,
-    cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    submit: SubmitJob, cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> dict[str, Any]:
-    """Run the search job with ``spark-submit --master MASTER`` and read its result from a private folder."""
-    command = spark_submit()
-    if command is None:
+    """Run the search job on ``master`` through ``submit`` and read its result from a private folder.
+
+    A failed job that wrote its result (a filter it refused) is told by the result; one that wrote none, by the
+    submit's error."""
+    if spark_submit() is None:
         raise ConfigurationError("spark-submit is not installed here (pip install 'airflow-rbak[spark]'); "
                                  "search in this process with --placement process")
     with tempfile.TemporaryDirectory(prefix="rbak-search-") as folder:
         output = Path(folder).as_uri()
-        argv = [command, "--master", master, str(JOB_FILE), "--storage-url", storage_url, "--output", output,
-                "--filter", orjson.dumps(message_filter.to_params()).decode(), "--limit", str(limit),
-                "--max-decompressed-bytes", str(cap)]
+        argv = ["--storage-url", storage_url, "--output", output, "--filter",
+                orjson.dumps(message_filter.to_params()).decode(), "--limit", str(limit), "--max-decompressed-bytes",
+                str(cap)]
         for backup_id in backup_ids:
             argv += ["--backup-id", backup_id]
-        done = subprocess.run(argv, capture_output=True, text=True, env=_spark_env(), check=False)
+        failure: Exception | None = None
+        try:
+            submit(str(JOB_FILE), argv, master)
+        except Exception as exc:  # the submitter's own error type (the provider's AirflowException): said below
+            failure = exc
         try:
             body = orjson.loads(read_bounded(open_storage(output), RESULT_KEY, MAX_RESULT_BYTES, "a search result"))
         except RbakError:
-            raise SearchJobError(f"the Spark search ended with exit code {done.returncode} and no result: "
-                                 f"{done.stderr[-2000:]}") from None
+            raise SearchJobError(f"the Spark search left no result: {failure or 'the job wrote none'}") from None
     if "error" in body:
         if body.get("field"):
             raise FilterError(body["field"], str(body["error"]).removeprefix(f"{body['field']}: "))
         raise SearchJobError(f"the Spark search failed: {body['error']}")
     return body
 
-
-def _spark_env() -> dict[str, str]:
-    """This interpreter for the job's driver and workers, so they import this airflow_rbak."""
-    path = os.pathsep.join(p for p in sys.path if p and Path(p).is_dir() and (Path(p) / "airflow_rbak").is_dir())
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "PYTHONWARNINGS": "ignore::FutureWarning",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    if path:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, (path, os.environ.get("PYTHONPATH"))))
-    return env

@@ -4,6 +4,8 @@ after the command, and each command's help showing examples of that command."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -110,3 +112,23 @@ def test_a_restores_definitions_are_shown_as_lines_a_person_reads():
     ]
     assert definitions_lines({**result, "dry_run": True, "imported": False})[0].startswith("  definitions (missing mode): would create")
     assert definitions_lines({}) == []
+
+
+def test_a_command_imports_only_what_it_uses(two_backups):
+    # Given a deep validation of a location named by --path, run as its own process that records every import
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "airflow_rbak.cli.main", "validate", "--deep",
+                           "--path", two_backups, "--backup-id", "latest"], capture_output=True, text=True, timeout=120)
+    modules = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+
+    # Then it validated, with no other command's engine, no [rbak] settings (--path names the location) and no Airflow
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "airflow_rbak.repository.validate" in modules
+    assert not {"airflow_rbak.restore", "airflow_rbak.restore.plan", "airflow_rbak.settings", "airflow_rbak.doctor",
+                "airflow_rbak.broker", "airflow", "numpy"} & modules
+
+
+def test_an_error_of_a_module_a_command_did_not_import_keeps_its_exit_code():
+    from airflow_rbak.cli.main import exit_code
+    from airflow_rbak.restore.errors import DamagedSegmentsError
+
+    assert exit_code(DamagedSegmentsError("damaged", {"segment-0001.zst": ["CRC"]})) == 1

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_rbak.codec import BackupRecord, records
-from airflow_rbak.codec.records import encode_record
+from airflow_rbak.codec.headers import HeaderValue as H
+from airflow_rbak.codec.records import decode_record, encode_record
 from tests.codec.strategies import small_body_records
 
 pytestmark = pytest.mark.skipif(records.accelerated_scan is None, reason="the C accelerator is not built")
@@ -73,3 +74,35 @@ def test_any_buffer_and_an_offset_past_the_end_are_taken():
     assert records.accelerated_scan(memoryview(payload), 0, 5, "v", "q") == (len(payload), 1, 0, 3, 3, 3, 3)
     assert records.accelerated_scan(bytearray(payload), 0, 5, "/", "q") == (len(payload), 1, 1, 3, 3, 3, 3)
     assert records.accelerated_scan(payload, len(payload) + 9, 5, "v", "q") == (len(payload) + 9, 0, 0, 0, 0, 0, 0)
+
+
+def _nested(depth: int) -> bytes:
+    """A header value ``depth`` levels deep: Arrays around a Long."""
+    return b'{"Array":[' * (depth - 1) + b'{"Long":1}' + b"]}" * (depth - 1)
+
+
+#: Header values the scan checks in C without building them; each must be taken or refused as the reader does.
+HEADER_VALUES = [
+    b'"Void"', b'"Vo\\u0069d"', b'"void"', b'{"Bytes":[]}', b'{"Bytes":[0,255,7]}', b'{"Bytes":[256]}',
+    b'{"Bytes":[-1]}', b'{"Bytes":[true]}', b'{"Bytes":[1.0]}', b'{"Float":1.5}', b'{"Float":null}', b'{"Float":3}',
+    b'{"Float":3.5e38}', b'{"Float":3.3e38}', b'{"Float":-1e-50}', b'{"Float":true}', b'{"Float":01}',
+    b'{"Float":1.}', b'{"Float":1e}', b'{"Double":1e308}', b'{"Double":2e308}', b'{"Double":18446744073709551616}',
+    b'{"Double":-0.0e+5}', b'{"Double":"1"}', b'{"Table":[]}', b'{"Table":[["a",{"Long":1}],["a","Void"]]}',
+    b'{"Table":[["a:b",{"LongString":"https://x"}]]}', b'{"Table":[[1,{"Long":1}]]}', b'{"Table":[["a"]]}',
+    b'{"Table":{"a":1}}', b'{"Array":[{"Short":70000}]}', b'{"Array":[{"Timestamp":-1}]}', b'{"Array":["Void",{"Bool":false}]}',
+    b'{"Array":[{"Long":1,"Long":2}]}', b'{"Array":[{"Long":1,"Short":2}]}', b'{"Table":[["k",{"Double":1.5,"Double":9}]]}',
+    b'{"Array":[{"Nope":1}]}', b'{"Array":[],"Array":[]}', b'{ "Array" : [ { "Long" : 1 } ] }',
+    _nested(64), _nested(65), _nested(200),
+]
+
+
+@pytest.mark.parametrize("value", HEADER_VALUES)
+def test_the_scan_takes_and_refuses_each_header_value_as_the_c_reader_does(value):
+    raw = encode_record(BackupRecord(body=b"x", headers=(("h", H.long(1)),), backed_up_at=3, source_queue="q"))
+    record = raw.replace(b'[["h",{"Long":1}]]', b'[["h",' + value + b"]]")
+    payload = framed([BackupRecord(body=b"a", backed_up_at=1, source_queue="q")]) + struct.pack("<I", len(record)) + record
+
+    assert records.accelerated_scan(payload, 0, 5, "/", "q") == expected_scan(payload, 0, 5, "/", "q")
+    taken = records.accelerated_read(payload, 0, 5)[0][1:]
+    if taken:  # what the C reader takes, the Python reader reads the same
+        assert decode_record(record).headers == taken[0].headers

@@ -17,7 +17,7 @@ from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.repository.message_filter import FilterError, MessageFilter
 from airflow_rbak.repository.message_search import search_backups
 from airflow_rbak.segments.jobs import search_messages as job
-from airflow_rbak.segments.search import choose_placement
+from airflow_rbak.segments.search import JOB_FILE, SearchJobError, choose_placement, run_search
 from airflow_rbak.segments.stages import Placement
 from airflow_rbak.storage import open_storage
 from tests.repository.message_backups import ORDERS, write_backup
@@ -98,3 +98,33 @@ def test_rbak_search_on_spark_local_2_gives_the_in_process_result_and_writes_not
     assert {k: v for k, v in on_spark[-1].items() if k not in ("placement", "seconds")} == {
         k: v for k, v in in_process[-1].items() if k != "placement"}
     assert sorted((i.key, i.size) for i in open_storage(url).list("")) == before
+
+
+def test_a_search_on_spark_goes_through_the_submit_it_is_given_and_says_why_it_left_no_result(tmp_path):
+    # Given a location, and a submit that records what it was asked to run and fails as spark-submit would
+    url = (tmp_path / "loc").as_uri()
+    two_backups(url)
+    asked: list[tuple[str, list[str], str]] = []
+
+    def failing_submit(application: str, application_args, master: str) -> None:
+        asked.append((application, list(application_args), master))
+        raise RuntimeError("Cannot execute: spark-submit ... Error code is: 1.")
+
+    # When the search runs on Spark through it
+    with pytest.raises(SearchJobError, match="left no result: Cannot execute: spark-submit"):
+        run_search(url, ["b1"], MessageFilter.from_params({"message_id": "order-0"}), limit=5, placement="spark",
+                   master="local[3]", submit=failing_submit)
+
+    # Then the job's file ran on the master asked for, with the location and the filter as its arguments
+    (application, application_args, master), = asked
+    assert application == str(JOB_FILE) and master == "local[3]"
+    assert application_args[:2] == ["--storage-url", url] and application_args[-2:] == ["--backup-id", "b1"]
+    assert json.loads(application_args[application_args.index("--filter") + 1])["message_id"] == "order-0"
+
+
+def test_a_search_on_spark_without_a_submit_is_refused_before_anything_runs(tmp_path):
+    url = (tmp_path / "loc").as_uri()
+    two_backups(url)
+
+    with pytest.raises(ConfigurationError, match="placement process"):
+        run_search(url, ["b1"], MessageFilter.from_params({}), limit=5, placement="spark")
