@@ -4,7 +4,7 @@ One classic queue of ``--messages`` persistent 1 KiB messages is backed up once 
 Each round then times, back to back:
 
 * ``rbak restore`` of that backup into a new vhost (definitions included), run as a command: process start,
-  imports, plan, definitions import, publish with confirms, report. Its resident set (the child's peak RSS from
+  imports, plan, definitions import, publish with confirms, report. Its resident set (the process's peak RSS from
   ``wait4``, not tracemalloc) and CPU are read from the kernel. ``--before DIR`` runs the same command from
   another checkout too (an unchanged ``main``), alternating which goes first, so both meet the same broker;
 * the baseline: bare pika publishing the same bodies into an empty queue with publisher confirms and
@@ -58,19 +58,32 @@ def rbak_restore(tree: Path, location: str, source: str, target: str, url: str, 
            "AIRFLOW__RBAK__STATE_KEY": "bench-restore-e2e-state-key-0123456789"}
     argv = [sys.executable, "-m", "airflow_rbak.cli.main", "restore", "--path", location, "--backup-id", BACKUP_ID,
             "--vhost-map", f"{source}={target}", "--format", "json", "-c", json.dumps({"restore_definitions": True})]
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile() as usage:
         started = time.perf_counter()
-        child = subprocess.Popen(argv, cwd=tree, env=env, stdout=out, stderr=err)
-        _, status, usage = os.wait4(child.pid, 0)  # reaped here, so the rusage is this child's alone
+        child = subprocess.run([sys.executable, "-c", _RUNNER, usage.name, *argv], cwd=tree, env=env, stdout=out,
+                               stderr=err, check=False)
         seconds = time.perf_counter() - started
-        child.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         if child.returncode:
             raise SystemExit(f"rbak restore from {tree} failed ({child.returncode}): {err.read().decode()[-3000:]}")
         report = json.loads(out.read().decode().strip().splitlines()[-1])
+        rss_kib, cpu = json.loads(Path(usage.name).read_text())
     assert report["published"] == report["planned"] > 0, report
-    return {"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024}
+    return {"seconds": seconds, "cpu": cpu, "rss_mib": rss_kib / 1024}
+
+
+#: Starts the command from a small process: Linux carries a process's peak RSS across ``exec``, so a child forked
+#: from this bench (which holds the backup's messages) would report the bench's own peak, not the command's.
+_RUNNER = """import json, os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    json.dump([usage.ru_maxrss, usage.ru_utime + usage.ru_stime], f)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
