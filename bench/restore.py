@@ -100,16 +100,25 @@ def restore_once(connection: RabbitMQConnection, location: str, vhost: str, targ
     return elapsed
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--messages", type=int, default=20000)
+def bench_args(description: str, messages: int) -> argparse.ArgumentParser:
+    """The options the restore benches share: how many messages, rounds, in flight, and which broker."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--messages", type=int, default=messages)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--in-flight", type=int, default=1000)
     parser.add_argument("--amqp-url", default="amqp://guest:guest@127.0.0.1:5672/")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def management(connection: RabbitMQConnection) -> tuple[str, tuple[str, str]]:
+    """The management API's base URL and credentials, for making and dropping the bench's vhosts."""
+    return f"{connection.management_base_url}/api", (connection.username, connection.password)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = bench_args(__doc__.split("\n")[0], 20000).parse_args(argv)
     connection = RabbitMQConnection.from_url(args.amqp_url)
-    base = f"{connection.management_base_url}/api"
-    auth = (connection.username, connection.password)
+    base, auth = management(connection)
     vhost = f"bench-{uuid.uuid4().hex[:8]}"
     requests.put(f"{base}/vhosts/{vhost}", auth=auth, timeout=30).raise_for_status()
     try:

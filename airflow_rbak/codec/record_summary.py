@@ -10,12 +10,14 @@ that reader's (:mod:`.record_stream`); a defective segment is then read twice.
 
 from __future__ import annotations
 
+import struct
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from airflow_rbak.codec import records
 from airflow_rbak.codec.compression import stream
-from airflow_rbak.codec.constants import FOOTER_SIZE, HEADER_SIZE
+from airflow_rbak.codec.constants import FOOTER_SIZE, HEADER_SIZE, LENGTH_PREFIX_SIZE
 from airflow_rbak.codec.errors import CodecError
 from airflow_rbak.codec.record_stream import FramedChunks
 from airflow_rbak.codec.records import BackupRecord
@@ -41,28 +43,77 @@ class RecordSummary:
         return (self.first, self.last), (self.lowest, self.highest)
 
 
+class FrameLengths:
+    """The longest record frame of a payload, noted as the summary's pass streams by, so a reader that only needs to
+    know whether any record is that long (the restore plan's large messages) does not decompress it again.
+
+    ``longest`` is only known once ``finished``: the streaming pass read the whole payload (the reference reader,
+    which decides a segment the pass cannot, does not note it)."""
+
+    _LEN = struct.Struct("<I")  # the format's length prefix (docs/format.md)
+
+    def __init__(self) -> None:
+        self.longest = 0
+        self.finished = False
+        self._next = 0  # offset of the next length prefix
+        self._offset = 0  # offset of the chunk being read
+        self._partial = b""
+
+    def chunk(self, view: memoryview) -> None:
+        """Follow the length prefixes through one chunk, carrying a prefix split between two chunks."""
+        size = len(view)
+        if self._partial:
+            self._partial += bytes(view[: LENGTH_PREFIX_SIZE - len(self._partial)])
+            if len(self._partial) < LENGTH_PREFIX_SIZE:
+                self._offset += size
+                return
+            self._frame(self._LEN.unpack(self._partial)[0])
+            self._partial = b""
+        while (rel := self._next - self._offset) < size:
+            if rel + LENGTH_PREFIX_SIZE > size:
+                self._partial = bytes(view[rel:])
+                break
+            self._frame(self._LEN.unpack_from(view, rel)[0])
+        self._offset += size
+
+    def _frame(self, length: int) -> None:
+        self.longest = max(self.longest, length)
+        self._next += LENGTH_PREFIX_SIZE + length
+
+
 def summarize_payload(
-    data: bytes | memoryview, header: SegmentHeader, name: str, cap: int, expected_size: int | None, vhost: str, queue: str
+    data: bytes | memoryview, header: SegmentHeader, name: str, cap: int, expected_size: int | None, vhost: str,
+    queue: str, frames: FrameLengths | None = None,
 ) -> RecordSummary:
-    """Check every record of a segment whose ``header`` was read; raises the reader's :class:`CodecError`."""
-    summary = _streamed(data, header, name, cap, expected_size, vhost, queue)
+    """Check every record of a segment whose ``header`` was read; raises the reader's :class:`CodecError`.
+    ``frames``, if given, notes the longest record frame on the way."""
+    summary = _streamed(data, header, name, cap, expected_size, vhost, queue, frames)
     return summary if summary is not None else _reference(data, name, cap, expected_size, vhost, queue)
 
 
 def _streamed(data: bytes | memoryview, header: SegmentHeader, name: str, cap: int, expected_size: int | None,
-              vhost: str, queue: str) -> RecordSummary | None:
+              vhost: str, queue: str, frames: FrameLengths | None = None) -> RecordSummary | None:
     """The summary from one streaming pass, or None: the reference reader decides (what this held is freed by then)."""
     scan = _Scan(header.record_count, vhost, queue)
     chunks = stream(memoryview(data)[HEADER_SIZE : len(data) - FOOTER_SIZE], header.compression, cap, name,
                     expected_size=expected_size)
     try:
-        if all(scan.feed(chunk) for chunk in chunks) and scan.complete():
+        if all(scan.feed(chunk) for chunk in _noted(chunks, frames)) and scan.complete():
+            if frames is not None:
+                frames.finished = True
             return scan.summary()
     except CodecError:
         pass  # the reference reader names the defect: it meets defects in another order
     finally:
         chunks.close()
     return None
+
+
+def _noted(chunks: Iterator[memoryview], frames: FrameLengths | None) -> Iterator[memoryview]:
+    for chunk in chunks:
+        if frames is not None:
+            frames.chunk(chunk)
+        yield chunk
 
 
 def _reference(data: bytes | memoryview, name: str, cap: int, expected_size: int | None, vhost: str, queue: str) -> RecordSummary:

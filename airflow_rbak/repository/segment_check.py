@@ -24,7 +24,7 @@ from typing import Any
 
 from airflow_rbak.codec import CodecError, SegmentMetadata
 from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
-from airflow_rbak.codec.record_summary import summarize_payload
+from airflow_rbak.codec.record_summary import FrameLengths, summarize_payload
 from airflow_rbak.codec.segment import read_header
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
@@ -77,9 +77,11 @@ def check_segment(
 
 
 def check_segment_bytes(
-    data: bytes, vhost: str, queue: str, segment: SegmentMetadata, result: SegmentCheck, cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+    data: bytes, vhost: str, queue: str, segment: SegmentMetadata, result: SegmentCheck,
+    cap: int = DEFAULT_MAX_DECOMPRESSED_BYTES, frames: FrameLengths | None = None,
 ) -> None:
-    """Check a segment's bytes against its manifest entry, appending every defect to ``result``."""
+    """Check a segment's bytes against its manifest entry, appending every defect to ``result``; ``frames``, if
+    given, notes its longest record frame on the way (:class:`~airflow_rbak.codec.record_summary.FrameLengths`)."""
     result.read = True
     result.bytes_checked += len(data)
     if len(data) != segment.size_bytes:
@@ -91,17 +93,18 @@ def check_segment_bytes(
             result.defects.append(f"SHA-256 is {digest}, manifest says {segment.checksum}")
             read_header(data, segment.key)
         else:
-            _check_contents(data, vhost, queue, segment, result, cap)
+            _check_contents(data, vhost, queue, segment, result, cap, frames)
     except CodecError as exc:
         result.defects.append(exc.reason + (f" at byte {exc.offset}" if exc.offset is not None else ""))
 
 
-def _check_contents(data: bytes, vhost: str, queue: str, segment: SegmentMetadata, result: SegmentCheck, cap: int) -> None:
+def _check_contents(data: bytes, vhost: str, queue: str, segment: SegmentMetadata, result: SegmentCheck, cap: int,
+                    frames: FrameLengths | None = None) -> None:
     header = read_header(data, segment.key)
     if header.record_count != segment.record_count:
         result.defects.append(f"header holds {header.record_count} records, manifest says {segment.record_count}")
         return  # the payload is bounded by the manifest's counts: one that disagrees is not read
-    summary = summarize_payload(data, header, segment.key, cap, segment.uncompressed_bytes, vhost, queue)
+    summary = summarize_payload(data, header, segment.key, cap, segment.uncompressed_bytes, vhost, queue, frames)
     if (header.first_timestamp, header.last_timestamp) != (segment.first_timestamp or 0, segment.last_timestamp or 0):
         result.defects.append(
             f"header timestamps {header.first_timestamp}..{header.last_timestamp} disagree with the manifest's"

@@ -6,13 +6,15 @@ would meet the same wall; so the plan lists every record whose body is over :dat
 index, size), the target's limit is read when the target is inspected
 (:mod:`~airflow_rbak.broker.message_size_limit`), and :func:`.size_limits.size_refusal` refuses the plan naming each
 record that exceeds it. The listing is cheap: a segment whose whole payload is smaller than the threshold cannot hold such a
-record and is not read again, and in a larger one only frames longer than the threshold are decoded (a record's
-frame is never shorter than its body).
+record and is not read again, nor is one whose verification noted no record frame longer than the threshold
+(:class:`~airflow_rbak.codec.record_summary.FrameLengths`), and in the others only frames longer than the
+threshold are decoded (a record's frame is never shorter than its body).
 """
 
 from __future__ import annotations
 
 from airflow_rbak.codec import SegmentMetadata
+from airflow_rbak.codec.record_summary import FrameLengths
 from airflow_rbak.codec.records import decode_record
 from airflow_rbak.codec.segment import decode_payload, iter_payload
 from airflow_rbak.restore.request import RestoreRequest
@@ -24,9 +26,13 @@ LARGE_MESSAGE_BYTES = 1024 * 1024
 LargeMessage = tuple[str, int, int]
 
 
-def large_messages(data: bytes, meta: SegmentMetadata, settings: RestoreRequest) -> list[LargeMessage]:
-    """The records of a verified segment inside the window whose body is larger than :data:`LARGE_MESSAGE_BYTES`."""
+def large_messages(data: bytes, meta: SegmentMetadata, settings: RestoreRequest,
+                   frames: FrameLengths | None = None) -> list[LargeMessage]:
+    """The records of a verified segment inside the window whose body is larger than :data:`LARGE_MESSAGE_BYTES`;
+    ``frames``: what the segment's verification noted of its record frames, if it read them all."""
     if meta.uncompressed_bytes <= LARGE_MESSAGE_BYTES:
+        return []
+    if frames is not None and frames.finished and frames.longest <= LARGE_MESSAGE_BYTES:
         return []
     header, payload = decode_payload(data, meta.key, settings.max_decompressed_bytes, expected_size=meta.uncompressed_bytes)
     found = []

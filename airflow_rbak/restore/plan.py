@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata, iter_records
 from airflow_rbak.codec.errors import ManifestError
+from airflow_rbak.codec.record_summary import FrameLengths
 from airflow_rbak.display import package_logger
 from airflow_rbak.repository.catalog import NoCompleteBackupError, resolve_backup_id
 from airflow_rbak.repository.chain import segment_owner
@@ -155,8 +156,8 @@ def _queue_plan(entry: QueueBackup, settings: RestoreRequest, segments: list[Seg
     )
 
 
-def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata,
-                   settings: RestoreRequest) -> tuple[SegmentCheck, bytes | None]:
+def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata, settings: RestoreRequest,
+                   frames: FrameLengths | None = None) -> tuple[SegmentCheck, bytes | None]:
     check = SegmentCheck(meta.key, entry.vhost, entry.name, meta.sequence)
     try:
         data = storage.get(meta.key)
@@ -166,7 +167,7 @@ def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata,
     except StorageError as exc:
         check.defects.append(f"cannot be read: {exc}")
         return check, None
-    check_segment_bytes(data, entry.vhost, entry.name, meta, check, settings.max_decompressed_bytes)
+    check_segment_bytes(data, entry.vhost, entry.name, meta, check, settings.max_decompressed_bytes, frames)
     return check, data
 
 
@@ -183,15 +184,17 @@ def verify_and_count(
     :data:`READ_ATTEMPTS` reads) before it is called damaged: a body cut short in transfer fails the same checks,
     and skipping an intact segment would lose its records. Bytes of the right size that fail are damaged: read once.
     """
-    check, data = _fetch_checked(storage, entry, meta, settings)
+    frames = FrameLengths()  # the check's one pass notes the longest record, so the listing rarely reads it again
+    check, data = _fetch_checked(storage, entry, meta, settings, frames)
     for _ in range(READ_ATTEMPTS - 1):
         if check.ok or not check.read or (data is not None and len(data) == meta.size_bytes):
             break
-        check, data = _fetch_checked(storage, entry, meta, settings)
+        frames = FrameLengths()
+        check, data = _fetch_checked(storage, entry, meta, settings, frames)
     if not check.ok or data is None:
         return check, 0
     if large is not None:
-        large += large_messages(data, meta, settings)
+        large += large_messages(data, meta, settings, frames)
     reads = visit is not None and visit.reads_records
     if not settings.has_window and settings.publish_mode == "queue" and not reads:
         return check, meta.record_count

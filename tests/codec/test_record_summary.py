@@ -177,3 +177,33 @@ def test_size_defects_get_the_reference_readers_error(chunk):
 
     assert_same_error(data, expected=size + 1)  # the manifest's uncompressed size disagrees
     assert_same_error(data, expected=CAP + 1)  # the manifest declares past the cap
+
+
+@pytest.mark.parametrize("codec", list(Compression), ids=lambda c: c.name.lower())
+@FEW
+@given(batch=small_body_records(max_size=12))
+def test_the_streaming_pass_notes_the_longest_record_frame_at_every_chunk_size(chunk, codec, batch):
+    """Given a segment cut into chunks that split records and their length prefixes anywhere,
+    when it is summarized with a FrameLengths, then that notes exactly its longest record's frame."""
+    raw = [encode_record(r) for r in batch]
+    data = sealed(raw, codec)
+    frames = rs.FrameLengths()
+
+    rs._streamed(data, read_header(data, "s"), "s", CAP, None, "/", "orders", frames)
+
+    assert frames.finished
+    assert frames.longest == max((len(r) for r in raw), default=0)
+
+
+def test_a_payload_the_streaming_pass_cannot_decide_leaves_the_longest_frame_unknown():
+    """Given a record the streaming pass hands to the reference reader (a repeated key),
+    when the segment is summarized, then its frames are not called finished: a reader of them must look itself."""
+    raw = [encode_record(BackupRecord(body=b"a", backed_up_at=1, source_queue="orders", source_vhost="/"))]
+    bad = raw[0][:-1] + b',"exchange":""}'
+    data = sealed([bad])
+    frames = rs.FrameLengths()
+
+    with pytest.raises(CodecError):
+        summarize_payload(data, read_header(data, "s"), "s", CAP, None, "/", "orders", frames)
+
+    assert not frames.finished
