@@ -2,8 +2,8 @@
 
 The options, their defaults and descriptions are ``provider.CONFIG_OPTIONS`` (what ``airflow config list`` shows).
 :class:`RbakSettings` reads them through a *lookup* (option name to its configured text, or None), so this module
-needs no Airflow: the Airflow face (``configuration.py``) looks them up in Airflow's configuration, and so does the
-``rbak`` command where Airflow is installed; without Airflow it reads ``AIRFLOW__RBAK__<OPTION>`` from the
+needs no Airflow: the Airflow face (``airflow_settings.py``) looks them up in Airflow's configuration, and so does the
+``rbak`` command (``cli/configured.py``) where Airflow is installed; without Airflow it reads ``AIRFLOW__RBAK__<OPTION>`` from the
 environment, the variables Airflow itself reads for the section. Reading makes no I/O (the DAGs read the options when
 they are parsed): a default storage folder is created by the first backup, not by parsing.
 """

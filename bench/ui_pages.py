@@ -82,10 +82,10 @@ def main(argv: list[str] | None = None) -> None:
         rare = MessageFilter.from_params({"message_id": "no-such-message"})
         storage = catalog.storage(location)
 
-        def messages(start: Position | None = None, match: MessageFilter | None = None,
+        def messages(start: Position | None = None, message_filter: MessageFilter | None = None,
                      limit: int = 20) -> str:
             page = message_page(storage, catalog.manifest(location, "messages-1"), 0, start=start, limit=limit,
-                                match=match, show_bodies=True)
+                                message_filter=message_filter, show_bodies=True)
             return messages_page({**page, "backup_id": "messages-1", "location": location.to_json(), "filters": [],
                                   "bodies_refused": None}, LINKS)
 

@@ -66,15 +66,14 @@ def test_the_drills_scratch_vhost_name_is_written_as_the_code_makes_it():
 
 
 def test_the_wait_after_a_captures_return_is_stated_with_its_cap():
-    from airflow_rbak.capture.queue_run import QueueRun
+    from airflow_rbak.capture.queue_depth import QueueDepth
 
     waits = []
     for target in (0, 50_000, 10_000_000):
-        run = object.__new__(QueueRun)  # only what settled_depth reads
-        run.target, run.return_wait_s = target, 0.0
-        run.info = SimpleNamespace(queue_type="classic")
-        run.await_depth = lambda expected, wait: waits.append(wait) or expected
-        run.settled_depth()
+        depths = object.__new__(QueueDepth)  # only what settled reads
+        depths.info = SimpleNamespace(queue_type="classic")
+        depths.reaches = lambda expected, wait: waits.append(wait) or expected
+        depths.settled(target)
     assert waits == [10.0, 60.0, 120.0]
 
     assert "up to 10 s plus 1 s per 1,000 messages, at most 120 s" in _page("docs/production.md")

@@ -15,7 +15,6 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from airflow_rbak.broker import amqp_types
 from airflow_rbak.broker.amqp_client import CONNECTION_ERRORS
-from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.discovery import QueueInfo
 from airflow_rbak.capture.capture_options import CaptureOwner, CaptureResult, Deadline, drained_by_others, management_counts
 from airflow_rbak.capture.checkpoints import QueueProgress
@@ -28,6 +27,7 @@ from airflow_rbak.capture.errors import (
     HoldLimitError,
 )
 from airflow_rbak.capture.message_identity import fingerprint, identity
+from airflow_rbak.capture.queue_depth import QueueDepth
 from airflow_rbak.capture.queue_features import CaptureMethod, QueueDecision, consumer_timeout_ms
 from airflow_rbak.capture.staged_delivery import stage_delivery
 from airflow_rbak.codec.staged_records import DROPPED_HEADERS, dropped_code
@@ -35,12 +35,6 @@ from airflow_rbak.display import package_logger
 from airflow_rbak.repository.staging import StagedChunk, StagingWriter
 
 log = package_logger(__name__)
-
-
-def _management_ready(connection: RabbitMQConnection, info: QueueInfo) -> int | None:
-    """Ready messages by the management API (sampled, a few seconds old); None when it has no figure."""
-    counts = management_counts(connection, info)
-    return None if counts is None else counts[0]
 
 
 def _delivery_count(props: pika.spec.BasicProperties) -> int:
@@ -70,9 +64,10 @@ class QueueRun:
         self.cancelled_by_broker: str | None = None
         #: For depth queries only: the messages are held on ``channels``, so that closing those can return them.
         self.channel = conn.channel()
+        self.depths = QueueDepth(self.channel, owner.connection, info, self.opts.idle_timeout)
         if progress is None:
             progress = QueueProgress(
-                self.opts.backup_id, info.vhost, info.name, info.queue_type, target_count=self.initial_depth()
+                self.opts.backup_id, info.vhost, info.name, info.queue_type, target_count=self.depths.initial()
             )
             # Committed locally only: the first chunk's checkpoint uploads it, and before that there is nothing to resume.
             self.checkpoints.save(progress, sync=False)
@@ -102,69 +97,10 @@ class QueueRun:
             max_bytes=self.opts.chunk_max_bytes, on_chunk=self._on_chunk, seal_state=self._seal_state, background=True,
         )
 
-    def depth(self) -> int:
-        """Ready messages now (exact, unlike the management API's sampled figure)."""
-        return int(self.channel.queue_declare(self.info.name, passive=True).method.message_count)
-
-    def initial_depth(self) -> int:
-        """The target: the exact ready count over AMQP, except where RabbitMQ 3.10 misreports it.
-
-        3.10 answers 0 for a quorum queue whose count query times out (measured: for minutes after repeated
-        returns of 50,000+ messages). A 0 the management API contradicts is re-read briefly, then replaced by
-        the management API's ready count (sampled, so a few seconds old: too high ends in the idle check,
-        which settles on what was received), never taken as an empty queue.
-        """
-        depth = self.depth()
-        if depth or self.info.queue_type != "quorum":
-            return depth
-        reported = _management_ready(self.connection, self.info)
-        deadline = time.monotonic() + 10.0  # no figure yet: the management API samples every 5 s
-        while reported is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-            if depth := self.depth():
-                return depth
-            reported = _management_ready(self.connection, self.info)
-        deadline = time.monotonic() + min(self.opts.idle_timeout, 3.0)
-        while reported and time.monotonic() < deadline:
-            time.sleep(0.5)
-            if depth := self.depth():
-                return depth
-        if reported is None:
-            raise CaptureStalledError(
-                f"quorum queue {self.info.name!r} in vhost {self.info.vhost!r} reports 0 messages over AMQP and the "
-                "management API has no count for it: cannot tell whether it is empty. Nothing was read; re-run later")
-        if reported:
-            log.warning("quorum queue %r in vhost %r reports 0 ready messages over AMQP but %d in the management API; "
-                        "capturing by the management API's count", self.info.name, self.info.vhost, reported)
-        return reported
-
-    def await_depth(self, expected: int, wait: float) -> int:
-        """Poll the exact depth until it reaches ``expected`` or ``wait`` seconds pass; return the last answer."""
-        deadline = time.monotonic() + wait
-        depth = self.depth()
-        while depth < expected and time.monotonic() < deadline:
-            time.sleep(0.02)
-            depth = self.depth()
-        return depth
-
-    def settled_depth(self, wait: float | None = None) -> int:
-        """Depth after the return; quorum queues apply returns asynchronously (and may answer 0, see
-        :meth:`initial_depth`), so wait, then ask the management API.
-
-        A busy broker re-enqueues tens of thousands of returns slowly (measured on 3.10 at load 8: 12,256 of
-        70,000 after 20 s), so the wait grows with the number returned, up to two minutes; it ends as soon as
-        the depth is back. The figure is a report: the messages are back either way.
-        """
-        if wait is None:
-            wait = min(10.0 + self.target / 1000, 120.0)
+    def settled_depth(self) -> int:
+        """Depth after the return (:meth:`.QueueDepth.settled`), its wait counted in the report's ``return_wait_s``."""
         started = time.monotonic()
-        depth = self.await_depth(self.target, wait)
-        # The management API's figure is sampled every few seconds: give it one more interval to catch up.
-        deadline = time.monotonic() + wait
-        while depth < self.target and self.info.queue_type == "quorum" and time.monotonic() < deadline:
-            depth = max(depth, _management_ready(self.connection, self.info) or 0)
-            if depth < self.target:
-                time.sleep(1.0)
+        depth = self.depths.settled(self.target)
         self.return_wait_s += time.monotonic() - started
         return depth
 
@@ -316,7 +252,7 @@ class QueueRun:
 
     def _on_idle(self) -> None:
         """No delivery for ``idle_timeout``: drained by someone else, or a broker that is slow to answer?"""
-        depth = self.depth()
+        depth = self.depths.now()
         counts = management_counts(self.connection, self.info) if not depth and self.info.queue_type == "quorum" else None
         if drained_by_others(depth, counts, self.info.queue_type, self.received):
             self._drained()
@@ -434,13 +370,13 @@ class QueueRun:
         The broker returns a closed channel's messages when it sees the channel's process end, and two
         channels' ends (or nacks) carry no order between them: without the wait a later group could queue first.
         """
-        base = self.depth() if len(self.channels) > 1 else 0
+        base = self.depths.now() if len(self.channels) > 1 else 0
         returned = 0
         for n, channel in enumerate(self.channels):
             returned += sum(step for ch, _tag, step in self.consumers if ch is channel)
             if channel.is_open:
                 give_back(channel)
-            if n + 1 < len(self.channels) and self.await_depth(base + returned, 10.0) < base + returned:
+            if n + 1 < len(self.channels) and self.depths.reaches(base + returned, 10.0) < base + returned:
                 log.warning("queue %r in vhost %r: returned messages of consumer group %d not visible after 10s; "
                             "returning the next group anyway", self.info.name, self.info.vhost, n + 1)
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.storage import open_storage
+from airflow_rbak.storage.base import Storage
 from airflow_rbak.storage.credentials import use_credentials
 from airflow_rbak.storage.keyring import Keyring, use_keyring
 
@@ -90,6 +92,14 @@ def location(args: argparse.Namespace) -> str:
     if not getattr(args, "encryption_conn_id", None) and settings.encryption_conn_id():
         use_keyring(encryption_keyring(settings.encryption_conn_id()))  # main's block restores the previous keys
     return settings.storage_url()
+
+
+def existing_location(args: argparse.Namespace) -> Storage:
+    """The command's location (``--path``, else the configured one), opened and refused when it does not exist (a
+    typo must not read as "no backups")."""
+    storage = open_storage(location(args))
+    storage.check_location()
+    return storage
 
 
 def _use_connection(conn_id: str | None) -> None:

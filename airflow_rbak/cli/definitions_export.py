@@ -17,7 +17,7 @@ from typing import IO, Any
 import orjson
 
 from airflow_rbak.broker.definitions import USER_SECTIONS, without_credentials
-from airflow_rbak.cli.configured import location
+from airflow_rbak.cli.configured import existing_location
 from airflow_rbak.cli.output import json_line, say
 from airflow_rbak.codec.bounded_json import DEFINITIONS_LIMITS
 from airflow_rbak.codec.compression import decompress
@@ -26,7 +26,6 @@ from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.repository.catalog import resolve_backup_id
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.restore.definitions import read_export
-from airflow_rbak.storage import open_storage
 
 #: Sections whose entries each name their vhost (``--vhost`` keeps those of that vhost).
 VHOST_SECTIONS = ("queues", "exchanges", "bindings", "policies", "parameters", "permissions", "topic_permissions")
@@ -35,8 +34,7 @@ VHOST_SECTIONS = ("queues", "exchanges", "bindings", "policies", "parameters", "
 def export_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     """Write the backup's definitions export, selected and without credentials unless asked; summarise on ``out``
     (on stderr when the document itself goes to standard output)."""
-    storage = open_storage(location(args))
-    storage.check_location()
+    storage = existing_location(args)
     backup_id = resolve_backup_id(storage, args.backup_id)
     entry = ManifestStore(storage).load(backup_id).definitions
     if entry is None:

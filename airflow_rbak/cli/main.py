@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "abandoned_grace_hours, 24)")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the location's chain lock while a backup links its chains (default 60)")
-    p.set_defaults(run="commands.forget_cmd")
+    p.set_defaults(run="location_commands.forget_cmd")
 
     p = command("export", "Copy a location to an empty one, every object as it reads: with --decrypt, a plain copy of "
                           "an encrypted location that any RBAK v1 reader reads.")
@@ -161,13 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, metavar="URL", help="the empty location to write the copy to")
     p.add_argument("--decrypt", action="store_true", required=True,
                    help="write the copy unencrypted (required: says what the copy is)")
-    p.set_defaults(run="commands.export_cmd")
+    p.set_defaults(run="location_commands.export_cmd")
 
     p = command("retire-key", "Retire an encryption key at an encrypted location: pin every object it sealed, so that "
                               "once the keyring marks it retired (id:base64:retired) it opens those and nothing more.")
     _path_arg(p)
     p.add_argument("--key-id", required=True, metavar="ID", help="the key to retire (in the keyring, not the first)")
-    p.set_defaults(run="commands.retire_key_cmd")
+    p.set_defaults(run="location_commands.retire_key_cmd")
 
     p = command("copy", "Copy complete backups to a second location, whole chains, verified there before their manifest "
                         "is written; skips what is already there, resumes a half copy, names a damaged backup and "
@@ -180,12 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=positive_int, default=4, metavar="N", help="objects copied at a time (default 4)")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the destination's chain lock (default 60)")
-    p.set_defaults(run="commands.copy_cmd")
+    p.set_defaults(run="location_commands.copy_cmd")
 
     p = command("location", "Tell whether the location's backups outlive a credential that can write there: the "
                             "bucket's Object Lock, its default retention, and what the URL locks.")
     _path_arg(p)
-    p.set_defaults(run="commands.location_cmd")
+    p.set_defaults(run="location_commands.location_cmd")
 
     p = command("unlock", "Remove the lock a crashed backup run left behind (says who held it).")
     _backup_args(p)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
-from airflow_rbak.cli.configured import location
+from airflow_rbak.cli.configured import existing_location, location
 from airflow_rbak.cli.output import json_line, say
 from airflow_rbak.codec.headers import headers_to_json
 from airflow_rbak.display import when
@@ -52,8 +52,7 @@ def filter_from_args(args: argparse.Namespace) -> MessageFilter:
 def messages_cmd(args: argparse.Namespace, out: IO[str]) -> int:
     """Print a backup's matching records in stored order, segment by segment, stopping at ``--limit``."""
     message_filter = filter_from_args(args)
-    storage = open_storage(location(args))
-    storage.check_location()
+    storage = existing_location(args)
     manifest = ManifestStore(storage).load(resolve_backup_id(storage, args.backup_id))
     names = {(q.vhost, q.name) for q in manifest.queues}
     if args.vhost is not None and args.queue is not None and (args.vhost, args.queue) not in names:

@@ -10,80 +10,28 @@ say what failed and what to do, configuration errors without retries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any, TypeVar
+from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_rbak.airflow_settings import rbak_settings, state_seal
-from airflow_rbak.backup.run import STREAM_MODES, BackupAlreadyCompleteError, BackupRun, BackupSettings
-from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.discovery import QueueInfo, QueueSelector, group_queues
-from airflow_rbak.capture.errors import ConsumerTimeoutError, UnsafeQueueError
+from airflow_rbak.airflow_settings import rbak_settings
+from airflow_rbak.backup.run import STREAM_MODES, BackupRun
+from airflow_rbak.broker.discovery import QueueInfo, QueueSelector
 from airflow_rbak.capture.queue_features import DEFAULT_CONSUMER_TIMEOUT_MS
-from airflow_rbak.display import package_logger, printable
-from airflow_rbak.exceptions import ConfigurationError, RbakError
+from airflow_rbak.display import package_logger
 from airflow_rbak.hooks.deployment import backup_preflight
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.links import RabbitMQQueueLink, queue_url
 from airflow_rbak.operators import metrics
+from airflow_rbak.operators.steps import backup_run, mapped_payload, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
-from airflow_rbak.repository.lock import BackupLockedError
 from airflow_rbak.segments import stages
 from airflow_rbak.segments.encode import QueueRef
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
-
-T = TypeVar("T")
-
-
-def run_step(step: str, action: Callable[[], T]) -> T:
-    """Run one step; turn RBAK errors into Airflow errors naming the step (no retry for bad settings)."""
-    try:
-        return action()
-    except ConfigurationError as exc:
-        raise AirflowFailException(printable(f"rbak {step} failed: invalid setting: {exc}")) from exc
-    except (BackupLockedError, BackupAlreadyCompleteError, UnsafeQueueError, ConsumerTimeoutError) as exc:
-        # a retry would only be refused again
-        raise AirflowFailException(printable(f"rbak {step} failed: {exc}")) from exc
-    except RbakError as exc:
-        raise AirflowException(printable(f"rbak {step} failed: {exc}. A re-run resumes where this one stopped.")) from exc
-
-
-def mapped_groups(items: list[T], max_tasks: int) -> list[list[T]]:
-    """``items`` in at most ``max_tasks`` groups, and never more than Airflow maps (``[core] max_map_length``)."""
-    from airflow.sdk.configuration import conf
-
-    return run_step("grouping", lambda: group_queues(items, min(max_tasks, conf.getint("core", "max_map_length"))))
-
-
-def mapped_payload(items: list[T], max_tasks: Any) -> list[list[T]]:
-    """What a mapped task takes, always one shape: a group (list) of items per task, one item each without
-    ``max_tasks``, else at most that many groups."""
-    return [[item] for item in items] if max_tasks is None else mapped_groups(items, int(max_tasks))
-
-
-def flat_results(results: Any) -> list[dict[str, Any]]:
-    """A mapped task's results, one per item in order: each task returned its group's list."""
-    results = results or []
-    # Index by length: iterating Airflow's lazy XCom sequence probes one past the end (a logged 404).
-    return [dict(r) for i in range(len(results)) for r in results[i]]
-
-
-def lock_owner(context: Any) -> str:
-    """The backup lock's owner for every task of one DAG run: ``<dag_id>/<run_id>``."""
-    return f"{context['ti'].dag_id}/{context['run_id']}"
-
-
-def backup_run(context: Any, connection: RabbitMQConnection | None, backup_id: str, storage_url: str,
-               **settings: Any) -> BackupRun:
-    """The :class:`BackupRun` of one task: settings validated before any I/O, the DAG run the lock's owner."""
-    return run_step("setup", lambda: BackupRun(
-        connection, BackupSettings(backup_id, storage_url, lock_owner=lock_owner(context), **settings), seal=state_seal(),
-        state_dir=rbak_settings().state_dir()))
-
 
 class RbakBrokerOperator(StorageConnectionMixin, BaseOperator):
     """Base of the broker-facing operators: connection id, backup location and id."""

@@ -20,7 +20,7 @@ from airflow_rbak.display import package_logger, printable
 from airflow_rbak.drill.run import DrillRequest, DrillRun
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.operators import metrics
-from airflow_rbak.operators.backup import run_step
+from airflow_rbak.operators.steps import run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 
 log = package_logger(__name__)

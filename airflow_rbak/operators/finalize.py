@@ -11,7 +11,7 @@ from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.display import package_logger
 from airflow_rbak.links import RbakManifestLink, manifest_url
 from airflow_rbak.operators import metrics
-from airflow_rbak.operators.backup import backup_run, flat_results, run_step
+from airflow_rbak.operators.steps import backup_run, flat_results, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter

@@ -20,7 +20,7 @@ from airflow_rbak.airflow_settings import rbak_settings, state_seal
 from airflow_rbak.display import package_logger
 from airflow_rbak.hooks.rabbitmq import RabbitMQHook
 from airflow_rbak.operators import metrics
-from airflow_rbak.operators.backup import flat_results, mapped_payload, run_step
+from airflow_rbak.operators.steps import flat_results, mapped_payload, run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 from airflow_rbak.progress import ProgressReporter
 from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRequest, RestoreRun, authority

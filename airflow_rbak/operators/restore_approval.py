@@ -28,8 +28,8 @@ from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from airflow_rbak.access import ApprovalRules
 from airflow_rbak.airflow_settings import rbak_settings, state_seal
 from airflow_rbak.display import package_logger
-from airflow_rbak.operators.backup import run_step
 from airflow_rbak.operators.restore import restore_step, run_ref
+from airflow_rbak.operators.steps import run_step
 from airflow_rbak.restore import RestoreRequest, authority
 from airflow_rbak.restore.approval import approval_body, approval_not_needed, approval_subject, rejection
 

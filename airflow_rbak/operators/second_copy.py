@@ -10,7 +10,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_rbak.airflow_settings import rbak_settings
 from airflow_rbak.display import package_logger, printable
-from airflow_rbak.operators.backup import run_step
+from airflow_rbak.operators.steps import run_step
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 from airflow_rbak.repository.second_copy import REFUSED, copy_backups
 from airflow_rbak.storage import open_storage

@@ -16,8 +16,8 @@ import orjson
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_rbak.display import package_logger, printable
-from airflow_rbak.operators.backup import flat_results, run_step
 from airflow_rbak.operators.spark import RbakSparkJobOperator
+from airflow_rbak.operators.steps import flat_results, run_step
 from airflow_rbak.segments import stages
 from airflow_rbak.segments.encode import QueueRef, parse_queue_refs
 from airflow_rbak.segments.reports import load_report

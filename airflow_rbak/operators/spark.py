@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.hooks.spark import DEFAULT_MASTER, RbakSparkSubmitHook, submit_hook
-from airflow_rbak.operators.backup import lock_owner
+from airflow_rbak.operators.steps import lock_owner
 from airflow_rbak.operators.storage_connection import StorageConnectionMixin
 from airflow_rbak.segments.reports import ReportError, load_report, new_report_key
 from airflow_rbak.segments.shipping import build_executor_env, job_script

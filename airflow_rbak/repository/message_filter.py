@@ -19,12 +19,9 @@ What each field tests (every field set must hold; an unset field selects everyth
 - ``body_regex``: a regular expression (the ``regex`` package's syntax, a superset of Python's ``re``) found in the
   body read as UTF-8 (bytes that are not UTF-8 read as U+FFFD).
 
-Every value comes from a user, a DAG run's conf or a form: each is type- and size-checked, and a bad one raises
-:class:`FilterError` naming the field. A regular expression can backtrack for longer than the universe lasts on a
-body of a few dozen bytes (``(a+)+$``); none is refused by its shape, but each search of one body is bounded in
-time (:data:`REGEX_SECONDS`, plus :data:`REGEX_SECONDS_PER_MIB` for each MiB of the body): a pattern that
-exceeds it raises :class:`RegexTimeoutError`, which stops the read and says so. It does not pass over the body
-as if it had not matched, which would hide messages.
+Every value is type- and size-checked as the filter is built (``filter_values.py``), and a bad one raises
+:class:`FilterError` naming the field; ``body_regex`` is searched with a bound in time per body (``body_regex.py``),
+so a pattern that backtracks too much raises :class:`RegexTimeoutError` rather than hiding messages.
 """
 
 from __future__ import annotations
@@ -36,43 +33,30 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import regex
-
 from airflow_rbak.codec.headers import BOOL, BYTES, DOUBLE, FLOAT, LONG, LONG_STRING, SHORT, SHORT_STRING, TIMESTAMP, VOID
 from airflow_rbak.codec.record_stream import KEEP_ALL, Prefilter
 from airflow_rbak.codec.records import BackupRecord
 from airflow_rbak.display import printable
-from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.body_regex import RegexTimeoutError, regex_test, required_texts
+from airflow_rbak.repository.filter_values import (
+    MAX_PATTERN_CHARS,
+    MAX_TEXT_CHARS,
+    FilterError,
+    HeaderWanted,
+    checked_body,
+    checked_headers,
+    checked_text,
+    epoch_ms,
+    hex_bytes,
+)
 
-#: The longest regular expression or routing-key glob taken, in characters.
-MAX_PATTERN_CHARS = 1000
-#: The longest property value, exchange or header value taken (an AMQP short string holds at most 255 bytes).
-MAX_TEXT_CHARS = 1024
-#: The most bytes ``body_contains`` may hold.
-MAX_BODY_CONTAINS_BYTES = 65536
-#: The most header conditions in one filter.
-MAX_HEADERS = 32
-#: How long one search of one body by ``body_regex`` may take, in seconds, before the read stops ...
-REGEX_SECONDS = 0.25
-#: ... plus this much for each MiB of the body (a literal pattern scans about 1 GiB/s).
-REGEX_SECONDS_PER_MIB = 0.25
+#: The filter's errors and its reading of a moment are imported from here by every user of a filter (the restore's
+#: window among them), so they stay importable from the module named for the filter.
+__all__ = ["PARAM_NAMES", "FilterError", "MessageFilter", "RegexTimeoutError", "epoch_ms", "header_text"]
 
 _TEXT_FIELDS = ("message_id", "correlation_id", "exchange", "content_type")
 #: Text that every JSON writer writes as it is: printable ASCII but the quote, the backslash and the slash.
 _UNESCAPED = re.compile(r"[ !#-.0-\[\]-~]+")
-HeaderWanted = str | int | float | bool | None
-
-
-class FilterError(ConfigurationError):
-    """A filter value is invalid; ``field`` names the one to correct (``body_regex``, ``headers.x-tenant``)."""
-
-    def __init__(self, field_name: str, message: str) -> None:
-        super().__init__(f"{field_name}: {message}")
-        self.field = field_name
-
-
-class RegexTimeoutError(FilterError):
-    """``body_regex`` took longer than its bound on one body: the pattern backtracks too much to finish."""
 
 
 @dataclass(frozen=True)
@@ -102,11 +86,11 @@ class MessageFilter:
         if self.since is not None and self.until is not None and self.since > self.until:
             raise FilterError("since", f"{_iso(self.since)} is after until ({_iso(self.until)})")
         for name in _TEXT_FIELDS:
-            set_(self, name, _text(getattr(self, name), name, MAX_TEXT_CHARS))
-        set_(self, "routing_key", _text(self.routing_key, "routing_key", MAX_PATTERN_CHARS))
-        set_(self, "headers", _headers(self.headers))
-        set_(self, "body_contains", _body_bytes(self.body_contains))
-        set_(self, "body_regex", _text(self.body_regex, "body_regex", MAX_PATTERN_CHARS))
+            set_(self, name, checked_text(getattr(self, name), name, MAX_TEXT_CHARS))
+        set_(self, "routing_key", checked_text(self.routing_key, "routing_key", MAX_PATTERN_CHARS))
+        set_(self, "headers", checked_headers(self.headers))
+        set_(self, "body_contains", checked_body(self.body_contains))
+        set_(self, "body_regex", checked_text(self.body_regex, "body_regex", MAX_PATTERN_CHARS))
         set_(self, "_tests", self._build_tests())
 
     # -- reading untrusted input ------------------------------------------------------------------------------
@@ -132,7 +116,7 @@ class MessageFilter:
         if hex_body is not None:
             if "body_contains" in values:
                 raise FilterError("body_contains_hex", "give body_contains or body_contains_hex, not both")
-            values["body_contains"] = _from_hex(hex_body)
+            values["body_contains"] = hex_bytes(hex_body)
         return cls(**values)
 
     def to_params(self) -> dict[str, Any]:
@@ -222,7 +206,7 @@ class MessageFilter:
             needle = self.body_contains
             tests.append(lambda r: needle in r.body)
         if self.body_regex is not None:
-            tests.append(_regex_test(self.body_regex))
+            tests.append(regex_test(self.body_regex))
         return tuple(tests)
 
     # -- saying what it selects -------------------------------------------------------------------------------
@@ -315,204 +299,6 @@ def _header_text(kind: str, value: Any) -> str | None:
         except UnicodeDecodeError:
             return None
     return None  # Void, tables and arrays have no text to compare
-
-
-def _regex_test(pattern: str) -> Callable[[BackupRecord], bool]:
-    try:
-        compiled = regex.compile(pattern)
-    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
-        raise FilterError("body_regex", f"not a valid regular expression: {exc}") from None
-    texts = required_texts(pattern)
-    needle = max(texts, key=len).encode("utf-8") if texts else b""
-
-    def test(record: BackupRecord) -> bool:
-        body = record.body
-        if needle not in body:  # every match holds it: the pattern need not run
-            return False
-        limit = REGEX_SECONDS + REGEX_SECONDS_PER_MIB * len(body) / 1048576
-        try:
-            return compiled.search(body.decode("utf-8", "replace"), timeout=limit) is not None
-        except TimeoutError:
-            raise RegexTimeoutError(
-                "body_regex",
-                f"searching one {len(body)}-byte body took longer than {limit:.2f} s, so the read stopped; the "
-                "pattern backtracks too much (nested repeats such as (a+)+ or overlapping alternatives such as "
-                "(a|aa)+): simplify it",
-            ) from None
-
-    return test
-
-
-#: Characters that stand for themselves in a pattern, outside a set or a group, in both ``re`` and ``regex``.
-_PLAIN = frozenset(" !\"#%&',-/:;<=>@_`~")
-#: What may follow ``(?`` for a group that sets no flag (a flag such as ``(?i)`` may change what every literal matches).
-_GROUPS = frozenset(":=!<>P")
-_REPEAT = re.compile(r"\d+(,\d*)?|,\d+")
-_ESCAPE_NAME = re.compile(r"[\w =.-]*")
-
-
-def required_texts(pattern: str) -> tuple[str, ...]:
-    """Runs of plain characters that every match of ``pattern`` holds, so a body that lacks one needs no search.
-
-    Read conservatively: only characters outside any group, set or escape, not followed by a quantifier, in a
-    pattern with no alternation at its top level and no inline flag; anything unusual (a ``[`` inside a set, an
-    unclosed group or brace) gives none. A missing text may make a search slower, never miss a match.
-    """
-    runs: list[str] = []
-    run: list[str] = []
-    depth, i, n = 0, 0, len(pattern)
-
-    def flush() -> None:
-        if run and depth == 0 and "\ufffd" not in run:
-            runs.append("".join(run))
-        run.clear()
-
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            flush()
-            i += 2
-            if i - 1 < n and pattern[i - 1].isalnum():  # \x41, \N{...}, \p{L}, \L<name>, \12: one token, however long
-                if i < n and pattern[i] in "{<":
-                    close = pattern.find("}" if pattern[i] == "{" else ">", i)
-                    if close < 0 or not _ESCAPE_NAME.fullmatch(pattern[i + 1 : close]):
-                        return ()
-                    i = close + 1
-                while i < n and pattern[i].isalnum():
-                    i += 1
-            continue
-        if c == "[":
-            flush()
-            i += 1
-            i += i < n and pattern[i] == "^"
-            i += i < n and pattern[i] == "]"
-            while i < n and pattern[i] != "]":
-                if pattern[i] == "[":
-                    return ()  # a nested set or a POSIX class: read differently by re and regex
-                i += 2 if pattern[i] == "\\" else 1
-            if i >= n:
-                return ()
-            i += 1
-            continue
-        if c == "(":
-            if pattern.startswith("(?", i) and pattern[i + 2 : i + 3] not in _GROUPS:
-                return ()
-            flush()
-            depth += 1
-        elif c == ")":
-            flush()
-            depth -= 1
-            if depth < 0:
-                return ()
-        elif c == "|":
-            if depth == 0:
-                return ()
-        elif c in "*+?{":
-            if run and i > 0 and pattern[i - 1] == run[-1]:
-                run.pop()  # the quantifier applies to the character before it: it may be absent or repeated
-            flush()
-            if c == "{":
-                close = pattern.find("}", i)
-                if close < 0 or not _REPEAT.fullmatch(pattern[i + 1 : close]):
-                    return ()  # a brace that is no count: a literal, or a fuzzy constraint
-                i = close
-        elif c.isalnum() or c in _PLAIN:
-            if depth == 0:
-                run.append(c)
-        else:  # . ^ $ } and anything else: not a plain character
-            flush()
-        i += 1
-    if depth != 0:
-        return ()
-    flush()
-    return tuple(runs)
-
-
-def epoch_ms(value: Any, name: str) -> int | None:
-    """A moment a user gives (a window's end, a range's date) as epoch milliseconds: an int, an integral float, a
-    digit string or an ISO 8601 string (UTC when it names no zone); None and "" stay None. :class:`FilterError`
-    naming ``name`` for anything else."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dt.datetime):
-        return _datetime_ms(value)
-    if isinstance(value, str) and len(value) <= 64:
-        text = value.strip()
-        if text.lstrip("-").isdigit():
-            return int(text)
-        try:
-            return _datetime_ms(dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00")))
-        except ValueError:
-            pass
-    raise FilterError(name, f"expected epoch milliseconds (1732240800000) or ISO 8601 (2024-11-22T02:00:00Z), got {value!r:.60}")
-
-
-def _datetime_ms(moment: dt.datetime) -> int:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
-    return int(moment.timestamp() * 1000)
-
-
-def _text(value: Any, name: str, limit: int) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise FilterError(name, f"expected text, got {type(value).__name__}")
-    if not value:
-        raise FilterError(name, "is empty; leave it out to select every value")
-    if len(value) > limit:
-        raise FilterError(name, f"{len(value)} characters, more than the {limit} taken")
-    return value
-
-
-def _headers(value: Any) -> tuple[tuple[str, HeaderWanted], ...]:
-    pairs = value.items() if isinstance(value, Mapping) else value
-    if not isinstance(pairs, tuple | list) and not isinstance(value, Mapping):
-        raise FilterError("headers", f"expected an object of header names and values, got {type(value).__name__}")
-    found: dict[str, HeaderWanted] = {}
-    for pair in pairs:
-        if not isinstance(pair, tuple | list) or len(pair) != 2:
-            raise FilterError("headers", "expected (name, value) pairs")
-        name, wanted = pair
-        if not isinstance(name, str) or not name or len(name) > 255:
-            raise FilterError("headers", f"a header name must be 1-255 characters of text, got {name!r:.60}")
-        if wanted is not None and not isinstance(wanted, str | int | float | bool):
-            raise FilterError(f"headers.{name}", f"expected text, a number or a boolean, got {type(wanted).__name__}")
-        if isinstance(wanted, str) and len(wanted) > MAX_TEXT_CHARS:
-            raise FilterError(f"headers.{name}", f"{len(wanted)} characters, more than the {MAX_TEXT_CHARS} taken")
-        if name in found:
-            raise FilterError(f"headers.{name}", "named twice")
-        found[name] = wanted
-    if len(found) > MAX_HEADERS:
-        raise FilterError("headers", f"{len(found)} conditions, more than the {MAX_HEADERS} taken")
-    return tuple(sorted(found.items()))
-
-
-def _body_bytes(value: Any) -> bytes | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = value.encode("utf-8")
-    if not isinstance(value, bytes | bytearray):
-        raise FilterError("body_contains", f"expected text or bytes, got {type(value).__name__}")
-    if not value:
-        raise FilterError("body_contains", "is empty; leave it out to select every body")
-    if len(value) > MAX_BODY_CONTAINS_BYTES:
-        raise FilterError("body_contains", f"{len(value)} bytes, more than the {MAX_BODY_CONTAINS_BYTES} taken")
-    return bytes(value)
-
-
-def _from_hex(value: Any) -> bytes:
-    if not isinstance(value, str) or len(value) > 2 * MAX_BODY_CONTAINS_BYTES:
-        raise FilterError("body_contains_hex", "expected hex digits")
-    try:
-        return bytes.fromhex(value)
-    except ValueError:
-        raise FilterError("body_contains_hex", "expected hex digits (two per byte)") from None
 
 
 def _iso(ms: int) -> str:

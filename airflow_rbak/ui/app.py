@@ -46,9 +46,10 @@ from airflow_rbak.ui.backup_catalog import (
     backup_row,
     describe_error,
 )
-from airflow_rbak.ui.message_browser import BODY_FILTERS, QUERY_FILTERS, MessagePageError, Position, filter_of, queue_of
+from airflow_rbak.ui.message_browser import BODY_FILTERS, MessagePageError, Position, filter_of, queue_of
 from airflow_rbak.ui.message_browser import message_page as read_messages
-from airflow_rbak.ui.messages_page import BACK_PAGES, form_field, messages_page
+from airflow_rbak.ui.message_requests import BODIES_REFUSED, FilterRefused, back_pages, filter_query, refused_page
+from airflow_rbak.ui.messages_page import messages_page
 from airflow_rbak.ui.pages import Links, detail_page, list_page, message_page, restore_page
 from airflow_rbak.ui.param_errors import plain_param_error
 from airflow_rbak.ui.runs import BACKUP_DAG_ID, RESTORE_DAG_ID, VERIFY_DAG_ID, RunIndex
@@ -89,12 +90,6 @@ def permissions(user: Any) -> dict[str, bool]:
         return get_auth_manager().is_authorized_dag(method="POST", access_entity=DagAccessEntity.RUN,
                                                     details=details, user=user)
     return {"restore": may_trigger(RESTORE_DAG_ID), "verify": may_trigger(VERIFY_DAG_ID)}
-
-
-#: Why a user sees no bodies (docs/security.md): a body is shown to whoever may restore it, and so read it anyway.
-BODIES_REFUSED = (f"Message bodies are shown only to users who may trigger {RESTORE_DAG_ID}: a body can hold "
-                  "personal or secret data, and whoever may restore a message can read it on the broker anyway. "
-                  "You see each message's properties and headers.")
 
 
 def may_see_bodies(user: Any) -> bool:
@@ -294,31 +289,18 @@ def restore_view(request: Request, location_id: str, backup_id: str, user: GetUs
     return HTMLResponse(restore_page(location.to_json(), backup_id, params, to, paused().get(RESTORE_DAG_ID, False)))
 
 
-#: The messages pages' own query parameters; every other one is a filter (repository/message_filter.py).
-_PAGING = ("queue", "at", "limit", "back")
-
-
-def _filter_query(request: Request) -> list[tuple[str, str]]:
-    """The filter fields of the query, blanks (an empty form field) left out; an unknown field is refused."""
-    found = [(k, v) for k, v in request.query_params.multi_items() if k not in _PAGING and v.strip()]
-    unknown = sorted({k for k, _ in found} - set(QUERY_FILTERS))
-    if unknown:
-        raise HTTPException(400, f"{unknown[0][:60]}: not a filter (filters: {', '.join(QUERY_FILTERS)})")
-    return found
-
-
 def _messages(location_id: str, backup_id: str, request: Request, user: Any, queue: int, at: str | None,
               limit: int) -> dict[str, Any]:
     """One page of a queue's messages, or an HTTPException that says why not (bodies only for those who may)."""
     show_bodies = may_see_bodies(user)
-    query = _filter_query(request)
+    query = filter_query(request)
     asked = [name for name, _ in query if name in BODY_FILTERS]
     if not show_bodies and asked:
         raise HTTPException(403, f"{', '.join(asked)}: a body filter reads the bodies, which you may not see. "
                                  f"{BODIES_REFUSED}")
     location = _location(location_id)
     try:
-        match = filter_of(query)
+        message_filter = filter_of(query)
         start = Position.parse(at)
         manifest = catalog().manifest(location, backup_id)
     except ManifestNotFoundError as exc:
@@ -326,7 +308,8 @@ def _messages(location_id: str, backup_id: str, request: Request, user: Any, que
     except (MessagePageError, RbakError, ValueError) as exc:
         raise FilterRefused(exc) from None
     try:
-        page = read_messages(catalog().storage(location), manifest, queue, start=start, limit=limit, match=match,
+        page = read_messages(catalog().storage(location), manifest, queue, start=start, limit=limit,
+                             message_filter=message_filter,
                              show_bodies=show_bodies)
     except (MessagePageError, FilterError) as exc:  # a body regex that ran out of time says so
         raise FilterRefused(exc) from None
@@ -338,23 +321,6 @@ def _messages(location_id: str, backup_id: str, request: Request, user: Any, que
             "bodies_refused": None if show_bodies else BODIES_REFUSED}
 
 
-class FilterRefused(HTTPException):
-    """A filter or position that cannot be used (400); ``field`` names the form's field when one is at fault."""
-
-    def __init__(self, exc: Exception) -> None:
-        super().__init__(400, str(exc))
-        self.field = form_field(exc.field) if isinstance(exc, FilterError) else None
-        self.text = str(exc).removeprefix(f"{exc.field}: ") if isinstance(exc, FilterError) else str(exc)
-
-
-def _back(back: str | None) -> list[str]:
-    """The pages before this one (``back=1.0,1.20``), each a position, newest last."""
-    try:
-        return [str(Position.parse(at)) for at in (back or "").split(",") if at][-BACK_PAGES:]
-    except MessagePageError as exc:
-        raise FilterRefused(MessagePageError(f"back: {exc}")) from None
-
-
 def _refused_page(location_id: str, backup_id: str, request: Request, user: Any, queue: int, limit: int,
                   refused: FilterRefused) -> dict[str, Any] | None:
     """The messages page as asked, with no messages and the refusal beside its field (None: the queue cannot be read)."""
@@ -363,12 +329,7 @@ def _refused_page(location_id: str, backup_id: str, request: Request, user: Any,
         q = queue_of(catalog().manifest(location, backup_id), queue)
     except Exception:  # noqa: BLE001 - the plain refusal page says why then
         return None
-    filters = [(k, v) for k, v in request.query_params.multi_items() if k not in _PAGING and v.strip()]
-    return {"queue": {"index": queue, "vhost": q.vhost, "name": q.name, "queue_type": q.queue_type,
-                      "messages": q.message_count}, "start": "", "limit": limit, "messages": [], "scanned": 0,
-            "damaged": [], "next": None, "filter": None, "bodies": may_see_bodies(user), "backup_id": backup_id,
-            "location": location.to_json(), "filters": filters, "bodies_refused": None if may_see_bodies(user)
-            else BODIES_REFUSED, "error": {"field": refused.field, "text": refused.text}}
+    return refused_page(q, queue, request, limit, backup_id, location.to_json(), may_see_bodies(user), refused)
 
 
 QueueIndex = Annotated[int, Query(ge=0)]
@@ -393,7 +354,7 @@ def messages_view(request: Request, location_id: str, backup_id: str, user: GetU
     back = (to.backup(location_id, backup_id), f"backup {backup_id}")
     try:
         page = {**_messages(location_id, backup_id, request, user, queue, at, limit),
-                "back": _back(request.query_params.get("back"))}
+                "back": back_pages(request.query_params.get("back"))}
     except FilterRefused as exc:
         kept = _refused_page(location_id, backup_id, request, user, queue, limit, exc)
         if kept is not None:

@@ -254,9 +254,10 @@ def _records(storage: Storage, manifest: BackupManifest, queue: QueueBackup, sta
 
 
 def message_page(storage: Storage, manifest: BackupManifest, queue_index: int, *, start: Position | None = None,
-                 limit: int = 20, match: MessageFilter | None = None, show_bodies: bool = False,
+                 limit: int = 20, message_filter: MessageFilter | None = None,
+                 show_bodies: bool = False,
                  clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
-    """One page of a queue's messages from ``start`` (the first stored by default) that ``match`` lets through.
+    """One page of a queue's messages from ``start`` (the first stored by default) that ``message_filter`` lets through.
 
     ``next`` is where the following page starts (None at the queue's end); ``scanned`` counts the records read,
     which stops at :data:`SCAN_BUDGET` or after :data:`SCAN_SECONDS` so that a rare match costs each page a bounded
@@ -272,9 +273,9 @@ def message_page(storage: Storage, manifest: BackupManifest, queue_index: int, *
     for position, number, record, following, reader in _records(storage, manifest, queue, start, damaged):
         until = until or clock() + SCAN_SECONDS  # from the first record: reaching the start is not the search
         scanned += 1
-        if match is None or match.matches(record):
+        if message_filter is None or message_filter.matches(record):
             found.append(message_json(record, position, number, show_bodies))
-        if len(found) == limit or scanned == SCAN_BUDGET or (match is not None and clock() > until):
+        if len(found) == limit or scanned == SCAN_BUDGET or (message_filter is not None and clock() > until):
             after = following  # the next page starts there, and continues this reader when it is in this segment
             if following is not None and following.segment == position.segment:
                 segment_key = next(s.key for s in queue.segments if s.sequence == position.segment)
@@ -283,5 +284,5 @@ def message_page(storage: Storage, manifest: BackupManifest, queue_index: int, *
     return {"queue": {"index": queue_index, "vhost": queue.vhost, "name": queue.name, "queue_type": queue.queue_type,
                       "messages": queue.message_count},
             "start": str(start), "limit": limit, "messages": found, "scanned": scanned, "damaged": damaged,
-            "next": None if after is None else str(after), "filter": match.describe() if match else None,
+            "next": None if after is None else str(after), "filter": message_filter.describe() if message_filter else None,
             "bodies": show_bodies}

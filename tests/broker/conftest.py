@@ -174,21 +174,32 @@ def broker_310(broker: Broker) -> Iterator[Broker]:
                                                   stream_port=int(env["RBAK_STREAM_PORT"])), env))
 
 
+@contextmanager
+def vhost_of_its_own(broker: Broker, prefix: str = "t", create: bool = True) -> Iterator[str]:
+    """A vhost name no other test uses, created with the broker user's permissions (unless ``create`` is False: the
+    name of one a restore creates), and deleted afterwards whatever the test left in it."""
+    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    if create:
+        broker.api("PUT", f"vhosts/{quote(name, safe='')}")
+        broker.api(
+            "PUT",
+            f"permissions/{quote(name, safe='')}/{quote(broker.connection.username, safe='')}",
+            json={"configure": ".*", "write": ".*", "read": ".*"},
+        )
+    try:
+        yield name
+    finally:
+        try:
+            broker.api("DELETE", f"vhosts/{quote(name, safe='')}")
+        except requests.RequestException:
+            pass
+
+
 @pytest.fixture
 def vhost(broker: Broker) -> Iterator[str]:
     """A vhost of its own for one test, deleted afterwards."""
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    broker.api("PUT", f"vhosts/{quote(name, safe='')}")
-    broker.api(
-        "PUT",
-        f"permissions/{quote(name, safe='')}/{quote(broker.connection.username, safe='')}",
-        json={"configure": ".*", "write": ".*", "read": ".*"},
-    )
-    yield name
-    try:
-        broker.api("DELETE", f"vhosts/{quote(name, safe='')}")
-    except requests.RequestException:
-        pass
+    with vhost_of_its_own(broker) as name:
+        yield name
 
 
 @pytest.fixture(scope="session")

@@ -104,6 +104,16 @@ def source_state(connection: Any, vhost: str, queue: str, by_consumer: bool = Fa
         conn.close()
 
 
+def state_without_waiting(connection: Any, vhost: str, queue: str) -> SourceState:
+    """:func:`read_state` on a connection of its own, not waiting for the messages to be back: a reading whose own
+    return changes what a later one would see (under a delivery limit, it takes every message one count higher)."""
+    conn = pika.BlockingConnection(connection.pika_parameters(vhost))
+    try:
+        return read_state(conn.channel(), queue)
+    finally:
+        conn.close()
+
+
 def wait_for_ready(channel: Any, queue: str, expected: int, wait: float = 30.0) -> None:
     """A quorum queue takes nacked messages back asynchronously: wait until they are ready again."""
     deadline = time.monotonic() + wait

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import uuid
 
-import pika
 import pytest
 
 from airflow_rbak.backup.run import BackupRun, BackupSettings
@@ -23,7 +22,7 @@ from airflow_rbak.storage.sealed import StateSeal
 from tests.broker.helpers import declare, depth, publish
 from tests.broker.messages import body_of
 
-from .source_state import read_state
+from .source_state import state_without_waiting
 
 KEY = delivery_limit_stop_key("/", "orders/eu")
 SEAL = StateSeal(b"this deployment's state key, 32+")
@@ -293,10 +292,6 @@ def test_on_the_broker_no_backup_after_a_deleted_or_forged_stop_raises_a_message
         assert storage.get(key) == planted if planted is not None else not storage.exists(key), how
 
     # And every message is still there, in order, byte-exact, one below the limit: none was returned since the stop
-    conn = pika.BlockingConnection(broker.connection.pika_parameters(vhost))
-    try:
-        after = read_state(conn.channel(), "orders")
-    finally:
-        conn.close()
+    after = state_without_waiting(broker.connection, vhost, "orders")
     assert (after.order, [m.body for m in after.messages]) == (list(range(COUNT)), [body_of(i, SIZE) for i in range(COUNT)])
     assert [c.get("x-delivery-count") for c in after.counters()] == [2] * COUNT

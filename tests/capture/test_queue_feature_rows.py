@@ -11,8 +11,6 @@ keeps that column true (tests/capture/test_queue_features.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import Any
 
 import pika
 import pytest
@@ -20,75 +18,31 @@ import pytest
 from airflow_rbak.capture.errors import ConsumerTimeoutError, DeliveryLimitRiskError
 from airflow_rbak.codec.layout import delivery_limit_stop_key
 from airflow_rbak.storage import open_storage
-from tests.broker.behaviour import Behaviour
 from tests.broker.helpers import PLAIN, depth, publish
-from tests.broker.messages import body_of, sequence_of
+from tests.broker.messages import body_of
 from tests.reliability.faulty_storage import FaultyStorage
 
-from .helpers import capture_queue, staged_json
-from .source_state import (
-    HOW,
-    SourceState,
-    declare_with,
-    policy_refused,
-    read_state,
-    source_state,
-    wait_for_consumers,
-    wait_for_ready,
+from .feature_rows import (
+    BY_DECLARATION,
+    COUNT,
+    SIZE,
+    allowed,
+    assert_captured_and_kept,
+    assert_kept,
+    assert_staged_in_order,
+    assert_whole_one_below,
+    captured_and_kept,
+    fresh,
+    left_out_and_kept,
+    sequence_of_body,
+    set_feature,
 )
+from .helpers import capture_queue
+from .source_state import HOW, declare_with, read_state, source_state, state_without_waiting, wait_for_consumers, wait_for_ready
 from .test_queue_features_on_broker import ShortConsumerTimeout
 from .test_stream_capture import capture_stream
 
 pytestmark = pytest.mark.broker
-
-COUNT, SIZE = 12, 64
-BY_DECLARATION = ("declaration", "policy")
-
-
-def set_feature(broker, behaviour: Behaviour, vhost: str, queue_type: str, how: str, settings: Mapping[str, object],
-                arguments: Mapping[str, object] | None = None, **flags: bool) -> bool:
-    """Queue ``row`` with ``settings`` (policy keys) set ``how`` (and ``arguments`` as declared), holding COUNT messages
-    0..COUNT-1. False, once the broker is seen to refuse it, where no (operator) policy can set them on this broker."""
-    if how != "argument":
-        operator = how == "operator-policy"
-        if not all(behaviour.policy_accepts(key, operator) for key in settings):
-            assert policy_refused(broker, vhost, settings, operator), (
-                f"RabbitMQ {behaviour.version} accepts {'an operator' if operator else 'a'} policy of {dict(settings)}: "
-                "test that row by it (tests/broker/behaviour.py)")
-            return False
-    declare_with(broker, vhost, "row", queue_type, how, settings, arguments, **flags)
-    publish(broker.connection, vhost, "row", COUNT, SIZE, rich=False)
-    return True
-
-
-def fresh(state: SourceState, order: list[int] | None = None, counters: Mapping[str, int] | None = None) -> SourceState:
-    """The state before a capture: the messages in publish order, never delivered (no counters but ``counters``, as
-    this broker sends them on a first delivery), bodies as published."""
-    assert state.order == (order if order is not None else list(range(COUNT)))
-    first = tuple(sorted((counters or {}).items()))
-    assert [(m.redelivered, m.counters, m.body) for m in state.messages] == [(False, first, body_of(m.number, SIZE))
-                                                                             for m in state.messages]
-    return state
-
-
-def assert_kept(before: SourceState, after: SourceState, behaviour: Behaviour, queue_type: str, captured: bool) -> None:
-    """Same depth, order and bodies; each message's counters changed only by the returns: the first reading's, and
-    the capture's if it read the queue."""
-    returns = 2 if captured else 1
-    assert (after.depth, after.order) == (before.depth, before.order)
-    assert [m.body for m in after.messages] == [m.body for m in before.messages]
-    assert after.counters() == [behaviour.counters_after_returns(queue_type, c, returns) for c in before.counters()]
-    assert all(m.redelivered for m in after.messages)  # given back once at least (by the first reading)
-
-
-def assert_staged_in_order(storage, vhost: str, order: list[int]) -> None:
-    assert [sequence_of(raw) for raw in staged_json(storage, "b1", vhost, "row")] == order
-
-
-def allowed(behaviour: Behaviour, queue_type: str) -> dict[str, Any]:
-    """What a capture of this queue type needs on this broker: 4.0 counts returns toward a default limit of 20."""
-    return {"allow_delivery_count_increase": True} if behaviour.backup_leaves_out_by_default(queue_type) else {}
-
 
 # --- rows that leave a queue out -------------------------------------------------------------------------------
 
@@ -120,10 +74,7 @@ def test_row_expires(broker, behaviour, vhost, how):
         return
     before = fresh(source_state(broker.connection, vhost, "row"))
 
-    result = capture_queue(broker.connection, open_storage("memory://"), "b1", vhost, "row")
-
-    assert result.method == "left out" and "expiry timer" in result.left_out
-    assert_kept(before, source_state(broker.connection, vhost, "row"), behaviour, "classic", captured=False)
+    left_out_and_kept(broker, behaviour, vhost, "classic", before, "expiry timer")
 
 
 @pytest.mark.parametrize("how", HOW)
@@ -139,12 +90,8 @@ def test_row_delivery_limit_on_a_quorum_queue(broker, behaviour, vhost, how):
         refused = capture_queue(broker.connection, storage, "b0", vhost, "row")
         assert refused.method == "left out" and "delivery limit of 5" in refused.left_out
         assert "allow_delivery_count_increase" in refused.left_out and not list(storage.list("b0/"))
-    result = capture_queue(broker.connection, storage, "b1", vhost, "row", **(
+    captured_and_kept(broker, behaviour, vhost, "quorum", before, "consumers", storage, **(
         {"allow_delivery_count_increase": True} if behaviour.returns_count("quorum") else {}))
-
-    assert (result.method, result.messages, result.depth_after) == ("consumers", COUNT, COUNT)
-    assert_staged_in_order(storage, vhost, before.order)
-    assert_kept(before, source_state(broker.connection, vhost, "row"), behaviour, "quorum", captured=True)
 
 
 @pytest.mark.parametrize(("how", "overflow"), [("argument", "reject-publish"), ("policy", "reject-publish-dlx"),
@@ -158,10 +105,7 @@ def test_row_max_length_rejecting_publishes(broker, behaviour, vhost, how, overf
         return
     before = fresh(source_state(broker.connection, vhost, "row"))
 
-    result = capture_queue(broker.connection, open_storage("memory://"), "b1", vhost, "row")
-
-    assert result.method == "left out" and overflow in result.left_out
-    assert_kept(before, source_state(broker.connection, vhost, "row"), behaviour, "classic", captured=False)
+    left_out_and_kept(broker, behaviour, vhost, "classic", before, overflow)
 
 
 # --- rows that choose how a queue is read ----------------------------------------------------------------------
@@ -174,13 +118,9 @@ def test_row_single_active_consumer_quorum(broker, behaviour, vhost, how):
     if not set_feature(broker, behaviour, vhost, "quorum", how, {"single-active-consumer": True}):
         return
     before = fresh(source_state(broker.connection, vhost, "row", by_consumer=True))  # 3.10 refuses basic.get here
-    storage = open_storage("memory://")
 
-    result = capture_queue(broker.connection, storage, "b1", vhost, "row", window=5, **allowed(behaviour, "quorum"))
-
-    assert (result.method, result.messages, result.depth_after) == ("one consumer at a time", COUNT, COUNT)
-    assert_staged_in_order(storage, vhost, before.order)
-    assert_kept(before, source_state(broker.connection, vhost, "row", by_consumer=True), behaviour, "quorum", captured=True)
+    captured_and_kept(broker, behaviour, vhost, "quorum", before, "one consumer at a time", by_consumer=True, window=5,
+                      **allowed(behaviour, "quorum"))
 
 
 @pytest.mark.parametrize("how", ["argument", "policy"])
@@ -214,13 +154,8 @@ def test_row_single_active_consumer_classic(broker, behaviour, vhost, how):
     if not set_feature(broker, behaviour, vhost, "classic", how, {"single-active-consumer": True}):
         return
     before = fresh(source_state(broker.connection, vhost, "row"))
-    storage = open_storage("memory://")
 
-    result = capture_queue(broker.connection, storage, "b1", vhost, "row", window=5)
-
-    assert (result.method, result.messages, result.depth_after) == ("one consumer at a time", COUNT, COUNT)
-    assert_staged_in_order(storage, vhost, before.order)
-    assert_kept(before, source_state(broker.connection, vhost, "row"), behaviour, "classic", captured=True)
+    captured_and_kept(broker, behaviour, vhost, "classic", before, "one consumer at a time", window=5)
 
 
 @pytest.mark.parametrize("how", BY_DECLARATION)
@@ -250,13 +185,8 @@ def test_row_max_length_dropping_the_head(broker, behaviour, vhost, how):
     if not set_feature(broker, behaviour, vhost, "classic", how, {"max-length": COUNT}):
         return
     before = fresh(source_state(broker.connection, vhost, "row"))
-    storage = open_storage("memory://")
 
-    result = capture_queue(broker.connection, storage, "b1", vhost, "row")
-
-    assert (result.method, result.messages, result.depth_after) == ("consumers", COUNT, COUNT)
-    assert_staged_in_order(storage, vhost, before.order)
-    assert_kept(before, source_state(broker.connection, vhost, "row"), behaviour, "classic", captured=True)
+    captured_and_kept(broker, behaviour, vhost, "classic", before, "consumers")
 
 
 @pytest.mark.parametrize("how", [*HOW, "per-message"])
@@ -268,13 +198,8 @@ def test_row_message_ttl(broker, behaviour, vhost, how):
     elif not set_feature(broker, behaviour, vhost, "classic", how, {"message-ttl": 600_000}):
         return
     before = fresh(source_state(broker.connection, vhost, "row"))
-    storage = open_storage("memory://")
 
-    result = capture_queue(broker.connection, storage, "b1", vhost, "row")
-
-    assert (result.method, result.messages, result.depth_after) == ("consumers", COUNT, COUNT)
-    assert_staged_in_order(storage, vhost, before.order)
-    assert_kept(before, source_state(broker.connection, vhost, "row"), behaviour, "classic", captured=True)
+    captured_and_kept(broker, behaviour, vhost, "classic", before, "consumers")
 
 
 @pytest.mark.parametrize("how", HOW)
@@ -289,13 +214,8 @@ def test_row_dead_lettering(broker, behaviour, vhost, how):
     if not set_feature(broker, behaviour, vhost, "classic", how, {"dead-letter-exchange": "dlx"}):
         return
     before = fresh(source_state(broker.connection, vhost, "row"))
-    storage = open_storage("memory://")
 
-    result = capture_queue(broker.connection, storage, "b1", vhost, "row")
-
-    assert (result.method, result.messages, result.depth_after) == ("consumers", COUNT, COUNT)
-    assert_staged_in_order(storage, vhost, before.order)
-    assert_kept(before, source_state(broker.connection, vhost, "row"), behaviour, "classic", captured=True)
+    captured_and_kept(broker, behaviour, vhost, "classic", before, "consumers")
     assert source_state(broker.connection, vhost, "dead").depth == 0
 
 
@@ -336,9 +256,7 @@ def test_on_4_3_a_classic_capture_held_past_the_brokers_consumer_timeout_complet
     finally:
         short.restore()
 
-    assert (result.method, result.messages, result.depth_after) == ("consumers", COUNT, COUNT)
-    assert_staged_in_order(storage, vhost, before.order)
-    assert_kept(before, source_state(broker.connection, vhost, "row"), behaviour, "classic", captured=True)
+    assert_captured_and_kept(broker, behaviour, vhost, "classic", before, "consumers", storage, result)
 
 
 def test_row_stream(broker, behaviour, vhost):
@@ -396,17 +314,7 @@ def test_before_4_3_an_allowed_capture_stops_before_any_message_reaches_its_limi
 
     # Then every message is still there, in order, byte-exact, each counted once a capture and one below its limit
     # (read without waiting for the messages back: this reading's own return takes them to the limit)
-    conn = pika.BlockingConnection(broker.connection.pika_parameters(vhost))
-    try:
-        after = read_state(conn.channel(), "row")
-    finally:
-        conn.close()
-    assert (after.order, [m.body for m in after.messages]) == (list(range(COUNT)), [body_of(i, SIZE) for i in range(COUNT)])
-    assert {c.get("x-delivery-count") for c in after.counters()} == {limit_of - 1}
-
-
-def sequence_of_body(body: bytes) -> int:
-    return int.from_bytes(body[:8], "big")
+    assert_whole_one_below(state_without_waiting(broker.connection, vhost, "row"), limit_of)
 
 
 @pytest.mark.rabbitmq("3.10", "4.0")
@@ -434,10 +342,4 @@ def test_before_4_3_an_allowed_capture_after_one_that_stopped_drops_nothing(brok
     # Nothing dropped: every message still there, in order, byte-exact, one below the limit (read last: this
     # reading's own return takes them to it)
     assert depth(broker.connection, vhost, "row", COUNT) == COUNT
-    conn = pika.BlockingConnection(broker.connection.pika_parameters(vhost))
-    try:
-        after = read_state(conn.channel(), "row")
-    finally:
-        conn.close()
-    assert (after.order, [m.body for m in after.messages]) == (list(range(COUNT)), [body_of(i, SIZE) for i in range(COUNT)])
-    assert {c.get("x-delivery-count") for c in after.counters()} == {2}
+    assert_whole_one_below(state_without_waiting(broker.connection, vhost, "row"), 3)

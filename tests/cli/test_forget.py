@@ -12,7 +12,7 @@ from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures
 from tests.cli.test_cli import rbak
-from tests.cli.test_restore_without_airflow import broker_url
+from tests.cli.without_airflow import broker_url
 from tests.reliability.secrets import create_user
 from tests.restore.helpers import declare, publish
 

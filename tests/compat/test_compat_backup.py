@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
-import requests
 
 from airflow_rbak.cli.main import main
 from airflow_rbak.restore import RestoreRequest, RestoreRun
+from tests.broker.conftest import vhost_of_its_own
 from tests.compat.messages import FULL, INCREMENTAL, QUEUES, SOURCE_VHOST, view_json
 from tests.restore.helpers import read_queue
 
@@ -38,12 +36,8 @@ def location(tmp_path: Path) -> str:
 @pytest.fixture
 def target(broker) -> Iterator[str]:
     """The name of a vhost the restore creates; deleted afterwards."""
-    name = f"compat-{uuid.uuid4().hex[:10]}"
-    yield name
-    try:
-        broker.api("DELETE", f"vhosts/{quote(name, safe='')}")
-    except requests.RequestException:
-        pass
+    with vhost_of_its_own(broker, "compat", create=False) as name:
+        yield name
 
 
 def rbak(capsys, *argv: str) -> tuple[int, str]:

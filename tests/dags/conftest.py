@@ -10,7 +10,7 @@ import pytest
 
 from tests.broker.conftest import behaviour, broker, broker_310, second_broker, vhost  # noqa: F401 - fixtures, imported to register them here
 from tests.dags.airflow_env import VENV_BIN, airflow_env, run
-from tests.reliability.secrets import create_user
+from tests.reliability.secrets import secret_user  # noqa: F401 - a fixture, imported to register it here
 
 
 @pytest.fixture(scope="session")
@@ -20,15 +20,6 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = run([str(VENV_BIN / "airflow"), "db", "migrate"], airflow_env(home), timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return home
-
-
-@pytest.fixture
-def secret_user(broker, vhost):  # noqa: F811 - the imported fixtures
-    """A broker user with a distinctive password (and so a distinctive hash) for the DAG runs, which the
-    tests then search for in logs, XCom, reports and storage (tests/reliability/secrets.py)."""
-    user = create_user(broker, vhost)
-    yield user
-    broker.api("DELETE", f"users/{user.name}")
 
 
 class StatsdListener:

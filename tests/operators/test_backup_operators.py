@@ -10,7 +10,8 @@ from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.errors import BrokerUnreachableError
 from airflow_rbak.capture.checkpoints import QueueProgress
 from airflow_rbak.exceptions import ConfigurationError
-from airflow_rbak.operators.backup import RbakDiscoverQueuesOperator, run_step
+from airflow_rbak.operators.backup import RbakDiscoverQueuesOperator
+from airflow_rbak.operators.steps import run_step
 
 
 def _fail(exc: Exception):

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+import pytest
+
 from airflow_rbak.codec import CodecError
 from airflow_rbak.codec.compression import decompress
 from airflow_rbak.codec.constants import Compression
@@ -59,6 +61,15 @@ def create_user(broker, vhost: str) -> BrokerUser:
     broker.api("PUT", f"users/{name}", json={"password": password, "tags": "administrator"})
     broker.api("PUT", f"permissions/{quote(vhost, safe='')}/{name}", json={"configure": ".*", "write": ".*", "read": ".*"})
     return BrokerUser(name, password, broker.api("GET", f"users/{name}").json()["password_hash"])
+
+
+@pytest.fixture
+def secret_user(broker, vhost):
+    """A broker user with a distinctive password (and so a distinctive hash), deleted afterwards: the tests search
+    for it in logs, XCom, reports and storage (the reliability tests' restores and the DAG runs alike)."""
+    user = create_user(broker, vhost)
+    yield user
+    broker.api("DELETE", f"users/{user.name}")
 
 
 def leaks(user: BrokerUser, places: Mapping[str, bytes | str]) -> list[str]:

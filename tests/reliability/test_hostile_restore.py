@@ -35,7 +35,7 @@ from airflow_rbak.restore.approval import approval_body
 from airflow_rbak.restore.definitions import import_record_key
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage
-from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures
+from tests.broker.conftest import broker, vhost, vhost_of_its_own  # noqa: F401 - fixtures
 from tests.reliability.target_state import changes, target_state
 from tests.repository.backup_writer import BackupWriter
 from tests.restore.helpers import backup, publish
@@ -100,12 +100,8 @@ def created_in(vhost: str, queues: dict[str, int], *, vhost_created: bool = Fals
 @pytest.fixture
 def target(broker) -> Any:  # noqa: F811
     """A vhost of the target that a restore writes into; deleted afterwards."""
-    name = f"h-{uuid.uuid4().hex[:10]}"
-    broker.api("PUT", f"vhosts/{name}")
-    broker.api("PUT", f"permissions/{name}/{broker.connection.username}", json={"configure": ".*", "write": ".*", "read": ".*"})
-    yield name
-    with contextlib.suppress(Exception):
-        broker.api("DELETE", f"vhosts/{name}")
+    with vhost_of_its_own(broker, "h") as name:
+        yield name
 
 
 @pytest.fixture

@@ -26,17 +26,10 @@ from airflow_rbak.hooks.rabbitmq import connection_from_airflow
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.storage import open_storage
-from tests.reliability.secrets import create_user, distinctive_password, leaks, stored_objects
+from tests.reliability.secrets import distinctive_password, leaks, stored_objects
 from tests.restore.helpers import body_of, declare, publish, read_queue
 
 pytestmark = pytest.mark.broker
-
-
-@pytest.fixture
-def secret_user(broker, vhost):
-    user = create_user(broker, vhost)
-    yield user
-    broker.api("DELETE", f"users/{user.name}")
 
 
 def as_user(broker, user) -> RabbitMQConnection:

@@ -22,17 +22,10 @@ from airflow_rbak.codec.layout import compression_from_key
 from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.storage import open_storage
 from tests.broker.conftest import broker, vhost  # noqa: F401 - fixtures
-from tests.reliability.secrets import create_user, leaks, stored_objects
+from tests.reliability.secrets import leaks, stored_objects
 from tests.restore.helpers import declare
 
 pytestmark = pytest.mark.broker
-
-
-@pytest.fixture
-def secret_user(broker, vhost):
-    user = create_user(broker, vhost)
-    yield user
-    broker.api("DELETE", f"users/{user.name}")
 
 
 def uri_of(broker, user, vhost: str, suffix: str = "") -> str:

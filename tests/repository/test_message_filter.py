@@ -11,17 +11,9 @@ from hypothesis import strategies as st
 
 from airflow_rbak.codec import BackupProperties, BackupRecord, HeaderValue
 from airflow_rbak.codec.records import decode_record, encode_record
-from airflow_rbak.repository.message_filter import (
-    MAX_BODY_CONTAINS_BYTES,
-    MAX_HEADERS,
-    MAX_PATTERN_CHARS,
-    PARAM_NAMES,
-    REGEX_SECONDS,
-    FilterError,
-    MessageFilter,
-    RegexTimeoutError,
-    required_texts,
-)
+from airflow_rbak.repository.body_regex import REGEX_SECONDS, RegexTimeoutError, required_texts
+from airflow_rbak.repository.filter_values import MAX_BODY_CONTAINS_BYTES, MAX_HEADERS, MAX_PATTERN_CHARS, FilterError
+from airflow_rbak.repository.message_filter import PARAM_NAMES, MessageFilter
 
 T0 = 1_732_240_800_000  # 2024-11-22T02:00:00Z
 

@@ -17,9 +17,10 @@ from airflow_rbak.codec import compression
 from airflow_rbak.codec.record_identity import fingerprint
 from airflow_rbak.codec.records import encode_record
 from airflow_rbak.codec.segment import encode_payload
+from airflow_rbak.repository.body_regex import REGEX_SECONDS, RegexTimeoutError
 from airflow_rbak.repository.catalog import list_backups
 from airflow_rbak.repository.manifest_store import ManifestStore
-from airflow_rbak.repository.message_filter import REGEX_SECONDS, MessageFilter, RegexTimeoutError
+from airflow_rbak.repository.message_filter import MessageFilter
 from airflow_rbak.repository.message_reader import DamagedSegment, StoredMessage, read_messages
 from airflow_rbak.repository.message_search import BackupRange, plan_search, search_backups
 from airflow_rbak.storage import open_storage

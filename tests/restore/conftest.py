@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from urllib.parse import quote
 
 import pytest
-import requests
 
-from tests.broker.conftest import behaviour, broker, broker_310, second_broker, vhost  # noqa: F401 - fixtures, imported to register them here
+from tests.broker.conftest import (  # noqa: F401 - fixtures, imported to register them here
+    behaviour,
+    broker,
+    broker_310,
+    second_broker,
+    vhost,
+    vhost_of_its_own,
+)
+from tests.restore.helpers import declare
 
 
 @pytest.fixture
 def target_vhost(broker) -> Iterator[str]:  # noqa: F811 - the imported fixture
     """The name of a vhost that does not exist yet (a restore creates it); deleted afterwards."""
-    name = f"r-{uuid.uuid4().hex[:10]}"
-    yield name
-    try:
-        broker.api("DELETE", f"vhosts/{quote(name, safe='')}")
-    except requests.RequestException:
-        pass
+    with vhost_of_its_own(broker, "r", create=False) as name:
+        yield name
+
+
+@pytest.fixture
+def bystander(broker) -> Iterator[str]:  # noqa: F811 - the imported fixture
+    """Another vhost on the source, with a queue and an exchange, that no backup here asks for; deleted afterwards."""
+    with vhost_of_its_own(broker) as name:
+        declare(broker.connection, name, {"bystander": "classic"})
+        yield name

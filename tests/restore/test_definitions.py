@@ -3,7 +3,6 @@ definitions; an invalid definitions file aborts the restore before anything is p
 
 from __future__ import annotations
 
-import uuid
 from urllib.parse import quote
 
 import orjson
@@ -100,18 +99,6 @@ def test_invalid_definitions_abort_the_restore_before_any_publish(broker, vhost,
         assert checkpoints._db.execute("SELECT COUNT(*) FROM queue_progress").fetchone()[0] == 0
     rollbacks = [i.key for i in storage.list("def-1/definitions/rollback-before-import-")]
     assert len(rollbacks) == (1 if damage == "broker-rejects" else 0)  # saved before the import was tried
-
-
-@pytest.fixture
-def bystander(broker):
-    """Another vhost on the source, with a queue and an exchange, that no backup here asks for; deleted afterwards."""
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    broker.api("PUT", f"vhosts/{name}")
-    broker.api("PUT", f"permissions/{name}/{quote(broker.connection.username, safe='')}",
-               json={"configure": ".*", "write": ".*", "read": ".*"})
-    declare(broker.connection, name, {"bystander": "classic"})
-    yield name
-    broker.api("DELETE", f"vhosts/{name}")
 
 
 def test_a_restore_imports_only_the_definitions_of_the_vhosts_the_backup_was_asked_for(

@@ -3,7 +3,6 @@ point is no longer what the plan pinned; and a manifest that names no vhosts nev
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
 from urllib.parse import quote
 
@@ -223,17 +222,6 @@ def test_the_approval_of_a_pinned_plan_shows_the_policy_arguments_and_the_bindin
     assert 'definition `{"max-length":5000}`' in body
     assert '"x-max-length":1000' in body
     assert "exchange `orders.x` -> `queue` `orders`" in body and "live traffic will be copied into this queue" in body
-
-
-@pytest.fixture
-def bystander(broker):
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    broker.api("PUT", f"vhosts/{name}")
-    broker.api("PUT", f"permissions/{name}/{quote(broker.connection.username, safe='')}",
-               json={"configure": ".*", "write": ".*", "read": ".*"})
-    declare(broker.connection, name, {"bystander": "classic"})
-    yield name
-    broker.api("DELETE", f"vhosts/{name}")
 
 
 def test_a_manifest_naming_no_vhosts_imports_only_the_definitions_of_the_selected_queues_vhosts(

@@ -29,8 +29,8 @@ def test_a_page_that_runs_out_of_time_stops_and_says_where_the_next_one_starts(b
     ticks = itertools.count(step=1.0)  # every reading of the clock is a second later: the budget ends after one record
     rare = MessageFilter.from_params({"message_id": "other-45"})
 
-    first = message_page(storage, manifest, 0, match=rare, clock=lambda: next(ticks))
-    rest = message_page(storage, manifest, 0, match=rare, start=Position.parse(first["next"]))
+    first = message_page(storage, manifest, 0, message_filter=rare, clock=lambda: next(ticks))
+    rest = message_page(storage, manifest, 0, message_filter=rare, start=Position.parse(first["next"]))
 
     assert (first["messages"], first["scanned"], first["next"]) == ([], 1, "1.1")
     assert [m["number"] for m in rest["messages"]] == [TOTAL] and rest["next"] is None
