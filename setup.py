@@ -21,10 +21,11 @@ class EggInfoUnderBuild(egg_info):
 
 
 _SOURCES = [f"airflow_rbak/codec/_speedups{part}.c" for part in ("", "_body", "_frames", "_read", "_write")]
+_HEADERS = [f"airflow_rbak/codec/_speedups{part}.h" for part in ("", "_cursor", "_wbuf")]
 
 setup(
     cmdclass={"egg_info": EggInfoUnderBuild},
     ext_modules=[
-        Extension("airflow_rbak.codec._speedups", _SOURCES, depends=["airflow_rbak/codec/_speedups.h"], optional=True)
+        Extension("airflow_rbak.codec._speedups", _SOURCES, depends=_HEADERS, optional=True)
     ]
 )
