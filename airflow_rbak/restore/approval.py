@@ -36,9 +36,9 @@ from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.restore.restore_plan import QueuePlan, RestorePlan
 
 
-def approval_not_needed(settings: RestoreRequest, skip_approval: bool) -> str | None:
+def approval_not_needed(request: RestoreRequest, skip_approval: bool) -> str | None:
     """Why this restore goes ahead without asking anyone (None: it must wait for approval)."""
-    if settings.dry_run:
+    if request.dry_run:
         return "dry run: nothing is imported or published"
     if skip_approval:
         return "skip_approval is set"
@@ -53,7 +53,7 @@ def approval_subject(plan: RestorePlan) -> str:
                      f"queues of {target}?")
 
 
-def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id: str) -> str:
+def approval_body(plan: RestorePlan, request: RestoreRequest, rabbitmq_conn_id: str) -> str:
     """The plan as Markdown for the approver: a summary with counts, then every queue and definitions object."""
     same_cluster = plan.source_cluster is not None and plan.source_cluster == plan.target_cluster
     same = " (**the same cluster the backup was taken from**)" if same_cluster else ""
@@ -67,20 +67,20 @@ def approval_body(plan: RestorePlan, settings: RestoreRequest, rabbitmq_conn_id:
         f"{same}; source cluster {md_code(plan.source_cluster or '(unknown)')}.",
         "",
         f"**Messages**: {plan.records_in_window} records in the window, {adds} to publish now, "
-        f"{md_code(f'publish_mode: {settings.publish_mode}')}, "
-        f"{md_code(f'on_existing_messages: {settings.on_existing_messages}')}"
+        f"{md_code(f'publish_mode: {request.publish_mode}')}, "
+        f"{md_code(f'on_existing_messages: {request.on_existing_messages}')}"
         + (f"; only the selection {md_code(plan.selection)}." if plan.selection else "."),
         "",
-        _definitions_line(plan, settings),
+        _definitions_line(plan, request),
         "",
         "## Summary",
         "",
-        *_summary(plan, settings),
+        *_summary(plan, request),
         "",
         "## Full plan",
         "",
         *_queue_table(plan),
-        *sections.approval_lines(plan, settings),
+        *sections.approval_lines(plan, request),
         "",
         "Approve to import and publish exactly as above. Reject (or no answer in time) imports and publishes nothing. "
         "Should the definitions export or the target change before a step runs, that step refuses.",
@@ -99,20 +99,20 @@ def rejection(plan: RestorePlan, responded_by: str | None, timed_out: bool, time
                                 "published. Trigger the restore again to ask again")
 
 
-def _definitions_line(plan: RestorePlan, settings: RestoreRequest) -> str:
-    if not settings.restore_definitions:
+def _definitions_line(plan: RestorePlan, request: RestoreRequest) -> str:
+    if not request.restore_definitions:
         return "**Definitions**: not imported (`restore_definitions: false`)."
-    return (f"**Definitions**: imported, {md_code(f'definitions_mode: {settings.definitions_mode}')} (a rollback "
+    return (f"**Definitions**: imported, {md_code(f'definitions_mode: {request.definitions_mode}')} (a rollback "
             "snapshot of the target is saved first); every object imported is listed in the full plan below.")
 
 
-def _summary(plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+def _summary(plan: RestorePlan, request: RestoreRequest) -> list[str]:
     """Counts of everything the full plan lists, and the warnings that need a second look (each section's)."""
     resumes = sum(1 for q in plan.queues if q.resumes and not q.completed_before)
     done = sum(1 for q in plan.queues if q.completed_before)
     return [f"- {len(plan.queues)} queues, {plan.records_in_window} records, {sum(q.to_add for q in plan.queues)} to "
             f"publish; {resumes} resume an earlier run of this restore, {done} were completed by one",
-            *sections.approval_summary(plan, settings)]
+            *sections.approval_summary(plan, request)]
 
 
 def _queue_table(plan: RestorePlan) -> list[str]:

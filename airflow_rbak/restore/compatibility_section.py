@@ -20,7 +20,7 @@ class TargetCompatibility(PlanSection):
         """One line per finding."""
         return target_compatibility.summary_lines(plan.definitions_compatibility)
 
-    def approval_lines(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_lines(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """Every finding, sorted; a refused one refuses the run, and the approval says so first."""
         findings = plan.definitions_compatibility or []
         if not findings:
@@ -32,7 +32,7 @@ class TargetCompatibility(PlanSection):
         return lines + [f"- {md_code(f['kind'] + ' ' + f['vhost'] + '/' + f['name'])} **{printable(f['outcome'])}**: "
                         f"{md_code(f['detail'])}" for f in sorted(findings, key=lambda f: (f["kind"], f["vhost"], f["name"]))]
 
-    def refusal(self, plan: RestorePlan, settings: RestoreRequest) -> str | None:
+    def refusal(self, plan: RestorePlan, request: RestoreRequest) -> str | None:
         """Why the import cannot run as planned (definitions the target rejects)."""
         return target_compatibility.refusal(plan.definitions_compatibility)
 

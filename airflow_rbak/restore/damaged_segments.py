@@ -19,14 +19,14 @@ class DamagedSegments(PlanSection):
         return [f"  SKIPPED damaged segment {s.key} ({s.record_count} records): {'; '.join(s.reasons)}"
                 for s in plan.skipped_segments]
 
-    def approval_summary(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_summary(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """How many segments and records are skipped: a warning the approver must see."""
         if not plan.skipped_segments:
             return []
         return [f"- **{len(plan.skipped_segments)} damaged segments are skipped** "
                 f"({sum(s.record_count for s in plan.skipped_segments)} records)"]
 
-    def approval_lines(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_lines(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """Every skipped segment, sorted by key."""
         if not plan.skipped_segments:
             return []

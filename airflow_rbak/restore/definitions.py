@@ -137,7 +137,7 @@ def _bad(key: str, where: str, what: str) -> None:
 
 
 def select_definitions(
-    doc: dict[str, Any], selection: DefinitionsSelection, settings: RestoreRequest, key: str = "export"
+    doc: dict[str, Any], selection: DefinitionsSelection, request: RestoreRequest, key: str = "export"
 ) -> dict[str, dict[str, Any]]:
     """Per target vhost, the queues, exchanges, bindings and policies to import, renamed by the maps; an entry of
     the wrong shape is a DefinitionsImportError naming it (:func:`check_entries`)."""
@@ -148,9 +148,9 @@ def select_definitions(
     for vhost in vhosts:
         if not matches(str(vhost), selection.vhosts):
             continue
-        part = _select_vhost(doc, vhost, selection, settings)
+        part = _select_vhost(doc, vhost, selection, request)
         if any(part.values()):
-            target = settings.target_vhost(vhost)
+            target = request.target_vhost(vhost)
             out.setdefault(target, {"queues": [], "exchanges": [], "bindings": [], "policies": []})
             for name, items in part.items():
                 out[target][name] += items
@@ -161,7 +161,7 @@ def _in(vhost: str, items: Any) -> list[dict[str, Any]]:
     return [i for i in (items or []) if isinstance(i, dict) and i.get("vhost") == vhost]
 
 
-def _select_vhost(doc: dict[str, Any], vhost: str, selection: DefinitionsSelection, settings: RestoreRequest) -> dict[str, list]:
+def _select_vhost(doc: dict[str, Any], vhost: str, selection: DefinitionsSelection, request: RestoreRequest) -> dict[str, list]:
     queues = [q for q in _in(vhost, doc.get("queues")) if matches(q.get("name", ""), selection.queues)]
     queue_names = {q["name"] for q in queues}
     bindings = _in(vhost, doc.get("bindings"))
@@ -180,18 +180,18 @@ def _select_vhost(doc: dict[str, Any], vhost: str, selection: DefinitionsSelecti
         (b.get("destination_type") == "queue" and b.get("destination") in queue_names)
         or (b.get("destination_type") == "exchange" and b.get("destination") in exchanges))]
     return {
-        "queues": [_strip({**q, "name": settings.target_queue(q["name"])}) for q in queues],
+        "queues": [_strip({**q, "name": request.target_queue(q["name"])}) for q in queues],
         "exchanges": [
             _strip(e) for e in _in(vhost, doc.get("exchanges")) if e["name"] in exchanges and not e["name"].startswith("amq.")
         ],
-        "bindings": [_strip(_rename_binding(b, settings)) for b in keep_bindings],
+        "bindings": [_strip(_rename_binding(b, request)) for b in keep_bindings],
         "policies": [_strip(p) for p in _in(vhost, doc.get("policies"))] if routed else [],
     }
 
 
-def _rename_binding(binding: dict[str, Any], settings: RestoreRequest) -> dict[str, Any]:
+def _rename_binding(binding: dict[str, Any], request: RestoreRequest) -> dict[str, Any]:
     if binding.get("destination_type") == "queue":
-        return {**binding, "destination": settings.target_queue(binding["destination"])}
+        return {**binding, "destination": request.target_queue(binding["destination"])}
     return binding
 
 
@@ -277,22 +277,22 @@ class ImportSelection:
     not_imported: list[dict[str, str]]
 
 
-def import_selection(saved: dict[str, Any], selection: DefinitionsSelection | None, settings: RestoreRequest,
+def import_selection(saved: dict[str, Any], selection: DefinitionsSelection | None, request: RestoreRequest,
                      version: str, key: str = "export") -> ImportSelection:
     """What a restore imports from an export into a target of ``version``: the selection renamed by the maps,
     transformed (if the settings name transformations) and adapted to the version. Pure, so that what the plan
     imports can be compared with what other tools make of the same export (tests/restore/test_rabbitmqadmin_ng.py)."""
-    selected = select_definitions(saved, selection, settings, key) if selection is not None else {}
-    left_out = not_imported(saved, selection, selected, settings) if selection is not None else []
+    selected = select_definitions(saved, selection, request, key) if selection is not None else {}
+    left_out = not_imported(saved, selection, selected, request) if selection is not None else []
     summary = transformed = None
-    if settings.transformations:
-        selected, summary, transformed = migration.transform_selection(selected, settings, version)
+    if request.transformations:
+        selected, summary, transformed = migration.transform_selection(selected, request, version)
     selected, compatibility = target_compatibility.adapt(selected, target_version(version))
     return ImportSelection(selected, summary, transformed, compatibility, left_out)
 
 
 def not_imported(saved: dict[str, Any], selection: DefinitionsSelection, selected: dict[str, dict[str, Any]],
-                 settings: RestoreRequest) -> list[dict[str, str]]:
+                 request: RestoreRequest) -> list[dict[str, str]]:
     """The runtime parameters (operator policies, shovels, federation upstreams, ...) of the vhosts whose definitions
     are imported, by component and name, under the target vhost's name: a restore never imports them, and an
     operator policy (a ``max-length``, a ``delivery-limit``) changes what the queues do, so the plan names each one
@@ -301,7 +301,7 @@ def not_imported(saved: dict[str, Any], selection: DefinitionsSelection, selecte
     for p in saved.get("parameters") or []:
         if not isinstance(p, dict) or not all(isinstance(p.get(k), str) for k in ("vhost", "component", "name")):
             continue
-        target = settings.target_vhost(p["vhost"])
+        target = request.target_vhost(p["vhost"])
         if matches(p["vhost"], selection.vhosts) and target in selected:
             found.append({"kind": printable(p["component"])[:64], "vhost": printable(target)[:255],
                           "name": printable(p["name"])[:255]})
@@ -311,7 +311,7 @@ def not_imported(saved: dict[str, Any], selection: DefinitionsSelection, selecte
     return found
 
 
-def plan_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest, backup_id: str,
+def plan_definitions(client: ManagementClient, storage: Storage, request: RestoreRequest, backup_id: str,
                      definitions_key: str | None, backup_vhosts: tuple[str, ...] | None = None,
                      queue_vhosts: tuple[str, ...] = ()) -> DefinitionsProposal:
     """The selected definitions per target vhost, transformed for the target, what importing them would change,
@@ -321,19 +321,19 @@ def plan_definitions(client: ManagementClient, storage: Storage, settings: Resto
     source vhosts of the queues the restore selects; see :meth:`RestoreRequest.definitions_of`."""
     key = _saved_definitions(backup_id, definitions_key)
     raw, saved = read_export(storage, key)
-    selection = settings.definitions_of(backup_vhosts, queue_vhosts)
+    selection = request.definitions_of(backup_vhosts, queue_vhosts)
     try:
         version = client.version()
     except BrokerError as exc:
         raise DefinitionsImportError(f"cannot read the target's RabbitMQ version ({exc}); nothing was imported") from None
-    chosen = import_selection(saved, selection, settings, version, key)
+    chosen = import_selection(saved, selection, request, version, key)
     current = current_definitions(client)
-    changes = compare(chosen.selected, current, settings.definitions_mode)
+    changes = compare(chosen.selected, current, request.definitions_mode)
     return DefinitionsProposal(chosen.selected, changes, pin_definitions(key, raw, changes.to_apply()), current,
                                chosen.migration, chosen.transformed, chosen.compatibility, chosen.not_imported)
 
 
-def restore_definitions(client: ManagementClient, storage: Storage, settings: RestoreRequest,
+def restore_definitions(client: ManagementClient, storage: Storage, request: RestoreRequest,
                         plan: RestorePlan, seal: StateSeal | None = None, run_ref: str | None = None) -> DefinitionsResult:
     """Recompute the import and check it against the plan's pin; unless dry run, then save the rollback snapshot and
     the import record (sealed with ``seal``, default :func:`~airflow_rbak.storage.sealed.default_seal`), and import.
@@ -342,18 +342,18 @@ def restore_definitions(client: ManagementClient, storage: Storage, settings: Re
     (:mod:`.import_record`; None: a new ``cli:`` reference)."""
     seal = seal or default_seal()  # resolved first: a key that cannot be had stops the run before anything is written
     cluster, cluster_name = _target_cluster(client, plan)
-    proposal = plan_definitions(client, storage, settings, plan.backup_id, plan.definitions_key, plan.backup_vhosts,
+    proposal = plan_definitions(client, storage, request, plan.backup_id, plan.definitions_key, plan.backup_vhosts,
                                 plan.queue_vhosts)
     selected, changes = proposal.selected, proposal.changes
     pinned = DefinitionsPin.from_json(plan.definitions_pin) if plan.definitions_pin else None
     check_definitions(pinned, proposal.pin, proposal.current)
     key = proposal.pin.key
-    result = DefinitionsResult(dry_run=settings.dry_run, vhosts=counts(selected), changes=changes.to_json())
+    result = DefinitionsResult(dry_run=request.dry_run, vhosts=counts(selected), changes=changes.to_json())
     if proposal.transformed is not None:
         result.transformed_key = migration.save_transformed(storage, plan.backup_id, proposal.transformed,
                                                             rollback_timestamp())
         log.info("transformed definitions stored at %s (importable by hand)", result.transformed_key)
-    if settings.dry_run:
+    if request.dry_run:
         return result
     result.rollback_key, pin = save_rollback(client, storage, plan.backup_id, key)
     log.info("saved the target's definitions to %s before import", result.rollback_key)

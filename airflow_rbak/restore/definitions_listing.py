@@ -51,9 +51,9 @@ class DefinitionsListing(PlanSection):
                          "unless this restore names vhosts or a definitions selection, only their definitions")
         return lines
 
-    def approval_summary(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_summary(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """Counts by kind, and the policies and bindings that reach beyond what the restore brings."""
-        if not settings.restore_definitions:
+        if not request.restore_definitions:
             return []
         entries, changes = plan.definitions_import or [], plan.definitions_changes or {}
         by_kind = {kind: [e for e in entries if e["kind"] == kind] for kind in SECTIONS}
@@ -69,9 +69,9 @@ class DefinitionsListing(PlanSection):
         lines.append(f"- {len(_kept(changes))} objects differ from the backup's and are kept as the target has them")
         return lines
 
-    def approval_lines(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_lines(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """Every object the import creates or replaces, by kind, with what acts beyond it; then what it keeps."""
-        if not settings.restore_definitions:
+        if not request.restore_definitions:
             return []
         entries, changes = plan.definitions_import or [], plan.definitions_changes or {}
         lines: list[str] = []

@@ -15,7 +15,7 @@ class DeliveryOrder(PlanSection):
 
     name = "delivery order"
 
-    def with_target(self, plan: RestorePlan, settings: RestoreRequest) -> RestorePlan:
+    def with_target(self, plan: RestorePlan, request: RestoreRequest) -> RestorePlan:
         """The warnings follow from the backup's and the target's versions, so they are set once both are known."""
         return delivery_order.with_warnings(plan)
 
@@ -23,7 +23,7 @@ class DeliveryOrder(PlanSection):
         """The queue's warning, if any."""
         return [f"    WARNING: {queue.delivery_order_warning}"] if queue.delivery_order_warning else []
 
-    def approval_lines(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_lines(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """Every warned queue with its warning."""
         warned = [q for q in plan.queues if q.delivery_order_warning]
         if not warned:

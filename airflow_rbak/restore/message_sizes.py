@@ -26,7 +26,7 @@ LARGE_MESSAGE_BYTES = 1024 * 1024
 LargeMessage = tuple[str, int, int]
 
 
-def large_messages(data: bytes, meta: SegmentMetadata, settings: RestoreRequest,
+def large_messages(data: bytes, meta: SegmentMetadata, request: RestoreRequest,
                    frames: FrameLengths | None = None) -> list[LargeMessage]:
     """The records of a verified segment inside the window whose body is larger than :data:`LARGE_MESSAGE_BYTES`;
     ``frames``: what the segment's verification noted of its record frames, if it read them all."""
@@ -34,12 +34,12 @@ def large_messages(data: bytes, meta: SegmentMetadata, settings: RestoreRequest,
         return []
     if frames is not None and frames.finished and frames.longest <= LARGE_MESSAGE_BYTES:
         return []
-    header, payload = decode_payload(data, meta.key, settings.max_decompressed_bytes, expected_size=meta.uncompressed_bytes)
+    header, payload = decode_payload(data, meta.key, request.max_decompressed_bytes, expected_size=meta.uncompressed_bytes)
     found = []
     for index, frame in enumerate(iter_payload(payload, header.record_count, meta.key)):
         if len(frame) <= LARGE_MESSAGE_BYTES:
             continue
         record = decode_record(frame)
-        if len(record.body) > LARGE_MESSAGE_BYTES and settings.in_window(record.backed_up_at):
+        if len(record.body) > LARGE_MESSAGE_BYTES and request.in_window(record.backed_up_at):
             found.append((meta.key, index, len(record.body)))
     return found

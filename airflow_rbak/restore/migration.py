@@ -60,25 +60,25 @@ def from_document(doc: dict[str, Any], vhosts: list[str]) -> dict[str, dict[str,
     return out
 
 
-def options(settings: RestoreRequest, version: str) -> TransformOptions:
+def options(request: RestoreRequest, version: str) -> TransformOptions:
     """The transformations' options from the settings and the target's version text."""
-    rules = settings.queue_types or (("*", "quorum"),)
-    return TransformOptions(target_version(version), tuple(rules), settings.accept_losses)
+    rules = request.queue_types or (("*", "quorum"),)
+    return TransformOptions(target_version(version), tuple(rules), request.accept_losses)
 
 
-def transform_selection(selected: dict[str, dict[str, list[dict[str, Any]]]], settings: RestoreRequest,
+def transform_selection(selected: dict[str, dict[str, list[dict[str, Any]]]], request: RestoreRequest,
                         version: str) -> tuple[dict[str, dict[str, list[dict[str, Any]]]], dict[str, Any], dict[str, Any]]:
     """The selection transformed, the :class:`Migration` summary for the plan, and the transformed document."""
-    opts = options(settings, version)
+    opts = options(request, version)
     before = as_document(selected)
-    result = transform(before, settings.transformations, opts)
+    result = transform(before, request.transformations, opts)
     lines = diff(before, result.document)
     converted = [[q["vhost"], q["name"]] for q in result.document["queues"]
                  if queue_type(q) == "quorum" and any(c.kind == "queue" and c.action == CHANGED and c.vhost == q["vhost"]
                                                       and c.name == q["name"] and c.transformation == "convert_to_quorum"
                                                       for c in result.changes)]
     summary = {
-        "transformations": list(settings.transformations), "target_version": version_text(opts.target_version),
+        "transformations": list(request.transformations), "target_version": version_text(opts.target_version),
         "changes": [c.to_json() for c in result.changes], "converted": converted,
         "refused": [{"vhost": c.vhost, "queue": c.name, "reason": c.detail} for c in result.changes
                     if c.action == REFUSED],
@@ -141,7 +141,7 @@ class Transformations(PlanSection):
     name = "transformations"
     placement = Placement(log=70, summary=30, report=10)
 
-    def with_definitions(self, plan: RestorePlan, settings: RestoreRequest) -> RestorePlan:
+    def with_definitions(self, plan: RestorePlan, request: RestoreRequest) -> RestorePlan:
         """Converted queues get their target type and refused queues leave the plan, before the target is inspected."""
         return apply_to_plan(plan)
 
@@ -149,14 +149,14 @@ class Transformations(PlanSection):
         """Each change, then the diff against the backup's definitions."""
         return summary_lines(plan.migration)
 
-    def approval_summary(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_summary(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """How many changes, how many queues refused."""
         if not plan.migration:
             return []
         return [f"- transformations: {len(plan.migration['changes'])} changes, "
                 f"{len(plan.migration['refused'])} queues refused"]
 
-    def approval_lines(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_lines(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """Every change, the queues refused, and the diff against the backup's definitions."""
         m = plan.migration
         if not m:

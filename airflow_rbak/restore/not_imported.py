@@ -22,7 +22,7 @@ class NotImported(PlanSection):
         return ["  not imported (a restore imports no runtime parameters; set them on the target yourself): "
                 + ", ".join(f"{p['kind']} {p['vhost']}/{p['name']}" for p in plan.definitions_not_imported)]
 
-    def approval_lines(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_lines(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """Every parameter left out, and why."""
         left = plan.definitions_not_imported or []
         if not left:

@@ -69,45 +69,45 @@ def resolve_manifest(storage: Storage, backup_id: str) -> BackupManifest:
     return manifest
 
 
-def plan_restore(storage: Storage, settings: RestoreRequest) -> RestorePlan:
+def plan_restore(storage: Storage, request: RestoreRequest) -> RestorePlan:
     """Read the manifest, verify the segments the window needs, count what will be published."""
-    manifest = resolve_manifest(storage, settings.backup_id)
+    manifest = resolve_manifest(storage, request.backup_id)
     foreign = foreign_objects(manifest)
     if foreign:
         raise BackupNotRestorableError(
             f"the manifest of backup {manifest.backup_id!r} names objects that are not its own "
             f"({'; '.join(f'{k}: {r}' for k, r in foreign[:5])}); nothing was read from them. "
             "Run `rbak validate --deep`, then restore from another backup or `rbak manifest rebuild --replace`")
-    selected, chosen = chosen_queues(settings, [q for q in manifest.queues if settings.selects(q.vhost, q.name)])
-    _check_targets_unique(selected, settings)
-    outcomes = [_plan_queue(storage, entry, settings, chosen.get((entry.vhost, entry.name))) for entry in selected]
+    selected, chosen = chosen_queues(request, [q for q in manifest.queues if request.selects(q.vhost, q.name)])
+    _check_targets_unique(selected, request)
+    outcomes = [_plan_queue(storage, entry, request, chosen.get((entry.vhost, entry.name))) for entry in selected]
     # a selective restore touches only the queues it selects
-    queues = [o.plan for o in outcomes if o.plan is not None and (o.plan.records_in_window or not settings.selective)]
+    queues = [o.plan for o in outcomes if o.plan is not None and (o.plan.records_in_window or not request.selective)]
     check_total([q.selected for q in queues])
     defects = {k: v for o in outcomes for k, v in o.defects.items()}
-    if defects and not settings.skip_damaged_segments:
+    if defects and not request.skip_damaged_segments:
         names = "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(defects.items()))
         raise DamagedSegmentsError(
             f"backup {manifest.backup_id!r}: {len(defects)} segments failed verification ({names}); "
             "restore from another backup, or set skip_damaged_segments to restore the rest", defects)
     return RestorePlan(
-        backup_id=manifest.backup_id, storage_url=storage.url, window_start=settings.time_window_start,
-        window_end=settings.time_window_end, queues=tuple(queues),
+        backup_id=manifest.backup_id, storage_url=storage.url, window_start=request.time_window_start,
+        window_end=request.time_window_end, queues=tuple(queues),
         skipped_segments=tuple(s for o in outcomes for s in o.skipped),
         definitions_key=manifest.definitions.key if manifest.definitions else None,
         segments_verified=sum(o.verified for o in outcomes), segments_outside_window=sum(o.outside for o in outcomes),
         source_cluster=manifest.source_cluster, source_rabbitmq_version=manifest.rabbitmq_version,
         drawn_from=tuple(dict.fromkeys(owner for q in queues for owner in q.drawn_from)),
         backup_vhosts=manifest.selected_vhosts(), queue_vhosts=tuple(sorted({q.vhost for q in selected})),
-        selection=settings.selection_label(),
+        selection=request.selection_label(),
         refused_queues=tuple(o.refusal for o in outcomes if o.refusal is not None),
     )
 
 
-def _check_targets_unique(selected: list[QueueBackup], settings: RestoreRequest) -> None:
+def _check_targets_unique(selected: list[QueueBackup], request: RestoreRequest) -> None:
     seen: dict[tuple[str, str], str] = {}
     for q in selected:
-        target = (settings.target_vhost(q.vhost), settings.target_queue(q.name))
+        target = (request.target_vhost(q.vhost), request.target_queue(q.name))
         if target in seen:
             raise BackupNotRestorableError(
                 f"queues {seen[target]} and {q.vhost}/{q.name} would both restore into {target[0]}/{target[1]}; "
@@ -115,16 +115,16 @@ def _check_targets_unique(selected: list[QueueBackup], settings: RestoreRequest)
         seen[target] = f"{q.vhost}/{q.name}"
 
 
-def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreRequest,
+def _plan_queue(storage: Storage, entry: QueueBackup, request: RestoreRequest,
                 chosen: tuple[int, ...] | None) -> QueueOutcome:
     """One queue's plan (or its refusal), with the segments it skipped as damaged, their defects, and how many
     segments it verified and left out."""
     segments, skipped, defects = [], [], {}
-    scan = QueueScan.start(entry, settings, chosen)
+    scan = QueueScan.start(entry, request, chosen)
     ordinal = verified = outside = 0
     for meta in entry.stored_order():
         first_ordinal, ordinal = ordinal, ordinal + meta.record_count
-        check, in_window = verify_and_count(storage, entry, meta, settings, scan.exchanges, scan.large,
+        check, in_window = verify_and_count(storage, entry, meta, request, scan.exchanges, scan.large,
                                             scan.visit(first_ordinal), scan.published)
         verified += 1
         if not check.ok:
@@ -133,22 +133,22 @@ def _plan_queue(storage: Storage, entry: QueueBackup, settings: RestoreRequest,
                 SkippedSegment(entry.vhost, entry.name, meta.key, meta.sequence, meta.record_count, tuple(check.defects))
             )
             continue
-        if not in_window and (settings.has_window or scan.narrows):
+        if not in_window and (request.has_window or scan.narrows):
             outside += 1
             continue
         segments.append(SegmentPlan(meta.key, meta.sequence, meta.record_count, first_ordinal, in_window, meta.checksum,
                                     meta.first_timestamp, meta.last_timestamp))
-    scan.check_damaged(settings, ordinal, set(defects))
+    scan.check_damaged(request, ordinal, set(defects))
     refusal = scan.refusal()
-    plan = None if refusal is not None else _queue_plan(entry, settings, segments, scan)
+    plan = None if refusal is not None else _queue_plan(entry, request, segments, scan)
     return QueueOutcome(plan, refusal, tuple(skipped), defects, verified, outside)
 
 
-def _queue_plan(entry: QueueBackup, settings: RestoreRequest, segments: list[SegmentPlan], scan: QueueScan) -> QueuePlan:
+def _queue_plan(entry: QueueBackup, request: RestoreRequest, segments: list[SegmentPlan], scan: QueueScan) -> QueuePlan:
     offsets = entry.extensions.get("consumer_offsets") or {}
     return QueuePlan(
-        source_vhost=entry.vhost, source_queue=entry.name, target_vhost=settings.target_vhost(entry.vhost),
-        target_queue=settings.target_queue(entry.name), queue_type=entry.queue_type, records_total=entry.message_count,
+        source_vhost=entry.vhost, source_queue=entry.name, target_vhost=request.target_vhost(entry.vhost),
+        target_queue=request.target_queue(entry.name), queue_type=entry.queue_type, records_total=entry.message_count,
         records_in_window=sum(s.in_window for s in segments), segments=tuple(segments),
         consumer_offsets={str(k): int(v) for k, v in offsets.items()} if isinstance(offsets, dict) else {},
         drawn_from=tuple(dict.fromkeys(segment_owner(s.key) for s in segments if s.in_window)),
@@ -156,7 +156,7 @@ def _queue_plan(entry: QueueBackup, settings: RestoreRequest, segments: list[Seg
     )
 
 
-def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata, settings: RestoreRequest,
+def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata, request: RestoreRequest,
                    frames: FrameLengths | None = None) -> tuple[SegmentCheck, bytes | None]:
     check = SegmentCheck(meta.key, entry.vhost, entry.name, meta.sequence)
     try:
@@ -167,12 +167,12 @@ def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata, 
     except StorageError as exc:
         check.defects.append(f"cannot be read: {exc}")
         return check, None
-    check_segment_bytes(data, entry.vhost, entry.name, meta, check, settings.max_decompressed_bytes, frames)
+    check_segment_bytes(data, entry.vhost, entry.name, meta, check, request.max_decompressed_bytes, frames)
     return check, data
 
 
 def verify_and_count(
-    storage: Storage, entry: QueueBackup, meta: SegmentMetadata, settings: RestoreRequest, exchanges: set[str],
+    storage: Storage, entry: QueueBackup, meta: SegmentMetadata, request: RestoreRequest, exchanges: set[str],
     large: list[LargeMessage] | None = None, visit: selection.Visit | None = None,
     routes: exchange_routes.RouteCounts | None = None,
 ) -> tuple[SegmentCheck, int]:
@@ -185,24 +185,24 @@ def verify_and_count(
     and skipping an intact segment would lose its records. Bytes of the right size that fail are damaged: read once.
     """
     frames = FrameLengths()  # the check's one pass notes the longest record, so the listing rarely reads it again
-    check, data = _fetch_checked(storage, entry, meta, settings, frames)
+    check, data = _fetch_checked(storage, entry, meta, request, frames)
     for _ in range(READ_ATTEMPTS - 1):
         if check.ok or not check.read or (data is not None and len(data) == meta.size_bytes):
             break
         frames = FrameLengths()
-        check, data = _fetch_checked(storage, entry, meta, settings, frames)
+        check, data = _fetch_checked(storage, entry, meta, request, frames)
     if not check.ok or data is None:
         return check, 0
     if large is not None:
-        large += large_messages(data, meta, settings, frames)
+        large += large_messages(data, meta, request, frames)
     reads = visit is not None and visit.reads_records
-    if not settings.has_window and settings.publish_mode == "queue" and not reads:
+    if not request.has_window and request.publish_mode == "queue" and not reads:
         return check, meta.record_count
     if visit is not None and not visit.wants_segment(meta.record_count):
         return check, 0
     count = 0
-    for index, record in enumerate(iter_records(data, meta.key, settings.max_decompressed_bytes)):
-        if settings.in_window(record.backed_up_at) and (visit is None or visit.take(index, record)):
+    for index, record in enumerate(iter_records(data, meta.key, request.max_decompressed_bytes)):
+        if request.in_window(record.backed_up_at) and (visit is None or visit.take(index, record)):
             count += 1
             exchanges.add(record.exchange)
             if routes is not None:

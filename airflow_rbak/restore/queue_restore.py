@@ -64,7 +64,7 @@ class QueueResult:
         return asdict(self)
 
 
-def restore_queue(connection: RabbitMQConnection, storage: Storage, settings: RestoreRequest, plan: RestorePlan,
+def restore_queue(connection: RabbitMQConnection, storage: Storage, request: RestoreRequest, plan: RestorePlan,
                   queue: QueuePlan, checkpoints: RestoreCheckpointStore) -> QueueResult:
     """Publish the queue's records in the window, resuming after its checkpoint; dry run publishes nothing.
 
@@ -73,18 +73,18 @@ def restore_queue(connection: RabbitMQConnection, storage: Storage, settings: Re
     RestoreClaimedError; a target holding messages its checkpoint cannot account for, UnexpectedMessagesError."""
     started = time.monotonic()
     result = QueueResult(queue.source_vhost, queue.source_queue, queue.target_vhost, queue.target_queue, queue.records_in_window)
-    if settings.dry_run:
+    if request.dry_run:
         result.dry_run, result.published = True, queue.to_add
         return result
-    blank = queue_checkpoint(plan, queue, settings)
+    blank = queue_checkpoint(plan, queue, request)
     with checkpoints.claim(blank):
         cp = checkpoints.load(blank)
         check_resume(queue, cp)  # the approved resume point, or later progress of the same restore; never a skip
         result.resumed_from = cp.next_ordinal
         if not cp.completed:
             if not cp.started:
-                _check_fresh_start(connection, settings, plan, queue, checkpoints)
-            cp = _publish(connection, storage, settings, queue, checkpoints, cp, result)
+                _check_fresh_start(connection, request, plan, queue, checkpoints)
+            cp = _publish(connection, storage, request, queue, checkpoints, cp, result)
     result.published_total = cp.published
     result.completed = cp.completed
     result.unroutable = [asdict(u) for u in checkpoints.unroutable(cp)]
@@ -92,17 +92,17 @@ def restore_queue(connection: RabbitMQConnection, storage: Storage, settings: Re
     return result
 
 
-def _check_fresh_start(connection: RabbitMQConnection, settings: RestoreRequest, plan: RestorePlan, queue: QueuePlan,
+def _check_fresh_start(connection: RabbitMQConnection, request: RestoreRequest, plan: RestorePlan, queue: QueuePlan,
                        checkpoints: RestoreCheckpointStore) -> None:
     """Refuse a fresh start into a target that gained messages since the plan (:mod:`.fresh_start`)."""
     def has_begun(other: QueuePlan) -> bool:
-        return other.resumes or checkpoints.load(queue_checkpoint(plan, other, settings)).started
+        return other.resumes or checkpoints.load(queue_checkpoint(plan, other, request)).started
 
     with ManagementClient(connection) as client:
-        check_fresh_start(client, connection, plan, queue, settings.publish_mode, has_begun)
+        check_fresh_start(client, connection, plan, queue, request.publish_mode, has_begun)
 
 
-def _publish(connection: RabbitMQConnection, storage: Storage, settings: RestoreRequest, queue: QueuePlan,
+def _publish(connection: RabbitMQConnection, storage: Storage, request: RestoreRequest, queue: QueuePlan,
              checkpoints: RestoreCheckpointStore, cp: QueueCheckpoint, result: QueueResult) -> QueueCheckpoint:
     prefix, name = publisher_names(cp)
     records: ReadAhead[Positioned] | None = None
@@ -112,20 +112,20 @@ def _publish(connection: RabbitMQConnection, storage: Storage, settings: Restore
         raise PublishError(f"cannot connect to vhost {queue.target_vhost!r} on {connection.addresses} "
                            f"({type(exc).__name__}); check the connection and that the vhost exists") from None
     try:
-        if _exact(settings, queue):
+        if _exact(request, queue):
             result.created_queue = target.ensure_queue(conn, queue)
         else:
             target.check_exchanges(conn, queue)
-        records = ReadAhead(iter_window_records(storage, queue, settings, cp.next_ordinal))
+        records = ReadAhead(iter_window_records(storage, queue, request, cp.next_ordinal))
         if cp.depth_base is not None:  # a re-run: nothing an earlier attempt sent may arrive once it has measured
             closed = close_earlier_attempts(connection, prefix, name)
             result.closed_earlier_connections = len(closed)
             if closed:
                 log.warning("closed %d connection(s) of an earlier attempt of this restore still open on the broker "
                             "before measuring %s/%s", len(closed), queue.target_vhost, queue.target_queue)
-        cp = _resume(conn, connection, queue, checkpoints, cp, records, result, settings)
-        measure = (lambda: _depth_after_stop(connection, queue, prefix)) if _exact(settings, queue) else None
-        return _send(conn, connection, settings, queue, checkpoints, cp, records, result, measure)
+        cp = _resume(conn, connection, queue, checkpoints, cp, records, result, request)
+        measure = (lambda: _depth_after_stop(connection, queue, prefix)) if _exact(request, queue) else None
+        return _send(conn, connection, request, queue, checkpoints, cp, records, result, measure)
     except pika.exceptions.AMQPError as exc:
         raise PublishError(f"restore of {queue.task_id} into {queue.target_vhost}/{queue.target_queue} stopped "
                            f"({type(exc).__name__}: {exc}); re-run to resume after the checkpoint") from None
@@ -139,20 +139,20 @@ def _publish(connection: RabbitMQConnection, storage: Storage, settings: Restore
 
 
 def _resume(conn: pika.BlockingConnection, connection: RabbitMQConnection, queue: QueuePlan, checkpoints: RestoreCheckpointStore,
-            cp: QueueCheckpoint, records: Any, result: QueueResult, settings: RestoreRequest) -> QueueCheckpoint:
+            cp: QueueCheckpoint, records: Any, result: QueueResult, request: RestoreRequest) -> QueueCheckpoint:
     """Measure the target; on a re-run, skip the records a crashed run already got into it, as far as its sent bound
     explains them (and, on a stream, as the messages there show)."""
     if cp.depth_base is None:
         return cp  # a fresh start (depth_base is set in _send), or exchange mode (no exact resume there)
     depth = target.queue_depth(conn, connection, queue, settle=_SETTLE_SECONDS)
     extra = depth - cp.depth_base
-    allowance = sent_allowance(cp, settings.max_in_flight)
+    allowance = sent_allowance(cp, request.max_in_flight)
     skip: list[Positioned] = list(itertools.islice(records, min(extra, allowance))) if extra > 0 else []
     updated = reconcile(cp, depth, skip, allowance)
     result.already_delivered = updated.published - cp.published
     if queue.queue_type == "stream" and result.already_delivered:
         stream_resume.check_gap(connection, queue.target_vhost, queue.target_queue, cp.depth_base, skip)
-        if settings.restore_consumer_offsets:  # their new offsets, for the mapping
+        if request.restore_consumer_offsets:  # their new offsets, for the mapping
             checkpoints.add_stream_offsets(cp, [(s.record.delivery_tag, cp.depth_base + j) for j, s in enumerate(skip)])
     if updated != cp:
         checkpoints.save(updated)
@@ -170,10 +170,10 @@ def _depth_after_stop(connection: RabbitMQConnection, queue: QueuePlan, prefix: 
         return target.queue_depth(conn, connection, queue, settle=_SETTLE_SECONDS)
 
 
-def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, settings: RestoreRequest, queue: QueuePlan,
+def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, request: RestoreRequest, queue: QueuePlan,
           checkpoints: RestoreCheckpointStore, cp: QueueCheckpoint, records: Any, result: QueueResult,
           measure: Callable[[], int | None] | None = None) -> QueueCheckpoint:
-    exact = _exact(settings, queue)
+    exact = _exact(request, queue)
     if exact and cp.depth_base is None:
         cp = replace(cp, depth_base=target.queue_depth(conn, connection, queue))
         checkpoints.save(cp)
@@ -181,12 +181,12 @@ def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, setting
         checkpoints.save(cp)
     stream = queue.queue_type == "stream" and exact
     next_offset = cp.depth_base if stream else None
-    pipeline = ConfirmPipeline(conn, checkpoints, cp, settings.max_in_flight, settings.max_publish_rate,
-                               track_offsets=stream and settings.restore_consumer_offsets)
+    pipeline = ConfirmPipeline(conn, checkpoints, cp, request.max_in_flight, request.max_publish_rate,
+                               track_offsets=stream and request.restore_consumer_offsets)
     try:
         for item in records:
-            exchange, routing_key = _route(settings, queue, item)
-            pipeline.publish(item, exchange, routing_key, _properties(item, settings, connection), next_offset)
+            exchange, routing_key = _route(request, queue, item)
+            pipeline.publish(item, exchange, routing_key, _properties(item, request, connection), next_offset)
             if next_offset is not None:
                 next_offset += 1
         pipeline.drain()
@@ -203,27 +203,27 @@ def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, setting
         pipeline.close()
 
 
-def _exact(settings: RestoreRequest, queue: QueuePlan) -> bool:
+def _exact(request: RestoreRequest, queue: QueuePlan) -> bool:
     """True when every record goes into the target queue itself, so its depth makes a resume exact (``queue`` mode,
     not a dead-letter replay, which publishes where the records died)."""
-    return settings.publish_mode == "queue" and not queue.replay
+    return request.publish_mode == "queue" and not queue.replay
 
 
-def _route(settings: RestoreRequest, queue: QueuePlan, item: Positioned) -> tuple[str, str]:
+def _route(request: RestoreRequest, queue: QueuePlan, item: Positioned) -> tuple[str, str]:
     """A replayed record goes where it died; ``queue`` mode and default-exchange records straight to the target
     queue; others keep their route."""
     if item.route is not None:
         return item.route
     record = item.record
-    if settings.publish_mode == "queue" or record.exchange == "":
+    if request.publish_mode == "queue" or record.exchange == "":
         return "", queue.target_queue
     return record.exchange, record.routing_key
 
 
-def _properties(item: Positioned, settings: RestoreRequest, connection: RabbitMQConnection) -> pika.BasicProperties:
+def _properties(item: Positioned, request: RestoreRequest, connection: RabbitMQConnection) -> pika.BasicProperties:
     props = item.record.properties
     if props.user_id is not None and props.user_id != connection.username:
-        if not settings.strip_user_id:
+        if not request.strip_user_id:
             raise PublishError(
                 f"record {item.index} of {item.segment_key} has user_id {props.user_id!r}, which RabbitMQ refuses from "
                 f"user {connection.username!r}; restore as that user, or set strip_user_id to publish without it")

@@ -22,12 +22,12 @@ from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.restore.restore_plan import QueueRefusal, SegmentPlan
 
 
-def chosen_queues(settings: RestoreRequest, entries: Sequence[QueueBackup]
+def chosen_queues(request: RestoreRequest, entries: Sequence[QueueBackup]
                   ) -> tuple[list[QueueBackup], dict[tuple[str, str], tuple[int, ...]]]:
     """The queues a restore reads and the positions chosen in each: chosen positions restore only the queues they
     name (a queue they name that the backup lacks is refused by :func:`.selection.chosen_for`)."""
-    chosen = selection.chosen_for(settings.positions, [(q.vhost, q.name) for q in entries])
-    if settings.positions:
+    chosen = selection.chosen_for(request.positions, [(q.vhost, q.name) for q in entries])
+    if request.positions:
         entries = [q for q in entries if (q.vhost, q.name) in chosen]
     return list(entries), chosen
 
@@ -50,14 +50,14 @@ class QueueScan:
     large: list[LargeMessage] = field(default_factory=list)
 
     @classmethod
-    def start(cls, entry: QueueBackup, settings: RestoreRequest, chosen: tuple[int, ...] | None) -> QueueScan:
+    def start(cls, entry: QueueBackup, request: RestoreRequest, chosen: tuple[int, ...] | None) -> QueueScan:
         """The collectors the request asks for; chosen positions past the queue's end are refused before any read."""
         if chosen is not None:
             selection.check_in_range(_label(entry), chosen, sum(m.record_count for m in entry.stored_order()), ())
-        scan = selection.SelectionScan(settings.select, chosen) if settings.selective else None
-        deaths = DeathRoutes() if settings.replays(entry.name) else None
-        published = (exchange_routes.RouteCounts(settings.target_queue(entry.name))
-                     if settings.publish_mode == "exchange" and deaths is None else None)
+        scan = selection.SelectionScan(request.select, chosen) if request.selective else None
+        deaths = DeathRoutes() if request.replays(entry.name) else None
+        published = (exchange_routes.RouteCounts(request.target_queue(entry.name))
+                     if request.publish_mode == "exchange" and deaths is None else None)
         return cls(entry, chosen, scan, deaths, published)
 
     @property
@@ -69,9 +69,9 @@ class QueueScan:
         """The per-record visit of the segment whose first record is at ``first_ordinal``."""
         return selection.Visit(first_ordinal, self.scan, self.deaths)
 
-    def check_damaged(self, settings: RestoreRequest, total: int, damaged: set[str]) -> None:
+    def check_damaged(self, request: RestoreRequest, total: int, damaged: set[str]) -> None:
         """Refuse chosen positions that lie in segments skipped as damaged (they cannot be published)."""
-        if self.chosen is not None and settings.skip_damaged_segments:
+        if self.chosen is not None and request.skip_damaged_segments:
             spans = selection.spans(self.entry.stored_order(), damaged)
             selection.check_in_range(_label(self.entry), self.chosen, total, spans)
 

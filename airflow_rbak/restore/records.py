@@ -40,7 +40,7 @@ class Positioned:
 
 
 def iter_window_records(
-    storage: Storage, queue: QueuePlan, settings: RestoreRequest, start_ordinal: int = 0
+    storage: Storage, queue: QueuePlan, request: RestoreRequest, start_ordinal: int = 0
 ) -> Iterator[Positioned]:
     """Yield the queue's records inside the window from ``start_ordinal`` on, in backup order."""
     left_out = left_out_headers(queue.queue_type)
@@ -57,12 +57,12 @@ def iter_window_records(
             raise DamagedSegmentsError(
                 f"{segment.key} changed since the plan verified it (SHA-256 {digest}); plan the restore again",
                 {segment.key: ["SHA-256 differs from the plan's"]})
-        records = iter_wire_records(data, segment.key, settings.max_decompressed_bytes, left_out)
-        typed = iter_records(data, segment.key, settings.max_decompressed_bytes) if queue.replay else None
+        records = iter_wire_records(data, segment.key, request.max_decompressed_bytes, left_out)
+        typed = iter_records(data, segment.key, request.max_decompressed_bytes) if queue.replay else None
         for index, record in enumerate(records):
             ordinal = segment.first_ordinal + index
             full = next(typed) if typed is not None else None  # the same record, with its typed headers
-            if ordinal >= start_ordinal and settings.in_window(record.backed_up_at) and (
+            if ordinal >= start_ordinal and request.in_window(record.backed_up_at) and (
                     selected is None or ordinal in selected):
                 yield Positioned(ordinal, segment.key, index, record, None if full is None else _route(full, segment.key, index))
 

@@ -202,10 +202,10 @@ class RestorePlan:
                       "refused_queues": tuple(QueueRefusal(**r) for r in obj.get("refused_queues", ()))})
 
 
-def queue_checkpoint(plan: RestorePlan, queue: QueuePlan, settings: RestoreRequest) -> QueueCheckpoint:
+def queue_checkpoint(plan: RestorePlan, queue: QueuePlan, request: RestoreRequest) -> QueueCheckpoint:
     """The checkpoint key of one queue of this restore: target cluster, location, backup, queues, window."""
     if not plan.target_cluster_id:
         raise BackupNotRestorableError("the plan does not name its target cluster; plan the restore again")
-    label = settings.window_label() + selection.checkpoint_label(queue.selected, queue.replay)
+    label = request.window_label() + selection.checkpoint_label(queue.selected, queue.replay)
     return QueueCheckpoint(plan.backup_id, queue.source_vhost, queue.source_queue, queue.target_vhost, queue.target_queue,
                            label, target_cluster=plan.target_cluster_id, location=plan.storage_url)

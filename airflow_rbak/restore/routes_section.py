@@ -19,7 +19,7 @@ class ExchangeRoutes(PlanSection):
         """The queue's routes, the most used first."""
         return exchange_routes.summary_lines(queue)
 
-    def approval_summary(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_summary(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """How many routes from how many queues: the target's bindings decide where each lands."""
         routed = [q for q in plan.queues if q.routes or any(q.routes_more)]
         if not routed:
@@ -27,7 +27,7 @@ class ExchangeRoutes(PlanSection):
         return [f"- exchange mode: {sum(len(q.routes) + q.routes_more[0] for q in routed)} routes (exchange and "
                 f"routing key) from {len(routed)} queues; the target's bindings decide where each lands (listed below)"]
 
-    def approval_lines(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_lines(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """A table of routes per queue."""
         return exchange_routes.approval_lines(plan.queues)
 

@@ -80,11 +80,11 @@ def report_line(report: Mapping[str, Any]) -> str:
 class RestoreRun:
     """The steps of one restore from one storage location into one broker."""
 
-    def __init__(self, connection: RabbitMQConnection, settings: RestoreRequest, storage: Storage | None = None,
+    def __init__(self, connection: RabbitMQConnection, request: RestoreRequest, storage: Storage | None = None,
                  seal: StateSeal | None = None, run_ref: str | None = None) -> None:
         self.connection = connection
-        self.settings = settings
-        self.storage = storage or open_storage(settings.storage_url)
+        self.settings = request
+        self.storage = storage or open_storage(request.storage_url)
         #: Seals the checkpoints and the import record this run writes to the location (``storage.sealed``).
         self.seal = seal or default_seal()
         #: The restore run the import record names (``import_record.airflow_run_ref``; None: a new ``cli:`` one).

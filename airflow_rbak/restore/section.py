@@ -45,11 +45,11 @@ class PlanSection:
     name: str = ""
     placement: Placement = Placement()
 
-    def with_definitions(self, plan: RestorePlan, settings: RestoreRequest) -> RestorePlan:
+    def with_definitions(self, plan: RestorePlan, request: RestoreRequest) -> RestorePlan:
         """The plan once the definitions import was planned, before the target's queues are inspected."""
         return plan
 
-    def with_target(self, plan: RestorePlan, settings: RestoreRequest) -> RestorePlan:
+    def with_target(self, plan: RestorePlan, request: RestoreRequest) -> RestorePlan:
         """The plan once the target was inspected (its version, its queues' depths)."""
         return plan
 
@@ -61,11 +61,11 @@ class PlanSection:
         """Log lines of the plan as a whole."""
         return []
 
-    def approval_summary(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_summary(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """Markdown list items of the approval's summary (counts and the warnings that need a second look)."""
         return []
 
-    def approval_lines(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_lines(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """Markdown of the approval's full plan (a ``###`` section each)."""
         return []
 
@@ -73,7 +73,7 @@ class PlanSection:
         """Fields the restore's report carries for this feature (JSON-able)."""
         return {}
 
-    def refusal(self, plan: RestorePlan, settings: RestoreRequest) -> str | None:
+    def refusal(self, plan: RestorePlan, request: RestoreRequest) -> str | None:
         """Why the whole restore must not touch the target (None: nothing to refuse); a dry run only logs it."""
         return None
 

@@ -70,17 +70,17 @@ def _placed(page: str) -> list[PlanSection]:
     return sorted(registered(), key=lambda s: getattr(s.placement, page))
 
 
-def with_definitions(plan: RestorePlan, settings: RestoreRequest) -> RestorePlan:
+def with_definitions(plan: RestorePlan, request: RestoreRequest) -> RestorePlan:
     """The plan as every section shapes it once the definitions import was planned."""
     for section in registered():
-        plan = section.with_definitions(plan, settings)
+        plan = section.with_definitions(plan, request)
     return plan
 
 
-def with_target(plan: RestorePlan, settings: RestoreRequest) -> RestorePlan:
+def with_target(plan: RestorePlan, request: RestoreRequest) -> RestorePlan:
     """The plan as every section completes it once the target was inspected."""
     for section in registered():
-        plan = section.with_target(plan, settings)
+        plan = section.with_target(plan, request)
     return plan
 
 
@@ -94,14 +94,14 @@ def log_lines(plan: RestorePlan) -> list[str]:
     return [line for section in _placed("log") for line in section.log_lines(plan)]
 
 
-def approval_summary(plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+def approval_summary(plan: RestorePlan, request: RestoreRequest) -> list[str]:
     """Every section's items of the approval's summary."""
-    return [line for section in _placed("summary") for line in section.approval_summary(plan, settings)]
+    return [line for section in _placed("summary") for line in section.approval_summary(plan, request)]
 
 
-def approval_lines(plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+def approval_lines(plan: RestorePlan, request: RestoreRequest) -> list[str]:
     """Every section's Markdown of the approval's full plan, in registration order."""
-    return [line for section in registered() for line in section.approval_lines(plan, settings)]
+    return [line for section in registered() for line in section.approval_lines(plan, request)]
 
 
 def report_fields(plan: RestorePlan) -> dict[str, Any]:
@@ -109,9 +109,9 @@ def report_fields(plan: RestorePlan) -> dict[str, Any]:
     return {k: v for section in _placed("report") for k, v in section.report_fields(plan).items()}
 
 
-def refusals(plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+def refusals(plan: RestorePlan, request: RestoreRequest) -> list[str]:
     """Why the sections refuse the restore before it touches the target (empty: none does)."""
-    return [r for r in (section.refusal(plan, settings) for section in _placed("refusal")) if r]
+    return [r for r in (section.refusal(plan, request) for section in _placed("refusal")) if r]
 
 
 def left_out(plan: RestorePlan) -> list[RestoreRefusedError]:

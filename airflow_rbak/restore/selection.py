@@ -80,9 +80,9 @@ def positions_label(positions: Mapping[str, tuple[int, ...]]) -> str:
     return f"{sum(len(p) for p in positions.values()):,} chosen positions in {len(positions)} queues"
 
 
-def describe(record_filter: MessageFilter | None, positions: Mapping[str, tuple[int, ...]]) -> str | None:
+def describe(message_filter: MessageFilter | None, positions: Mapping[str, tuple[int, ...]]) -> str | None:
     """The whole selection in one line (None: no selection, every record of the window)."""
-    parts = ([f"filter {record_filter.describe()}"] if record_filter is not None else []) + (
+    parts = ([f"filter {message_filter.describe()}"] if message_filter is not None else []) + (
         [positions_label(positions)] if positions else [])
     return "; ".join(parts) or None
 
@@ -125,7 +125,7 @@ def check_in_range(label: str, chosen: tuple[int, ...], total: int, damaged: Ite
 class SelectionScan:
     """One queue's selection as the plan reads its records: which positions are chosen and what matched."""
 
-    record_filter: MessageFilter | None
+    message_filter: MessageFilter | None
     chosen: tuple[int, ...] | None
     ranges: list[list[int]] = field(default_factory=list)
     first_matches: list[dict[str, Any]] = field(default_factory=list)
@@ -143,7 +143,7 @@ class SelectionScan:
             at = bisect.bisect_left(self.chosen, position)
             if at == len(self.chosen) or self.chosen[at] != position:
                 return False
-        return self.record_filter is None or bool(self.record_filter.matches(record))
+        return self.message_filter is None or bool(self.message_filter.matches(record))
 
     def add(self, position: int, record: Any) -> None:
         """Remember a selected record: its position (as ranges) and, for the first few, what identifies it."""

@@ -102,7 +102,7 @@ class Selection(PlanSection):
         """The selection, each queue's count and first matches, each replay route and each refused queue."""
         return summary_lines(plan)
 
-    def approval_lines(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_lines(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """The selection, the replay and the refused queues as Markdown sections."""
         return approval_lines(plan)
 

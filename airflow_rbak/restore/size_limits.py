@@ -65,7 +65,7 @@ class MessageSizes(PlanSection):
         """The limit and every record over it."""
         return summary_lines(plan)
 
-    def approval_summary(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_summary(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """How many records are too large: the refusal the approver must see first."""
         over = oversized(plan)
         if not over:
@@ -73,7 +73,7 @@ class MessageSizes(PlanSection):
         return [f"- **{len(over)} records are larger than the target's max_message_size "
                 f"({plan.target_max_message_size} bytes): the restore is refused** (listed below)"]
 
-    def approval_lines(self, plan: RestorePlan, settings: RestoreRequest) -> list[str]:
+    def approval_lines(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
         """The target's message size limit, and every record over it (each refuses the restore)."""
         if plan.target_max_message_size is None:
             return []
@@ -86,7 +86,7 @@ class MessageSizes(PlanSection):
                       for where, (key, index, size) in over]
         return lines
 
-    def refusal(self, plan: RestorePlan, settings: RestoreRequest) -> str | None:
+    def refusal(self, plan: RestorePlan, request: RestoreRequest) -> str | None:
         """Records the target cannot take would close the channel mid-restore."""
         return size_refusal(plan)
 

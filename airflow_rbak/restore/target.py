@@ -114,7 +114,7 @@ def _read_depth(conn: pika.BlockingConnection, connection: RabbitMQConnection, q
 log = package_logger(__name__)
 
 
-def inspect_target(plan: RestorePlan, client: ManagementClient, connection: RabbitMQConnection, settings: RestoreRequest,
+def inspect_target(plan: RestorePlan, client: ManagementClient, connection: RabbitMQConnection, request: RestoreRequest,
                    checkpoints: RestoreCheckpointStore) -> RestorePlan:
     """The plan with the target's identity and, per queue, its depth now and what this restore already put there;
     then as every section completes it (:func:`.sections.with_target`)."""
@@ -128,27 +128,27 @@ def inspect_target(plan: RestorePlan, client: ManagementClient, connection: Rabb
                    target_rabbitmq_version=version)
     queues = []
     for queue in plan.queues:
-        cp = checkpoints.load(queue_checkpoint(plan, queue, settings))
+        cp = checkpoints.load(queue_checkpoint(plan, queue, request))
         depth = target_depth(client, connection, queue.target_vhost, queue.target_queue) if queue.target_vhost in vhosts else None
         others = {}
-        if (settings.publish_mode == "exchange" or queue.replay) and queue.target_vhost in vhosts:
+        if (request.publish_mode == "exchange" or queue.replay) and queue.target_vhost in vhosts:
             others = {q["name"]: target_depth(client, connection, queue.target_vhost, q["name"])
                       for q in client.queues(queue.target_vhost) if q.get("name") != queue.target_queue}
         queues.append(replace(queue, target_depth=depth, resumes=cp.started, published_before=cp.published,
                               completed_before=cp.completed, resume_ordinal=cp.next_ordinal,
                               vhost_depths={k: v for k, v in others.items() if v}))
-    return sections.with_target(replace(plan, queues=tuple(queues)), settings)
+    return sections.with_target(replace(plan, queues=tuple(queues)), request)
 
 
-def refusal(plan: RestorePlan, settings: RestoreRequest) -> str | None:
+def refusal(plan: RestorePlan, request: RestoreRequest) -> str | None:
     """Why this restore must not run: what the sections refuse (definitions the target rejects, records it cannot
     take, ...), or (with ``on_existing_messages: refuse``) target queues that hold messages. None: nothing to refuse."""
-    reasons = [*sections.refusals(plan, settings), *filter(None, [_existing_refusal(plan, settings)])]
+    reasons = [*sections.refusals(plan, request), *filter(None, [_existing_refusal(plan, request)])]
     return " | ".join(reasons) or None
 
 
-def _existing_refusal(plan: RestorePlan, settings: RestoreRequest) -> str | None:
-    if settings.on_existing_messages == "append":
+def _existing_refusal(plan: RestorePlan, request: RestoreRequest) -> str | None:
+    if request.on_existing_messages == "append":
         return None
     held = []
     for q in plan.queues:
@@ -168,12 +168,12 @@ def _existing_refusal(plan: RestorePlan, settings: RestoreRequest) -> str | None
             "names (vhost_map, queue_map), empty those queues, or set on_existing_messages: append to add to them")
 
 
-def check_target(plan: RestorePlan, settings: RestoreRequest) -> None:
+def check_target(plan: RestorePlan, request: RestoreRequest) -> None:
     """Raise :class:`RestoreRefusedError` when the plan's target must not be touched (a dry run only logs it)."""
-    reason = refusal(plan, settings)
+    reason = refusal(plan, request)
     if reason is None:
         return
-    if settings.dry_run:
+    if request.dry_run:
         log.warning("dry run: %s", reason)
         return
     raise RestoreRefusedError(reason)

@@ -3,8 +3,9 @@
 The restore publishes through a TCP proxy (tests/cluster/proxy.py). At one segment the proxy starts holding what the
 restore sends, as a network does with bytes in flight; two segments later it cuts the restore's side, leaving the
 broker's side of the connection open (no heartbeats, so the broker never times it out) with those publishes still
-to arrive. The run fails saying to re-run. The re-run closes the earlier attempt's connection through the
-management API before it measures the target (airflow_rbak/restore/earlier_attempts.py); then the held bytes are
+to arrive. The run fails saying to re-run. The earlier attempt's connection is closed through the management API
+before the target is measured (airflow_rbak/restore/earlier_attempts.py): by the attempt's own stop, when it reaches
+the broker to count what landed, else by the re-run; then the held bytes are
 released, and once the broker has read them and the connection's end, nothing of them has landed: the target holds
 every message once, in order.
 Without the close, the held publishes would land after the re-run measured, each a second copy.
@@ -107,7 +108,8 @@ def test_a_restore_cut_off_with_publishes_in_flight_resumes_without_publishing_a
     backed = as_delivered(behaviour, queue_type, published(COUNT, persistent=True))
     assert target == as_delivered(behaviour, queue_type, backed)
     assert set(delivery_counts) == {0}
-    # And the re-run says what it did: closed one earlier connection, skipped what was in, published the rest
+    # And the re-run says what it did: closed the earlier connection unless the stop had (the management API lists a
+    # closed connection for a few seconds more), skipped what was in, published the rest
     (row,) = report.queues
-    assert row["completed"] and row["published_total"] == COUNT and row["closed_earlier_connections"] == 1, row
+    assert row["completed"] and row["published_total"] == COUNT and row["closed_earlier_connections"] <= 1, row
     assert row["published"] == COUNT - (row["resumed_from"] + row["already_delivered"])
