@@ -28,7 +28,6 @@ from airflow_rbak.restore.earlier_attempts import close_earlier_attempts, publis
 from airflow_rbak.restore.errors import PublishError
 from airflow_rbak.restore.fresh_start import check_fresh_start
 from airflow_rbak.restore.publisher import ConfirmPipeline, reconcile, sent_allowance
-from airflow_rbak.restore.read_ahead import ReadAhead
 from airflow_rbak.restore.records import Positioned, iter_window_records
 from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.restore.restore_plan import QueuePlan, RestorePlan, queue_checkpoint
@@ -105,7 +104,6 @@ def _check_fresh_start(connection: RabbitMQConnection, request: RestoreRequest, 
 def _publish(connection: RabbitMQConnection, storage: Storage, request: RestoreRequest, queue: QueuePlan,
              checkpoints: RestoreCheckpointStore, cp: QueueCheckpoint, result: QueueResult) -> QueueCheckpoint:
     prefix, name = publisher_names(cp)
-    records: ReadAhead[Positioned] | None = None
     try:
         conn = blocking_connection(connection.pika_parameters_all(queue.target_vhost, name))
     except pika.exceptions.AMQPError as exc:
@@ -116,7 +114,7 @@ def _publish(connection: RabbitMQConnection, storage: Storage, request: RestoreR
             result.created_queue = target.ensure_queue(conn, queue)
         else:
             target.check_exchanges(conn, queue)
-        records = ReadAhead(iter_window_records(storage, queue, request, cp.next_ordinal))
+        records = iter_window_records(storage, queue, request, cp.next_ordinal)
         if cp.depth_base is not None:  # a re-run: nothing an earlier attempt sent may arrive once it has measured
             closed = close_earlier_attempts(connection, prefix, name)
             result.closed_earlier_connections = len(closed)
@@ -130,8 +128,6 @@ def _publish(connection: RabbitMQConnection, storage: Storage, request: RestoreR
         raise PublishError(f"restore of {queue.task_id} into {queue.target_vhost}/{queue.target_queue} stopped "
                            f"({type(exc).__name__}: {exc}); re-run to resume after the checkpoint") from None
     finally:
-        if records is not None:
-            records.close()
         try:
             conn.close()
         except pika.exceptions.AMQPError:
