@@ -198,6 +198,11 @@ def abandonment(lock: LockInfo | None, has_manifest: bool, created_at: int | Non
             "`rbak forget --abandoned` removes it")
 
 
+def manifest_status(manifest: BackupManifest, stored: dict[str, int], now_ms: int) -> tuple[str, str | None]:
+    """The status a readable manifest earns against a listing (``stored``: key -> size), and why when not complete."""
+    return _trust(manifest, stored, now_ms)
+
+
 def _trust(manifest: BackupManifest, stored: dict[str, int], now_ms: int) -> tuple[str, str | None]:
     """The status a readable manifest earns (see the module docstring), and why when it is not ``complete``."""
     if manifest.completed_at is None:

@@ -35,7 +35,7 @@ log = package_logger(__name__)
 
 def spreads(publish_mode: str, queue: QueuePlan) -> bool:
     """True when the queue's records go through exchanges, so they may land in any queue of the target vhost."""
-    return publish_mode == "exchange" or queue.replay
+    return publish_mode == "exchange" or queue.replay or queue.journal_archive is not None
 
 
 def unexpected(queue: QueuePlan, now: dict[str, int], spread: bool, begun: list[QueuePlan],

@@ -26,7 +26,7 @@ from airflow_rbak.repository.chain import segment_owner
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.repository.ownership import foreign_objects
 from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
-from airflow_rbak.restore import exchange_routes, selection
+from airflow_rbak.restore import exchange_routes, journal_recovery, selection
 from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
 from airflow_rbak.restore.message_sizes import LargeMessage, large_messages
 from airflow_rbak.restore.queue_scan import QueueScan, check_total, chosen_queues
@@ -71,7 +71,9 @@ def resolve_manifest(storage: Storage, backup_id: str) -> BackupManifest:
 
 def plan_restore(storage: Storage, request: RestoreRequest) -> RestorePlan:
     """Read the manifest, verify the segments the window needs, count what will be published."""
-    manifest = resolve_manifest(storage, request.backup_id)
+    recovery = request.journal_until is not None
+    manifest = journal_recovery.snapshot_manifest(storage, request) if recovery else resolve_manifest(storage,
+                                                                                                   request.backup_id)
     foreign = foreign_objects(manifest)
     if foreign:
         raise BackupNotRestorableError(
@@ -84,7 +86,10 @@ def plan_restore(storage: Storage, request: RestoreRequest) -> RestorePlan:
     # a selective restore touches only the queues it selects
     queues = [o.plan for o in outcomes if o.plan is not None and (o.plan.records_in_window or not request.selective)]
     check_total([q.selected for q in queues])
+    journal = journal_recovery.plan_journal(storage, request, manifest) if recovery else None
     defects = {k: v for o in outcomes for k, v in o.defects.items()}
+    if journal is not None:  # after the snapshot's queues: the run publishes them first
+        queues += journal.queues
     if defects and not request.skip_damaged_segments:
         names = "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(defects.items()))
         raise DamagedSegmentsError(
@@ -93,7 +98,7 @@ def plan_restore(storage: Storage, request: RestoreRequest) -> RestorePlan:
     return RestorePlan(
         backup_id=manifest.backup_id, storage_url=storage.url, window_start=request.time_window_start,
         window_end=request.time_window_end, queues=tuple(queues),
-        skipped_segments=tuple(s for o in outcomes for s in o.skipped),
+        skipped_segments=tuple(s for o in outcomes for s in o.skipped) + tuple(journal.skipped if journal else ()),
         definitions_key=manifest.definitions.key if manifest.definitions else None,
         segments_verified=sum(o.verified for o in outcomes), segments_outside_window=sum(o.outside for o in outcomes),
         source_cluster=manifest.source_cluster, source_rabbitmq_version=manifest.rabbitmq_version,
@@ -101,6 +106,7 @@ def plan_restore(storage: Storage, request: RestoreRequest) -> RestorePlan:
         backup_vhosts=manifest.selected_vhosts(), queue_vhosts=tuple(sorted({q.vhost for q in selected})),
         selection=request.selection_label(),
         refused_queues=tuple(o.refusal for o in outcomes if o.refusal is not None),
+        journal=journal.facts if journal else None,
     )
 
 

@@ -202,11 +202,11 @@ def _send(conn: pika.BlockingConnection, connection: RabbitMQConnection, request
 def _exact(request: RestoreRequest, queue: QueuePlan) -> bool:
     """True when every record goes into the target queue itself, so its depth makes a resume exact (``queue`` mode,
     not a dead-letter replay, which publishes where the records died)."""
-    return request.publish_mode == "queue" and not queue.replay
+    return request.publish_mode == "queue" and not queue.replay and queue.journal_archive is None
 
 
 def _route(request: RestoreRequest, queue: QueuePlan, item: Positioned) -> tuple[str, str]:
-    """A replayed record goes where it died; ``queue`` mode and default-exchange records straight to the target
+    """A replayed record goes where it died, a journal record to its own route; ``queue`` mode and default-exchange records straight to the target
     queue; others keep their route."""
     if item.route is not None:
         return item.route

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from airflow_rbak.codec import BackupRecord, iter_records
+from airflow_rbak.restore import journal_recovery
 from airflow_rbak.restore.dead_letters import DeathHeaderError, death_route
 from airflow_rbak.restore.errors import DamagedSegmentsError
 from airflow_rbak.restore.plan import READ_ATTEMPTS, QueuePlan
@@ -42,7 +43,11 @@ class Positioned:
 def iter_window_records(
     storage: Storage, queue: QueuePlan, request: RestoreRequest, start_ordinal: int = 0
 ) -> Iterator[Positioned]:
-    """Yield the queue's records inside the window from ``start_ordinal`` on, in backup order."""
+    """Yield the queue's records inside the window from ``start_ordinal`` on, in backup order (a journal entry's:
+    :func:`.journal_recovery.iter_journal_records`)."""
+    if queue.journal_archive is not None:
+        yield from journal_recovery.iter_journal_records(storage, queue, request, start_ordinal)
+        return
     left_out = left_out_headers(queue.queue_type)
     selected = None if queue.selected is None else Ranges(queue.selected)
     for segment in queue.segments:

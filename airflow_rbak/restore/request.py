@@ -139,6 +139,12 @@ class RestoreRequest:
     #: Source queue globs whose records go back to where they died (their ``x-death``), not to the queue
     #: (:mod:`.dead_letters`); ``True`` is every queue.
     replay_dead_letters: tuple[str, ...] = ()
+    #: Recovery to a point in time (:mod:`.journal_recovery`): the snapshot, then the journal's records published
+    #: before this moment (epoch ms, or ISO 8601 as the window's ends); None: a plain restore of the backup.
+    journal_until: int | None = None
+    #: Recover through the gaps the journal has in the window (listed in the approval and the report) instead of
+    #: refusing.
+    journal_accept_gaps: bool = False
     #: Derived, never given: True when the definitions follow the backup's own vhosts (no vhosts, no selection named),
     #: so :meth:`definitions_of` narrows them to what the backup was asked for.
     definitions_follow_backup: bool = field(default=False, init=False, repr=False, compare=False)
@@ -193,6 +199,7 @@ class RestoreRequest:
             raise ConfigurationError("max_in_flight must be 1-65535 unconfirmed messages")
         self._check_transformations()
         self._check_selection()
+        self._check_journal()
         if not self.checkpoint_state:
             raise ConfigurationError("checkpoint_state must be 'backup' (in the backup's storage), a storage URL, "
                                      "or a local file path for a SQLite checkpoint database")
@@ -213,6 +220,28 @@ class RestoreRequest:
         replay = self.replay_dead_letters
         replay = ("*",) if replay is True else () if replay in (False, None) else _names(replay, "replay_dead_letters")
         object.__setattr__(self, "replay_dead_letters", replay)
+
+    def _check_journal(self) -> None:
+        object.__setattr__(self, "journal_until", parse_time(self.journal_until, "journal_until"))
+        if not isinstance(self.journal_accept_gaps, bool):
+            raise ConfigurationError("journal_accept_gaps must be true or false")
+        if self.journal_until is None:
+            if self.journal_accept_gaps:
+                raise ConfigurationError("journal_accept_gaps is a setting of a recovery to a point in time: set "
+                                         "journal_until")
+            return
+        # the journal's records go through the target's own routing, to any queue of the vhost: a recovery is of
+        # whole vhosts, named exactly, and nothing narrows which of their messages come back
+        if any(ch in v for v in self.vhosts for ch in "*?["):
+            raise ConfigurationError("journal_until recovers whole vhosts: name each in vhosts (no globs)")
+        narrowing = [name for name, given in (
+            ("queues", self.queues != ("*",)), ("time_window_start", self.time_window_start is not None),
+            ("time_window_end", self.time_window_end is not None), ("select", self.select is not None),
+            ("positions", bool(self.positions)), ("replay_dead_letters", bool(self.replay_dead_letters)),
+            ("publish_mode", self.publish_mode != "queue")) if given]
+        if narrowing:
+            raise ConfigurationError(f"journal_until recovers every message of its vhosts up to that moment; it does "
+                                     f"not combine with {', '.join(narrowing)}")
 
     @property
     def selective(self) -> bool:
@@ -247,7 +276,8 @@ class RestoreRequest:
 
     def window_label(self) -> str:
         """The window as text, for checkpoints (a resumed run must use the same window) and logs."""
-        return f"{self.time_window_start}..{self.time_window_end}"
+        label = f"{self.time_window_start}..{self.time_window_end}"
+        return label if self.journal_until is None else f"{label} journal<{self.journal_until}"
 
     def selects(self, vhost: str, queue: str) -> bool:
         return matches(vhost, self.vhosts) and matches(queue, self.queues)

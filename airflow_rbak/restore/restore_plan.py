@@ -101,6 +101,11 @@ class QueuePlan:
     routes: tuple[tuple[str, str, int], ...] = ()
     routes_more: tuple[int, int] = (0, 0)
     routes_exact: bool = True
+    #: Recovery to a point in time (:mod:`.journal_recovery`): the journal archive whose records this entry replays
+    #: through the target's routing (each to its own exchange and routing key, CC and BCC kept), and the snapshot's
+    #: creation time, the first ``backed_up_at`` it replays (the last is the request's ``journal_until``, excluded).
+    journal_archive: str | None = None
+    journal_from: int | None = None
 
     @property
     def to_add(self) -> int:
@@ -157,6 +162,9 @@ class RestorePlan:
     #: Queues left out before anything was published (a dead-letter queue whose records give no route to replay them
     #: to); the report fails naming them, the others are restored.
     refused_queues: tuple[QueueRefusal, ...] = ()
+    #: A recovery to a point in time: the snapshot, the journal's coverage, the archives replayed and what each
+    #: adds, the gaps in the window (:func:`.journal_recovery.plan_journal`); None: a plain restore.
+    journal: dict[str, Any] | None = None
 
     @property
     def records_in_window(self) -> int:

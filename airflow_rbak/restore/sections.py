@@ -19,6 +19,7 @@ from airflow_rbak.restore import (
     damaged_segments,
     definitions_listing,
     delivery_order_section,
+    journal_section,
     migration,
     not_imported,
     routes_section,
@@ -34,7 +35,7 @@ from airflow_rbak.restore.section import PlanSection
 BUILT_IN: tuple[PlanSection, ...] = (
     selection_report.SECTION, routes_section.SECTION, definitions_listing.SECTION, migration.SECTION,
     damaged_segments.SECTION, size_limits.SECTION, compatibility_section.SECTION, not_imported.SECTION,
-    delivery_order_section.SECTION,
+    delivery_order_section.SECTION, journal_section.SECTION,
 )
 _added: list[PlanSection] = []
 

@@ -129,9 +129,11 @@ def inspect_target(plan: RestorePlan, client: ManagementClient, connection: Rabb
     queues = []
     for queue in plan.queues:
         cp = checkpoints.load(queue_checkpoint(plan, queue, request))
-        depth = target_depth(client, connection, queue.target_vhost, queue.target_queue) if queue.target_vhost in vhosts else None
+        journal = queue.journal_archive is not None  # routed by the target's bindings: into no queue of its own
+        depth = (target_depth(client, connection, queue.target_vhost, queue.target_queue)
+                 if queue.target_vhost in vhosts and not journal else None)
         others = {}
-        if (request.publish_mode == "exchange" or queue.replay) and queue.target_vhost in vhosts:
+        if (request.publish_mode == "exchange" or queue.replay or journal) and queue.target_vhost in vhosts:
             others = {q["name"]: target_depth(client, connection, queue.target_vhost, q["name"])
                       for q in client.queues(queue.target_vhost) if q.get("name") != queue.target_queue}
         queues.append(replace(queue, target_depth=depth, resumes=cp.started, published_before=cp.published,
@@ -151,12 +153,14 @@ def _existing_refusal(plan: RestorePlan, request: RestoreRequest) -> str | None:
     if request.on_existing_messages == "append":
         return None
     held = []
+    # a recovery's journal entries route into the queues its snapshot fills: once it began in a vhost, those are its own
+    begun = {q.target_vhost for q in plan.queues if q.resumes or q.completed_before}
     for q in plan.queues:
-        if q.resumes or q.records_in_window == 0:
+        if q.resumes or q.records_in_window == 0 or (q.journal_archive is not None and q.target_vhost in begun):
             continue
         if q.target_depth:
             held.append(f"{q.target_vhost}/{q.target_queue} holds {q.target_depth}")
-        how = "dead-letter replay" if q.replay else "exchange mode"
+        how = "dead-letter replay" if q.replay else "journal replay" if q.journal_archive else "exchange mode"
         held += [f"{q.target_vhost}/{name} holds {depth} ({how} routes within the vhost)"
                  for name, depth in sorted(q.vhost_depths.items())]
     if not held:

@@ -1,0 +1,204 @@
+"""Recovery to a point in time T: a snapshot, then the journal's records published after it began and before T.
+
+The snapshot is the request's backup; with ``backup_id: latest``, the last complete backup (never a journal archive)
+that holds each vhost recovered and was created before T. Its queues are planned as in any restore and come first.
+Then, per vhost, the journal's chain (:mod:`airflow_rbak.repository.journal_chain`) gives the archives covering
+``[snapshot.created_at, T)``: each is one more entry of the plan, whose records with
+``snapshot.created_at <= backed_up_at < T`` (and of that vhost) are published in stored order to their own exchange
+and routing key, with all their headers (``CC`` and ``BCC`` are their route here), so the target's bindings put them
+where the source's put them. A record of the default exchange goes to its routing key, mapped as the request maps
+queues. Each entry checkpoints as any queue does; a resumed entry may publish again what was unconfirmed when it
+stopped (at least once).
+
+A record's ``backed_up_at`` is a lower bound of its publish time, and a snapshot captures while publishers go on,
+so the recovery may put in twice what was published while the snapshot ran (``backed_up_at`` below its
+``completed_at``) and what the journal delivered twice (``redelivered``): the plan counts both. Gaps of the chain
+in the window, or a T past what the archives cover, refuse the recovery (the section's refusal) before anything is
+touched; ``journal_accept_gaps`` recovers through the gaps, listing them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_rbak.codec import BackupManifest, iter_records
+from airflow_rbak.codec.broker_headers import broker_headers
+from airflow_rbak.repository.catalog import list_backups
+from airflow_rbak.repository.journal_chain import JOURNAL_QUEUE, JournalArchive, JournalGap, is_archive_id, journal_chain
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
+from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
+from airflow_rbak.restore.request import RestoreRequest
+from airflow_rbak.restore.restore_plan import QueuePlan, SegmentPlan, SkippedSegment
+from airflow_rbak.restore.wire import iter_wire_records
+from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
+
+#: Headers left out of a journal record's publish: only what the broker adds on delivery (the journal is a quorum
+#: queue); the routing headers ``CC`` and ``BCC`` are published, they are the record's route.
+JOURNAL_LEFT_OUT = broker_headers("quorum")
+READ_ATTEMPTS = 3
+
+
+def snapshot_manifest(storage: Storage, request: RestoreRequest) -> BackupManifest:
+    """The recovery's snapshot: the request's backup, or for ``latest`` the newest complete non-journal backup holding
+    every vhost recovered, created before T."""
+    until = int(request.journal_until or 0)
+    if request.backup_id == "latest":
+        for summary in reversed(list_backups(storage)):
+            if summary.status != "complete" or is_archive_id(summary.backup_id) or (summary.created_at or 0) >= until:
+                continue
+            manifest = ManifestStore(storage).load(summary.backup_id)
+            if set(request.vhosts) <= _vhosts_of(manifest):
+                return manifest
+        raise BackupNotRestorableError(
+            f"{storage.url} holds no complete backup of vhost(s) {', '.join(request.vhosts)} created before "
+            f"journal_until ({until}); give backup_id explicitly or a later journal_until")
+    from airflow_rbak.restore.plan import resolve_manifest  # the one reader of a named backup
+
+    manifest = resolve_manifest(storage, request.backup_id)
+    if is_archive_id(manifest.backup_id):
+        raise BackupNotRestorableError(f"{manifest.backup_id!r} is a journal archive, not a snapshot; name a backup")
+    if manifest.created_at >= until:
+        raise BackupNotRestorableError(f"backup {manifest.backup_id!r} was created at {manifest.created_at}, not before "
+                                       f"journal_until ({until}); recover from an earlier backup")
+    return manifest
+
+
+def _vhosts_of(manifest: BackupManifest) -> set[str]:
+    return set(manifest.selected_vhosts() or ()) | {q.vhost for q in manifest.queues}
+
+
+@dataclass
+class JournalPlan:
+    """The journal's part of a recovery: its plan entries, the segments it skipped, and the facts the section shows."""
+
+    queues: list[QueuePlan] = field(default_factory=list)
+    skipped: list[SkippedSegment] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def plan_journal(storage: Storage, request: RestoreRequest, snapshot: BackupManifest) -> JournalPlan:
+    """Plan the journal entries of every vhost recovered (see the module docstring); damaged segments of an archive
+    refuse the recovery unless ``skip_damaged_segments``, then they are listed as skipped and as gaps."""
+    until = int(request.journal_until or 0)
+    start = snapshot.created_at
+    result = JournalPlan()
+    vhosts: list[dict[str, Any]] = []
+    defects: dict[str, list[str]] = {}
+    for vhost in request.vhosts:
+        chain = journal_chain(storage, vhost)
+        gaps = list(chain.gaps_in(start, until))
+        cover = chain.coverage
+        if cover is not None and start < cover[0]:
+            gaps.insert(0, JournalGap(start, cover[0], f"the journal's first archive begins at {cover[0]}, after the "
+                                                       "snapshot was created"))
+        archives = []
+        for archive in chain.covering(start, until):
+            entry, skipped, found, stats = _plan_archive(storage, request, archive, start, until,
+                                                         snapshot.completed_at)
+            defects |= found
+            result.skipped += skipped
+            gaps += [JournalGap(archive.from_ms, archive.to_ms, f"{archive.backup_id}: segment {s.key} skipped as "
+                                                                f"damaged ({', '.join(s.reasons)})") for s in skipped]
+            result.queues.append(entry)
+            archives.append(stats)
+        vhosts.append({"vhost": vhost, "target_vhost": request.target_vhost(vhost),
+                       "coverage": None if cover is None else list(cover), "archives": archives,
+                       "gaps": [g.to_json() for g in gaps],
+                       "refused_archives": [{"backup_id": b, "reason": r} for b, r in chain.refused]})
+    if defects and not request.skip_damaged_segments:
+        names = "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(defects.items()))
+        raise DamagedSegmentsError(f"{len(defects)} journal segments failed verification ({names}); set "
+                                   "skip_damaged_segments to recover through them as gaps", defects)
+    snapshot_messages = sum(q.message_count for q in snapshot.queues if q.vhost in request.vhosts)
+    result.facts = {"until": until, "accept_gaps": request.journal_accept_gaps, "snapshot": snapshot.backup_id,
+                    "snapshot_created_at": start, "snapshot_completed_at": snapshot.completed_at,
+                    "snapshot_messages": snapshot_messages, "vhosts": vhosts}
+    return result
+
+
+def _plan_archive(storage: Storage, request: RestoreRequest, archive: JournalArchive, start: int, until: int,
+                  completed: int | None) -> tuple[QueuePlan, list[SkippedSegment], dict[str, list[str]], dict[str, Any]]:
+    """One archive's plan entry: its segments verified, its records in the window counted (those published while
+    the snapshot ran and those the journal redelivered, apart)."""
+    entry = archive.entry
+    segments, skipped, defects = [], [], {}
+    exchanges: set[str] = set()
+    ordinal = in_window = during = redelivered = 0
+    for meta in entry.stored_order():
+        first, ordinal = ordinal, ordinal + meta.record_count
+        check = SegmentCheck(meta.key, entry.vhost, entry.name, meta.sequence)
+        data = _read(storage, meta.key, check, meta.size_bytes)
+        if data is not None:
+            check_segment_bytes(data, entry.vhost, entry.name, meta, check, request.max_decompressed_bytes)
+        if not check.ok or data is None:
+            defects[meta.key] = check.defects
+            skipped.append(SkippedSegment(entry.vhost, entry.name, meta.key, meta.sequence, meta.record_count,
+                                          tuple(check.defects)))
+            continue
+        count = 0
+        for record in iter_records(data, meta.key, request.max_decompressed_bytes):
+            if record.source_vhost == archive.vhost and start <= record.backed_up_at < until:
+                count += 1
+                exchanges.add(record.exchange)
+                redelivered += record.redelivered
+                during += completed is not None and record.backed_up_at < completed
+        in_window += count
+        if count:
+            segments.append(SegmentPlan(meta.key, meta.sequence, meta.record_count, first, count, meta.checksum,
+                                        meta.first_timestamp, meta.last_timestamp))
+    plan = QueuePlan(
+        source_vhost=archive.vhost, source_queue=f"{JOURNAL_QUEUE}@{archive.backup_id}",
+        target_vhost=request.target_vhost(archive.vhost), target_queue="", queue_type="quorum",
+        records_total=entry.message_count, records_in_window=in_window, segments=tuple(segments),
+        exchanges=tuple(sorted(exchanges)), drawn_from=(archive.backup_id,), journal_archive=archive.backup_id,
+        journal_from=start)
+    stats = {"backup_id": archive.backup_id, "from": archive.from_ms, "to": archive.to_ms, "records": in_window,
+             "redelivered": redelivered, "during_snapshot": during}
+    return plan, skipped, defects, stats
+
+
+def _read(storage: Storage, key: str, check: SegmentCheck, size: int) -> bytes | None:
+    data = None
+    for _ in range(READ_ATTEMPTS):  # a body cut short in transfer is not damage: read again
+        try:
+            data = storage.get(key)
+        except ObjectNotFoundError:
+            check.defects.append("missing")
+            return None
+        except StorageError as exc:
+            check.defects.append(f"cannot be read: {exc}")
+            return None
+        if len(data) == size:
+            break
+    return data
+
+
+def iter_journal_records(storage: Storage, queue: QueuePlan, request: RestoreRequest, start_ordinal: int = 0
+                         ) -> Iterator[Any]:
+    """The journal entry's records in the window from ``start_ordinal`` on, in stored order, each with its route: its
+    own exchange and routing key (the default exchange's: the routing key as the request maps queue names)."""
+    from airflow_rbak.restore.records import Positioned  # records imports this module: the type is its
+
+    until, start = int(request.journal_until or 0), int(queue.journal_from or 0)
+    for segment in queue.segments:
+        if segment.first_ordinal + segment.record_count <= start_ordinal:
+            continue
+        data = storage.get(segment.key)
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != segment.checksum:
+            raise DamagedSegmentsError(f"{segment.key} changed since the plan verified it (SHA-256 {digest}); plan the "
+                                       "recovery again", {segment.key: ["SHA-256 differs from the plan's"]})
+        typed = iter_records(data, segment.key, request.max_decompressed_bytes)
+        wire = iter_wire_records(data, segment.key, request.max_decompressed_bytes, JOURNAL_LEFT_OUT)
+        for index, (record, full) in enumerate(zip(wire, typed, strict=True)):
+            ordinal = segment.first_ordinal + index
+            if ordinal < start_ordinal or full.source_vhost != queue.source_vhost \
+                    or not start <= record.backed_up_at < until:
+                continue
+            route = (record.exchange, record.routing_key) if record.exchange else (
+                "", request.target_queue(record.routing_key))
+            yield Positioned(ordinal, segment.key, index, record, route)

@@ -1,0 +1,241 @@
+"""Recovery to a point in time (issue 54): a snapshot, then the journal's records up to T, through the target's routing.
+
+The source vhost has a topic exchange fanning ``order.*`` to two queues (one quorum) and queues reached by the
+default exchange, ``CC`` and ``BCC``. A real backup is the snapshot; the journal archives are written as the
+archive contract says (``tests/restore/journal_archives.py``), with records before the snapshot, while it ran, in
+the window, redelivered, at T and after T. A recovery into a fresh vhost must deliver the snapshot's messages, then
+exactly the journal's records in ``[snapshot.created_at, T)`` in order, byte-exact with every property and header,
+where the target's bindings route them; the approval and the report count what came from where and the possible
+duplicates; gaps and a T past the coverage refuse; planted manifests are refused, never read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pika
+import pytest
+
+from airflow_rbak.broker.pika_connection import blocking_connection
+from airflow_rbak.exceptions import ConfigurationError
+from airflow_rbak.repository.journal_chain import journal_chain
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.restore import RestoreRequest, RestoreRun
+from airflow_rbak.restore.approval import approval_body
+from airflow_rbak.restore.errors import PublishError, RestoreRefusedError
+from airflow_rbak.restore.publisher import ConfirmPipeline
+from airflow_rbak.storage import open_storage
+from tests.restore.helpers import PRIORITY, backup, body_of, message_view, props_of, publish, read_queue
+from tests.restore.journal_archives import ArchiveSpec, Published, write_archive, write_chain
+
+pytestmark = pytest.mark.broker
+
+#: target queue -> its type; "orders" is fed by the default exchange, "audit" and "billing" by ``events``.
+QUEUES = {"orders": "classic", "audit": "classic", "billing": "quorum", "cc-q": "classic", "bcc-q": "classic"}
+SNAPSHOT = {"orders": range(0, 5), "audit": range(5, 8)}
+
+
+def _topology(broker: Any, vhost: str) -> None:
+    with blocking_connection(broker.connection.pika_parameters(vhost)) as conn:
+        ch = conn.channel()
+        for name, queue_type in QUEUES.items():
+            ch.queue_declare(name, durable=True, arguments={"x-queue-type": queue_type})
+        ch.exchange_declare("events", "topic", durable=True)
+        ch.queue_bind("audit", "events", "order.#")
+        ch.queue_bind("billing", "events", "order.*")
+
+
+def _message(i: int, at: int, exchange: str = "", key: str = "orders", **kw: Any) -> Published:
+    return Published(at, exchange, key, body_of(i, 200), props_of(i), **kw)
+
+
+def _journal(s: int, c: int, t: int) -> tuple[list[ArchiveSpec], dict[str, list[Published]]]:
+    """Two archives around the snapshot's creation ``s`` (completion ``c``) and T ``t``, and what each target queue
+    must get of them."""
+    before = _message(100, s - 1000)                                   # before the snapshot: already in it
+    during = _message(101, s)                                          # while it ran: replayed, maybe a duplicate
+    cc = _message(102, c + 5000, cc=("cc-q",))                         # orders and cc-q
+    topic = _message(103, c + 10_000, "events", "order.created")       # audit and billing
+    bcc = _message(104, c + 25_000, bcc=("bcc-q",))                    # orders and bcc-q (BCC never delivered)
+    topic2 = _message(105, c + 30_000, "events", "order.paid")
+    again = _message(106, c + 35_000, redelivered=True)                # the journal delivered it twice
+    at_t = _message(107, t)                                            # at T: not replayed
+    after = _message(108, t + 5000, "events", "order.late")            # after T: not replayed
+    specs = [ArchiveSpec(s - 5000, c + 20_000, [before, during, cc, topic]),
+             ArchiveSpec(c + 20_000, c + 60_000, [bcc, topic2, again, at_t, after])]
+    return specs, {"orders": [during, cc, bcc, again], "cc-q": [cc], "bcc-q": [bcc], "audit": [topic, topic2],
+                   "billing": [topic, topic2]}
+
+
+def _view(p: Published, sort: bool) -> tuple:
+    """The message as a consumer of the target gets it: as published, without BCC (the broker removes it)."""
+    body, props, headers = message_view(p.published_properties(), p.body)
+    headers = tuple(h for h in headers if h[0] != "BCC")
+    return body, props, tuple(sorted(headers, key=lambda h: h[0])) if sort else headers
+
+
+def _snapshot_view(i: int, sort: bool) -> tuple:
+    body, props, headers = message_view(props_of(i), body_of(i, 300))
+    return body, props, tuple(sorted(headers, key=lambda h: h[0])) if sort else headers
+
+
+@pytest.fixture
+def recovered_source(broker, vhost, location) -> dict[str, Any]:
+    """A source vhost with its topology and snapshot messages, its snapshot taken, and two journal archives."""
+    _topology(broker, vhost)
+    for name, numbers in SNAPSHOT.items():
+        publish(broker.connection, vhost, name, numbers.start, len(numbers))
+    manifest = backup(broker.connection, location, "snap-1", vhost)
+    s = manifest.created_at
+    t = manifest.completed_at + 40_000
+    specs, expected = _journal(s, manifest.completed_at, t)
+    ids = write_chain(location, vhost, specs)
+    return {"location": location, "snapshot": manifest, "t": t, "ids": ids, "expected": expected, "specs": specs}
+
+
+def _request(src: dict[str, Any], vhost: str, target: str, tmp_path: Any, **kw: Any) -> RestoreRequest:
+    return RestoreRequest(src["location"], backup_id=kw.pop("backup_id", "latest"), vhosts=[vhost],
+                          vhost_map={vhost: target}, restore_definitions=True, journal_until=kw.pop("until", src["t"]),
+                          checkpoint_state=str(tmp_path / "restore.db"), **kw)
+
+
+def _read_all(broker: Any, target: str, counts: dict[str, int]) -> dict[str, list[tuple]]:
+    return {name: read_queue(broker.connection, target, name, QUEUES[name], counts[name]) for name in QUEUES}
+
+
+def test_a_recovery_delivers_the_snapshot_then_the_journal_before_t_through_the_targets_routing(
+        broker, behaviour, vhost, target_vhost, tmp_path, recovered_source):
+    src = recovered_source
+    run = RestoreRun(broker.connection, _request(src, vhost, target_vhost, tmp_path))
+    plan = run.plan()
+    assert plan.backup_id == "snap-1"  # `latest` is the snapshot, never an archive
+    body = approval_body(plan, run.settings, "rabbitmq_default")
+    assert "8 messages from the snapshot `snap-1`, 6 from the journal" in body, body
+    assert f"`{src['ids'][0]}`: 3, `{src['ids'][1]}`: 3" in body
+    assert "consumers may see again what they had consumed after the snapshot" in body
+    assert "up to 2 journal records may be duplicates (1 published while the snapshot ran, 1 redelivered" in body, body[body.index("At least"):][:400]
+
+    definitions = run.definitions(plan)
+    report = run.report(plan, [run.publish(plan, q) for q in plan.queues], definitions)
+
+    facts = report.to_json()["journal_recovery"]
+    assert (facts["from_snapshot"], facts["from_journal"]) == (8, 6)
+    assert facts["per_archive"] == {src["ids"][0]: 3, src["ids"][1]: 3}
+    assert (facts["duplicates_possible"], facts["published_during_snapshot"], facts["redelivered_by_journal"]) == (2, 1, 1)
+    assert facts["gaps"] == [] and report.unroutable == 0
+    expected = src["expected"]
+    counts = {name: len(SNAPSHOT.get(name, ())) + len(expected[name]) for name in QUEUES}
+    got = _read_all(broker, target_vhost, counts)
+    for name, queue_type in QUEUES.items():
+        sort = behaviour.sorts_headers(queue_type)
+        want = [_snapshot_view(i, sort) for i in SNAPSHOT.get(name, ())] + [_view(p, sort) for p in expected[name]]
+        if queue_type == "quorum":  # a 4.x quorum queue delivers by priority among what it holds
+            want = [want[n] for n in behaviour.delivery_order("quorum", [v[1][PRIORITY] or 0 for v in want])]
+        assert got[name] == want, name
+
+
+def test_gaps_refuse_the_recovery_unless_accepted_then_they_are_listed(broker, vhost, target_vhost, tmp_path, location):
+    _topology(broker, vhost)
+    publish(broker.connection, vhost, "orders", 0, 3)
+    s = backup(broker.connection, location, "snap-1", vhost).created_at
+    gap = {"from": s + 2000, "to": s + 4000, "reason": "tracing was off on rabbit@n2"}
+    write_chain(location, vhost, [ArchiveSpec(s - 1000, s + 10_000, [_message(100, s + 1000), _message(101, s + 5000)],
+                                              gaps=[gap])])
+
+    with pytest.raises(RestoreRefusedError) as refused:
+        RestoreRun(broker.connection, _request({"location": location, "t": s + 8000}, vhost, target_vhost,
+                                               tmp_path)).run()
+    assert "1 gap(s) between the snapshot and journal_until" in str(refused.value)
+    assert "tracing was off on rabbit@n2" in str(refused.value) and "journal_accept_gaps" in str(refused.value)
+    assert target_vhost not in [v["name"] for v in broker.api("GET", "vhosts").json()]  # nothing touched
+
+    accepted = _request({"location": location, "t": s + 8000}, vhost, target_vhost, tmp_path, journal_accept_gaps=True)
+    run = RestoreRun(broker.connection, accepted)
+    plan = run.plan()
+    assert "1 gaps in the journal** between the snapshot and the moment, accepted" in approval_body(plan, accepted, "c")
+    report = run.run().to_json()
+    (listed,) = report["journal_recovery"]["gaps"]
+    assert (listed["from"], listed["to"]) == (s + 2000, s + 4000) and "tracing was off on rabbit@n2" in listed["reason"]
+    assert report["journal_recovery"]["gaps_accepted"] is True
+    assert report["published"] == 3 + 2
+
+
+def test_a_moment_past_the_journals_coverage_is_refused_naming_its_end(broker, vhost, target_vhost, tmp_path, location):
+    _topology(broker, vhost)
+    s = backup(broker.connection, location, "snap-1", vhost).created_at
+    write_chain(location, vhost, [ArchiveSpec(s - 1000, s + 10_000, [_message(100, s + 1000)])])
+
+    with pytest.raises(RestoreRefusedError) as refused:
+        RestoreRun(broker.connection, _request({"location": location, "t": s + 20_000}, vhost, target_vhost,
+                                               tmp_path)).run()
+    assert "whose coverage ends at" in str(refused.value) and f"({s + 10_000})" in str(refused.value)
+
+
+def test_planted_archives_are_refused_and_a_broken_link_is_a_gap(broker, vhost, target_vhost, tmp_path, location):
+    _topology(broker, vhost)
+    s = backup(broker.connection, location, "snap-1", vhost).created_at
+    first, second = (ArchiveSpec(s - 1000, s + 10_000, [_message(100, s + 1000)]),
+                     ArchiveSpec(s + 10_000, s + 20_000, [_message(101, s + 15_000)]))
+    a1 = write_archive(location, vhost, first, None)
+    # under this vhost's tag, a manifest naming another vhost: refused, never read as this vhost's
+    other = write_archive(location, vhost, ArchiveSpec(s, s + 30_000, [_message(102, s + 16_000)]), None,
+                          backup_id=a1[:-13] + "0-" + a1[-12:], journal={"vhost": "elsewhere"})
+    # the second archive's segment key moved into the snapshot's folder: a foreign object, refused
+    a2 = write_archive(location, vhost, second, a1)
+    storage = open_storage(location)
+    store = ManifestStore(storage)
+    manifest = store.load(a2)
+    manifest.queues[0].segments[0].key = "snap-1/" + manifest.queues[0].segments[0].key.split("/", 1)[1]
+    store.save(manifest)
+    write_archive(location, vhost, ArchiveSpec(s + 20_000, s + 30_000, [_message(103, s + 25_000)]), a2)
+
+    chain = journal_chain(storage, vhost)
+    refused = dict(chain.refused)
+    assert "names vhost 'elsewhere'" in refused[other]
+    assert "not its own" in refused[a2] or "damaged" in refused[a2], refused[a2]
+    assert [a.backup_id for a in chain.archives] == [a1, chain.archives[1].backup_id]
+    (gap,) = chain.gaps
+    assert (gap.from_ms, gap.to_ms) == (s + 10_000, s + 20_000) and a2 in gap.reason
+
+    with pytest.raises(RestoreRefusedError) as stopped:
+        RestoreRun(broker.connection, _request({"location": location, "t": s + 28_000}, vhost, target_vhost,
+                                               tmp_path)).run()
+    assert a2 in str(stopped.value)
+
+
+def test_a_recovery_stopped_mid_journal_resumes_from_its_checkpoint(
+        broker, vhost, target_vhost, tmp_path, location, monkeypatch):
+    _topology(broker, vhost)
+    publish(broker.connection, vhost, "orders", 0, 3)
+    s = backup(broker.connection, location, "snap-1", vhost).created_at
+    records = [_message(100 + n, s + 1000 + n) for n in range(40)]
+    write_chain(location, vhost, [ArchiveSpec(s - 1000, s + 60_000, records)])
+    request = _request({"location": location, "t": s + 50_000}, vhost, target_vhost, tmp_path, max_in_flight=1)
+    send = ConfirmPipeline.publish
+
+    def cut(self: ConfirmPipeline, *args: Any, **kwargs: Any) -> None:
+        if self.cp.source_queue.startswith("rbak.journal@") and self.published >= 15:
+            raise pika.exceptions.AMQPConnectionError("cut")
+        send(self, *args, **kwargs)
+
+    monkeypatch.setattr(ConfirmPipeline, "publish", cut)
+    with pytest.raises(PublishError):
+        RestoreRun(broker.connection, request).run()
+    monkeypatch.undo()
+
+    report = RestoreRun(broker.connection, request).run()
+
+    journal_row = report.queues[-1]
+    assert journal_row["resumed_from"] == 15 and journal_row["published"] == 25 and journal_row["completed"]
+    got = read_queue(broker.connection, target_vhost, "orders", "classic", 43)
+    assert [m[0] for m in got] == [body_of(i, 300) for i in range(3)] + [p.body for p in records]
+
+
+def test_journal_settings_are_validated(tmp_path):
+    with pytest.raises(ConfigurationError, match="name each in vhosts"):
+        RestoreRequest("memory://", journal_until=5)
+    with pytest.raises(ConfigurationError, match="does not combine with queues"):
+        RestoreRequest("memory://", vhosts=["a"], queues=["x"], journal_until=5)
+    with pytest.raises(ConfigurationError, match="set journal_until"):
+        RestoreRequest("memory://", vhosts=["a"], journal_accept_gaps=True)
+    assert RestoreRequest("memory://", vhosts=["a"], journal_until="2026-11-29T12:00:00Z").journal_until == 1_795_953_600_000
