@@ -43,6 +43,14 @@ the approval and the report name the selection and its count.
 ``replay_dead_letters`` sends a dead-letter queue's messages back to the
 exchange and routing key they died from (``x-death``); the plan lists each.
 
+**Recovery to a point in time.** ``journal_until`` (with ``vhosts`` naming
+each vhost) restores the snapshot (``backup_id``; ``latest``: the last backup
+before that moment), then the journal's records published after the snapshot
+began and before the moment, through the target's own routing, in one publish
+task; the approval says how many come from each and that consumers may see
+again what they consumed after the snapshot (at least once). A gap in the
+journal refuses unless ``journal_accept_gaps`` (docs/operations.md).
+
 A definitions failure stops the run
 before any message is published; a re-run with the same ``checkpoint_state``
 continues each queue after its last confirmed record. ``rbak definitions
@@ -101,6 +109,13 @@ PARAMS = {
     "queue_map": _names_map('restore queues under other names, e.g. {"orders": "orders-restored"}'),
     "time_window_start": Param(None, **_TIME),
     "time_window_end": Param(None, **_TIME),
+    "journal_until": Param(None, type=["null", "integer", "string"],
+                           description="recover to this moment (epoch ms or ISO 8601): the snapshot (backup_id; latest: "
+                                       "the last backup before it), then the journal's records published before it, "
+                                       "through the target's routing; name the vhosts, no window or selection"),
+    "journal_accept_gaps": Param(False, type="boolean",
+                                 description="recover through the journal's gaps in the window (the approval and the "
+                                             "report list them) instead of refusing"),
     "select": Param(None, type=["null", "object"],
                     description="only the messages matching every filter given, as `rbak messages` takes them (time "
                                 "window, message_id, correlation_id, routing_key glob, exchange, headers, content_type, "
@@ -170,7 +185,7 @@ PARAMS = {
 SECTIONS = {
     "Backup": ("storage_url", "backup_id", "skip_damaged_segments", "max_decompressed_bytes"),
     "Target and selection": ("rabbitmq_conn_id", "vhosts", "queues", "vhost_map", "queue_map"),
-    "Point in time": ("time_window_start", "time_window_end"),
+    "Point in time": ("time_window_start", "time_window_end", "journal_until", "journal_accept_gaps"),
     "Selective restore": ("select", "positions", "replay_dead_letters"),
     "Definitions": ("restore_definitions", "definitions_selection", "definitions_mode"),
     "Migration": ("transformations", "queue_types", "accept_losses"),

@@ -258,6 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="convert_to_quorum's rule: a target queue name or glob and quorum or classic (kept)")
     p.add_argument("--accept-loss", action="append", metavar="LOSS",
                    help="a loss a converted queue may take, ARGUMENT or QUEUE_GLOB:ARGUMENT (e.g. prio:x-max-priority)")
+    p.add_argument("--vhost", action="append", metavar="VHOST", help="restore this source vhost (repeat for more)")
+    p.add_argument("--journal-until", metavar="T",
+                   help="recover to this moment (epoch ms or ISO 8601): the snapshot, then the journal's records "
+                        "published before T (docs/operations.md, \"Recovering to a point in time\"); needs --vhost")
+    p.add_argument("--journal-accept-gaps", action="store_true",
+                   help="recover through the journal's gaps in the window (listed) instead of refusing")
     p.set_defaults(run="runs.restore_cmd")
 
     p = command("backup", "Back up without Airflow: the rbak_backup DAG's steps in this process (encode without Spark), "

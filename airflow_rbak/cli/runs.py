@@ -94,6 +94,12 @@ def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         conf["vhost_map"] = {**conf.get("vhost_map", {}), **dict(_pair(p, "--vhost-map") for p in args.vhost_map)}
     if args.dry_run:
         conf["dry_run"] = True
+    if args.vhost:
+        conf["vhosts"] = args.vhost
+    if args.journal_until:
+        conf["journal_until"] = int(args.journal_until) if args.journal_until.isdigit() else args.journal_until
+    if args.journal_accept_gaps:
+        conf["journal_accept_gaps"] = True
     _migration_args(args, conf)
     settings = RestoreRequest.from_conf(conf)
     connection = broker_connection(args)
@@ -106,6 +112,11 @@ def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
              f"{verb} {report.published}, {report.unroutable} unroutable")
     if report.section_fields.get("selection"):
         say(out, f"  selection: {report.section_fields['selection']}")
+    journal = report.section_fields.get("journal_recovery")
+    if journal:
+        say(out, f"  recovery to {journal['until']}: {journal['from_snapshot']} from snapshot {journal['snapshot']}, "
+                 f"{journal['from_journal']} from the journal; up to {journal['duplicates_possible']} duplicates "
+                 f"(at least once); {len(journal['gaps'])} gaps accepted")
     for q in report.queues:
         done = (f"would publish {q['published']}" if report.dry_run else
                 f"published {q['published']}" + (f" ({q['published_total']} with earlier runs)"

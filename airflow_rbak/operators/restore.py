@@ -102,7 +102,8 @@ class RbakRestorePlanOperator(RbakRestoreOperator):
         plan = restore_step("plan", run.plan)  # which logs the plan
         queues = [{"source_vhost": q.source_vhost, "source_queue": q.source_queue, "target": f"{q.target_vhost}/{q.target_queue}",
                    "records": q.records_in_window, "target_holds": q.target_depth, "adds": q.to_add} for q in plan.queues]
-        groups = mapped_payload(queues, self.max_publish_tasks)
+        # a recovery to a point in time publishes in one task: the snapshot's queues, then the journal in its order
+        groups = [queues] if plan.journal is not None else mapped_payload(queues, self.max_publish_tasks)
         sealed = authority.seal_plan(run.seal, run_ref(context), plan, self.restore_request, groups,
                                      context["ti"].try_number)
         log.info("plan of try %d sealed: SHA-256 %s", context["ti"].try_number, sealed["body"]["digest"])
