@@ -229,10 +229,33 @@ def _chain_gaps(archives: list[JournalArchive], refused: dict[str, str]) -> list
     return gaps
 
 
+def journal_vhosts(storage: Storage) -> list[str]:
+    """The vhosts whose journals a location holds: per vhost tag, the vhost its newest readable archive names (and
+    whose tag it is; a manifest naming a vhost of another tag names nothing here)."""
+    stored = {info.key: info.size for info in storage.list(PREFIX)}
+    by_tag: dict[str, list[str]] = {}
+    for backup_id in sorted({k.split("/", 1)[0] for k in stored if "/" in k}):
+        by_tag.setdefault(backup_id.rsplit("-", 1)[-1], []).append(backup_id)
+    store, found = ManifestStore(storage), []
+    for tag, ids in sorted(by_tag.items()):
+        for backup_id in reversed(ids):
+            try:
+                addition = store.load(backup_id, listed_size=stored.get(manifest_key(backup_id))).extensions.get("journal")
+            except KeyRequiredError:
+                raise
+            except RbakError:
+                continue
+            vhost = addition.get("vhost") if isinstance(addition, dict) else None
+            if isinstance(vhost, str) and vhost_tag(vhost) == tag:
+                found.append(vhost)
+                break
+    return sorted(found)
+
+
 def chain_json(chain: JournalChain) -> dict[str, Any]:
     """The chain and its archives as plain JSON (CLI, view)."""
     return chain.to_json() | {"archive_list": [a.summary() for a in chain.archives]}
 
 
-__all__ = ["JournalArchive", "JournalChain", "JournalGap", "JournalManifestError", "journal_chain", "read_archive",
-           "vhost_tag", "is_archive_id"]
+__all__ = ["JournalArchive", "JournalChain", "JournalGap", "JournalManifestError", "journal_chain", "journal_vhosts",
+           "read_archive", "vhost_tag", "is_archive_id"]

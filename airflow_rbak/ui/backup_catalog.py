@@ -24,6 +24,7 @@ from airflow_rbak.display import package_logger
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.catalog import BackupSummary, left_out_queues, list_backups
 from airflow_rbak.repository.chain import chain_owners
+from airflow_rbak.repository.journal_chain import journal_chain, journal_vhosts
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.storage import open_storage
 from airflow_rbak.storage.base import Storage, StorageError
@@ -186,6 +187,8 @@ class BackupCatalog:
         self._cache: dict[str, tuple[float, list[BackupSummary] | BaseException]] = {}
         self._lock = threading.Lock()
         self.listings: SingleFlight[list[BackupSummary]] = SingleFlight()
+        #: Each location's journals (:meth:`journals`): when read, and what was found.
+        self._journals: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         #: Damage the message browser found in backups whose manifests read whole (damage.py says why kept here).
         self.damage = DamageLedger()
 
@@ -233,7 +236,35 @@ class BackupCatalog:
             return {**body, "total": 0, "backups": [], "error": describe_error(exc)}
         rows = [backup_row(s, location, runs, self.damage.found(location.url, s.backup_id))
                 for s in summaries[offset:offset + limit]]
-        return {**body, "total": len(summaries), "backups": rows, "error": None}
+        journals, journals_error = [], None
+        if any(s.backup_id.startswith("journal-") for s in summaries):
+            try:
+                journals = self.journals(location, refresh)
+            except Exception as exc:  # noqa: BLE001 - the backups still show
+                journals_error = describe_error(exc)
+        return {**body, "total": len(summaries), "backups": rows, "error": None, "journals": journals,
+                "journals_error": journals_error}
+
+    def journals(self, location: Location, refresh: bool = False) -> list[dict[str, Any]]:
+        """Per vhost journaled in the location: the archives' coverage ``(from, to)``, the recovery point (now - to,
+        ms) and the chain's gaps (:mod:`~airflow_rbak.repository.journal_chain`); read again as the listing is."""
+        with self._lock:
+            cached = self._journals.get(location.id)
+        if cached is not None and self._clock() - cached[0] < (self.min_refresh if refresh else self.ttl):
+            return cached[1]
+        started, storage = self._clock(), self.storage(location)
+        now_ms = int(time.time() * 1000)
+        found = []
+        for vhost in journal_vhosts(storage):
+            chain = journal_chain(storage, vhost, now_ms=now_ms)
+            cover = chain.coverage
+            found.append({"vhost": vhost, "from": cover[0] if cover else None, "to": cover[1] if cover else None,
+                          "recovery_point_ms": max(now_ms - cover[1], 0) if cover else None,
+                          "archives": len(chain.archives), "gaps": [g.to_json() for g in chain.gaps],
+                          "refused": [{"backup_id": b, "reason": r} for b, r in chain.refused]})
+        with self._lock:
+            self._journals[location.id] = (started, found)
+        return found
 
     def detail(self, location: Location, backup_id: str, runs: RunIndex) -> dict[str, Any]:
         """A backup's page: its row, its manifest's queues, segments and definitions, its DAG runs, and the verify run
