@@ -20,7 +20,7 @@ touched; ``journal_accept_gaps`` recovers through the gaps, listing them.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,7 @@ from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_by
 from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
 from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.restore.restore_plan import QueuePlan, SegmentPlan, SkippedSegment
-from airflow_rbak.restore.wire import iter_wire_records
+from airflow_rbak.restore.wire import WireRecord, iter_wire_records
 from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
 
 #: Headers left out of a journal record's publish: only what the broker adds on delivery (the journal is a quorum
@@ -42,9 +42,10 @@ JOURNAL_LEFT_OUT = broker_headers("quorum")
 READ_ATTEMPTS = 3
 
 
-def snapshot_manifest(storage: Storage, request: RestoreRequest) -> BackupManifest:
-    """The recovery's snapshot: the request's backup, or for ``latest`` the newest complete non-journal backup holding
-    every vhost recovered, created before T."""
+def snapshot_manifest(storage: Storage, request: RestoreRequest,
+                      resolve: Callable[[Storage, str], BackupManifest]) -> BackupManifest:
+    """The recovery's snapshot: the request's backup (read by ``resolve``, the planner's reader of a named backup), or
+    for ``latest`` the newest complete non-journal backup holding every vhost recovered, created before T."""
     until = int(request.journal_until or 0)
     if request.backup_id == "latest":
         for summary in reversed(list_backups(storage)):
@@ -56,9 +57,7 @@ def snapshot_manifest(storage: Storage, request: RestoreRequest) -> BackupManife
         raise BackupNotRestorableError(
             f"{storage.url} holds no complete backup of vhost(s) {', '.join(request.vhosts)} created before "
             f"journal_until ({until}); give backup_id explicitly or a later journal_until")
-    from airflow_rbak.restore.plan import resolve_manifest  # the one reader of a named backup
-
-    manifest = resolve_manifest(storage, request.backup_id)
+    manifest = resolve(storage, request.backup_id)
     if is_archive_id(manifest.backup_id):
         raise BackupNotRestorableError(f"{manifest.backup_id!r} is a journal archive, not a snapshot; name a backup")
     if manifest.created_at >= until:
@@ -178,11 +177,10 @@ def _read(storage: Storage, key: str, check: SegmentCheck, size: int) -> bytes |
 
 
 def iter_journal_records(storage: Storage, queue: QueuePlan, request: RestoreRequest, start_ordinal: int = 0
-                         ) -> Iterator[Any]:
-    """The journal entry's records in the window from ``start_ordinal`` on, in stored order, each with its route: its
-    own exchange and routing key (the default exchange's: the routing key as the request maps queue names)."""
-    from airflow_rbak.restore.records import Positioned  # records imports this module: the type is its
-
+                         ) -> Iterator[tuple[int, str, int, WireRecord, tuple[str, str]]]:
+    """The journal entry's records in the window from ``start_ordinal`` on, in stored order, as ``(ordinal, segment
+    key, index, record, route)``: the route is the record's own exchange and routing key (the default exchange's:
+    the routing key as the request maps queue names)."""
     until, start = int(request.journal_until or 0), int(queue.journal_from or 0)
     for segment in queue.segments:
         if segment.first_ordinal + segment.record_count <= start_ordinal:
@@ -201,4 +199,4 @@ def iter_journal_records(storage: Storage, queue: QueuePlan, request: RestoreReq
                 continue
             route = (record.exchange, record.routing_key) if record.exchange else (
                 "", request.target_queue(record.routing_key))
-            yield Positioned(ordinal, segment.key, index, record, route)
+            yield ordinal, segment.key, index, record, route

@@ -72,8 +72,8 @@ def resolve_manifest(storage: Storage, backup_id: str) -> BackupManifest:
 def plan_restore(storage: Storage, request: RestoreRequest) -> RestorePlan:
     """Read the manifest, verify the segments the window needs, count what will be published."""
     recovery = request.journal_until is not None
-    manifest = journal_recovery.snapshot_manifest(storage, request) if recovery else resolve_manifest(storage,
-                                                                                                   request.backup_id)
+    manifest = (journal_recovery.snapshot_manifest(storage, request, resolve_manifest) if recovery
+                else resolve_manifest(storage, request.backup_id))
     foreign = foreign_objects(manifest)
     if foreign:
         raise BackupNotRestorableError(

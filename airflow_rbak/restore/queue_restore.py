@@ -206,8 +206,8 @@ def _exact(request: RestoreRequest, queue: QueuePlan) -> bool:
 
 
 def _route(request: RestoreRequest, queue: QueuePlan, item: Positioned) -> tuple[str, str]:
-    """A replayed record goes where it died, a journal record to its own route; ``queue`` mode and default-exchange records straight to the target
-    queue; others keep their route."""
+    """A replayed record goes where it died, a journal record to its own route; ``queue`` mode and default-exchange
+    records straight to the target queue; others keep their route."""
     if item.route is not None:
         return item.route
     record = item.record

@@ -46,7 +46,9 @@ def iter_window_records(
     """Yield the queue's records inside the window from ``start_ordinal`` on, in backup order (a journal entry's:
     :func:`.journal_recovery.iter_journal_records`)."""
     if queue.journal_archive is not None:
-        yield from journal_recovery.iter_journal_records(storage, queue, request, start_ordinal)
+        for ordinal, key, index, record, route in journal_recovery.iter_journal_records(storage, queue, request,
+                                                                                       start_ordinal):
+            yield Positioned(ordinal, key, index, record, route)
         return
     left_out = left_out_headers(queue.queue_type)
     selected = None if queue.selected is None else Ranges(queue.selected)
