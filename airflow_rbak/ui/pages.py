@@ -9,21 +9,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from airflow_rbak.display import count, printable, size, span, when
+from airflow_rbak.display import count, size
 from airflow_rbak.ui.backup_catalog import ACTIONABLE
+from airflow_rbak.ui.journal_table import journal_table
+from airflow_rbak.ui.markup import date as _date
+from airflow_rbak.ui.markup import text as _text
 from airflow_rbak.ui.runs import RESTORE_DAG_ID, VERIFY_DAG_ID, restore_run_id
 from airflow_rbak.ui.trigger_form import SCRIPT as TRIGGER_SCRIPT
 from airflow_rbak.ui.trigger_form import trigger_form
-
-
-def _text(value: object) -> str:
-    """Untrusted text for HTML: control characters shown escaped (as on a terminal), then HTML-escaped."""
-    return escape(printable(value))
-
 
 #: For the other pages' modules: untrusted text for HTML (also in attributes: quotes are escaped too).
 text_html = _text
@@ -157,16 +153,6 @@ def _verify_cell(last: dict[str, Any] | None) -> str:
     return f"{_badge(last['state'])} <span class=muted>{_date(last['at'])}</span>"
 
 
-def _date(ms: Any) -> str:
-    """A time to the minute, the seconds in its title: on one line where it fits, else the day over the time (never
-    drawn over the next column)."""
-    full = when(ms)
-    if full[:4].isdigit() and full.endswith(" UTC"):
-        day, _, minute = full[:16].partition(" ")
-        return f'<span class="date" title="{_text(full)}"><span>{_text(day)}</span> <span>{_text(minute)}</span></span>'
-    return f'<span class="date" title="{_text(full)}">{_text(full)}</span>'
-
-
 #: The list's columns and their widths: the same in every location's table, whatever its rows hold.
 #: Inside Airflow's frame at a 1024 px window (937 px wide) each holds its widest word: "incomplete", "Messages".
 _COLUMNS = (("Backup", 9, ""), ("Status", 10, ""), ("Started (UTC)", 14, ""), ("Completed (UTC)", 14, ""),
@@ -207,33 +193,8 @@ def _location_section(page: dict[str, Any], links: Links) -> str:
         pager.append(f'<a href="{_text(links.listing(loc["id"], max(0, page["offset"] - page["limit"])))}">newer</a>')
     if last < page["total"]:
         pager.append(f'<a href="{_text(links.listing(loc["id"], last))}">older</a>')
-    return (head + _journals(page) + f'<table class="backups">{_list_head()}{rows}</table><div class=pager>'
+    return (head + journal_table(page) + f'<table class="backups">{_list_head()}{rows}</table><div class=pager>'
             f"{' '.join(pager[:1])} {' '.join(pager[1:])}</div>")
-
-
-def _journals(page: dict[str, Any]) -> str:
-    """The location's journals (continuous capture), one row per vhost: coverage, recovery point, gaps."""
-    if page.get("journals_error"):
-        return f'<div class="err">The journals of this location cannot be read: {_text(page["journals_error"])}</div>'
-    journals = page.get("journals") or []
-    if not journals:
-        return ""
-    rows = []
-    for j in journals:
-        ms = j["recovery_point_ms"]
-        point = "-" if ms is None else f"{ms // 1000:,} seconds" if ms < 120_000 else span(ms)
-        gaps = "".join(f"<li>{_date(g['from'])} .. {_date(g['to']) if g['to'] is not None else 'open'}: "
-                       f"{_text(g['reason'])}</li>" for g in j["gaps"][:20])
-        more = f"<li>and {len(j['gaps']) - 20:,} more</li>" if len(j["gaps"]) > 20 else ""
-        refused = (f'<div class="muted">{count(len(j["refused"]), "archive")} refused: '
-                   f'{_text(j["refused"][0]["backup_id"])}: {_text(j["refused"][0]["reason"])}</div>'
-                   if j["refused"] else "")
-        rows.append(f"<tr><td>{_text(j['vhost'])}</td><td>{_date(j['from'])}</td><td>{_date(j['to'])}</td>"
-                    f"<td>{_text(point)}</td><td class=n>{j['archives']:,}</td>"
-                    f"<td>{'<ul>' + gaps + more + '</ul>' if gaps else 'none'}{refused}</td></tr>")
-    return ('<h3>Continuous capture (journal)</h3><table class="journals"><tr><th>Vhost</th><th>Covers from (UTC)</th>'
-            "<th>Covers to (UTC)</th><th>Recovery point</th><th class=n>Archives</th><th>Gaps</th></tr>"
-            + "".join(rows) + "</table>")
 
 
 def list_page(pages: list[dict[str, Any]], links: Links) -> str:
