@@ -42,7 +42,8 @@ class ArchiveSettings:
     vhost: str
     storage_url: str
     seconds: float = 60.0
-    max_messages: int = 200_000
+    #: The consumer's prefetch, so at most this many messages per run (AMQP caps a prefetch at 65,535).
+    max_messages: int = 50_000
     journal_max_messages: int = DEFAULT_MAX_MESSAGES
     compression: Compression | str = Compression.ZSTD
     compression_level: int = 3
@@ -53,8 +54,8 @@ class ArchiveSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "compression", Compression.parse(self.compression))
-        if not 0 < self.seconds <= 86_400 or not 0 < self.max_messages <= 10_000_000:
-            raise JournalError("seconds must be in (0, 86400] and max_messages in 1..10,000,000")
+        if not 0 < self.seconds <= 86_400 or not 0 < self.max_messages <= 65_535:
+            raise JournalError("seconds must be in (0, 86400] and max_messages in 1..65,535 (a consumer's prefetch)")
         self.writer()
 
     def writer(self) -> SegmentWriter:

@@ -32,7 +32,7 @@ class DrainLimits:
     """How long and how much one run drains."""
 
     seconds: float = 60.0
-    max_messages: int = 200_000
+    max_messages: int = 50_000
     mark_every: float = 1.0
     #: How long after ``seconds`` the run waits for its last mark to come through the journal.
     grace: float = 30.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pika
 
 from airflow_rbak.broker.connection import RabbitMQConnection
@@ -29,7 +30,7 @@ def records_of(url: str, backup_id: str) -> list[dict]:
     found = []
     for queue in manifest.queues:
         for segment in queue.stored_order():
-            found += [r.to_json() for r in decode_segment(storage.get(segment.key)).records]
+            found += [orjson.loads(orjson.dumps(r.to_json())) for r in decode_segment(storage.get(segment.key)).records]
     return found
 
 
