@@ -115,7 +115,9 @@ class JournalArchive:
 
     def check_broker(self, state: JournalStatus, newest: Newest, started: int) -> list[dict[str, Any]]:
         """The gaps the broker shows since the previous archive, each put right where it can be."""
-        vhost, since = self.settings.vhost, newest.to if newest.to is not None else started
+        # Since the previous archive's end; before a first archive, since the journal's start (its first clock mark,
+        # known once read: None here, filled in by _section).
+        vhost, since = self.settings.vhost, newest.to
         gaps: list[dict[str, Any]] = []
         if newest.missing_previous:
             before = newest.before_missing.extensions[JOURNAL]["to"] if newest.before_missing else 0
@@ -191,6 +193,8 @@ class JournalArchive:
             gaps.append(_gap(0, start, "records came before the journal's first clock mark: their publish time is "
                                        "unknown"))
         for gap in gaps:
+            if gap["from"] is None:
+                gap["from"] = start
             if gap["to"] is None and "full" in gap["reason"]:
                 gap["to"] = drained.first_mark
         return {"vhost": self.settings.vhost, "previous": newest.manifest.backup_id if newest.manifest else None,
@@ -211,7 +215,7 @@ class JournalArchive:
             log.warning("journal of %s does not cover %s", result.vhost, what)
 
 
-def _gap(start: int, end: int | None, reason: str) -> dict[str, Any]:
+def _gap(start: int | None, end: int | None, reason: str) -> dict[str, Any]:
     return {"from": start, "to": end, "reason": reason}
 
 
