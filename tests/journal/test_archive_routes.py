@@ -29,7 +29,7 @@ def _declare_routes(channel) -> None:
         channel.queue_bind(queue, exchange, "orders.#" if kind == "topic" else key, arguments=binding)
 
 
-def test_every_route_is_a_record_with_what_routes_it_again(broker, vhost, location):
+def test_every_route_is_a_record_with_what_routes_it_again(broker, behaviour, vhost, location):
     conn, channel = channel_of(broker.connection, vhost)
     _declare_routes(channel)
     journal.enable(broker.connection, vhost)
@@ -53,7 +53,8 @@ def test_every_route_is_a_record_with_what_routes_it_again(broker, vhost, locati
         record = records[i]
         assert (record["exchange"], record["routing_key"]) == (exchange, key)
         assert record["properties"] == _property_values(i, "guest")
-        assert record["headers"] == expected_headers(i)
+        # 4.x re-encodes the trace's copy of the header table in key order (types kept), as every 4.x delivery
+        assert record["headers"] == expected_headers(i, sorted_headers=behaviour.series >= (4, 0))
         assert bytes(record["body"]) == body_of(i, 300)
     copies = records[len(ROUTES)]
     assert (copies["exchange"], copies["routing_key"], bytes(copies["body"])) == ("", "plain-q", b"with copies")
