@@ -98,3 +98,23 @@ def test_order_is_kept_per_publisher_and_the_next_archive_continues_the_chain(br
     for p in range(3):
         assert [int(b.split(":")[1]) for b in bodies if b.startswith(f"{p}:")] == list(range(p, 450, 3))
     assert second.previous == first.backup_id and second.from_ms == first.to_ms and second.to_ms >= first.to_ms
+
+
+def test_a_backup_of_a_journaled_vhost_leaves_the_journal_out(broker, vhost, tmp_path):
+    from airflow_rbak.backup.run import BackupRun, BackupSettings
+    from airflow_rbak.broker.discovery import QueueSelector
+
+    journal.enable(broker.connection, vhost)
+    conn, channel = channel_of(broker.connection, vhost)
+    channel.queue_declare("q", durable=True)
+    channel.confirm_delivery()
+    channel.basic_publish("", "q", b"kept")
+    conn.close()
+
+    manifest = BackupRun(broker.connection, BackupSettings("b1", f"file://{tmp_path}",
+                                                           QueueSelector(vhosts=(vhost,)))).run()
+
+    assert [(q.name, q.message_count) for q in manifest.queues] == [("q", 1)]
+    assert manifest.extensions["left_out"] == [{"vhost": vhost, "queue": "rbak.journal", "queue_type": "quorum",
+                                                "reason": "the journal queue: its archiver archives it (rbak journal archive)"}]
+    assert journal.status(broker.connection, vhost).depth >= 2  # the backup took nothing from the journal
