@@ -22,7 +22,7 @@ from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentWriter
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, Compression
 from airflow_rbak.display import package_logger
 from airflow_rbak.journal.archives import JOURNAL, Newest, archive_id, newest_archive
-from airflow_rbak.journal.drain import DrainLimits, Drained, JournalDrain
+from airflow_rbak.journal.drain import Drained, DrainLimits, JournalDrain
 from airflow_rbak.repository.lock import BackupLock, LeasedStorage
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.writer import QueueSegmentSink, now_ms
@@ -121,8 +121,9 @@ class JournalArchive:
         gaps: list[dict[str, Any]] = []
         if newest.missing_previous:
             before = newest.before_missing.extensions[JOURNAL]["to"] if newest.before_missing else 0
-            gaps.append(_gap(before, newest.manifest.extensions[JOURNAL]["from"] if newest.manifest else started,
-                             f"archive {newest.missing_previous} (the previous of {newest.manifest.backup_id if newest.manifest else '?'}) is missing"))
+            after = newest.manifest.extensions[JOURNAL]["from"] if newest.manifest else started
+            gaps.append(_gap(before, after, f"archive {newest.missing_previous}, the previous of the newest archive, "
+                                            "is missing"))
         if not state.queue_exists:
             if newest.manifest is None:
                 raise JournalError(f"vhost {vhost!r} is not journaled (no {JOURNAL_QUEUE} queue): run `rbak journal enable`")
@@ -142,7 +143,7 @@ class JournalArchive:
             broker_journal.set_tracing(self.connection, vhost, True)
         if state.full:
             gaps.append(_gap(since, None, f"the journal was full ({state.depth} of {state.max_length} messages): "
-                                          "trace messages were dropped"))
+                                          "its oldest trace messages were dropped"))
         return gaps
 
     def _archive(self, storage: Storage, backup_id: str, newest: Newest, started: int, gaps: list[dict[str, Any]],
@@ -195,8 +196,8 @@ class JournalArchive:
         for gap in gaps:
             if gap["from"] is None:
                 gap["from"] = start
-            if gap["to"] is None and "full" in gap["reason"]:
-                gap["to"] = drained.first_mark
+            if gap["to"] is None and "full" in gap["reason"]:  # what was dropped came before the first mark kept
+                gap["to"] = drained.first_seen_mark or drained.first_mark
         return {"vhost": self.settings.vhost, "previous": newest.manifest.backup_id if newest.manifest else None,
                 "from": start, "to": drained.last_mark, "messages": drained.messages,
                 "redelivered": drained.redelivered, "gaps": gaps, "uncovered": list(state.uncovered)}

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from airflow_rbak.codec import BackupManifest
-from airflow_rbak.codec.layout import MANIFEST_NAME
 from airflow_rbak.codec.errors import ManifestError
+from airflow_rbak.codec.layout import MANIFEST_NAME
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.storage.base import Storage
 

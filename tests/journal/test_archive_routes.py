@@ -7,7 +7,6 @@ import pika
 import pytest
 
 from airflow_rbak.broker import journal
-
 from tests.broker.messages import WireProperties, _property_values, body_of, expected_headers, wire_properties
 from tests.journal.helpers import archive, channel_of, manifest_of, records_of
 

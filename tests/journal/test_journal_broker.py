@@ -5,7 +5,6 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from airflow_rbak.broker import journal
-
 from tests.broker.conftest import vhost_of_its_own
 
 
@@ -32,7 +31,7 @@ def test_enable_and_disable_keep_the_vhosts_description_tags_and_default_queue_t
         assert not state.full and state.uncovered == []
         queue = broker.api("GET", f"queues/{quote(name, safe='')}/rbak.journal").json()
         assert queue["type"] == "quorum" and queue["durable"] is True
-        assert queue["arguments"] == {"x-queue-type": "quorum", "x-max-length": 1000, "x-overflow": "reject-publish"}
+        assert queue["arguments"] == {"x-queue-type": "quorum", "x-max-length": 1000, "x-overflow": "drop-head"}
         exchange = broker.api("GET", f"exchanges/{quote(name, safe='')}/rbak.journal.clock").json()
         assert exchange["type"] == "fanout" and exchange["durable"] is True
 
