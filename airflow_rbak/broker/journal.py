@@ -3,12 +3,14 @@
 The firehose (``amq.rabbitmq.trace``) publishes one trace message per publish into the vhost, with the original
 exchange, routing keys, properties, headers and body (docs/operations.md, "Continuous capture"). A stream bound to
 it would lose the properties, so the journal is a quorum queue. Its length limit overflows by ``drop-head``: a full
-journal drops its oldest trace messages, never the users' messages, and stays bounded. ``reject-publish`` would not
-bound it: the firehose's enqueues are not confirmed, and a quorum queue refuses only confirmed publishes over its
-limit (measured on 3.10.8 and 4.3.6: 20 trace messages kept under a limit of 6; ``versions.JOURNAL_OVERFLOW``). Tracing is a setting of each node, lost when a node
-restarts, so it is set and read through every node's own management endpoint the connection lists, never through
-one node for all. Setting it is a ``PUT`` of the vhost that would reset the fields it does not name
-(description and tags on 3.10), so the vhost's own fields are sent back as they were.
+journal drops its oldest trace messages, never the users' messages, and stays bounded. ``reject-publish`` would
+not bound it: the firehose's enqueues are not confirmed, and a quorum queue refuses only confirmed publishes over
+its limit (``versions.JOURNAL_OVERFLOW``).
+
+Tracing is a setting of each node, lost when a node restarts (``versions.JOURNAL_TRACING``), so it is set and read
+through every node's own management endpoint the connection lists, never through one node for all. Setting it is a
+``PUT`` of the vhost that would reset the fields it does not name (description and tags on 3.10), so the vhost's
+own fields are sent back as they were.
 """
 
 from __future__ import annotations

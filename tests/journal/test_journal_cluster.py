@@ -4,7 +4,6 @@ through every node, which archives the publishes of every node."""
 from __future__ import annotations
 
 from airflow_rbak.broker import journal
-from tests.cluster.conftest import cluster, cluster_vhost  # noqa: F401 - fixtures
 from tests.journal.helpers import archive, channel_of, records_of
 
 
