@@ -311,6 +311,34 @@ QUORUM_MESSAGE_TTL = VersionRule(
     ("tests/restore/test_quorum_support.py::test_each_argument_has_the_outcome_the_targets_version_gives_it",),
     parts=("restore",),
 )
+JOURNAL_TRACING = VersionRule(
+    "a vhost's tracing (the firehose the journal reads)",
+    (Step(ANY, "a setting of each node: set through one node's endpoint, only that node traces; off again after the "
+               "node restarts (measured on 3.10.8 and 4.3.6)"),),
+    "`rbak journal enable` sets it through every node's own endpoint the connection lists; every archive run reads it "
+    "on each node, turns it back on where it is off and names the time since the last archive as a gap "
+    "(`broker/journal.py`, `journal/archive_run.py`)",
+    ("tests/journal/test_journal_cluster.py::test_tracing_set_through_one_nodes_endpoint_is_that_nodes_alone",
+     "tests/journal/test_archive_gaps.py::test_a_node_restart_turns_tracing_off_and_the_next_archive_names_the_gap",
+     "tests/journal/test_archive_gaps.py::test_tracing_turned_off_by_rabbitmqctl_is_a_gap_and_is_turned_back_on"),
+)
+JOURNAL_OVERFLOW = VersionRule(
+    "a quorum queue's length limit against the firehose's enqueues",
+    (Step(ANY, "`reject-publish` does not hold them (they are not confirmed: 20 kept under a limit of 6); `drop-head` "
+               "does (measured on 3.10.8 and 4.3.6)"),),
+    "the journal overflows by `drop-head`: a full journal drops its oldest trace messages, never the users' messages; "
+    "the next archive run names the gap (`broker/journal.py`)",
+    ("tests/journal/test_archive_gaps.py::"
+     "test_a_full_journal_drops_its_oldest_and_is_a_gap_from_the_last_archive_to_the_first_mark_kept",),
+)
+JOURNAL_TRACE_HEADERS = VersionRule(
+    "the firehose's copy of a publish's header table",
+    (Step(ANY, "the publisher's order"),
+     Step((4, 0, 0), "sorted by key, every wire type kept (measured on 4.3.6)")),
+    "a journal record keeps the table as the trace gives it; the message's routing is the same "
+    "(`journal/trace_record.py`)",
+    ("tests/journal/test_archive_routes.py::test_every_route_is_a_record_with_what_routes_it_again",),
+)
 
 #: The table, in the order the docs list it.
 VERSION_RULES: tuple[VersionRule, ...] = (
@@ -318,4 +346,5 @@ VERSION_RULES: tuple[VersionRule, ...] = (
     LIMIT_POLICY_AFTER_DISCOVERY, POLICY_SHOWN_AFTER, CLASSIC_CONSUMER_TIMEOUT_ARGUMENT, CONSUMER_TIMEOUT_ENFORCED,
     STREAM_BYTE_ARRAY_HEADER, STREAM_TABLE_HEADERS, DELIVERY_LIMIT_FIELD, MANAGEMENT_FIELDS, POLICY_KEY_OF_ANOTHER_TYPE,
     ROLES, MAX_MESSAGE_SIZE, CLASSIC_MIRRORING, QUEUE_VERSION_1, LAZY_QUEUE_MODE, TRANSIENT_QUEUES, QUORUM_MESSAGE_TTL,
+    JOURNAL_TRACING, JOURNAL_OVERFLOW, JOURNAL_TRACE_HEADERS,
 )

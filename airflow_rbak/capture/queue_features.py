@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_rbak.broker.discovery import QueueInfo
+from airflow_rbak.broker.journal import JOURNAL_QUEUE
 from airflow_rbak.broker.versions import QUORUM_RETURNS_COUNT, series_text
 from airflow_rbak.capture.returns import ReturnPlan, return_plan
 
@@ -141,6 +142,14 @@ def _is_sac(info: QueueInfo) -> bool:
 
 #: In order of precedence: the first feature that leaves a queue out decides; otherwise the first forced method.
 FEATURES: tuple[Feature, ...] = (
+    Feature(
+        f"the journal ({JOURNAL_QUEUE})",
+        lambda q: q.name == JOURNAL_QUEUE,
+        "left out",
+        "it holds the vhost's publishes since the journal's last archive, which its archiver drains into journal "
+        "archives (docs/operations.md); a backup holding them too would publish them again on a restore",
+        leave_out=lambda q, f: "the journal queue: its archiver archives it (rbak journal archive)",
+    ),
     Feature(
         "exclusive",
         lambda q: q.exclusive,

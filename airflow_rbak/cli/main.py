@@ -80,6 +80,11 @@ EXAMPLES = {
     "search": "rbak search --message-id 4711\n"
               "rbak search --path file:///var/backups/rabbit --since-date 2026-11-01 --header x-tenant=acme "
               "--body-regex 'amount\":\\s*9{3,}' --format json",
+    "journal-enable": "RBAK_BROKER_URL=amqp://...?hosts=node2,node3 rbak journal enable --vhost prod",
+    "journal-disable": "rbak journal disable --broker-file ~/.rbak-broker --vhost prod",
+    "journal-status": "rbak journal status --broker-file ~/.rbak-broker --vhost prod --format json",
+    "journal-archive": "rbak journal archive --broker-file ~/.rbak-broker --vhost prod --path s3://backups/rabbit "
+                       "--seconds 60",
     "doctor": "rbak doctor   # the [rbak] options, the rabbitmq_default connection, the DAGs' Spark\n"
               "rbak doctor --broker-file ~/.rbak-broker --path s3://backups/rabbit --format json\n"
               "rbak doctor --conn-id rabbitmq_prod --vhost orders --strict",
@@ -272,6 +277,35 @@ def build_parser() -> argparse.ArgumentParser:
     options.add_broker_args(p)
     p.set_defaults(run="runs.backup_cmd")
 
+    journal = sub.add_parser("journal", help="A vhost's continuous capture: the firehose into rbak.journal, archived "
+                                             "into the location.").add_subparsers(dest="journal_command", required=True)
+    p = command("enable", "Journal a vhost: the rbak.journal quorum queue bound to the firehose, tracing on through every "
+                          "node the broker connection lists (its fields kept as they were).", journal,
+                examples="journal-enable")
+    _journal_args(p)
+    p.add_argument("--max-messages", type=positive_int, default=5_000_000, metavar="N",
+                   help="the journal's length limit; over it, its oldest trace messages are dropped (default 5000000)")
+    p.set_defaults(run="journal.enable_cmd")
+    p = command("disable", "Stop journaling a vhost: tracing off on every node, the binding removed; the queue stays "
+                           "(it may hold what no archive holds yet) unless --delete-queue.", journal,
+                examples="journal-disable")
+    _journal_args(p)
+    p.add_argument("--delete-queue", action="store_true", help="delete rbak.journal too, with what it holds")
+    p.set_defaults(run="journal.disable_cmd")
+    p = command("status", "Show a vhost's journal: tracing per node, its depth and limit, the publishers it does not "
+                          "cover.", journal, examples="journal-status")
+    _journal_args(p)
+    p.set_defaults(run="journal.status_cmd")
+    p = command("archive", "Archive a vhost's journal into the location: one completed backup, its messages acked only "
+                           "once stored; gaps and the recovery point reported.", journal, examples="journal-archive")
+    _journal_args(p)
+    _path_arg(p)
+    p.add_argument("--seconds", type=positive_float, default=60.0, metavar="S",
+                   help="stop after S seconds, at a clock mark (default 60; earlier once the journal is empty)")
+    p.add_argument("--max-messages", type=positive_int, default=50_000, metavar="N",
+                   help="at most N messages in this archive (the consumer's prefetch; at most 65535; default 50000)")
+    p.set_defaults(run="journal.archive_cmd")
+
     p = command("doctor", "Check a deployment before its first run: the broker user's tags and rights for each DAG, "
                           "the vhosts it cannot see, the location (a probe written, read back and deleted), its "
                           "encryption keys, the state key, paused DAGs, local Spark and Java. Every check runs; each "
@@ -281,6 +315,11 @@ def build_parser() -> argparse.ArgumentParser:
     options.add_doctor_args(p)
     p.set_defaults(run="doctor.doctor_cmd")
     return parser
+
+
+def _journal_args(p: argparse.ArgumentParser) -> None:
+    options.add_broker_args(p)
+    p.add_argument("--vhost", required=True, help="the journaled vhost")
 
 
 def _cap_arg(p: argparse.ArgumentParser) -> None:

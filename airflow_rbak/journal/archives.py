@@ -1,0 +1,78 @@
+"""The archives of a vhost's journal in a location: their ids, and the newest one the next run continues from.
+
+Each archive run writes one ordinary backup, ``journal-<UTC time>-<first 12 hex of sha256(vhost)>``, whose manifest
+has the ``journal`` addition (:data:`JOURNAL`). The chain's checks (every ``previous`` link, contiguous ranges) are
+the recovery's (``repository/journal_chain.py``); the writer only needs the newest archive, and whether the one it
+names as previous is still there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from airflow_rbak.codec import BackupManifest
+from airflow_rbak.codec.errors import ManifestError
+from airflow_rbak.codec.layout import MANIFEST_NAME
+from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
+from airflow_rbak.storage.base import Storage
+
+#: The manifest addition of an archive.
+JOURNAL = "journal"
+PREFIX = "journal-"
+
+
+def vhost_tag(vhost: str) -> str:
+    """The first 12 hex digits of sha256(vhost): an archive id's last part."""
+    return hashlib.sha256(vhost.encode("utf-8")).hexdigest()[:12]
+
+
+def archive_id(vhost: str, at_ms: int) -> str:
+    """The backup id of the archive of ``vhost`` started at ``at_ms``."""
+    moment = datetime.fromtimestamp(at_ms / 1000, timezone.utc)
+    return f"{PREFIX}{moment.strftime('%Y%m%dT%H%M%S%fZ')}-{vhost_tag(vhost)}"
+
+
+def archive_ids(storage: Storage, vhost: str) -> list[str]:
+    """The ids of the vhost's archives that have a manifest, oldest first (ids sort by time)."""
+    suffix = f"-{vhost_tag(vhost)}/{MANIFEST_NAME}"
+    return sorted(info.key.split("/", 1)[0] for info in storage.list(PREFIX) if info.key.endswith(suffix)
+                  and info.key.count("/") == 1)
+
+
+@dataclass(frozen=True)
+class Newest:
+    """The newest completed archive of a vhost (None: none yet) and the id it names as previous when that is gone."""
+
+    manifest: BackupManifest | None
+    missing_previous: str | None = None
+    #: The newest completed archive older than the missing one (the gap runs from its ``to``).
+    before_missing: BackupManifest | None = None
+
+    @property
+    def to(self) -> int | None:
+        return None if self.manifest is None else int(self.manifest.extensions[JOURNAL]["to"])
+
+
+def newest_archive(storage: Storage, vhost: str) -> Newest:
+    """The newest completed archive of ``vhost`` (an interrupted one is skipped: its messages were never acked)."""
+    store = ManifestStore(storage)
+    completed = []
+    for backup_id in archive_ids(storage, vhost):
+        try:
+            manifest = store.load(backup_id)
+        except (ManifestNotFoundError, ManifestError):
+            continue
+        section = manifest.extensions.get(JOURNAL)
+        if manifest.completed_at is not None and isinstance(section, dict) and section.get("vhost") == vhost \
+                and isinstance(section.get("to"), int):
+            completed.append(manifest)
+    if not completed:
+        return Newest(None)
+    newest = completed[-1]
+    previous = newest.extensions[JOURNAL].get("previous")
+    if isinstance(previous, str) and previous not in {m.backup_id for m in completed}:
+        older = [m for m in completed[:-1] if m.backup_id < previous]
+        return Newest(newest, previous, older[-1] if older else None)
+    return Newest(newest)

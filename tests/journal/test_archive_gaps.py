@@ -1,0 +1,136 @@
+"""Whatever the journal lost is a gap with its time range, never hidden: a full journal, a deleted journal queue,
+tracing turned off on the node (by rabbitmqctl or a restart), a previous archive that is gone; and an archive run
+that fails before its manifest loses nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_rbak.broker import journal
+from airflow_rbak.journal.archive_run import ArchiveSettings, JournalArchive
+from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.storage import open_storage
+from tests.journal.helpers import archive, channel_of, records_of
+
+
+def _publish(broker, vhost, bodies) -> None:
+    conn, channel = channel_of(broker.connection, vhost)
+    channel.queue_declare("q", durable=True)
+    channel.confirm_delivery()
+    for body in bodies:
+        channel.basic_publish("", "q", body)
+    conn.close()
+
+
+def _bodies(url, *archives) -> list[bytes]:
+    return [bytes(r["body"]) for a in archives for r in records_of(url, a.backup_id)]
+
+
+def test_a_full_journal_drops_its_oldest_and_is_a_gap_from_the_last_archive_to_the_first_mark_kept(broker, vhost, tmp_path):
+    url = f"file://{tmp_path}"
+    journal.enable(broker.connection, vhost, max_messages=6)
+    first = archive(broker.connection, vhost, url)
+    _publish(broker, vhost, [b"m%d" % n for n in range(20)])  # the journal keeps the newest six
+
+    second = archive(broker.connection, vhost, url)
+
+    kept = _bodies(url, second)  # the newest (the run's own first clock mark may push one more out)
+    assert 1 <= len(kept) <= 6 and kept == [b"m%d" % n for n in range(20 - len(kept), 20)]
+    [gap] = second.gaps
+    assert gap["from"] == first.to_ms and first.to_ms < gap["to"] <= second.to_ms and "full" in gap["reason"]
+    assert journal.status(broker.connection, vhost).depth == 0
+
+
+def test_a_deleted_journal_queue_is_a_gap_and_is_created_again(broker, vhost, tmp_path):
+    url = f"file://{tmp_path}"
+    journal.enable(broker.connection, vhost)
+    first = archive(broker.connection, vhost, url)
+    conn, channel = channel_of(broker.connection, vhost)
+    channel.queue_delete("rbak.journal")
+    conn.close()
+    _publish(broker, vhost, [b"lost"])
+
+    second = archive(broker.connection, vhost, url)
+    _publish(broker, vhost, [b"kept"])
+    third = archive(broker.connection, vhost, url)
+
+    [gap] = second.gaps
+    assert gap["from"] == first.to_ms and gap["to"] is not None and gap["to"] >= gap["from"]
+    assert "missing" in gap["reason"]
+    assert _bodies(url, second, third) == [b"kept"] and third.gaps == []
+    assert third.previous == second.backup_id and third.from_ms == second.to_ms
+
+
+def test_tracing_turned_off_by_rabbitmqctl_is_a_gap_and_is_turned_back_on(broker, vhost, tmp_path):
+    url = f"file://{tmp_path}"
+    journal.enable(broker.connection, vhost)
+    first = archive(broker.connection, vhost, url)
+    broker.ctl("trace_off", "-p", vhost)
+    _publish(broker, vhost, [b"untraced"])
+
+    second = archive(broker.connection, vhost, url)
+    _publish(broker, vhost, [b"traced"])
+    third = archive(broker.connection, vhost, url)
+
+    [gap] = second.gaps
+    assert gap["from"] == first.to_ms and gap["to"] >= gap["from"] and "tracing was off" in gap["reason"]
+    assert _bodies(url, second, third) == [b"traced"] and third.gaps == []
+    assert journal.status(broker.connection, vhost).tracing_everywhere
+
+
+def test_a_node_restart_turns_tracing_off_and_the_next_archive_names_the_gap(broker, vhost, tmp_path):
+    url = f"file://{tmp_path}"
+    journal.enable(broker.connection, vhost)
+    _publish(broker, vhost, [b"before"])
+    first = archive(broker.connection, vhost, url)
+    broker.stop()
+    broker.start()
+    _publish(broker, vhost, [b"after the restart"])
+
+    assert {n.state for n in journal.status(broker.connection, vhost).nodes} == {"off"}
+    second = archive(broker.connection, vhost, url)
+
+    assert _bodies(url, first) == [b"before"] and _bodies(url, second) == []
+    [gap] = second.gaps
+    assert gap["from"] == first.to_ms and "tracing was off" in gap["reason"]
+
+
+class _CrashBeforeManifest(JournalArchive):
+    def store_manifest(self, manifests, manifest):
+        raise RuntimeError("the worker died before the manifest")
+
+
+def test_a_run_that_fails_before_its_manifest_acks_nothing_and_the_next_run_archives_it_all(broker, vhost, tmp_path):
+    url = f"file://{tmp_path}"
+    journal.enable(broker.connection, vhost)
+    bodies = [b"m%d" % n for n in range(500)]
+    _publish(broker, vhost, bodies)
+    settings = ArchiveSettings(vhost, url, seconds=30, segment_max_bytes=4096)
+
+    with pytest.raises(RuntimeError):
+        _CrashBeforeManifest(broker.connection, settings).run()
+
+    store = ManifestStore(open_storage(url))
+    [crashed] = store.backup_ids()
+    assert store.load(crashed).completed_at is None  # segments written, never completed
+    # nothing acked: the 500, the enable's clock mark and the crashed run's own marks are all still there
+    assert journal.status(broker.connection, vhost).depth >= 501
+    result = JournalArchive(broker.connection, settings).run()
+    assert _bodies(url, result) == bodies
+    assert result.redelivered == 500 and result.previous is None
+
+
+def test_a_missing_previous_archive_is_a_gap(broker, vhost, tmp_path):
+    url = f"file://{tmp_path}"
+    journal.enable(broker.connection, vhost)
+    first = archive(broker.connection, vhost, url)
+    second = archive(broker.connection, vhost, url)
+    storage = open_storage(url)
+    for info in list(storage.list(f"{first.backup_id}/")):
+        storage.delete(info.key)
+
+    third = archive(broker.connection, vhost, url)
+
+    assert third.previous == second.backup_id
+    [gap] = third.gaps
+    assert gap["to"] == second.from_ms and first.backup_id in gap["reason"]
