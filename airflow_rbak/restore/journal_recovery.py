@@ -26,6 +26,7 @@ from typing import Any
 
 from airflow_rbak.codec import BackupManifest, iter_records
 from airflow_rbak.codec.broker_headers import broker_headers
+from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.catalog import list_backups
 from airflow_rbak.repository.journal_chain import JOURNAL_QUEUE, JournalArchive, JournalGap, is_archive_id, journal_chain
 from airflow_rbak.repository.manifest_store import ManifestStore
@@ -83,17 +84,18 @@ def plan_journal(storage: Storage, request: RestoreRequest, snapshot: BackupMani
     """Plan the journal entries of every vhost recovered (see the module docstring); damaged segments of an archive
     refuse the recovery unless ``skip_damaged_segments``, then they are listed as skipped and as gaps."""
     until = int(request.journal_until or 0)
-    start = snapshot.created_at
+    created = snapshot.created_at
     result = JournalPlan()
     vhosts: list[dict[str, Any]] = []
     defects: dict[str, list[str]] = {}
     for vhost in request.vhosts:
         chain = journal_chain(storage, vhost)
-        gaps = list(chain.gaps_in(start, until))
+        gaps = list(chain.gaps_in(created, until))
         cover = chain.coverage
-        if cover is not None and start < cover[0]:
-            gaps.insert(0, JournalGap(start, cover[0], f"the journal's first archive begins at {cover[0]}, after the "
-                                                       "snapshot was created"))
+        if cover is not None and created < cover[0]:
+            gaps.insert(0, JournalGap(created, cover[0], f"the journal's first archive begins at {cover[0]}, after "
+                                                         "the snapshot was created"))
+        start = window_start(storage, request, chain.covering(created, until), created)
         archives = []
         for archive in chain.covering(start, until):
             entry, skipped, found, stats = _plan_archive(storage, request, archive, start, until,
@@ -104,7 +106,7 @@ def plan_journal(storage: Storage, request: RestoreRequest, snapshot: BackupMani
                                                                 f"damaged ({', '.join(s.reasons)})") for s in skipped]
             result.queues.append(entry)
             archives.append(stats)
-        vhosts.append({"vhost": vhost, "target_vhost": request.target_vhost(vhost),
+        vhosts.append({"vhost": vhost, "target_vhost": request.target_vhost(vhost), "from": start,
                        "coverage": None if cover is None else list(cover), "archives": archives,
                        "gaps": [g.to_json() for g in gaps],
                        "refused_archives": [{"backup_id": b, "reason": r} for b, r in chain.refused]})
@@ -114,9 +116,35 @@ def plan_journal(storage: Storage, request: RestoreRequest, snapshot: BackupMani
                                    "skip_damaged_segments to recover through them as gaps", defects)
     snapshot_messages = sum(q.message_count for q in snapshot.queues if q.vhost in request.vhosts)
     result.facts = {"until": until, "accept_gaps": request.journal_accept_gaps, "snapshot": snapshot.backup_id,
-                    "snapshot_created_at": start, "snapshot_completed_at": snapshot.completed_at,
+                    "snapshot_created_at": created, "snapshot_completed_at": snapshot.completed_at,
                     "snapshot_messages": snapshot_messages, "vhosts": vhosts}
     return result
+
+
+def window_start(storage: Storage, request: RestoreRequest, archives: list[JournalArchive], created: int) -> int:
+    """The first ``backed_up_at`` a recovery from a snapshot created at ``created`` replays: the last clock mark at or
+    before that moment, as the archives show it (an archive's ``from``, a record's bound; ``created`` itself when no
+    archive begins before it).
+
+    A record's ``backed_up_at`` is the last mark before its publish, and between archive runs no mark is published:
+    a message published after the snapshot began may carry a mark from before it. So the window starts at that mark,
+    not at ``created``: what it takes in published before the snapshot may be in it too (counted as possible
+    duplicates), and nothing published after the snapshot began is left out."""
+    start: int | None = None
+    for archive in archives:
+        if archive.from_ms > created:
+            break
+        start = max(start or 0, archive.from_ms)
+        for meta in archive.entry.stored_order():
+            if meta.first_timestamp is not None and meta.first_timestamp > created:
+                break
+            try:
+                data = storage.get(meta.key)
+                bounds = [r.backed_up_at for r in iter_records(data, meta.key, request.max_decompressed_bytes)]
+            except (StorageError, RbakError):  # damaged: the plan's verification names it
+                continue
+            start = max([start or 0, *(b for b in bounds if b <= created)])
+    return created if start is None else start
 
 
 def _plan_archive(storage: Storage, request: RestoreRequest, archive: JournalArchive, start: int, until: int,

@@ -103,8 +103,9 @@ class JournalSection(PlanSection):
             return []
         lines = ["", "### Recovery to a point in time", "",
                  f"Snapshot {md_code(facts['snapshot'])} created {_stamp(facts['snapshot_created_at'])}, completed "
-                 f"{_stamp(facts['snapshot_completed_at'])}; then the journal's records published from its creation "
-                 f"until {_stamp(facts['until'])} (excluded), in archive order then stored order, each to its own "
+                 f"{_stamp(facts['snapshot_completed_at'])}; then the journal's records from the last clock mark at or "
+                 f"before its creation ({', '.join(_stamp(v['from']) for v in facts['vhosts'])}) until "
+                 f"{_stamp(facts['until'])} (excluded), in archive order then stored order, each to its own "
                  "exchange and routing key with all its headers (CC and BCC included): the target's bindings route "
                  f"them. {AT_LEAST_ONCE[0].upper()}{AT_LEAST_ONCE[1:]}. A journal entry resumed after a stop may "
                  "publish again what was unconfirmed when it stopped.", "",
