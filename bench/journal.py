@@ -136,15 +136,17 @@ def recovery_point(conn: RabbitMQConnection, vhost: str, args: argparse.Namespac
         channel = amqp.channel()
         channel.queue_declare("steady", durable=True)
         started, n = time.monotonic(), 0
-        while time.monotonic() - started < args.seconds:
-            due = started + n / args.rate
-            if due > time.monotonic():
-                amqp.sleep(due - time.monotonic())
-            channel.basic_publish("", "steady", BODY, pika.BasicProperties(
-                delivery_mode=2, headers={"bench-published-ms": int(time.time() * 1000)}))
-            n += 1
-        amqp.close()
-        stop.set()
+        try:
+            while time.monotonic() - started < args.seconds:
+                wait = started + n / args.rate - time.monotonic()
+                if wait > 0:
+                    amqp.sleep(wait)
+                channel.basic_publish("", "steady", BODY, pika.BasicProperties(
+                    delivery_mode=2, headers={"bench-published-ms": int(time.time() * 1000)}))
+                n += 1
+            amqp.close()
+        finally:
+            stop.set()
 
     thread = threading.Thread(target=publisher)
     thread.start()

@@ -29,8 +29,8 @@ with DAG(
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,
-    # a failed archive acked nothing: the next scheduled run archives the same messages again
-    default_args={**CONFIG.task_defaults(), "retries": 0},
+    # a failed archive acked nothing: its retry (or the next run) archives the same messages again
+    default_args=CONFIG.task_defaults(),
     params={
         "rabbitmq_conn_id": Param(DEFAULTS["rabbitmq_conn_id"], type="string", minLength=1,
                                   description="the broker's connection; list every node (its hosts) so that tracing is "
