@@ -31,6 +31,7 @@ DAG_DEFAULT_CONNECTIONS: dict[str, dict[str, str]] = {
     "rbak_verify": {"spark_conn_id": "spark_default"},
     "rbak_restore": {"rabbitmq_conn_id": "rabbitmq_default"},
     "rbak_drill": {"rabbitmq_conn_id": "rabbitmq_drill"},
+    "rbak_journal": {"rabbitmq_conn_id": "rabbitmq_default"},
 }
 #: Every connection :data:`DAG_DEFAULT_CONNECTIONS` names, once.
 DEFAULT_CONN_IDS = tuple(dict.fromkeys(c for names in DAG_DEFAULT_CONNECTIONS.values() for c in names.values()))

@@ -87,6 +87,14 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "string", None, "@weekly", "rbak_verify's schedule: a cron expression or preset; unset or none: manual runs only."),
     "freshness_schedule": _option(
         "string", "@hourly", "*/15 * * * *", "rbak_freshness's schedule; none: manual runs only."),
+    "journal_schedule": _option(
+        "string", "*/5 * * * *", "*/2 * * * *",
+        "rbak_journal's schedule (each run archives the journal of every vhost in journal_vhosts); none: manual runs "
+        "only."),
+    "journal_vhosts": _option(
+        "string", None, "prod,orders",
+        "The journaled vhosts rbak_journal archives by default (comma-separated; rbak journal enable turns a vhost's "
+        "journal on). Empty: none unless a run's vhosts param names them."),
     "drill_schedule": _option(
         "string", "@weekly", "0 4 * * 6",
         "rbak_drill's schedule; none: manual runs only. The DAG is paused when Airflow first sees it whatever this says."),

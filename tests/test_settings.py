@@ -138,7 +138,7 @@ def test_a_retired_variable_stops_the_dags_from_loading_and_rbak_from_running_wi
     listed = _rbak(env, "list")
 
     errors = json.loads(parsed.stdout.strip().splitlines()[-1])["errors"]
-    assert len(errors) == 5 and all("$RBAK_STORAGE_URL (set [rbak] storage_url" in e for e in errors.values())
+    assert len(errors) == 6 and all("$RBAK_STORAGE_URL (set [rbak] storage_url" in e for e in errors.values())
     assert listed.returncode == 2  # a usage error
     assert listed.stderr.startswith("rbak: error: no longer read: $RBAK_STORAGE_URL (set [rbak] storage_url")
 

@@ -54,3 +54,34 @@ def test_status_names_a_node_it_cannot_reach_and_a_full_journal(broker, vhost):
 
     assert [n.state for n in state.nodes] == ["on", "unreachable"]
     assert state.full and state.depth == 1
+
+
+def test_a_stream_protocol_publisher_is_named_as_not_covered(broker, vhost):
+    import asyncio
+
+    import rstream
+
+    from tests.broker.helpers import declare
+
+    declare(broker.connection, vhost, "s", "stream")
+    journal.enable(broker.connection, vhost)
+    c = broker.connection
+
+    async def publishing() -> list[str]:
+        producer = rstream.Producer(c.host, c.stream_port, vhost=vhost, username=c.username, password=c.password)
+        await producer.start()
+        try:
+            await producer.send("s", b"not traced")
+            deadline = asyncio.get_running_loop().time() + 60
+            while True:  # the management API lists a publisher once its stats are in (every few seconds)
+                found = (await asyncio.to_thread(journal.status, c, vhost)).uncovered
+                if found or asyncio.get_running_loop().time() > deadline:
+                    return found
+                await asyncio.sleep(1)
+        finally:
+            await producer.close()
+
+    uncovered = asyncio.run(publishing())
+
+    assert [u for u in uncovered if u.startswith("stream publisher")] and all(" on s " in u for u in uncovered
+                                                                                if u.startswith("stream publisher"))
