@@ -16,16 +16,20 @@ each wait for their confirm (:class:`ConfirmChannel`), so this relies on four of
 its internals, each checked by ``tests/broker/test_pika_connection.py`` (which
 fails when a pika release changes them): ``Connection._read_frame()`` (how a
 connection decodes its buffer), ``BaseConnection._proto_connection_made(transport)``
-(where it receives its transport) with the transport's ``_MAX_RECV_BYTES``,
-``BlockingConnection``'s ``_impl_class`` argument, and ``BlockingChannel._impl``
-(the asynchronous channel under a blocking one). Nothing outside this module
-touches pika's internals.
+(where it receives its transport) with the transport's ``_MAX_RECV_BYTES`` and
+``_sock`` (:func:`drop`: a connection ended without pika's rejects), ``BlockingConnection``'s
+``_impl_class`` argument, and ``BlockingChannel._impl`` (the asynchronous channel
+under a blocking one). Nothing outside this module touches pika's internals.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import socket
 import struct
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pika
@@ -69,7 +73,52 @@ class RbakSelectConnection(pika.SelectConnection):
     def _proto_connection_made(self, transport: Any) -> None:
         if isinstance(getattr(transport, "_MAX_RECV_BYTES", None), int):  # a pika whose transport differs reads as it does
             transport._MAX_RECV_BYTES = SOCKET_READ_BYTES
+        self.rbak_transport = transport
         super()._proto_connection_made(transport)
+
+
+def drop(conn: pika.BlockingConnection, wait: float = 10.0) -> None:
+    """Drop a connection of :func:`blocking_connection` without AMQP's closing handshake, so that the broker gives its
+    unacknowledged deliveries back itself, each channel's in delivery order.
+
+    pika's own close first rejects every delivery it holds but has not handed over, and a quorum queue before RabbitMQ
+    4.3 appends a rejected message behind those waiting (``versions.QUORUM_RETURN_METHOD``): a queue whose order
+    matters (the journal) would change. Shuts the transport's socket down (``_sock``, checked by
+    tests/broker/test_pika_connection.py); pika then sees the stream end, as when the network drops it.
+    """
+    sock = getattr(getattr(conn._impl, "rbak_transport", None), "_sock", None)  # noqa: SLF001 - the connection under it
+    if sock is None or not conn.is_open:
+        if conn.is_open:
+            conn.close()
+        return
+    with _quiet(_DROP_LOGGERS):  # pika logs a stream it did not close as four errors: here it is intended
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:  # gone already
+            pass
+        deadline = time.monotonic() + wait
+        while conn.is_open and time.monotonic() < deadline:
+            try:
+                conn.process_data_events(time_limit=0.1)  # until pika sees the socket gone (it rejects nothing)
+            except pika.exceptions.AMQPError:
+                break
+
+
+_DROP_LOGGERS = ("pika.adapters.utils.io_services_utils", "pika.adapters.base_connection",
+                 "pika.adapters.blocking_connection")
+
+
+@contextlib.contextmanager
+def _quiet(names: tuple[str, ...]) -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def blocking_connection(parameters: pika.connection.Parameters | Sequence[pika.connection.Parameters]) -> pika.BlockingConnection:

@@ -17,7 +17,7 @@ from airflow_rbak.broker import journal as broker_journal
 from airflow_rbak.broker.connection import RabbitMQConnection
 from airflow_rbak.broker.journal import DEFAULT_MAX_MESSAGES, JOURNAL_QUEUE, JournalError, JournalStatus
 from airflow_rbak.broker.management import ManagementClient
-from airflow_rbak.broker.pika_connection import blocking_connection
+from airflow_rbak.broker.pika_connection import blocking_connection, drop
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentWriter
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, Compression
 from airflow_rbak.display import package_logger
@@ -174,8 +174,9 @@ class JournalArchive:
             for tag in drained.foreign:
                 channel.basic_reject(tag, requeue=False)
             channel.basic_ack(drained.last_mark_tag, multiple=True)
+            channel.basic_qos(prefetch_count=limits.max_messages)  # a round trip: the broker has taken the ack
         finally:
-            _close(conn)
+            drop(conn)  # what it did not ack goes back to the journal in its order (pika_connection.drop says why)
         return ArchiveResult(backup_id, settings.vhost, section["previous"], section["from"], section["to"],
                              drained.messages, drained.redelivered, section["gaps"], section["uncovered"],
                              now_ms() - section["to"], drained.stop_reason, len(drained.foreign),
@@ -218,10 +219,3 @@ class JournalArchive:
 
 def _gap(start: int | None, end: int | None, reason: str) -> dict[str, Any]:
     return {"from": start, "to": end, "reason": reason}
-
-
-def _close(conn: Any) -> None:
-    try:
-        conn.close()
-    except Exception:  # noqa: BLE001 - a connection the broker closed already
-        pass

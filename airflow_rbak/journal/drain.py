@@ -102,7 +102,8 @@ class JournalDrain:
             if self.held_bytes > MAX_HELD_BYTES:
                 self.done.stop_reason = f"more than {MAX_HELD_BYTES} bytes after the last clock mark"
                 break
-        channel.cancel()  # what was delivered after the last mark goes back to the journal (never acked)
+        # No basic.cancel: pika would reject what it holds, and RabbitMQ before 4.3 puts a rejected message behind
+        # those waiting. What was delivered after the last mark goes back when the broker closes the connection.
         return self.done
 
     def _idle_stop(self, after_own: bool, delivered: int, late: bool) -> str:

@@ -125,9 +125,9 @@ def _queue_table(plan: RestorePlan) -> list[str]:
         kind = q.queue_type + (f" -> {q.target_queue_type}" if q.target_queue_type else "")
         cells = [md_code(f"{q.source_vhost}/{q.source_queue}", in_table=True), md_code(kind, in_table=True),
                  md_code(q.target_vhost, in_table=True),
+                 "**the journal: each record routed by the target's bindings**" if q.journal_archive else
                  md_code(q.target_queue, in_table=True) + (" (**replayed where each died, none into it**)" if q.replay
-                                                           else " (**the journal: routed by the target's bindings**)"
-                                                           if q.journal_archive else ""),
+                                                           else ""),
                  str(q.records_in_window), holds, str(q.to_add), _resume(q)]
         lines.append(f"| {' | '.join(cells)} |")
     return lines

@@ -25,7 +25,8 @@ def summary_lines(plan: RestorePlan) -> list[str]:
 
 
 def _queue_line(q: QueuePlan) -> str:
-    now = "no such queue" if q.target_depth is None else f"holds {q.target_depth}"
+    now = ("its vhost's queues" if q.journal_archive else "no such queue") if q.target_depth is None \
+        else f"holds {q.target_depth}"
     kind = q.queue_type + (f" -> {q.target_queue_type}" if q.target_queue_type else "")
     where = f"{q.target_vhost}/{q.target_queue}" + (" (replayed where each record died)" if q.replay else
                                                     " (the journal: routed by the target's bindings)"

@@ -44,6 +44,8 @@ def test_pika_still_hands_the_transport_over_in_proto_connection_made():
     assert "self._transport = transport" in inspect.getsource(method)
     assert isinstance(io_services._AsyncTransportBase._MAX_RECV_BYTES, int)
     assert "self._MAX_RECV_BYTES" in inspect.getsource(io_services)
+    # pika_connection.drop shuts that transport's socket down: the broker, not pika, gives the deliveries back
+    assert "self._sock = sock" in inspect.getsource(io_services._AsyncTransportBase.__init__)
 
 
 def test_pika_still_takes_an_implementation_class_and_the_frame_layout_is_the_same():

@@ -4,6 +4,8 @@ that fails before its manifest loses nothing."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from airflow_rbak.broker import journal
@@ -31,6 +33,10 @@ def test_a_full_journal_drops_its_oldest_and_is_a_gap_from_the_last_archive_to_t
     journal.enable(broker.connection, vhost, max_messages=6)
     first = archive(broker.connection, vhost, url)
     _publish(broker, vhost, [b"m%d" % n for n in range(20)])  # the journal keeps the newest six
+    deadline = time.monotonic() + 60  # the trace messages are enqueued after the publishes' own confirms
+    while not journal.status(broker.connection, vhost).full:
+        assert time.monotonic() < deadline, "the journal never filled up"
+        time.sleep(0.1)
 
     second = archive(broker.connection, vhost, url)
 

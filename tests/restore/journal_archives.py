@@ -32,6 +32,8 @@ class Published:
     cc: tuple[str, ...] = ()
     bcc: tuple[str, ...] = ()
     redelivered: bool = False
+    #: The record's ``source_vhost`` when it is not the archive's (a planted record).
+    vhost: str | None = None
 
     def headers(self) -> tuple[tuple[str, H], ...]:
         """The headers as published (CC among them), and BCC as the archiver adds it."""
@@ -71,7 +73,7 @@ def write_archive(location: str, vhost: str, spec: ArchiveSpec, previous: str | 
     for tag, p in enumerate(spec.records, start=1):
         props = BackupProperties.from_values(getattr(p.properties, name) for name in PIKA_NAMES)
         sink.add(BackupRecord(p.body, props, p.headers(), p.exchange, p.routing_key, tag, p.redelivered, p.at,
-                              JOURNAL_QUEUE, vhost))
+                              JOURNAL_QUEUE, p.vhost or vhost))
     sink.close()
     writer.manifest.extensions["journal"] = {
         "vhost": vhost, "previous": previous, "from": spec.from_ms, "to": spec.to_ms, "messages": len(spec.records),

@@ -25,12 +25,12 @@ from airflow_rbak.repository.journal_chain import journal_chain
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.restore import RestoreRequest, RestoreRun
 from airflow_rbak.restore.approval import approval_body
-from airflow_rbak.restore.errors import PublishError, RestoreRefusedError
+from airflow_rbak.restore.errors import DamagedSegmentsError, PublishError, RestoreRefusedError
 from airflow_rbak.restore.publisher import ConfirmPipeline
 from airflow_rbak.storage import open_storage
 from tests.journal.helpers import archive
 from tests.restore.helpers import PRIORITY, backup, body_of, message_view, props_of, publish, read_queue
-from tests.restore.journal_archives import ArchiveSpec, Published, write_archive
+from tests.restore.journal_archives import ArchiveSpec, Published, write_archive, write_chain
 
 pytestmark = pytest.mark.broker
 
@@ -231,6 +231,27 @@ def test_planted_archives_are_refused_and_a_broken_link_is_a_gap(broker, vhost, 
         RestoreRun(broker.connection, _request({"location": location, "t": s + 28_000}, vhost, target_vhost,
                                                tmp_path)).run()
     assert a2 in str(stopped.value)
+
+
+def test_a_record_of_another_vhost_in_an_archive_is_never_replayed(broker, vhost, target_vhost, tmp_path, location):
+    _topology(broker, vhost)
+    s = backup(broker.connection, location, "snap-1", vhost).created_at
+    records = [_planted(100, s + 10), _planted(101, s + 20, vhost="elsewhere"), _planted(102, s + 30)]
+    (planted,) = write_chain(location, vhost, [ArchiveSpec(s - 1000, s + 10_000, records)])
+    src = {"location": location, "t": s + 10_000}
+
+    # the segment check refuses a segment holding another queue's record: it is damaged, nothing is touched
+    with pytest.raises(DamagedSegmentsError, match="1 records name another queue"):
+        RestoreRun(broker.connection, _request(src, vhost, target_vhost, tmp_path)).run()
+    # skipped as damaged, its archive's range is a gap, which must be accepted too
+    with pytest.raises(RestoreRefusedError, match="skipped as damaged"):
+        RestoreRun(broker.connection, _request(src, vhost, target_vhost, tmp_path, skip_damaged_segments=True)).run()
+    report = RestoreRun(broker.connection, _request(src, vhost, target_vhost, tmp_path, skip_damaged_segments=True,
+                                                    journal_accept_gaps=True)).run().to_json()
+
+    assert report["journal_recovery"]["from_journal"] == 0 and report["published"] == 0
+    assert [s["key"].split("/", 1)[0] for s in report["skipped_segments"]] == [planted]
+    assert planted in report["journal_recovery"]["gaps"][0]["reason"]
 
 
 def test_a_recovery_stopped_mid_journal_resumes_from_its_checkpoint(
