@@ -55,7 +55,8 @@ def measure_freshness(storage: Storage, max_age_hours: float, now_ms: int) -> Fr
     """The location's newest complete backup (by ``completed_at``) and its age, fresh or not."""
     if not max_age_hours > 0:
         raise ConfigurationError(f"max_age_hours must be > 0, got {max_age_hours!r}")
-    complete = [s for s in list_backups(storage, now_ms=now_ms) if s.status == "complete" and s.completed_at is not None]
+    complete = [s for s in list_backups(storage, now_ms=now_ms)
+                if s.status == "complete" and s.completed_at is not None and not s.journal_archive]
     newest = max(complete, key=lambda s: s.completed_at or 0, default=None)
     if newest is None:
         return Freshness(storage.url, max_age_hours)

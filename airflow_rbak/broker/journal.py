@@ -29,8 +29,8 @@ from airflow_rbak.broker.management import ManagementClient, addressable
 from airflow_rbak.broker.management_admin import send
 from airflow_rbak.broker.pika_connection import blocking_connection
 from airflow_rbak.codec.headers import HeaderValue
+from airflow_rbak.codec.journal_layout import JOURNAL_QUEUE
 
-JOURNAL_QUEUE = "rbak.journal"
 CLOCK_EXCHANGE = "rbak.journal.clock"
 #: The clock mark's header: epoch milliseconds (a Long), the lower bound of the publish time of what follows it.
 CLOCK_HEADER = "rbak-journal-clock"

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_rbak.broker.discovery import QueueInfo
-from airflow_rbak.broker.journal import JOURNAL_QUEUE
 from airflow_rbak.broker.versions import QUORUM_RETURNS_COUNT, series_text
 from airflow_rbak.capture.returns import ReturnPlan, return_plan
+from airflow_rbak.codec.journal_layout import JOURNAL_QUEUE
 
 #: The first RabbitMQ series whose returns count toward no delivery limit (the version table's row), as text: ``4.3``.
 RETURNS_STOP_COUNTING = series_text(QUORUM_RETURNS_COUNT.since(False))

@@ -15,11 +15,12 @@ from typing import Any
 from airflow_rbak import __version__
 from airflow_rbak.broker import journal as broker_journal
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.journal import DEFAULT_MAX_MESSAGES, JOURNAL_QUEUE, JournalError, JournalStatus
+from airflow_rbak.broker.journal import DEFAULT_MAX_MESSAGES, JournalError, JournalStatus
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.broker.pika_connection import blocking_connection, drop
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentWriter
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, Compression
+from airflow_rbak.codec.journal_layout import JOURNAL_QUEUE
 from airflow_rbak.display import package_logger
 from airflow_rbak.journal.archives import JOURNAL, Newest, archive_id, newest_archive
 from airflow_rbak.journal.drain import Drained, DrainLimits, JournalDrain
@@ -201,7 +202,8 @@ class JournalArchive:
                 gap["to"] = drained.first_seen_mark or drained.first_mark
         return {"vhost": self.settings.vhost, "previous": newest.manifest.backup_id if newest.manifest else None,
                 "from": start, "to": drained.last_mark, "messages": drained.messages,
-                "redelivered": drained.redelivered, "gaps": gaps, "uncovered": list(state.uncovered)}
+                "redelivered": drained.redelivered, "went_nowhere": drained.went_nowhere, "gaps": gaps,
+                "uncovered": list(state.uncovered)}
 
     def _report(self, result: ArchiveResult) -> None:
         seconds = result.recovery_point_ms / 1000

@@ -1,43 +1,29 @@
 """The archives of a vhost's journal in a location: their ids, and the newest one the next run continues from.
 
 Each archive run writes one ordinary backup, ``journal-<UTC time>-<first 12 hex of sha256(vhost)>``, whose manifest
-has the ``journal`` addition (:data:`JOURNAL`). The chain's checks (every ``previous`` link, contiguous ranges) are
+has the ``journal`` addition (``codec/journal_layout.py``). The chain's checks (every ``previous`` link, contiguous ranges) are
 the recovery's (``repository/journal_chain.py``); the writer only needs the newest archive, and whether the one it
 names as previous is still there.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.errors import ManifestError
+from airflow_rbak.codec.journal_layout import ARCHIVE_PREFIX, JOURNAL, archive_id, vhost_tag
 from airflow_rbak.codec.layout import MANIFEST_NAME
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.storage.base import Storage
 
-#: The manifest addition of an archive.
-JOURNAL = "journal"
-PREFIX = "journal-"
-
-
-def vhost_tag(vhost: str) -> str:
-    """The first 12 hex digits of sha256(vhost): an archive id's last part."""
-    return hashlib.sha256(vhost.encode("utf-8")).hexdigest()[:12]
-
-
-def archive_id(vhost: str, at_ms: int) -> str:
-    """The backup id of the archive of ``vhost`` started at ``at_ms``."""
-    moment = datetime.fromtimestamp(at_ms / 1000, timezone.utc)
-    return f"{PREFIX}{moment.strftime('%Y%m%dT%H%M%S%fZ')}-{vhost_tag(vhost)}"
+__all__ = ["JOURNAL", "Newest", "archive_id", "archive_ids", "newest_archive"]
 
 
 def archive_ids(storage: Storage, vhost: str) -> list[str]:
     """The ids of the vhost's archives that have a manifest, oldest first (ids sort by time)."""
     suffix = f"-{vhost_tag(vhost)}/{MANIFEST_NAME}"
-    return sorted(info.key.split("/", 1)[0] for info in storage.list(PREFIX) if info.key.endswith(suffix)
+    return sorted(info.key.split("/", 1)[0] for info in storage.list(ARCHIVE_PREFIX) if info.key.endswith(suffix)
                   and info.key.count("/") == 1)
 
 

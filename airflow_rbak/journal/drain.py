@@ -16,8 +16,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_rbak.broker.amqp_types import headers_of
-from airflow_rbak.broker.journal import JOURNAL_QUEUE, publish_mark
+from airflow_rbak.broker.journal import publish_mark
 from airflow_rbak.codec import BackupRecord
+from airflow_rbak.codec.journal_layout import JOURNAL_QUEUE
 from airflow_rbak.display import package_logger
 from airflow_rbak.journal.trace_record import TraceMessageError, read_trace
 
@@ -49,6 +50,8 @@ class Drained:
     last_mark_tag: int | None = None
     messages: int = 0
     redelivered: int = 0
+    #: Publishes the source routed to no queue, read and acked but not kept (:attr:`Trace.went_nowhere`).
+    went_nowhere: int = 0
     #: Delivery tags of messages that were not firehose traces (rejected once the archive is stored).
     foreign: list[int] = field(default_factory=list)
     records_before_first_mark: bool = False
@@ -71,6 +74,7 @@ class JournalDrain:
         self.held: list[BackupRecord] = []
         self.held_bytes = 0
         self.held_foreign: list[int] = []
+        self.held_nowhere = 0
         self.done = Drained()
 
     def run(self) -> Drained:
@@ -130,6 +134,9 @@ class JournalDrain:
             self.held_foreign.append(method.delivery_tag)
             return False, False
         mark = trace.clock_ms
+        if mark is None and trace.went_nowhere:
+            self.held_nowhere += 1
+            return False, False
         if mark is None:
             if self.bound is None:
                 self.done.records_before_first_mark = True
@@ -148,7 +155,8 @@ class JournalDrain:
             done.redelivered += record.redelivered
             self.store(replace(record, delivery_tag=done.messages))
         done.foreign += self.held_foreign
-        self.held, self.held_bytes, self.held_foreign = [], 0, []
+        done.went_nowhere += self.held_nowhere
+        self.held, self.held_bytes, self.held_foreign, self.held_nowhere = [], 0, [], 0
         if done.first_seen_mark is None:
             done.first_seen_mark = mark
         done.last_mark, done.last_mark_tag = mark, tag

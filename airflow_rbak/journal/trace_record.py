@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_rbak.broker.journal import CLOCK_EXCHANGE, CLOCK_HEADER, JOURNAL_QUEUE
+from airflow_rbak.broker.journal import CLOCK_EXCHANGE, CLOCK_HEADER
 from airflow_rbak.codec import BackupRecord
 from airflow_rbak.codec.field_table import plain_value
 from airflow_rbak.codec.headers import HeaderValue
+from airflow_rbak.codec.journal_layout import JOURNAL_QUEUE
 from airflow_rbak.codec.properties import PROPERTIES
 from airflow_rbak.codec.records import BackupProperties, RecordError
 from airflow_rbak.exceptions import RbakError
@@ -38,6 +39,16 @@ class Trace:
     properties: BackupProperties
     headers: HeaderTable
     body: bytes
+    #: The queues the publish reached (``routed_queues``); None when the trace does not say.
+    routed_queues: tuple[str, ...] | None = None
+
+    @property
+    def went_nowhere(self) -> bool:
+        """True when the source routed the publish to no queue: replaying it would reach none either, so the
+        archiver counts it instead of keeping it (a recovery would otherwise publish it unroutable). The default
+        exchange's trace names the queue of its routing key even when no such queue exists (3.10.8, 4.3.6): such a
+        publish is kept, and a recovery finds it unroutable as the source did."""
+        return self.routed_queues == () and self.exchange != CLOCK_EXCHANGE
 
     @property
     def clock_ms(self) -> int | None:
@@ -82,4 +93,7 @@ def read_trace(trace_headers: HeaderTable, body: bytes) -> Trace:
     except RecordError as exc:
         raise TraceMessageError(f"a trace message's properties: {exc}") from None
     routing_keys = tuple(str(plain_value(k)) for k in keys.value)
-    return Trace(exchange.value, routing_keys, properties, headers, body)
+    routed = fields.get("routed_queues")
+    routed_queues = tuple(str(plain_value(q)) for q in routed.value) if routed is not None and routed.kind == "Array" \
+        else None
+    return Trace(exchange.value, routing_keys, properties, headers, body, routed_queues)

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from airflow_rbak.codec import BackupManifest
+from airflow_rbak.codec.journal_layout import is_archive_id
 from airflow_rbak.codec.layout import compression_from_key, is_location_state, lock_key, manifest_key, segment_file
 from airflow_rbak.display import package_logger, span
 from airflow_rbak.exceptions import RbakError
@@ -66,8 +67,14 @@ class BackupSummary:
     needed_by: tuple[str, ...] = ()
     compression: tuple[str, ...] = ()
 
+    @property
+    def journal_archive(self) -> bool:
+        """True for an archive run of a vhost's journal: never a snapshot (``latest``, freshness, retention's rules
+        count only snapshots; ``codec/journal_layout.py``)."""
+        return is_archive_id(self.backup_id)
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "journal_archive": self.journal_archive}
 
 
 def list_backups(storage: Storage, workers: int = 1, *, now_ms: int | None = None,
@@ -109,8 +116,8 @@ def _with_dependents(stored: dict[str, int], summary: BackupSummary, needed_by: 
 
 
 def latest_complete(storage: Storage, *, now_ms: int | None = None) -> BackupSummary | None:
-    """The most recently created backup that counts (status ``complete``), for ``backup_id=latest``."""
-    complete = [s for s in list_backups(storage, now_ms=now_ms) if s.status == "complete"]
+    """The most recently created snapshot that counts (status ``complete``), for ``backup_id=latest``."""
+    complete = [s for s in list_backups(storage, now_ms=now_ms) if s.status == "complete" and not s.journal_archive]
     return complete[-1] if complete else None
 
 
@@ -123,11 +130,11 @@ class NoCompleteBackupError(RbakError):
 
 
 def resolve_backup_id(storage: Storage, backup_id: str) -> str:
-    """``backup_id`` itself, or for ``latest`` the id of the newest complete backup (the one place ``latest`` means
-    something)."""
+    """``backup_id`` itself, or for ``latest`` the id of the newest complete snapshot (the one place ``latest`` means
+    something; a journal's archive never is one)."""
     if backup_id != LATEST:
         return backup_id
-    summaries = list_backups(storage)
+    summaries = [s for s in list_backups(storage) if not s.journal_archive]
     complete = [s for s in summaries if s.status == "complete"]
     if not complete:
         # say why the newest backup is not complete (a manifest sealed with a key this reader lacks, say)

@@ -13,12 +13,12 @@ A record's ``backed_up_at`` in an archive is a lower bound of its publish time (
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_rbak.codec import BackupManifest, QueueBackup
+from airflow_rbak.codec.journal_layout import ARCHIVE_PREFIX, JOURNAL, JOURNAL_QUEUE, is_archive_id, vhost_tag
 from airflow_rbak.codec.layout import manifest_key
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.catalog import manifest_status
@@ -27,26 +27,12 @@ from airflow_rbak.repository.ownership import foreign_objects
 from airflow_rbak.storage.base import Storage
 from airflow_rbak.storage.encrypted import KeyRequiredError
 
-#: Backup ids of journal archives start with this; nothing else in a location does (our own backups never do).
-PREFIX = "journal-"
-#: The broker queue the journal is kept in, and the one queue entry of an archive.
-JOURNAL_QUEUE = "rbak.journal"
 #: Entries of an archive's own ``gaps`` (or ``uncovered``) list read at most; more is a damaged manifest.
 MAX_LISTED = 10_000
 
 
 class JournalManifestError(RbakError):
     """A journal archive's manifest does not say what an archive must (its ``journal`` addition, its one queue)."""
-
-
-def vhost_tag(vhost: str) -> str:
-    """The last part of an archive's id: the first 12 hex digits of the vhost name's SHA-256."""
-    return hashlib.sha256(vhost.encode()).hexdigest()[:12]
-
-
-def is_archive_id(backup_id: str) -> bool:
-    """True for a journal archive's backup id (never a snapshot)."""
-    return backup_id.startswith(PREFIX)
 
 
 @dataclass(frozen=True)
@@ -145,7 +131,7 @@ def _gaps(value: Any) -> tuple[JournalGap, ...]:
 
 def read_archive(manifest: BackupManifest, vhost: str) -> JournalArchive:
     """The archive a completed manifest describes, or :class:`JournalManifestError` saying what it lacks."""
-    addition = manifest.extensions.get("journal")
+    addition = manifest.extensions.get(JOURNAL)
     if not isinstance(addition, dict):
         raise JournalManifestError("no `journal` addition: not a journal archive")
     if addition.get("vhost") != vhost:
@@ -180,7 +166,7 @@ def read_archive(manifest: BackupManifest, vhost: str) -> JournalArchive:
 def journal_chain(storage: Storage, vhost: str, *, now_ms: int | None = None) -> JournalChain:
     """The journal archives of ``vhost`` in ``storage``, ordered and checked (see the module docstring)."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    stored = {info.key: info.size for info in storage.list(PREFIX)}
+    stored = {info.key: info.size for info in storage.list(ARCHIVE_PREFIX)}
     tag = vhost_tag(vhost)
     ids = sorted({k.split("/", 1)[0] for k in stored if "/" in k and k.split("/", 1)[0].endswith(f"-{tag}")})
     store = ManifestStore(storage)
@@ -233,7 +219,7 @@ def _chain_gaps(archives: list[JournalArchive], refused: dict[str, str]) -> list
 def journal_vhosts(storage: Storage) -> list[str]:
     """The vhosts whose journals a location holds: per vhost tag, the vhost its newest readable archive names (and
     whose tag it is; a manifest naming a vhost of another tag names nothing here)."""
-    stored = {info.key: info.size for info in storage.list(PREFIX)}
+    stored = {info.key: info.size for info in storage.list(ARCHIVE_PREFIX)}
     by_tag: dict[str, list[str]] = {}
     for backup_id in sorted({k.split("/", 1)[0] for k in stored if "/" in k}):
         by_tag.setdefault(backup_id.rsplit("-", 1)[-1], []).append(backup_id)
@@ -241,7 +227,7 @@ def journal_vhosts(storage: Storage) -> list[str]:
     for tag, ids in sorted(by_tag.items()):
         for backup_id in reversed(ids):
             try:
-                addition = store.load(backup_id, listed_size=stored.get(manifest_key(backup_id))).extensions.get("journal")
+                addition = store.load(backup_id, listed_size=stored.get(manifest_key(backup_id))).extensions.get(JOURNAL)
             except KeyRequiredError:
                 raise
             except RbakError:
@@ -259,4 +245,4 @@ def chain_json(chain: JournalChain) -> dict[str, Any]:
 
 
 __all__ = ["JournalArchive", "JournalChain", "JournalGap", "JournalManifestError", "journal_chain", "journal_vhosts",
-           "read_archive", "vhost_tag", "is_archive_id"]
+           "read_archive"]

@@ -307,7 +307,8 @@ def apply_retention(storage: Storage, policy: RetentionPolicy, *, now_ms: int, p
 
 
 def _apply(storage: Storage, policy: RetentionPolicy, *, now_ms: int, protect: str, dry_run: bool = False) -> RetentionResult:
-    backups = list_backups(storage, now_ms=now_ms)
+    listed = list_backups(storage, now_ms=now_ms)
+    backups = [b for b in listed if not b.journal_archive]  # the rules count snapshots only
     running = running_backups(storage, backups) if policy.active else ()
     candidates = select_expired(backups, policy, now_ms=now_ms, protect=protect)
     continued = {b: running for b in candidates if running and _holds_stream(storage, b)}
@@ -316,13 +317,35 @@ def _apply(storage: Storage, policy: RetentionPolicy, *, now_ms: int, protect: s
     expired = [b for b in candidates if b not in continued]
     because = removal_reasons(backups, policy, now_ms=now_ms, protect=protect, continued=continued)
     result.removed_because = {b: because.get(b, "") for b in expired}
+    if policy.active:
+        past_use = journal_archives_past_use([b for b in listed if b.journal_archive], backups, set(expired))
+        expired += list(past_use)
+        result.removed_because.update(past_use)
     retired = [b.backup_id for b in backups if b.status == "retired"]
     for backup_id, reason in result.kept.items():
         log.info("retention keeps backup %s: %s", backup_id, reason)
     if not policy.active or (not expired and not retired):
         return result
-    _delete(storage, backups, expired, retired, result, now_ms)
+    _delete(storage, listed, expired, retired, result, now_ms)
     return result
+
+
+def journal_archives_past_use(archives: list[BackupSummary], snapshots: list[BackupSummary],
+                              expired: set[str]) -> dict[str, str]:
+    """The journal archives no recovery can use any more, with why: per vhost, those that completed before the oldest
+    snapshot that stays, but the newest of them (a recovery from that snapshot replays from the last clock mark
+    before it, which may lie in that archive). Nothing when no complete snapshot stays."""
+    kept = [s.created_at for s in snapshots if s.status == "complete" and s.backup_id not in expired and s.created_at]
+    if not kept:
+        return {}
+    oldest = min(kept)
+    before: dict[str, list[BackupSummary]] = {}
+    for archive in archives:
+        if archive.status == "complete" and archive.completed_at is not None and archive.completed_at <= oldest:
+            before.setdefault(archive.backup_id.rsplit("-", 1)[-1], []).append(archive)
+    return {a.backup_id: f"a journal archive that completed before the oldest snapshot kept (created {oldest}): no "
+                         "recovery to a point in time can use it"
+            for found in before.values() for a in sorted(found, key=lambda a: a.completed_at or 0)[:-1]}
 
 
 def _still_locked(storage: Storage, backup_id: str, keys: set[str], now_ms: int, result: RetentionResult) -> bool:

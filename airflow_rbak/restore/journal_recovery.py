@@ -26,9 +26,10 @@ from typing import Any
 
 from airflow_rbak.codec import BackupManifest, iter_records
 from airflow_rbak.codec.broker_headers import broker_headers
+from airflow_rbak.codec.journal_layout import JOURNAL_QUEUE, is_archive_id
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.catalog import list_backups
-from airflow_rbak.repository.journal_chain import JOURNAL_QUEUE, JournalArchive, JournalGap, is_archive_id, journal_chain
+from airflow_rbak.repository.journal_chain import JournalArchive, JournalGap, journal_chain
 from airflow_rbak.repository.manifest_store import ManifestStore
 from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
@@ -50,7 +51,7 @@ def snapshot_manifest(storage: Storage, request: RestoreRequest,
     until = int(request.journal_until or 0)
     if request.backup_id == "latest":
         for summary in reversed(list_backups(storage)):
-            if summary.status != "complete" or is_archive_id(summary.backup_id) or (summary.created_at or 0) >= until:
+            if summary.status != "complete" or summary.journal_archive or (summary.created_at or 0) >= until:
                 continue
             manifest = ManifestStore(storage).load(summary.backup_id)
             if set(request.vhosts) <= _vhosts_of(manifest):

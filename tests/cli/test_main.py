@@ -46,8 +46,10 @@ def test_format_goes_before_or_after_the_command_and_after_wins(two_backups):
 
 def test_each_command_has_its_own_examples_in_its_help():
     parser = build_parser()
-    # (a subcommand whose name another command has, as `definitions export` has `export`'s, is keyed by its full name)
-    helps = {sub.prog.removeprefix("rbak ").replace(" ", "-") if sub.prog.endswith("definitions export") else name:
+    # (a subcommand whose name another command has, as `definitions export` has `export`'s, or whose examples are
+    # keyed by its full name, as `journal enable`'s, is keyed by its full name)
+    helps = {sub.prog.removeprefix("rbak ").replace(" ", "-")
+             if sub.prog.endswith("definitions export") or name not in EXAMPLES else name:
              sub.format_help() for name, sub in _commands(parser)}
 
     assert set(helps) == set(EXAMPLES)
@@ -55,7 +57,7 @@ def test_each_command_has_its_own_examples_in_its_help():
         examples = text.split("examples:", 1)[1]
         assert examples.strip().startswith(("rbak", "RBAK_BROKER_URL")), name
         spelled = {"dump": "segment dump", "rebuild": "manifest rebuild", "rollback": "definitions rollback",
-                   "definitions-export": "definitions export"}.get(name, name)
+                   "definitions-export": "definitions export"}.get(name, name.replace("journal-", "journal "))
         assert all(f"rbak {spelled}" in line or f"rbak --format json {spelled}" in line
                    for line in examples.strip().splitlines()), (name, examples)
 

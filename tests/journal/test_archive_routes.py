@@ -47,21 +47,23 @@ def test_every_route_is_a_record_with_what_routes_it_again(broker, behaviour, vh
     result = archive(broker.connection, vhost, location)
 
     records = records_of(location, result.backup_id)
-    assert result.messages == len(records) == len(ROUTES) + 5
-    for i, (exchange, _kind, key, _binding) in enumerate(ROUTES):
+    # the publishes that reached no queue at the source are counted, not kept (replayed, they would reach none either):
+    # the headers exchange's without the binding's header, and the mandatory one returned. The default exchange's to a
+    # queue that does not exist is kept: the trace names that queue as routed (3.10.8 and 4.3.6)
+    assert result.messages == len(records) == len(ROUTES) - 1 + 4
+    for i, (exchange, _kind, key, _binding) in enumerate(ROUTES[:-1]):
         record = records[i]
         assert (record["exchange"], record["routing_key"]) == (exchange, key)
         assert record["properties"] == _property_values(i, "guest")
         # 4.x re-encodes the trace's copy of the header table in key order (types kept), as every 4.x delivery
         assert record["headers"] == expected_headers(i, sorted_headers=behaviour.series >= (4, 0))
         assert bytes(record["body"]) == body_of(i, 300)
-    copies = records[len(ROUTES)]
+    copies = records[len(ROUTES) - 1]
     assert (copies["exchange"], copies["routing_key"], bytes(copies["body"])) == ("", "plain-q", b"with copies")
     assert copies["headers"] == [["CC", {"Array": [{"LongString": "cc-a"}, {"LongString": "cc-b"}]}], ["n", {"Long": 7}],
                                  ["BCC", {"Array": [{"LongString": "bcc-z"}]}]]
-    assert [(r["exchange"], r["routing_key"], bytes(r["body"] or b"")) for r in records[len(ROUTES) + 1:]] == [
-        ("j.headers", "", b"headers-routed"), ("", "no-such-queue", b"unroutable"), ("j.direct", "nobody", b"mandatory"),
-        ("", "plain-q", b"")]
+    assert [(r["exchange"], r["routing_key"], bytes(r["body"] or b"")) for r in records[len(ROUTES):]] == [
+        ("j.headers", "", b"headers-routed"), ("", "no-such-queue", b"unroutable"), ("", "plain-q", b"")]
     assert [r["delivery_tag"] for r in records] == list(range(1, len(records) + 1))
     assert {(r["source_queue"], r["source_vhost"], r["redelivered"]) for r in records} == {("rbak.journal", vhost, False)}
     stamps = [r["backed_up_at"] for r in records]
@@ -73,7 +75,7 @@ def test_every_route_is_a_record_with_what_routes_it_again(broker, behaviour, vh
         (vhost, "rbak.journal", "quorum", len(records))]
     section = manifest.extensions["journal"]
     assert section == {"vhost": vhost, "previous": None, "from": result.from_ms, "to": result.to_ms,
-                       "messages": len(records), "redelivered": 0, "gaps": [], "uncovered": []}
+                       "messages": len(records), "redelivered": 0, "went_nowhere": 2, "gaps": [], "uncovered": []}
     assert journal.status(broker.connection, vhost).depth == 0  # acked once stored
 
 

@@ -137,7 +137,7 @@ def _whereabouts(seq: int, snapshot: list[int], journal: list[int], publisher: P
 
 
 def test_a_recovery_to_a_moment_delivers_what_was_published_and_not_consumed_before_it(
-        broker, second_broker, vhost, location, tmp_path):
+        broker, second_broker, vhost, location, tmp_path):  # noqa: F811 - the imported fixture
     _topology(broker.connection, vhost)
     journal.enable(broker.connection, vhost)
     publishers = {name: Publisher(broker.connection, vhost, route) for name, (_, route) in ROUTES.items()}

@@ -3,7 +3,8 @@ one bad manifest never hiding the others (the archives written by the archive co
 
 from __future__ import annotations
 
-from airflow_rbak.repository.journal_chain import journal_chain, vhost_tag
+from airflow_rbak.codec.journal_layout import vhost_tag
+from airflow_rbak.repository.journal_chain import journal_chain
 from airflow_rbak.storage import open_storage
 from tests.restore.journal_archives import ArchiveSpec, write_archive
 

@@ -6,7 +6,6 @@ exchange, routing key, properties and headers, CC kept and BCC added as a header
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,8 +13,8 @@ from typing import Any
 from airflow_rbak.broker.amqp_types import TypedBasicProperties
 from airflow_rbak.codec import BackupProperties, BackupRecord
 from airflow_rbak.codec.headers import HeaderValue as H
+from airflow_rbak.codec.journal_layout import JOURNAL_QUEUE, archive_id
 from airflow_rbak.codec.properties import PIKA_NAMES
-from airflow_rbak.repository.journal_chain import JOURNAL_QUEUE, vhost_tag
 from airflow_rbak.storage import open_storage
 from tests.repository.backup_writer import BackupWriter
 
@@ -45,11 +44,6 @@ class Published:
         """The properties a publisher sends for this message (its header table with CC and BCC)."""
         values = {name: getattr(self.properties, name) for name in PIKA_NAMES}
         return TypedBasicProperties(**values, typed_headers=self.headers())
-
-
-def archive_id(vhost: str, at_ms: int) -> str:
-    stamp = dt.datetime.fromtimestamp(at_ms / 1000, dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    return f"journal-{stamp}-{vhost_tag(vhost)}"
 
 
 @dataclass
