@@ -28,16 +28,17 @@ DAGS_IN_CLUSTER_PART=(tests/dags/test_rbak_drill.py tests/dags/test_rbak_restore
 DAGS_IN_RABBITMQ40_PART=(tests/dags/test_rbak_restore_authority.py)
 # The view's test with its own api-server and storage connection, beside the freshness DAG's test of the same rule.
 UI_IN_CLUSTER_PART=(tests/ui/test_view_storage_connection.py)
-CLUSTER_TESTS=(tests/cluster "${DAGS_IN_CLUSTER_PART[@]}" "${UI_IN_CLUSTER_PART[@]}")
+# The journal (continuous capture: its broker side on the three-node cluster among it) beside the cluster's tests.
+CLUSTER_TESTS=(tests/cluster tests/journal "${DAGS_IN_CLUSTER_PART[@]}" "${UI_IN_CLUSTER_PART[@]}")
 RESTORE_TESTS=(tests/restore tests/cli tests/deployed tests/ui tests/spark_jobs tests/broker tests/hooks tests/operators
                tests/codec tests/storage)
 # The 4.x parts: the tests whose expectations follow the version the broker reports (tests/broker/behaviour.py; a
 # test of one series only is marked rabbitmq("4.3") etc. and skipped elsewhere). 4.3, the current series, runs the
-# broker clients, capture (streams among it), backup, broker faults, the three-node cluster, the restore (the
+# broker clients, capture (streams among it), backup, broker faults, the three-node cluster, the journal, the restore (the
 # migration among it) and the 3.10 -> 4.3 upgrade through `airflow dags test`; 4.0 the capture, the broker-state
 # headers, the broker faults, the restore and the message size probe.
 RABBITMQ43_TESTS=(tests/broker tests/backup tests/capture tests/cluster tests/reliability/test_broker_faults.py
-                  tests/restore tests/dags/test_rbak_restore_upgrade_43.py tests/compat)
+                  tests/restore tests/dags/test_rbak_restore_upgrade_43.py tests/compat tests/journal)
 RABBITMQ40_TESTS=(tests/capture tests/backup/test_broker_state_headers.py tests/reliability/test_broker_faults.py
                   tests/restore tests/broker/test_message_size_limit.py "${DAGS_IN_RABBITMQ40_PART[@]}")
 IGNORE=()
