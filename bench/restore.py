@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
@@ -49,8 +50,10 @@ def message(i: int) -> tuple[bytes, pika.BasicProperties]:
     return body, props
 
 
-def pipelined_publish(connection: RabbitMQConnection, vhost: str, queue: str, count: int, in_flight: int) -> float:
-    """Bare pika: at most ``in_flight`` unconfirmed, all confirmed at the end; returns seconds."""
+def pipelined_publish(connection: RabbitMQConnection, vhost: str, queue: str, count: int, in_flight: int,
+                      gate: Callable[[], None] | None = None) -> float:
+    """Bare pika: at most ``in_flight`` unconfirmed, all confirmed at the end; returns seconds (from after ``gate``
+    returns, once connected and with every message built: several publishers start together that way)."""
     with pika.BlockingConnection(connection.pika_parameters(vhost)) as conn:
         channel = conn.channel()
         channel.queue_declare(queue, durable=True)
@@ -66,6 +69,8 @@ def pipelined_publish(connection: RabbitMQConnection, vhost: str, queue: str, co
         while not ready:
             conn.process_data_events(time_limit=0.05)
         messages = [message(i) for i in range(count)]
+        if gate is not None:
+            gate()
         started = time.perf_counter()
         for i, (body, props) in enumerate(messages, start=1):
             while i - len(acked) > in_flight:

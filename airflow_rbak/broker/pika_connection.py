@@ -12,14 +12,19 @@ pika. It also reads :data:`SOCKET_READ_BYTES`
 per socket read, on its own transport only.
 
 pika offers neither as a setting, nor a blocking channel whose publishes do not
-each wait for their confirm (:class:`ConfirmChannel`), so this relies on four of
-its internals, each checked by ``tests/broker/test_pika_connection.py`` (which
-fails when a pika release changes them): ``Connection._read_frame()`` (how a
-connection decodes its buffer), ``BaseConnection._proto_connection_made(transport)``
-(where it receives its transport) with the transport's ``_MAX_RECV_BYTES`` and
-``_sock`` (:func:`drop`: a connection ended without pika's rejects), ``BlockingConnection``'s
-``_impl_class`` argument, and ``BlockingChannel._impl`` (the asynchronous channel
-under a blocking one). Nothing outside this module touches pika's internals.
+each wait for their confirm (:class:`ConfirmChannel`), nor a way to send a message
+whose frames are already written, nor a way to end a connection without rejecting what
+it holds, so this relies on seven of its internals, each checked by
+``tests/broker/test_pika_connection.py`` (which fails when a pika release changes them):
+``Connection._read_frame()`` (how a connection decodes its buffer),
+``BaseConnection._proto_connection_made(transport)`` (where it receives its
+transport) with the transport's ``_MAX_RECV_BYTES`` and ``_sock`` (:func:`drop`: a
+connection ended without pika's rejects), ``BlockingConnection``'s ``_impl_class``
+argument and its ``_impl`` (the asynchronous connection under it),
+``BlockingChannel._impl`` (the asynchronous channel under a blocking one), and
+``Connection._output_marshaled_frames`` with ``_body_max_length`` (where a publish's
+frames go out, and the negotiated body size of one frame). Nothing outside this
+module touches pika's internals.
 """
 
 from __future__ import annotations
@@ -45,6 +50,14 @@ SOCKET_READ_BYTES = 16384
 #: A frame's type, channel and size; a content header's class, weight and body size.
 _FRAME_START = struct.Struct(">BHL")
 _CONTENT_HEADER = struct.Struct(">HHQ")
+#: A content header frame's start: frame start, then class, weight and body size.
+_HEADER_FRAME = struct.Struct(">BHLHHQ")
+_FRAME_END = bytes([spec.FRAME_END])
+#: How many bytes of written frames :meth:`ConfirmChannel.publish_encoded` gathers before handing them to pika's
+#: transport as one write (pika hands each frame to the socket on its own: three sends per message).
+FLUSH_BYTES = 65536
+#: How many (exchange, routing key, mandatory) method frames a confirm channel keeps written.
+_METHOD_CACHE = 1024
 
 
 def decode_frame(data: bytes) -> tuple[int, Any]:
@@ -147,6 +160,11 @@ class ConfirmChannel:
         self._async.add_on_close_callback(self._on_close)
         if on_return is not None:
             self._async.add_on_return_callback(on_return)
+        self._conn = conn._impl  # noqa: SLF001 - the asynchronous connection: where written frames go out
+        self._number = self.channel.channel_number
+        self._methods: dict[tuple[str, str, bool], bytes] = {}
+        self._out: list[bytes] = []
+        self._out_bytes = 0
         ready: list[bool] = []
         self._async.confirm_delivery(ack_nack_callback=on_confirm, callback=lambda _frame: ready.append(True))
         while not ready:
@@ -155,7 +173,50 @@ class ConfirmChannel:
     def publish(self, exchange: str, routing_key: str, body: bytes, properties: spec.BasicProperties, *,
                 mandatory: bool = False) -> None:
         """Send one message; its confirm (and its return, if unroutable and ``mandatory``) reaches the callbacks later."""
+        self.flush()
         self._async.basic_publish(exchange, routing_key, body, properties, mandatory=mandatory)
+
+    def publish_encoded(self, exchange: str, routing_key: str, body: bytes, property_list: bytes, *,
+                        mandatory: bool = False) -> None:
+        """Send one message whose content header's property list is already written (``property_list``): the same
+        frames pika's ``basic_publish`` writes (a test holds them equal), gathered and handed to pika's transport
+        :data:`FLUSH_BYTES` at a time. Call :meth:`flush` before waiting for anything the broker answers."""
+        if not self._async.is_open:
+            raise pika.exceptions.ChannelWrongStateError("Channel is closed.")
+        key = (exchange, routing_key, mandatory)
+        method = self._methods.get(key)
+        if method is None:
+            if len(self._methods) >= _METHOD_CACHE:
+                self._methods.clear()
+            method = pika.frame.Method(self._number, spec.Basic.Publish(
+                exchange=exchange, routing_key=routing_key, mandatory=mandatory)).marshal()
+            self._methods[key] = method
+        number, size = self._number, len(body)
+        out = self._out
+        out.append(method)
+        out.append(_HEADER_FRAME.pack(spec.FRAME_HEADER, number, _CONTENT_HEADER.size + len(property_list),
+                                      spec.BasicProperties.INDEX, 0, size))
+        out.append(property_list)
+        out.append(_FRAME_END)
+        step = self._conn._body_max_length  # noqa: SLF001 - the negotiated frame size; its test checks it
+        for start in range(0, size, step):
+            chunk = body[start:start + step]
+            out.append(_FRAME_START.pack(spec.FRAME_BODY, number, len(chunk)))
+            out.append(chunk)
+            out.append(_FRAME_END)
+        self._out_bytes += len(method) + len(property_list) + size + 30
+        if self._out_bytes >= FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand the frames :meth:`publish_encoded` gathered to pika's transport (sent as the connection runs). On a
+        closed connection they are dropped: nothing more of it can reach the broker."""
+        if self._out:
+            data = b"".join(self._out)
+            self._out.clear()
+            self._out_bytes = 0
+            if self._conn.is_open:
+                self._conn._output_marshaled_frames([data])  # noqa: SLF001 - its test checks it
 
     def _on_close(self, _channel: Any, reason: Exception) -> None:
         if isinstance(reason, pika.exceptions.ChannelClosedByBroker):
@@ -168,4 +229,5 @@ class ConfirmChannel:
 
     def close(self) -> None:
         """Close the channel (pika's errors propagate: a caller closing a broken channel decides what they mean)."""
+        self.flush()
         self.channel.close()

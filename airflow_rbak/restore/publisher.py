@@ -110,9 +110,11 @@ class ConfirmPipeline:
         self._nacked: int | None = None
         self.channel = ConfirmChannel(conn, self._on_confirm, self._on_return)
 
-    def publish(self, item: Positioned, exchange: str, routing_key: str, properties: pika.BasicProperties,
+    def publish(self, item: Positioned, exchange: str, routing_key: str, property_list: bytes,
                 target_offset: int | None = None) -> None:
-        """Send one message, first waiting while the window is full or the rate limit is ahead."""
+        """Send one message (its content header's ``property_list`` already written), first waiting while the window
+        is full or the rate limit is ahead. Sends are gathered a few dozen at a time and go out at the latest when
+        the pipeline next waits on the broker (:meth:`_pump`)."""
         while len(self.pending) >= self.max_in_flight:
             self._pump(0.05)
         self._throttle()
@@ -120,7 +122,7 @@ class ConfirmPipeline:
         if self.cp.published + len(self.pending) >= (self.cp.sent_bound or 0):
             self._commit()  # the bound is written ahead of the sends it covers
         entry = _InFlight(self.next_tag, item, exchange, routing_key, target_offset)
-        self.channel.publish(exchange, routing_key, item.record.body, properties, mandatory=True)
+        self.channel.publish_encoded(exchange, routing_key, item.record.body, property_list, mandatory=True)
         self.pending.append(entry)
         self.by_tag[entry.tag] = entry
         self.next_tag += 1
@@ -148,6 +150,7 @@ class ConfirmPipeline:
 
     def _pump(self, time_limit: float) -> None:
         try:
+            self.channel.flush()
             self.conn.process_data_events(time_limit=time_limit)
         except pika.exceptions.AMQPError as exc:
             self._commit()
@@ -272,6 +275,7 @@ class ConfirmPipeline:
         while self.pending and self._nacked is None and time.monotonic() < deadline:
             if self.channel.closed_by_broker is not None or not self.channel.is_open or not self.conn.is_open:
                 return
+            self.channel.flush()
             self.conn.process_data_events(time_limit=0.05)
             self._advance(commit=False)
 

@@ -216,12 +216,14 @@ def _route(request: RestoreRequest, queue: QueuePlan, item: Positioned) -> tuple
     return record.exchange, record.routing_key
 
 
-def _properties(item: Positioned, request: RestoreRequest, connection: RabbitMQConnection) -> pika.BasicProperties:
-    props = item.record.properties
-    if props.user_id is not None and props.user_id != connection.username:
+def _properties(item: Positioned, request: RestoreRequest, connection: RabbitMQConnection) -> bytes:
+    """The record's content-header property list to publish (``user_id`` left out where ``strip_user_id`` says)."""
+    record = item.record
+    user_id = record.user_id
+    if user_id is not None and user_id != connection.username:
         if not request.strip_user_id:
             raise PublishError(
-                f"record {item.index} of {item.segment_key} has user_id {props.user_id!r}, which RabbitMQ refuses from "
+                f"record {item.index} of {item.segment_key} has user_id {user_id!r}, which RabbitMQ refuses from "
                 f"user {connection.username!r}; restore as that user, or set strip_user_id to publish without it")
-        props.user_id = None
-    return props
+        return record.property_list(strip_user_id=True)
+    return record.property_list()

@@ -38,6 +38,7 @@ from airflow_rbak.codec.constants import DEFAULT_MAX_DECOMPRESSED_BYTES
 from airflow_rbak.codec.errors import RecordDecodeError
 from airflow_rbak.codec.field_table import encode_json_table
 from airflow_rbak.codec.properties import PIKA_NAMES, PROPERTY_NAMES
+from airflow_rbak.codec.property_list import encode_property_list
 from airflow_rbak.codec.records import RecordError
 from airflow_rbak.codec.segment import decode_payload, iter_payload
 
@@ -46,22 +47,46 @@ try:  # the codec's optional C accelerator for the body's byte array
 except ImportError:  # pragma: no cover - without a compiler the generic path is used
     parse_byte_array = None
 
-#: (pika attribute, record JSON key) of each property.
-_NAMES = tuple(zip(PIKA_NAMES, PROPERTY_NAMES))
+_USER_ID = PIKA_NAMES.index("user_id")
 _BODY_FIRST = b'{"body":['
 #: Header names the broker routes by at publish (case-sensitive, as RabbitMQ matches them): never published.
 ROUTING_HEADERS = frozenset({"CC", "BCC"})
 
 
 class WireRecord:
-    """What publishing needs of one record: body, route, stamps, and ready-made pika properties."""
+    """What publishing needs of one record: body, route, stamps, and its properties as values and header-table bytes.
 
-    __slots__ = ("body", "properties", "exchange", "routing_key", "delivery_tag", "backed_up_at")
+    The publish writes the property list straight from ``values`` and ``raw_headers``
+    (:meth:`property_list`); pika's properties object is built only where one is read (:attr:`properties`)."""
 
-    def __init__(self, body: bytes, properties: TypedBasicProperties, exchange: str, routing_key: str,
-                 delivery_tag: int, backed_up_at: int) -> None:
-        self.body, self.properties, self.exchange, self.routing_key = body, properties, exchange, routing_key
+    __slots__ = ("body", "values", "raw_headers", "exchange", "routing_key", "delivery_tag", "backed_up_at", "_props")
+
+    def __init__(self, body: bytes, values: tuple[Any, ...], raw_headers: bytes | None, exchange: str,
+                 routing_key: str, delivery_tag: int, backed_up_at: int) -> None:
+        self.body, self.values, self.raw_headers, self.exchange, self.routing_key = (
+            body, values, raw_headers, exchange, routing_key)
         self.delivery_tag, self.backed_up_at = delivery_tag, backed_up_at
+        self._props: TypedBasicProperties | None = None
+
+    @property
+    def properties(self) -> TypedBasicProperties:
+        """The record's properties as pika's object (built on first read)."""
+        if self._props is None:
+            self._props = TypedBasicProperties(**dict(zip(PIKA_NAMES, self.values)), raw_headers=self.raw_headers)
+        return self._props
+
+    @property
+    def user_id(self) -> str | None:
+        """The record's ``user_id`` property (RabbitMQ refuses a publish whose user_id is not the connection's user)."""
+        return self.values[_USER_ID]
+
+    def property_list(self, strip_user_id: bool = False) -> bytes:
+        """The content header's property list to publish: what ``properties.encode()`` writes, ``user_id`` left out
+        when ``strip_user_id``."""
+        values = self.values
+        if strip_user_id and values[_USER_ID] is not None:
+            values = values[:_USER_ID] + (None,) + values[_USER_ID + 1:]
+        return encode_property_list(values, self.raw_headers)
 
 
 def left_out_headers(queue_type: str) -> frozenset[str]:
@@ -100,7 +125,5 @@ def wire_record(raw: bytes | memoryview, left_out: frozenset[str] = ROUTING_HEAD
     headers = obj["headers"]
     if headers:
         headers = [pair for pair in headers if pair[0] not in left_out]
-    props = TypedBasicProperties(
-        **{pika: p.get(name) for pika, name in _NAMES}, raw_headers=encode_json_table(headers) if headers else None
-    )
-    return WireRecord(body, props, obj["exchange"], obj["routing_key"], obj["delivery_tag"], obj["backed_up_at"])
+    return WireRecord(body, tuple(map(p.get, PROPERTY_NAMES)), encode_json_table(headers) if headers else None,
+                      obj["exchange"], obj["routing_key"], obj["delivery_tag"], obj["backed_up_at"])

@@ -14,7 +14,9 @@ import pika.adapters.blocking_connection
 import pika.adapters.utils.io_services_utils as io_services
 import pika.channel
 import pika.connection
+import pika.exceptions
 import pika.frame
+import pytest
 from pika import spec
 
 from airflow_rbak.broker import amqp_types
@@ -64,6 +66,16 @@ def test_pika_still_keeps_the_asynchronous_channel_under_a_blocking_one():
     assert list(inspect.signature(pika.channel.Channel.basic_publish).parameters) == [
         "self", "exchange", "routing_key", "body", "properties", "mandatory"]
     assert list(inspect.signature(pika.channel.Channel.add_on_return_callback).parameters) == ["self", "callback"]
+
+
+def test_pika_still_sends_a_publishs_frames_through_output_marshaled_frames_and_keeps_the_body_frame_size():
+    assert "self._impl = " in inspect.getsource(pika.adapters.blocking_connection.BlockingConnection.__init__)
+    method = pika.connection.Connection._output_marshaled_frames
+    assert list(inspect.signature(method).parameters) == ["self", "marshaled_frames"]
+    assert "self._adapter_emit_data(" in inspect.getsource(method)
+    assert "self._output_marshaled_frames(" in inspect.getsource(pika.connection.Connection._send_message)
+    assert "self._body_max_length" in inspect.getsource(pika.connection.Connection._send_message)
+    assert "self._body_max_length = " in inspect.getsource(pika.connection.Connection)
 
 
 def test_a_basic_content_header_decodes_typed_and_pikas_registry_is_untouched():
@@ -122,3 +134,55 @@ def test_a_confirm_channel_publishes_without_waiting_and_reports_each_confirm_an
         assert conn.channel().queue_declare("q", passive=True).method.message_count == 2
         channel.close()
         assert not channel.is_open
+
+
+def test_an_encoded_publish_writes_the_frames_pikas_publish_writes_and_the_broker_takes_them(broker, vhost):
+    """``publish_encoded`` against pika's ``basic_publish``: the same bytes, for an empty body, a small one and one
+    split over several body frames; then the broker confirms, returns and delivers them as pika's."""
+    props = TypedBasicProperties(content_type="text/plain", delivery_mode=2, message_id="m-1", timestamp=7,
+                                 typed_headers=HEADERS)
+    encoded = b"".join(props.encode())
+    with blocking_connection(broker.connection.pika_parameters(vhost)) as conn:
+        conn.channel().queue_declare("q")
+        confirmed: list[int] = []
+        returned: list[str] = []
+        channel = ConfirmChannel(conn, lambda frame: confirmed.append(frame.method.delivery_tag),
+                                 lambda _ch, method, _props, _body: returned.append(method.routing_key))
+        big = bytes(range(256)) * (conn._impl._body_max_length // 100)  # noqa: SLF001 - three body frames
+        written: list[bytes] = []
+        send = conn._impl._output_marshaled_frames  # noqa: SLF001
+        conn._impl._output_marshaled_frames = lambda frames: written.append(b"".join(frames))  # noqa: SLF001
+        try:
+            for body in (b"", b"x" * 1024, big):
+                channel.channel._impl.basic_publish("ex", "rk", body, props, mandatory=True)  # noqa: SLF001
+                pikas = b"".join(written)
+                written.clear()
+                channel.publish_encoded("ex", "rk", body, encoded, mandatory=True)
+                channel.flush()
+                assert b"".join(written) == pikas
+                written.clear()
+        finally:
+            conn._impl._output_marshaled_frames = send  # noqa: SLF001
+
+        for routing_key, body in (("q", b"a"), ("nowhere", b"b"), ("q", big)):
+            channel.publish_encoded("", routing_key, body, encoded, mandatory=True)
+        channel.flush()
+        for _ in range(600):  # the broker may confirm several at once (multiple), so wait for the last tag
+            if confirmed and confirmed[-1] == 3:
+                break
+            conn.process_data_events(time_limit=0.1)
+        assert confirmed[-1] == 3 and returned == ["nowhere"]
+        reader = conn.channel()
+        got = [reader.basic_get("q", auto_ack=True) for _ in range(2)]
+        assert [g[2] for g in got] == [b"a", big]
+        for _method, delivered, _body in got:
+            assert delivered.typed_headers == HEADERS and delivered.message_id == "m-1" and delivered.timestamp == 7
+            assert (delivered.content_type, delivered.delivery_mode) == ("text/plain", 2)
+
+
+def test_an_encoded_publish_on_a_closed_channel_raises_as_pikas_does(broker, vhost):
+    with blocking_connection(broker.connection.pika_parameters(vhost)) as conn:
+        channel = ConfirmChannel(conn, lambda _frame: None)
+        channel.close()
+        with pytest.raises(pika.exceptions.ChannelWrongStateError):
+            channel.publish_encoded("", "q", b"x", b"\x00\x00")

@@ -36,8 +36,13 @@ def _check(record: BackupRecord) -> None:
     except Exception as exc:  # noqa: BLE001 - what pika cannot send (a negative timestamp), neither path sends
         with pytest.raises(type(exc)):
             wire.properties.encode()
+        with pytest.raises(type(exc)):
+            wire.property_list()
         return
     assert b"".join(wire.properties.encode()) == expected
+    assert wire.property_list() == expected  # what the publish writes into the content header
+    stripped = dataclasses.replace(record, properties=dataclasses.replace(record.properties, user_id=None))
+    assert wire.property_list(strip_user_id=True) == _typed_frame(stripped)
 
 
 @settings(max_examples=150, deadline=None)
