@@ -5,14 +5,18 @@ that fails before its manifest loses nothing."""
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 
 import pytest
 
 from airflow_rbak.broker import journal
 from airflow_rbak.journal.archive_run import ArchiveSettings, JournalArchive
 from airflow_rbak.repository.manifest_store import ManifestStore
+from airflow_rbak.restore import RestoreRequest, RestoreRun
+from airflow_rbak.restore.errors import RestoreRefusedError
 from airflow_rbak.storage import open_storage
 from tests.journal.helpers import archive, channel_of, records_of
+from tests.restore.helpers import backup
 
 
 def _publish(broker, vhost, bodies) -> None:
@@ -22,6 +26,10 @@ def _publish(broker, vhost, bodies) -> None:
     for body in bodies:
         channel.basic_publish("", "q", body)
     conn.close()
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _bodies(url, *archives) -> list[bytes]:
@@ -45,6 +53,33 @@ def test_a_full_journal_drops_its_oldest_and_is_a_gap_from_the_last_archive_to_t
     [gap] = second.gaps
     assert gap["from"] == first.to_ms and first.to_ms < gap["to"] <= second.to_ms and "full" in gap["reason"]
     assert journal.status(broker.connection, vhost).depth == 0
+
+
+def test_a_recovery_over_a_full_journals_lost_messages_names_the_gap_and_its_range(broker, vhost, tmp_path):
+    url = f"file://{tmp_path}"
+    journal.enable(broker.connection, vhost, max_messages=6)
+    _publish(broker, vhost, [b"before"])
+    first = archive(broker.connection, vhost, url)
+    snapshot = backup(broker.connection, url, "snap-1", vhost)
+    _publish(broker, vhost, [b"m%d" % n for n in range(20)])  # the oldest unarchived are dropped
+    deadline = time.monotonic() + 60
+    while not journal.status(broker.connection, vhost).full:
+        assert time.monotonic() < deadline, "the journal never filled up"
+        time.sleep(0.1)
+    second = archive(broker.connection, vhost, url)
+    [gap] = second.gaps
+    request = RestoreRequest(url, backup_id="latest", vhosts=[vhost], vhost_map={vhost: f"{vhost}-r"},
+                             journal_until=second.to_ms, checkpoint_state=str(tmp_path / "restore.db"))
+
+    with pytest.raises(RestoreRefusedError) as refused:
+        RestoreRun(broker.connection, request).plan()
+
+    # the gap runs from the first archive's end (after the snapshot began) to the first clock mark kept
+    assert first.to_ms == gap["from"] < gap["to"] <= second.to_ms and snapshot.created_at < gap["to"]
+    said = str(refused.value)
+    assert "1 gap(s) between the snapshot and journal_until" in said and "full" in said, said
+    assert f"{_iso(gap['from'])} .. {_iso(gap['to'])}" in said, said
+    assert f"{vhost}-r" not in [v["name"] for v in broker.api("GET", "vhosts").json()]  # nothing touched
 
 
 def test_a_deleted_journal_queue_is_a_gap_and_is_created_again(broker, vhost, tmp_path):
