@@ -36,11 +36,13 @@ RESTORE_TESTS=(tests/restore tests/cli tests/deployed tests/ui tests/spark_jobs 
 # test of one series only is marked rabbitmq("4.3") etc. and skipped elsewhere). 4.3, the current series, runs the
 # broker clients, capture (streams among it), backup, broker faults, the three-node cluster, the journal, the restore (the
 # migration among it) and the 3.10 -> 4.3 upgrade through `airflow dags test`; 4.0 the capture, the broker-state
-# headers, the broker faults, the restore and the message size probe.
+# headers, the broker faults, the restore, the message size probe and the journal's routes, gaps and recovery.
 RABBITMQ43_TESTS=(tests/broker tests/backup tests/capture tests/cluster tests/reliability/test_broker_faults.py
                   tests/restore tests/dags/test_rbak_restore_upgrade_43.py tests/compat tests/journal)
 RABBITMQ40_TESTS=(tests/capture tests/backup/test_broker_state_headers.py tests/reliability/test_broker_faults.py
-                  tests/restore tests/broker/test_message_size_limit.py "${DAGS_IN_RABBITMQ40_PART[@]}")
+                  tests/restore tests/broker/test_message_size_limit.py "${DAGS_IN_RABBITMQ40_PART[@]}"
+                  tests/journal/test_archive_routes.py tests/journal/test_archive_gaps.py
+                  tests/journal/test_point_in_time.py)
 IGNORE=()
 for path in "${STACK_TESTS[@]}" "${CLUSTER_TESTS[@]}" "${RESTORE_TESTS[@]}"; do IGNORE+=(--ignore "$path"); done
 

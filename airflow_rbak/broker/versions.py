@@ -314,7 +314,7 @@ QUORUM_MESSAGE_TTL = VersionRule(
 JOURNAL_TRACING = VersionRule(
     "a vhost's tracing (the firehose the journal reads)",
     (Step(ANY, "a setting of each node: set through one node's endpoint, only that node traces; off again after the "
-               "node restarts (measured on 3.10.8 and 4.3.6)"),),
+               "node restarts (measured on 3.10.8, 4.0.5 and 4.3.6)"),),
     "`rbak journal enable` sets it through every node's own endpoint the connection lists; every archive run reads it "
     "on each node, turns it back on where it is off and names the time since the last archive as a gap "
     "(`broker/journal.py`, `journal/archive_run.py`)",
@@ -325,7 +325,7 @@ JOURNAL_TRACING = VersionRule(
 JOURNAL_OVERFLOW = VersionRule(
     "a quorum queue's length limit against the firehose's enqueues",
     (Step(ANY, "`reject-publish` does not hold them (they are not confirmed: 20 kept under a limit of 6); `drop-head` "
-               "does (measured on 3.10.8 and 4.3.6)"),),
+               "does (measured on 3.10.8, 4.0.5 and 4.3.6)"),),
     "the journal overflows by `drop-head`: a full journal drops its oldest trace messages, never the users' messages; "
     "the next archive run names the gap (`broker/journal.py`)",
     ("tests/journal/test_archive_gaps.py::"
@@ -334,7 +334,7 @@ JOURNAL_OVERFLOW = VersionRule(
 JOURNAL_TRACE_HEADERS = VersionRule(
     "the firehose's copy of a publish's header table",
     (Step(ANY, "the publisher's order"),
-     Step((4, 0, 0), "sorted by key, every wire type kept (measured on 4.3.6)")),
+     Step((4, 0, 0), "sorted by key, every wire type kept (measured on 4.0.5 and 4.3.6)")),
     "a journal record keeps the table as the trace gives it; the message's routing is the same "
     "(`journal/trace_record.py`)",
     ("tests/journal/test_archive_routes.py::test_every_route_is_a_record_with_what_routes_it_again",),
