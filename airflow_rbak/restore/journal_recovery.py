@@ -20,7 +20,7 @@ touched; ``journal_accept_gaps`` recovers through the gaps, listing them.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,8 +118,28 @@ def plan_journal(storage: Storage, request: RestoreRequest, snapshot: BackupMani
     snapshot_messages = sum(q.message_count for q in snapshot.queues if q.vhost in request.vhosts)
     result.facts = {"until": until, "accept_gaps": request.journal_accept_gaps, "snapshot": snapshot.backup_id,
                     "snapshot_created_at": created, "snapshot_completed_at": snapshot.completed_at,
-                    "snapshot_messages": snapshot_messages, "vhosts": vhosts}
+                    "snapshot_messages": snapshot_messages, "vhosts": vhosts,
+                    "left_out": snapshot_left_out(snapshot, request.vhosts)}
     return result
+
+
+#: Queues the snapshot left out that a plan lists (the manifest is untrusted: a longer list is cut, and says so).
+MAX_LEFT_OUT_LISTED = 200
+
+
+def snapshot_left_out(snapshot: BackupManifest, vhosts: Sequence[str]) -> list[dict[str, str]]:
+    """The queues of the recovered vhosts the snapshot left out (``left_out``), but the journal's own: the journal
+    brings only what was published into them after the snapshot began, never what they held then."""
+    listed = snapshot.extensions.get("left_out")
+    found = []
+    for entry in listed if isinstance(listed, list) else []:
+        if not isinstance(entry, dict) or entry.get("vhost") not in vhosts or entry.get("queue") == JOURNAL_QUEUE:
+            continue
+        if len(found) == MAX_LEFT_OUT_LISTED:
+            found.append({"vhost": "", "queue": "", "reason": f"more than {MAX_LEFT_OUT_LISTED} queues left out"})
+            break
+        found.append({k: str(entry.get(k, ""))[:300] for k in ("vhost", "queue", "reason")})
+    return found
 
 
 def window_start(storage: Storage, request: RestoreRequest, archives: list[JournalArchive], created: int) -> int:

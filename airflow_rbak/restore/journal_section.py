@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from airflow_rbak.display import md_code
+from airflow_rbak.display import md_code, printable
 from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.restore.restore_plan import QueuePlan, RestorePlan
 from airflow_rbak.restore.section import Placement, PlanSection
@@ -77,6 +77,8 @@ class JournalSection(PlanSection):
                          + f", {len(vhost['archives'])} archives replayed, {len(vhost['gaps'])} gaps in the window")
             lines += [f"    gap {_gap(g)}" for g in vhost["gaps"]]
             lines += [f"    archive refused {r['backup_id']}: {r['reason']}" for r in vhost["refused_archives"]]
+        lines += [f"  left out of the snapshot, so only its journal's records come back: {printable(q['vhost'])}/"
+                  f"{printable(q['queue'])} ({printable(q['reason'])})" for q in facts.get("left_out", [])]
         return lines
 
     def approval_summary(self, plan: RestorePlan, request: RestoreRequest) -> list[str]:
@@ -90,6 +92,11 @@ class JournalSection(PlanSection):
                  f"- **At least once**: {AT_LEAST_ONCE}; up to {c['duplicates_possible']} journal records may be "
                  f"duplicates ({c['published_during_snapshot']} published while the snapshot ran, "
                  f"{c['redelivered_by_journal']} redelivered by the journal)"]
+        left_out = facts.get("left_out", [])
+        if left_out:
+            named = ", ".join(md_code(f"{q['vhost']}/{q['queue']}") for q in left_out[:10])
+            lines.append(f"- **{len(left_out)} queues the snapshot left out** ({named}{', …' if len(left_out) > 10 else ''}):"
+                         " only what the journal holds of them comes back, not what they held when the snapshot ran")
         gaps = _gaps(facts)
         if gaps:
             how = "accepted (`journal_accept_gaps`)" if facts["accept_gaps"] else "**refused** unless accepted"
@@ -127,6 +134,7 @@ class JournalSection(PlanSection):
             return {}
         return {"journal_recovery": {"until": facts["until"], "snapshot": facts["snapshot"], **counts(plan),
                                      "gaps": _gaps(facts), "gaps_accepted": facts["accept_gaps"],
+                                     "snapshot_left_out": facts.get("left_out", []),
                                      "coverage": {v["vhost"]: v["coverage"] for v in facts["vhosts"]}}}
 
     def refusal(self, plan: RestorePlan, request: RestoreRequest) -> str | None:

@@ -189,6 +189,25 @@ def test_gaps_refuse_the_recovery_unless_accepted_then_they_are_listed(broker, v
     assert [m[0] for m in got] == [body_of(i, 300) for i in range(3)] + [_message(100).body, _message(102).body]
 
 
+def test_a_queue_the_snapshot_left_out_is_named_in_the_approval_and_the_report(
+        broker, vhost, target_vhost, tmp_path, journaled_source):
+    src = journaled_source
+    store = ManifestStore(open_storage(src["location"]))
+    snapshot = store.load("snap-1")
+    reason = "a classic queue with an exclusive owner"
+    snapshot.extensions["left_out"] = [*snapshot.extensions.get("left_out", []),
+                                       {"vhost": vhost, "queue": "ghost", "queue_type": "classic", "reason": reason}]
+    store.save(snapshot)
+    run = RestoreRun(broker.connection, _request(src, vhost, target_vhost, tmp_path))
+
+    plan = run.plan()
+
+    body = approval_body(plan, run.settings, "rabbitmq_default")
+    assert f"**1 queues the snapshot left out** (`{vhost}/ghost`): only what the journal holds of them comes back" in body
+    assert plan.journal["left_out"] == [{"vhost": vhost, "queue": "ghost", "reason": reason}]  # the journal's own not
+    assert run.report(plan, [], None).to_json()["journal_recovery"]["snapshot_left_out"] == plan.journal["left_out"]
+
+
 def test_a_moment_past_the_journals_coverage_is_refused_naming_its_end(broker, vhost, target_vhost, tmp_path, location):
     _topology(broker, vhost)
     journal.enable(broker.connection, vhost)
