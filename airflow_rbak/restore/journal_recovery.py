@@ -131,7 +131,7 @@ def snapshot_left_out(snapshot: BackupManifest, vhosts: Sequence[str]) -> list[d
     """The queues of the recovered vhosts the snapshot left out (``left_out``), but the journal's own: the journal
     brings only what was published into them after the snapshot began, never what they held then."""
     listed = snapshot.extensions.get("left_out")
-    found = []
+    found: list[dict[str, str]] = []
     for entry in listed if isinstance(listed, list) else []:
         if not isinstance(entry, dict) or entry.get("vhost") not in vhosts or entry.get("queue") == JOURNAL_QUEUE:
             continue
