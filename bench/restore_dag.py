@@ -4,8 +4,9 @@
 storage). Each round then times, back to back on the same broker:
 
 * ``airflow dags test rbak_restore`` of that backup into a new vhost: plan, approval (``skip_approval``, as the
-  DAG tests give it: ``dags test`` cannot wait for a person), definitions included, one publish task per queue
-  (``dags test`` runs them one after another), report. Timed from the command's start to its end; its CPU is the
+  DAG tests give it: ``dags test`` cannot wait for a person), definitions included, publish tasks (``dags test`` runs them one after another), each
+  publishing its group of queues ``--publish-threads`` at once (the DAG's ``publish_threads``; the plan groups up
+  to that many queues per task; ``--before``'s tree is given it only with ``--before-threads``), report. Timed from the command's start to its end; its CPU is the
   command's and every process it waited for, plus the broker's;
 * the baseline: one bare pika publisher per queue, all at once (a process each, released together), each
   publishing the same bodies into an empty queue with publisher confirms and ``--in-flight`` unconfirmed at most,
@@ -149,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=1000)
     parser.add_argument("--amqp-url", default="amqp://guest:guest@127.0.0.1:5672/")
     parser.add_argument("--before", type=Path, help="another checkout whose rbak_restore is timed in the same rounds")
+    parser.add_argument("--publish-threads", type=int, default=4,
+                        help="the DAG's publish_threads param (queues a publish task publishes at once; default 4)")
+    parser.add_argument("--before-threads", action="store_true",
+                        help="give --before's DAG publish_threads too (a checkout that knows the param)")
     args = parser.parse_args(argv)
     connection = RabbitMQConnection.from_url(args.amqp_url)
     base, auth = management(connection)
@@ -180,6 +185,8 @@ def _bench(connection: RabbitMQConnection, source: str, tmp: Path, args: argpars
             made.append(target)
             conf = {"storage_url": location, "backup_id": BACKUP_ID, "vhosts": [source], "vhost_map": {source: target},
                     "restore_definitions": True, "checkpoint_state": str(tmp / f"{target}.db"), "skip_approval": True}
+            if name == "after" or args.before_threads:
+                conf["publish_threads"] = args.publish_threads
             measured = dag_restore(trees[name], tmp / f"home-{name}", connection, conf)
             row.update({f"{name}_{k}": v for k, v in measured.items()})
             requests.delete(f"{base}/vhosts/{quote(target, safe='')}", auth=auth, timeout=300)

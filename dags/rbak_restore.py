@@ -1,4 +1,4 @@
-"""Manual RabbitMQ restore: plan → approve → definitions → publish (one task per queue) → report.
+"""Manual RabbitMQ restore: plan → approve → definitions → publish (mapped tasks, groups of queues) → report.
 
 Trigger it with the form (every setting is a validated ``Param``) or
 ``airflow dags test rbak_restore -c '{...}'``. Parsing makes no broker,
@@ -50,6 +50,19 @@ began and before the moment, through the target's own routing, in one publish
 task; the approval says how many come from each and that consumers may see
 again what they consumed after the snapshot (at least once). A gap in the
 journal refuses unless ``journal_accept_gaps`` (docs/operations.md).
+
+**Publishing.** The plan puts the queues into groups of up to
+``publish_threads`` (default 4) queues, one mapped publish task each (at most
+``max_publish_tasks`` tasks: more queues make bigger groups); a publish task
+publishes its group's queues ``publish_threads`` at once, each on its own
+connection and thread, with its own order, claim, checkpoint, rate limit and
+progress lines. So ten queues are three tasks of four, three and three
+queues, and even ``airflow dags test``, which runs mapped tasks one after
+another, publishes four at once; ``publish_threads: 1`` is one task per
+queue, one queue at a time. A queue that fails does not stop the others of
+its task: they finish, and the task then fails naming each failed queue (a
+retry or re-run resumes only those). A recovery to a point in time publishes
+in one task, one queue at a time, in order, whatever ``publish_threads``.
 
 A definitions failure stops the run
 before any message is published; a re-run with the same ``checkpoint_state``
@@ -154,7 +167,11 @@ PARAMS = {
                                               "messages; append: add the backup's messages after them"),
     "max_publish_tasks": Param(256, type="integer", minimum=1, maximum=1024,
                                description="at most this many publish tasks (Airflow maps at most [core] max_map_length, "
-                                           "1,024); more queues than that are restored in groups, one after another"),
+                                           "1,024); more queues than publish_threads x this make bigger groups"),
+    "publish_threads": Param(4, type="integer", minimum=1, maximum=32,
+                             description="queues a publish task publishes at once, each on its own connection and "
+                                         "thread; the plan groups up to this many queues per task (1: one task per "
+                                         "queue). A recovery to a point in time always publishes one at a time"),
     "definitions_mode": Param("missing", type="string", enum=["missing", "replace"],
                               description="missing: import only objects the target lacks; replace: also overwrite "
                                           "existing ones (the plan lists both)"),
@@ -191,14 +208,14 @@ SECTIONS = {
     "Migration": ("transformations", "queue_types", "accept_losses"),
     "Publishing": ("dry_run", "publish_mode", "on_existing_messages", "max_publish_rate", "strip_user_id",
                    "allow_unroutable", "restore_consumer_offsets"),
-    "Running": ("skip_approval", "checkpoint_state", "max_publish_tasks"),
+    "Running": ("skip_approval", "checkpoint_state", "max_publish_tasks", "publish_threads"),
 }
 for _section, _names in SECTIONS.items():
     for _name in _names:
         PARAMS[_name].schema["section"] = _section
 
 REQUEST = {name: "{{ params.%s }}" % name for name in CONF_NAMES}
-# A publish task takes a group of queues (one queue each up to max_publish_tasks): named by its first queue.
+# A publish task takes a group of queues (up to publish_threads, see the docstring): named by its first queue.
 GROUP_LABEL = ("{{ task.restore_queue[0]['source_vhost'] }}/{{ task.restore_queue[0]['source_queue'] }}"
                "{{ ' +%d' % (task.restore_queue | length - 1) if task.restore_queue | length > 1 else '' }}")
 

@@ -269,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "published before T (docs/operations.md, \"Recovering to a point in time\"); needs --vhost")
     p.add_argument("--journal-accept-gaps", action="store_true",
                    help="recover through the journal's gaps in the window (listed) instead of refusing")
+    p.add_argument("--publish-threads", type=positive_int, metavar="N",
+                   help="queues published at once, each on its own connection and thread (the publish_threads setting, "
+                        "default 4, at most 32; a --journal-until recovery publishes one at a time)")
     p.set_defaults(run="runs.restore_cmd")
 
     p = command("backup", "Back up without Airflow: the rbak_backup DAG's steps in this process (encode without Spark), "

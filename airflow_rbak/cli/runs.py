@@ -100,6 +100,8 @@ def restore_cmd(args: argparse.Namespace, out: IO[str]) -> int:
         conf["journal_until"] = int(args.journal_until) if args.journal_until.isdigit() else args.journal_until
     if args.journal_accept_gaps:
         conf["journal_accept_gaps"] = True
+    if args.publish_threads is not None:
+        conf["publish_threads"] = args.publish_threads
     _migration_args(args, conf)
     settings = RestoreRequest.from_conf(conf)
     connection = broker_connection(args)

@@ -1,6 +1,6 @@
 """Operators for the steps of a restore, thin over :class:`airflow_rbak.restore.RestoreRun`.
 
-plan → definitions → publish (one mapped task per queue) → report. Every
+plan → definitions → publish (mapped tasks, each a group of queues) → report. Every
 operator takes the restore's request as one templated ``restore_request``
 mapping (the fields of :class:`RestoreRequest`), so the DAG's ``Param``s
 flow through without each operator re-declaring them. Results are small
@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_rbak.airflow_settings import rbak_settings, state_seal
 from airflow_rbak.display import package_logger
@@ -26,6 +26,7 @@ from airflow_rbak.progress import ProgressReporter
 from airflow_rbak.restore import BackupNotRestorableError, RestorePlan, RestoreRequest, RestoreRun, authority
 from airflow_rbak.restore.errors import RestoreRefusedError
 from airflow_rbak.restore.import_record import airflow_run_ref
+from airflow_rbak.restore.queue_pool import QueueOutcome, publish_each
 
 log = package_logger(__name__)  # not self.log: Airflow's structlog task logger takes no filter
 
@@ -82,13 +83,23 @@ class RbakApprovedRestoreOperator(RbakRestoreOperator):
         return sealed
 
 
+def publish_tasks(queues: int, max_publish_tasks: Any, publish_threads: int) -> int | None:
+    """How many publish tasks the plan maps: one per ``publish_threads`` queues (each task publishes that many at
+    once, so sequential tasks, as ``airflow dags test`` runs them, still publish side by side), at most
+    ``max_publish_tasks``; None (one per queue) where neither groups."""
+    if max_publish_tasks is None and publish_threads <= 1:
+        return None
+    by_threads = max(1, -(-queues // publish_threads))
+    return by_threads if max_publish_tasks is None else min(int(max_publish_tasks), by_threads)
+
+
 class RbakRestorePlanOperator(RbakRestoreOperator):
     """Read the manifest, verify the segments the window needs, count; the plan goes to the log (once: the engine
     logs it) and XCom.
 
-    Returns one object per queue (the publish task maps over it), or with ``max_publish_tasks`` the queues in
-    at most that many groups (within Airflow's ``max_map_length``), and pushes the whole plan as the ``plan``
-    XCom.
+    Returns the queues in groups, one publish task each (:func:`publish_tasks`: up to ``publish_threads`` queues a
+    group, at most ``max_publish_tasks`` groups, within Airflow's ``max_map_length``), and pushes the whole plan as
+    the ``plan`` XCom.
     """
 
     template_fields: Sequence[str] = (*RbakRestoreOperator.template_fields, "max_publish_tasks")
@@ -103,7 +114,8 @@ class RbakRestorePlanOperator(RbakRestoreOperator):
         queues = [{"source_vhost": q.source_vhost, "source_queue": q.source_queue, "target": f"{q.target_vhost}/{q.target_queue}",
                    "records": q.records_in_window, "target_holds": q.target_depth, "adds": q.to_add} for q in plan.queues]
         # a recovery to a point in time publishes in one task: the snapshot's queues, then the journal in its order
-        groups = [queues] if plan.journal is not None else mapped_payload(queues, self.max_publish_tasks)
+        groups = [queues] if run.in_order(plan) else mapped_payload(queues, publish_tasks(
+            len(queues), self.max_publish_tasks, run.settings.publish_threads))
         sealed = authority.seal_plan(run.seal, run_ref(context), plan, self.restore_request, groups,
                                      context["ti"].try_number)
         log.info("plan of try %d sealed: SHA-256 %s", context["ti"].try_number, sealed["body"]["digest"])
@@ -127,9 +139,11 @@ class RbakRestoreDefinitionsOperator(RbakApprovedRestoreOperator):
 
 
 class RbakRestoreQueueOperator(RbakApprovedRestoreOperator):
-    """Publish the records in the window of each queue of a group (``restore_queue``, a list of one or more) in turn,
-    resuming after its checkpoint; returns the list of the group's results. The group must be the one the approved
-    plan handed to this task's map index."""
+    """Publish the records in the window of each queue of a group (``restore_queue``, a list of one or more),
+    ``publish_threads`` queues at once (one, in order, for a recovery to a point in time), each resuming after its
+    checkpoint; returns the list of the group's results. The group must be the one the approved plan handed to this
+    task's map index. A queue that fails does not stop the others: each ends its queue, its result logged, and the
+    task then fails naming each failed queue (a retry resumes them; the completed ones find their checkpoint done)."""
 
     template_fields: Sequence[str] = (*RbakApprovedRestoreOperator.template_fields, "restore_queue")
 
@@ -141,7 +155,13 @@ class RbakRestoreQueueOperator(RbakApprovedRestoreOperator):
         run = self.restore_run()
         sealed = self.approved_plan(run, context)
         restore_step("authorization", lambda: authority.check_group(sealed, context["ti"].map_index, self.restore_queue))
-        return [self.publish(run, sealed.plan, queue) for queue in self.restore_queue]
+        plan = sealed.plan
+        outcomes = publish_each(list(self.restore_queue), lambda queue: self.publish(run, plan, queue),
+                                run.publish_threads(plan), in_order=run.in_order(plan))
+        failed = [o for o in outcomes if o.error is not None]
+        if failed:
+            raise group_failure(outcomes)
+        return [o.result for o in outcomes if o.result is not None]
 
     def publish(self, run: RestoreRun, plan: RestorePlan, restore_queue: Mapping[str, Any]) -> dict[str, Any]:
         """One queue of the plan, its progress logged, counted."""
@@ -158,6 +178,22 @@ class RbakRestoreQueueOperator(RbakApprovedRestoreOperator):
                      result.target_queue, result.published, result.published_total, len(result.unroutable))
         metrics.published(result.to_json(), run.settings.storage_url)
         return result.to_json()
+
+
+def group_failure(outcomes: Sequence[QueueOutcome[Mapping[str, Any], dict[str, Any]]]) -> Exception:
+    """The error of a publish task some of whose queues failed: the one error itself, or one naming each failed queue
+    (each error names its queue: ``rbak publish of vhost/queue failed``) and those not started after a failure; it
+    fails without retries only when every failure would (refusals), so a retry resumes the queues that stopped."""
+    failed = [o.error for o in outcomes if o.error is not None]
+    not_started = [f"{o.queue['source_vhost']}/{o.queue['source_queue']}" for o in outcomes if not o.started]
+    if len(failed) == 1 and not not_started:
+        return failed[0]
+    done = len(outcomes) - len(failed) - len(not_started)
+    message = (f"{len(failed)} of the task's {len(outcomes)} queues failed ({done} published, their results logged): "
+               + " | ".join(map(str, failed))
+               + (f"; not started after the failure: {', '.join(not_started)}" if not_started else ""))
+    kind = AirflowFailException if all(isinstance(e, AirflowFailException) for e in failed) else AirflowException
+    return kind(message)
 
 
 class RbakRestoreReportOperator(RbakApprovedRestoreOperator):

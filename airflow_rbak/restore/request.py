@@ -26,6 +26,8 @@ from airflow_rbak.restore.transformations import check_names, queue_type_rules
 PUBLISH_MODES = ("queue", "exchange")
 #: What a restore does when a target queue already holds messages: stop before touching anything, or add to them.
 ON_EXISTING_MESSAGES = ("refuse", "append")
+#: The most queues one publish task publishes at once (each holds a connection and a thread).
+MAX_PUBLISH_THREADS = 32
 #: How definitions are imported: create only what the target lacks, or also overwrite what it has.
 DEFINITIONS_MODES = ("missing", "replace")
 #: Restore checkpoints live in the backup's storage unless ``checkpoint_state`` names another place.
@@ -126,6 +128,9 @@ class RestoreRequest:
     #: The most a segment's records may take uncompressed; more is refused as a decompression bomb.
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
     max_in_flight: int = 1000
+    #: How many queues of one publish task (or of ``rbak restore``) are published at once, each on its own connection
+    #: and thread; a recovery to a point in time always publishes with one (``RestoreRun.publish_threads``).
+    publish_threads: int = 4
     #: Applied to the selected definitions before import (``restore.transformations``); needs restore_definitions.
     transformations: tuple[str, ...] = ()
     #: ``convert_to_quorum``'s rules: target queue name or glob -> ``quorum`` or ``classic``; default every queue.
@@ -197,6 +202,9 @@ class RestoreRequest:
             raise ConfigurationError(f"max_decompressed_bytes must be a positive integer, got {self.max_decompressed_bytes!r}")
         if not isinstance(self.max_in_flight, int) or not 1 <= self.max_in_flight <= 65535:
             raise ConfigurationError("max_in_flight must be 1-65535 unconfirmed messages")
+        if isinstance(self.publish_threads, bool) or not isinstance(self.publish_threads, int) \
+                or not 1 <= self.publish_threads <= MAX_PUBLISH_THREADS:
+            raise ConfigurationError(f"publish_threads must be an integer 1-{MAX_PUBLISH_THREADS}, got {self.publish_threads!r}")
         self._check_transformations()
         self._check_selection()
         self._check_journal()

@@ -4,7 +4,7 @@
 target: its cluster, what each target queue holds, what the definitions
 import would create or replace; a refusal stops the run here) ->
 ``definitions`` (rollback snapshot, then import; only if asked) ->
-``publish`` one queue at a time (each a mapped task in the DAG) ->
+``publish`` (groups of queues, mapped tasks in the DAG; ``publish_threads`` queues at once) ->
 ``report``. :meth:`RestoreRun.run` does them all in order. Every step takes
 and returns plain JSON-able objects, so Airflow can pass them as XCom.
 """
@@ -22,10 +22,11 @@ from airflow_rbak.progress import Sample
 from airflow_rbak.restore import sections
 from airflow_rbak.restore.checkpoints import open_checkpoint_store
 from airflow_rbak.restore.definitions import DefinitionsResult, plan_definitions, restore_definitions
-from airflow_rbak.restore.errors import PlanChangedError, RestoreRefusedError, UnroutableMessagesError
+from airflow_rbak.restore.errors import PlanChangedError, PublishError, RestoreRefusedError, UnroutableMessagesError
 from airflow_rbak.restore.offsets import restore_consumer_offsets
 from airflow_rbak.restore.plan import plan_restore
 from airflow_rbak.restore.plan_log import summary_lines
+from airflow_rbak.restore.queue_pool import QueueOutcome, publish_each
 from airflow_rbak.restore.queue_restore import QueueResult, restore_queue
 from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.restore.restore_plan import QueuePlan, RestorePlan, queue_checkpoint
@@ -91,19 +92,27 @@ class RestoreRun:
         self.run_ref = run_ref
 
     def run(self) -> RestoreReport:
-        """Every step in order; a definitions failure stops the run before any message is published."""
+        """Every step in order; a definitions failure stops the run before any message is published. The queues are
+        published ``publish_threads`` at a time (:mod:`.queue_pool`); a queue that fails or is refused (its resume
+        point drifted, its target gained messages, another run publishes it) is left out, the others go on, and the
+        run then fails naming each."""
         plan = self.plan()
         definitions = self.definitions(plan) if self.settings.restore_definitions else None
-        results, refused = [], []
-        for queue in plan.queues:  # a queue refused before it sent anything (its resume point drifted, its target
-            try:                   # gained messages, another run publishes it) is left out; the others go on
-                results.append(self.publish(plan, queue))
-            except RestoreRefusedError as exc:
-                refused.append(exc)
-        if refused:
-            kind = PlanChangedError if all(isinstance(e, PlanChangedError) for e in refused) else RestoreRefusedError
-            raise kind(f"{len(refused)} queues were refused, the others restored: {' | '.join(map(str, refused))}")
-        return self.report(plan, results, definitions)
+        outcomes = publish_each(plan.queues, lambda queue: self.publish(plan, queue), self.publish_threads(plan),
+                                in_order=self.in_order(plan))
+        if any(o.error is not None for o in outcomes):
+            raise _failure(outcomes)
+        return self.report(plan, [o.result for o in outcomes if o.result is not None], definitions)
+
+    def publish_threads(self, plan: RestorePlan) -> int:
+        """How many queues are published at once: one for a recovery to a point in time, whose journal's records
+        follow the snapshot's queues in order; ``publish_threads`` otherwise."""
+        return 1 if self.in_order(plan) else self.settings.publish_threads
+
+    @staticmethod
+    def in_order(plan: RestorePlan) -> bool:
+        """A recovery to a point in time publishes its queues one by one and stops at the first failure."""
+        return plan.journal is not None
 
     def plan(self) -> RestorePlan:
         """Read the manifest, verify the segments the window uses, count; logs the plan."""
@@ -197,3 +206,24 @@ class RestoreRun:
             if not self.settings.dry_run:
                 raise left_out
         return report
+
+
+def _failure(outcomes: Sequence[QueueOutcome[QueuePlan, QueueResult]]) -> Exception:
+    """The error of a run some of whose queues failed: the one error itself, or one naming each failed queue (and
+    those not started after it); a refusal's kind when every one was refused (a re-run would be refused again), a
+    failure's otherwise (a re-run resumes each failed queue after its checkpoint)."""
+    failed = [o for o in outcomes if o.error is not None]
+    not_started = [o.queue.task_id for o in outcomes if not o.started]
+    if len(failed) == 1 and not not_started:
+        return failed[0].error  # type: ignore[return-value]
+    errors = [o.error for o in failed]
+    if all(isinstance(e, PlanChangedError) for e in errors):
+        kind: type[Exception] = PlanChangedError
+    elif all(isinstance(e, RestoreRefusedError) for e in errors):
+        kind = RestoreRefusedError
+    else:
+        kind = PublishError
+    done = len(outcomes) - len(failed) - len(not_started)
+    return kind(f"{len(failed)} of {len(outcomes)} queues failed or were refused ({done} restored): "
+                + " | ".join(f"{o.queue.task_id}: {o.error}" for o in failed)
+                + (f"; not started after the failure: {', '.join(not_started)}" if not_started else ""))
