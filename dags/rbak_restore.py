@@ -52,14 +52,14 @@ again what they consumed after the snapshot (at least once). A gap in the
 journal refuses unless ``journal_accept_gaps`` (docs/operations.md).
 
 **Publishing.** The plan puts the queues into groups of up to
-``publish_threads`` (default 4) queues, one mapped publish task each (at most
+``publish_threads`` (default 1) queues, one mapped publish task each (at most
 ``max_publish_tasks`` tasks: more queues make bigger groups); a publish task
 publishes its group's queues ``publish_threads`` at once, each on its own
 connection and thread, with its own order, claim, checkpoint, rate limit and
-progress lines. So ten queues are three tasks of four, three and three
-queues, and even ``airflow dags test``, which runs mapped tasks one after
-another, publishes four at once; ``publish_threads: 1`` is one task per
-queue, one queue at a time. A queue that fails does not stop the others of
+progress lines. With ``publish_threads: 4`` ten queues are three tasks of
+four, three and three queues, so even ``airflow dags test``, which runs
+mapped tasks one after another, publishes four at once; the default is one
+task per queue, one queue at a time. A queue that fails does not stop the others of
 its task: they finish, and the task then fails naming each failed queue (a
 retry or re-run resumes only those). A recovery to a point in time publishes
 in one task, one queue at a time, in order, whatever ``publish_threads``.
@@ -168,7 +168,7 @@ PARAMS = {
     "max_publish_tasks": Param(256, type="integer", minimum=1, maximum=1024,
                                description="at most this many publish tasks (Airflow maps at most [core] max_map_length, "
                                            "1,024); more queues than publish_threads x this make bigger groups"),
-    "publish_threads": Param(4, type="integer", minimum=1, maximum=32,
+    "publish_threads": Param(1, type="integer", minimum=1, maximum=32,
                              description="queues a publish task publishes at once, each on its own connection and "
                                          "thread; the plan groups up to this many queues per task (1: one task per "
                                          "queue). A recovery to a point in time always publishes one at a time"),

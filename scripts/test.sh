@@ -23,7 +23,7 @@ STACK_TESTS=(tests/dags)
 # The DAG tests that run in part "cluster" instead, beside the three-node cluster: the two parts take about as long.
 DAGS_IN_CLUSTER_PART=(tests/dags/test_rbak_drill.py tests/dags/test_rbak_restore_selective.py
                       tests/dags/test_rbak_freshness.py tests/dags/test_stream_chains.py tests/dags/test_many_queues.py
-                      tests/dags/test_rbak_restore_migration.py)
+                      tests/dags/test_rbak_restore_migration.py tests/dags/test_rbak_restore_threads.py)
 # The DAG tests that run in part "rabbitmq40" instead (against a 4.0 broker): the parts then take about as long.
 DAGS_IN_RABBITMQ40_PART=(tests/dags/test_rbak_restore_authority.py)
 # The view's test with its own api-server and storage connection, beside the freshness DAG's test of the same rule.

@@ -271,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recover through the journal's gaps in the window (listed) instead of refusing")
     p.add_argument("--publish-threads", type=positive_int, metavar="N",
                    help="queues published at once, each on its own connection and thread (the publish_threads setting, "
-                        "default 4, at most 32; a --journal-until recovery publishes one at a time)")
+                        "default 1, at most 32; a --journal-until recovery publishes one at a time)")
     p.set_defaults(run="runs.restore_cmd")
 
     p = command("backup", "Back up without Airflow: the rbak_backup DAG's steps in this process (encode without Spark), "

@@ -130,7 +130,7 @@ class RestoreRequest:
     max_in_flight: int = 1000
     #: How many queues of one publish task (or of ``rbak restore``) are published at once, each on its own connection
     #: and thread; a recovery to a point in time always publishes with one (``RestoreRun.publish_threads``).
-    publish_threads: int = 4
+    publish_threads: int = 1
     #: Applied to the selected definitions before import (``restore.transformations``); needs restore_definitions.
     transformations: tuple[str, ...] = ()
     #: ``convert_to_quorum``'s rules: target queue name or glob -> ``quorum`` or ``classic``; default every queue.

@@ -72,4 +72,4 @@ def test_the_plan_maps_one_publish_task_per_publish_threads_queues_within_max_pu
 def test_publish_threads_is_an_integer_from_1_to_32(bad):
     with pytest.raises(ConfigurationError, match="publish_threads must be an integer 1-32"):
         RestoreRequest(storage_url="file:///tmp/x", publish_threads=bad)
-    assert RestoreRequest(storage_url="file:///tmp/x").publish_threads == 4
+    assert RestoreRequest(storage_url="file:///tmp/x").publish_threads == 1
