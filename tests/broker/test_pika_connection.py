@@ -136,7 +136,7 @@ def test_a_confirm_channel_publishes_without_waiting_and_reports_each_confirm_an
         assert not channel.is_open
 
 
-def test_an_encoded_publish_writes_the_frames_pikas_publish_writes_and_the_broker_takes_them(broker, vhost):
+def test_an_encoded_publish_writes_the_frames_pikas_publish_writes_and_the_broker_takes_them(broker, behaviour, vhost):
     """``publish_encoded`` against pika's ``basic_publish``: the same bytes, for an empty body, a small one and one
     split over several body frames; then the broker confirms, returns and delivers them as pika's."""
     props = TypedBasicProperties(content_type="text/plain", delivery_mode=2, message_id="m-1", timestamp=7,
@@ -176,7 +176,9 @@ def test_an_encoded_publish_writes_the_frames_pikas_publish_writes_and_the_broke
         got = [reader.basic_get("q", auto_ack=True) for _ in range(2)]
         assert [g[2] for g in got] == [b"a", big]
         for _method, delivered, _body in got:
-            assert delivered.typed_headers == HEADERS and delivered.message_id == "m-1" and delivered.timestamp == 7
+            # (4.x delivers a header table sorted by key, types kept: broker/versions.py HEADER_ORDER)
+            sent = tuple(sorted(HEADERS, key=lambda h: h[0])) if behaviour.sorts_headers("classic") else HEADERS
+            assert delivered.typed_headers == sent and delivered.message_id == "m-1" and delivered.timestamp == 7
             assert (delivered.content_type, delivered.delivery_mode) == ("text/plain", 2)
 
 
