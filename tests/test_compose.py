@@ -150,7 +150,8 @@ def test_the_airflow_services_environment_points_the_unchanged_dags_at_the_stack
     # Then every DAG loads, defaults to MinIO, and the preset connections reach the services by name
     assert done.returncode == 0, done.stderr[-3000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
-    assert facts["errors"] == {} and facts["dags"] == ["rbak_backup", "rbak_drill", "rbak_freshness", "rbak_restore", "rbak_verify"]
+    assert facts["errors"] == {} and facts["dags"] == [
+        "rbak_backup", "rbak_drill", "rbak_freshness", "rbak_journal", "rbak_restore", "rbak_verify"]
     assert set(facts["defaults"].values()) == {env["AIRFLOW__RBAK__STORAGE_URL"]}
     assert facts["schedule"] == "None"
     assert facts["broker"] == ["rabbitmq", 5672, "http://rabbitmq:15672", 5552, "rbak"]
