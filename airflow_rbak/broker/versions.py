@@ -313,8 +313,8 @@ QUORUM_MESSAGE_TTL = VersionRule(
 )
 JOURNAL_TRACING = VersionRule(
     "a vhost's tracing (the firehose the journal reads)",
-    (Step(ANY, "a setting of each node: set through one node's endpoint, only that node traces; off again after the "
-               "node restarts (measured on 3.10.8, 4.0.5 and 4.3.6)"),),
+    (Step(ANY, "a setting of each node: set through one node's endpoint, only that node traces (measured on 3.10.8 "
+               "and 4.3.6 clusters); off again after the node restarts (3.10.8, 4.0.5 and 4.3.6)"),),
     "`rbak journal enable` sets it through every node's own endpoint the connection lists; every archive run reads it "
     "on each node, turns it back on where it is off and names the time since the last archive as a gap "
     "(`broker/journal.py`, `journal/archive_run.py`)",
