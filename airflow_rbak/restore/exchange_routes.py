@@ -1,7 +1,7 @@
 """Exchange mode's routes: every (exchange, routing key) a queue's records will be published with, counted by the plan.
 
 In ``publish_mode: exchange`` the records' own exchanges and routing keys decide where each message lands, so the
-plan counts them while it reads and verifies every record of the window (:func:`~.plan.verify_and_count`, one decode),
+plan counts them while it reads and verifies every record of the window (:func:`~.plan.count_in_window`, one decode),
 the plan's log lists them under each queue and the approval request shows them as a table per queue. A record of the
 default exchange (``""``) is published to the target queue itself (the default exchange routes to the queue its
 routing key names, and the target queue may be renamed), so its route is ``("", target queue)``: what the publish

@@ -31,17 +31,16 @@ from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.catalog import list_backups
 from airflow_rbak.repository.journal_chain import JournalArchive, JournalGap, journal_chain
 from airflow_rbak.repository.manifest_store import ManifestStore
-from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
 from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.restore.restore_plan import QueuePlan, SegmentPlan, SkippedSegment
+from airflow_rbak.restore.segment_checks import checked_segments
 from airflow_rbak.restore.wire import WireRecord, iter_wire_records
-from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
+from airflow_rbak.storage.base import Storage, StorageError
 
 #: Headers left out of a journal record's publish: only what the broker adds on delivery (the journal is a quorum
 #: queue); the routing headers ``CC`` and ``BCC`` are published, they are the record's route.
 JOURNAL_LEFT_OUT = broker_headers("quorum")
-READ_ATTEMPTS = 3
 
 
 def snapshot_manifest(storage: Storage, request: RestoreRequest,
@@ -176,12 +175,10 @@ def _plan_archive(storage: Storage, request: RestoreRequest, archive: JournalArc
     segments, skipped, defects = [], [], {}
     exchanges: set[str] = set()
     ordinal = in_window = during = redelivered = 0
-    for meta in entry.stored_order():
+    for checked in checked_segments(storage, ((entry, meta) for meta in entry.stored_order()),
+                                    request.max_decompressed_bytes):
+        meta, check, data = checked.meta, checked.check, checked.data
         first, ordinal = ordinal, ordinal + meta.record_count
-        check = SegmentCheck(meta.key, entry.vhost, entry.name, meta.sequence)
-        data = _read(storage, meta.key, check, meta.size_bytes)
-        if data is not None:
-            check_segment_bytes(data, entry.vhost, entry.name, meta, check, request.max_decompressed_bytes)
         if not check.ok or data is None:
             defects[meta.key] = check.defects
             skipped.append(SkippedSegment(entry.vhost, entry.name, meta.key, meta.sequence, meta.record_count,
@@ -209,22 +206,6 @@ def _plan_archive(storage: Storage, request: RestoreRequest, archive: JournalArc
     return plan, skipped, defects, stats
 
 
-def _read(storage: Storage, key: str, check: SegmentCheck, size: int) -> bytes | None:
-    data = None
-    for _ in range(READ_ATTEMPTS):  # a body cut short in transfer is not damage: read again
-        try:
-            data = storage.get(key)
-        except ObjectNotFoundError:
-            check.defects.append("missing")
-            return None
-        except StorageError as exc:
-            check.defects.append(f"cannot be read: {exc}")
-            return None
-        if len(data) == size:
-            break
-    return data
-
-
 def iter_journal_records(storage: Storage, queue: QueuePlan, request: RestoreRequest, start_ordinal: int = 0
                          ) -> Iterator[tuple[int, str, int, WireRecord, tuple[str, str]]]:
     """The journal entry's records in the window from ``start_ordinal`` on, in stored order, as ``(ordinal, segment
@@ -239,11 +220,10 @@ def iter_journal_records(storage: Storage, queue: QueuePlan, request: RestoreReq
         if digest != segment.checksum:
             raise DamagedSegmentsError(f"{segment.key} changed since the plan verified it (SHA-256 {digest}); plan the "
                                        "recovery again", {segment.key: ["SHA-256 differs from the plan's"]})
-        typed = iter_records(data, segment.key, request.max_decompressed_bytes)
         wire = iter_wire_records(data, segment.key, request.max_decompressed_bytes, JOURNAL_LEFT_OUT)
-        for index, (record, full) in enumerate(zip(wire, typed, strict=True)):
+        for index, record in enumerate(wire):
             ordinal = segment.first_ordinal + index
-            if ordinal < start_ordinal or full.source_vhost != queue.source_vhost \
+            if ordinal < start_ordinal or record.source_vhost != queue.source_vhost \
                     or not start <= record.backed_up_at < until:
                 continue
             route = (record.exchange, record.routing_key) if record.exchange else (

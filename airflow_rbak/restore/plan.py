@@ -15,17 +15,18 @@ it skipped. The plan is plain JSON, so it travels between tasks as XCom.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
+from itertools import islice
 
-from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentMetadata, iter_records
+from airflow_rbak.codec import BackupManifest, QueueBackup, iter_records
 from airflow_rbak.codec.errors import ManifestError
-from airflow_rbak.codec.record_summary import FrameLengths
 from airflow_rbak.display import package_logger
 from airflow_rbak.repository.catalog import NoCompleteBackupError, resolve_backup_id
 from airflow_rbak.repository.chain import segment_owner
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.repository.ownership import foreign_objects
-from airflow_rbak.repository.segment_check import SegmentCheck, check_segment_bytes
 from airflow_rbak.restore import exchange_routes, journal_recovery, selection
 from airflow_rbak.restore.errors import BackupNotRestorableError, DamagedSegmentsError
 from airflow_rbak.restore.message_sizes import LargeMessage, large_messages
@@ -33,11 +34,10 @@ from airflow_rbak.restore.queue_scan import QueueScan, check_total, chosen_queue
 from airflow_rbak.restore.request import RestoreRequest
 from airflow_rbak.restore.restore_plan import QueuePlan, QueueRefusal, RestorePlan, SegmentPlan, SkippedSegment
 from airflow_rbak.restore.restore_plan import queue_checkpoint as queue_checkpoint  # still importable from here
-from airflow_rbak.storage.base import ObjectNotFoundError, Storage, StorageError
+from airflow_rbak.restore.segment_checks import CheckedSegment, checked_segments
+from airflow_rbak.storage.base import Storage
 
 log = package_logger(__name__)
-#: Reads of a segment before it is called damaged (a body cut short in transfer is not damage).
-READ_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,10 @@ def plan_restore(storage: Storage, request: RestoreRequest) -> RestorePlan:
             "Run `rbak validate --deep`, then restore from another backup or `rbak manifest rebuild --replace`")
     selected, chosen = chosen_queues(request, [q for q in manifest.queues if request.selects(q.vhost, q.name)])
     _check_targets_unique(selected, request)
-    outcomes = [_plan_queue(storage, entry, request, chosen.get((entry.vhost, entry.name))) for entry in selected]
+    # every selected segment is read in order and checked a few at a time (segment_checks.py), each queue taking its own
+    ordered = ((entry, meta) for entry in selected for meta in entry.stored_order())
+    with closing(checked_segments(storage, ordered, request.max_decompressed_bytes)) as checked:
+        outcomes = [_plan_queue(checked, entry, request, chosen.get((entry.vhost, entry.name))) for entry in selected]
     # a selective restore touches only the queues it selects
     queues = [o.plan for o in outcomes if o.plan is not None and (o.plan.records_in_window or not request.selective)]
     check_total([q.selected for q in queues])
@@ -121,17 +124,19 @@ def _check_targets_unique(selected: list[QueueBackup], request: RestoreRequest) 
         seen[target] = f"{q.vhost}/{q.name}"
 
 
-def _plan_queue(storage: Storage, entry: QueueBackup, request: RestoreRequest,
+def _plan_queue(checked: Iterator[CheckedSegment], entry: QueueBackup, request: RestoreRequest,
                 chosen: tuple[int, ...] | None) -> QueueOutcome:
-    """One queue's plan (or its refusal), with the segments it skipped as damaged, their defects, and how many
-    segments it verified and left out."""
+    """One queue's plan (or its refusal) from its segments' checks (the next of ``checked``), with the segments it
+    skipped as damaged, their defects, and how many segments it verified and left out."""
     segments, skipped, defects = [], [], {}
     scan = QueueScan.start(entry, request, chosen)
     ordinal = verified = outside = 0
-    for meta in entry.stored_order():
+    for segment in islice(checked, len(entry.stored_order())):
+        meta, check = segment.meta, segment.check
+        assert segment.entry is entry, "checked_segments yields each queue's segments in the plan's order"
         first_ordinal, ordinal = ordinal, ordinal + meta.record_count
-        check, in_window = verify_and_count(storage, entry, meta, request, scan.exchanges, scan.large,
-                                            scan.visit(first_ordinal), scan.published)
+        in_window = count_in_window(segment, request, scan.exchanges, scan.large, scan.visit(first_ordinal),
+                                    scan.published)
         verified += 1
         if not check.ok:
             defects[meta.key] = check.defects
@@ -162,50 +167,23 @@ def _queue_plan(entry: QueueBackup, request: RestoreRequest, segments: list[Segm
     )
 
 
-def _fetch_checked(storage: Storage, entry: QueueBackup, meta: SegmentMetadata, request: RestoreRequest,
-                   frames: FrameLengths | None = None) -> tuple[SegmentCheck, bytes | None]:
-    check = SegmentCheck(meta.key, entry.vhost, entry.name, meta.sequence)
-    try:
-        data = storage.get(meta.key)
-    except ObjectNotFoundError:
-        check.defects.append("missing")
-        return check, None
-    except StorageError as exc:
-        check.defects.append(f"cannot be read: {exc}")
-        return check, None
-    check_segment_bytes(data, entry.vhost, entry.name, meta, check, request.max_decompressed_bytes, frames)
-    return check, data
-
-
-def verify_and_count(
-    storage: Storage, entry: QueueBackup, meta: SegmentMetadata, request: RestoreRequest, exchanges: set[str],
-    large: list[LargeMessage] | None = None, visit: selection.Visit | None = None,
-    routes: exchange_routes.RouteCounts | None = None,
-) -> tuple[SegmentCheck, int]:
-    """Verify one segment completely; count its records inside the window, note their exchanges (and, into
-    ``routes``, each one's exchange-mode route) and (into ``large``) those too large for some targets
-    (:mod:`.message_sizes`).
-
-    A segment that fails because it came back shorter or longer than the manifest says is read again (up to
-    :data:`READ_ATTEMPTS` reads) before it is called damaged: a body cut short in transfer fails the same checks,
-    and skipping an intact segment would lose its records. Bytes of the right size that fail are damaged: read once.
-    """
-    frames = FrameLengths()  # the check's one pass notes the longest record, so the listing rarely reads it again
-    check, data = _fetch_checked(storage, entry, meta, request, frames)
-    for _ in range(READ_ATTEMPTS - 1):
-        if check.ok or not check.read or (data is not None and len(data) == meta.size_bytes):
-            break
-        frames = FrameLengths()
-        check, data = _fetch_checked(storage, entry, meta, request, frames)
-    if not check.ok or data is None:
-        return check, 0
+def count_in_window(
+    segment: CheckedSegment, request: RestoreRequest, exchanges: set[str], large: list[LargeMessage] | None = None,
+    visit: selection.Visit | None = None, routes: exchange_routes.RouteCounts | None = None,
+) -> int:
+    """How many records of a checked segment lie inside the window (0 for a damaged one); notes their exchanges
+    (and, into ``routes``, each one's exchange-mode route) and (into ``large``) those too large for some targets
+    (:mod:`.message_sizes`)."""
+    meta, data = segment.meta, segment.data
+    if not segment.check.ok or data is None:
+        return 0
     if large is not None:
-        large += large_messages(data, meta, request, frames)
+        large += large_messages(data, meta, request, segment.frames)
     reads = visit is not None and visit.reads_records
     if not request.has_window and request.publish_mode == "queue" and not reads:
-        return check, meta.record_count
+        return meta.record_count
     if visit is not None and not visit.wants_segment(meta.record_count):
-        return check, 0
+        return 0
     count = 0
     for index, record in enumerate(iter_records(data, meta.key, request.max_decompressed_bytes)):
         if request.in_window(record.backed_up_at) and (visit is None or visit.take(index, record)):
@@ -213,4 +191,4 @@ def verify_and_count(
             exchanges.add(record.exchange)
             if routes is not None:
                 routes.add(record.exchange, record.routing_key)
-    return check, count
+    return count

@@ -1,6 +1,6 @@
 """What planning one queue gathers from its records while its segments are verified.
 
-:func:`~airflow_rbak.restore.plan.verify_and_count` reads every record of a segment once and takes the collectors
+:func:`~airflow_rbak.restore.plan.count_in_window` reads every record of a segment once and takes the collectors
 that need them one by one: the exchanges the records name, the records too large for some targets
 (:mod:`.message_sizes`), the visit of a selective restore (:mod:`.selection`) and of a dead-letter replay
 (:mod:`.dead_letters`), and exchange mode's route counts (:mod:`.exchange_routes`). A :class:`QueueScan` builds

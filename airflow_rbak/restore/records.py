@@ -21,8 +21,9 @@ from airflow_rbak.codec import BackupRecord, iter_records
 from airflow_rbak.restore import journal_recovery
 from airflow_rbak.restore.dead_letters import DeathHeaderError, death_route
 from airflow_rbak.restore.errors import DamagedSegmentsError
-from airflow_rbak.restore.plan import READ_ATTEMPTS, QueuePlan
+from airflow_rbak.restore.plan import QueuePlan
 from airflow_rbak.restore.request import RestoreRequest
+from airflow_rbak.restore.segment_checks import READ_ATTEMPTS
 from airflow_rbak.restore.selection import Ranges
 from airflow_rbak.restore.wire import WireRecord, iter_wire_records, left_out_headers
 from airflow_rbak.storage.base import Storage

@@ -59,13 +59,14 @@ class WireRecord:
     The publish writes the property list straight from ``values`` and ``raw_headers``
     (:meth:`property_list`); pika's properties object is built only where one is read (:attr:`properties`)."""
 
-    __slots__ = ("body", "values", "raw_headers", "exchange", "routing_key", "delivery_tag", "backed_up_at", "_props")
+    __slots__ = ("body", "values", "raw_headers", "exchange", "routing_key", "delivery_tag", "backed_up_at",
+                 "source_vhost", "_props")
 
     def __init__(self, body: bytes, values: tuple[Any, ...], raw_headers: bytes | None, exchange: str,
-                 routing_key: str, delivery_tag: int, backed_up_at: int) -> None:
+                 routing_key: str, delivery_tag: int, backed_up_at: int, source_vhost: str = "") -> None:
         self.body, self.values, self.raw_headers, self.exchange, self.routing_key = (
             body, values, raw_headers, exchange, routing_key)
-        self.delivery_tag, self.backed_up_at = delivery_tag, backed_up_at
+        self.delivery_tag, self.backed_up_at, self.source_vhost = delivery_tag, backed_up_at, source_vhost
         self._props: TypedBasicProperties | None = None
 
     @property
@@ -126,4 +127,4 @@ def wire_record(raw: bytes | memoryview, left_out: frozenset[str] = ROUTING_HEAD
     if headers:
         headers = [pair for pair in headers if pair[0] not in left_out]
     return WireRecord(body, tuple(map(p.get, PROPERTY_NAMES)), encode_json_table(headers) if headers else None,
-                      obj["exchange"], obj["routing_key"], obj["delivery_tag"], obj["backed_up_at"])
+                      obj["exchange"], obj["routing_key"], obj["delivery_tag"], obj["backed_up_at"], obj["source_vhost"])
