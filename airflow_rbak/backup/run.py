@@ -44,7 +44,7 @@ from airflow_rbak.capture.stream_capture import StreamCapture
 from airflow_rbak.capture.stream_identity import StreamMark
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentWriter
 from airflow_rbak.codec.constants import DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_MAX_INTERVAL_MS, Compression
-from airflow_rbak.codec.journal_layout import ARCHIVE_PREFIX, is_archive_id
+from airflow_rbak.codec.journal_layout import ARCHIVE_PREFIX
 from airflow_rbak.codec.layout import check_backup_id
 from airflow_rbak.codec.manifest import SELECTED_VHOSTS
 from airflow_rbak.display import package_logger
@@ -104,7 +104,7 @@ class BackupSettings:
 
     def __post_init__(self) -> None:
         check_backup_id(self.backup_id)
-        if is_archive_id(self.backup_id):
+        if self.backup_id.startswith(ARCHIVE_PREFIX):  # the whole prefix is the journal's, not just its ids
             raise ConfigurationError(f"backup id {self.backup_id!r} starts with {ARCHIVE_PREFIX!r}, which names the "
                                      "journal's archives (a recovery would not take it for a snapshot); choose another")
         object.__setattr__(self, "compression", Compression.parse(self.compression))

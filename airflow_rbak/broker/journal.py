@@ -34,6 +34,9 @@ from airflow_rbak.codec.journal_layout import JOURNAL_QUEUE
 CLOCK_EXCHANGE = "rbak.journal.clock"
 #: The clock mark's header: epoch milliseconds (a Long), the lower bound of the publish time of what follows it.
 CLOCK_HEADER = "rbak-journal-clock"
+#: On the first mark of an ``enable`` that found the journal not fully on (queue missing, unbound, or tracing not on on
+#: every node): publishes before it may be missing, so the archiver records a gap up to it.
+START_HEADER = "rbak-journal-start"
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
 TRACE_BINDING = "publish.#"
 DEFAULT_MAX_MESSAGES = 5_000_000
@@ -148,10 +151,14 @@ def node_tracing(connection: RabbitMQConnection, vhost: str) -> list[NodeTracing
 
 def enable(connection: RabbitMQConnection, vhost: str, max_messages: int = DEFAULT_MAX_MESSAGES) -> JournalStatus:
     """Journal the vhost: the journal queue, its binding and the clock exchange declared, tracing on on every node,
-    and a first clock mark (the journal's start). Running it again changes nothing but turns tracing back on."""
+    and a first clock mark. When the journal was not fully on before, that mark is a start mark (:data:`START_HEADER`):
+    whatever was published while it was off is missing, and the next archive names that time as a gap. Running it
+    again on a journal that is fully on publishes an ordinary mark and records no gap."""
     if not isinstance(max_messages, int) or max_messages < 1:
         raise JournalError(f"journal_max_messages must be a positive integer, not {max_messages!r}")
     _path(vhost)
+    before = status(connection, vhost)
+    started = not (before.queue_exists and before.bound and before.tracing_everywhere)
     conn = blocking_connection(connection.pika_parameters_all(vhost))
     try:
         channel = conn.channel()
@@ -159,7 +166,7 @@ def enable(connection: RabbitMQConnection, vhost: str, max_messages: int = DEFAU
         channel.queue_bind(JOURNAL_QUEUE, TRACE_EXCHANGE, TRACE_BINDING)
         channel.exchange_declare(CLOCK_EXCHANGE, "fanout", durable=True)
         set_tracing(connection, vhost, True)
-        publish_mark(channel)
+        publish_mark(channel, start=started)
     finally:
         _close(conn)
     return status(connection, vhost)
@@ -186,10 +193,14 @@ def disable(connection: RabbitMQConnection, vhost: str, delete_queue: bool = Fal
     return nodes
 
 
-def publish_mark(channel: Any, at_ms: int | None = None) -> int:
-    """Publish one clock mark (the firehose journals it in line with every other publish); returns its time."""
+def publish_mark(channel: Any, at_ms: int | None = None, *, start: bool = False) -> int:
+    """Publish one clock mark (the firehose journals it in line with every other publish); returns its time.
+    ``start``: the journal has just been turned (back) on (:data:`START_HEADER`)."""
     at_ms = int(time.time() * 1000) if at_ms is None else at_ms
-    props = TypedBasicProperties(timestamp=at_ms // 1000, typed_headers=((CLOCK_HEADER, HeaderValue.long(at_ms)),))
+    headers: tuple[tuple[str, HeaderValue], ...] = ((CLOCK_HEADER, HeaderValue.long(at_ms)),)
+    if start:
+        headers += ((START_HEADER, HeaderValue.bool_(True)),)
+    props = TypedBasicProperties(timestamp=at_ms // 1000, typed_headers=headers)
     channel.basic_publish(CLOCK_EXCHANGE, "", b"", props)
     return at_ms
 

@@ -283,14 +283,16 @@ def build_parser() -> argparse.ArgumentParser:
     journal = sub.add_parser("journal", help="A vhost's continuous capture: the firehose into rbak.journal, archived "
                                              "into the location.").add_subparsers(dest="journal_command", required=True)
     p = command("enable", "Journal a vhost: the rbak.journal quorum queue bound to the firehose, tracing on through every "
-                          "node the broker connection lists (its fields kept as they were).", journal,
+                          "node the broker connection lists (its fields kept as they were). After the journal was off, the next "
+                          "archive names the time since as a gap.", journal,
                 examples="journal-enable")
     _journal_args(p)
     p.add_argument("--max-messages", type=positive_int, default=5_000_000, metavar="N",
                    help="the journal's length limit; over it, its oldest trace messages are dropped (default 5000000)")
     p.set_defaults(run="journal.enable_cmd")
     p = command("disable", "Stop journaling a vhost: tracing off on every node, the binding removed; the queue stays "
-                           "(it may hold what no archive holds yet) unless --delete-queue.", journal,
+                           "(it may hold what no archive holds yet) unless --delete-queue. Archive runs refuse until `enable`.",
+                journal,
                 examples="journal-disable")
     _journal_args(p)
     p.add_argument("--delete-queue", action="store_true", help="delete rbak.journal too, with what it holds")

@@ -8,7 +8,10 @@ reader agree.
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import datetime, timezone
+
+from airflow_rbak.codec.manifest import BackupManifest
 
 #: The broker queue the journal is kept in, and the one queue entry of an archive.
 JOURNAL_QUEUE = "rbak.journal"
@@ -16,6 +19,8 @@ JOURNAL_QUEUE = "rbak.journal"
 JOURNAL = "journal"
 #: Every archive's backup id starts so (a snapshot's never does: the backup refuses such an id).
 ARCHIVE_PREFIX = "journal-"
+#: An archive's whole id, as :func:`archive_id` writes it: the start time to the microsecond, then the vhost tag.
+ARCHIVE_ID = re.compile(r"journal-[0-9]{8}T[0-9]{12}Z-[0-9a-f]{12}")
 
 
 def vhost_tag(vhost: str) -> str:
@@ -30,5 +35,14 @@ def archive_id(vhost: str, at_ms: int) -> str:
 
 
 def is_archive_id(backup_id: str) -> bool:
-    """True for a journal archive's backup id (never a snapshot)."""
-    return backup_id.startswith(ARCHIVE_PREFIX)
+    """True when ``backup_id`` has the whole shape :func:`archive_id` gives (the prefix alone says nothing: another
+    tool may name its backups so)."""
+    return ARCHIVE_ID.fullmatch(backup_id) is not None
+
+
+def is_archive(manifest: BackupManifest) -> bool:
+    """True for a journal archive: an archive's id and a manifest with the ``journal`` addition and its one queue
+    :data:`JOURNAL_QUEUE`. Anything else is a snapshot, under the snapshot rules (``latest``, freshness, retention),
+    whatever its id starts with."""
+    return (is_archive_id(manifest.backup_id) and isinstance(manifest.extensions.get(JOURNAL), dict)
+            and len(manifest.queues) == 1 and manifest.queues[0].name == JOURNAL_QUEUE)

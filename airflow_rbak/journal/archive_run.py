@@ -1,10 +1,12 @@
 """One archive run of a vhost's journal: one completed RBAK backup, its messages acked only once it is stored.
 
-The run checks the journal on the broker first (tracing on every node, the queue there, whether it filled up) and
-puts right what it can, naming each hole as a gap with its time range; then it drains the journal up to a clock mark
-(``drain.py``) into segments through the repository's writer, writes the manifest with the ``journal`` addition
-last, and only then acks. A run that fails before its manifest acks nothing: the next run archives the same
-messages again (an interrupted backup stays as it was, ``completed_at: null``, until retention removes it).
+The run checks the journal on the broker first (tracing on every node, the queue there, whether it filled up),
+turns back on the tracing a node lost, and names each hole as a gap with its time range. It refuses a journal the
+operator turned off (unbound, or its queue missing: only ``rbak journal enable`` journals the vhost again). Then it
+drains the journal up to a clock mark (``drain.py``) into segments through the repository's writer, writes the
+manifest with the ``journal`` addition last, and only then acks. A run that fails before its manifest acks nothing:
+the next run archives the same messages again (an interrupted backup stays as it was, ``completed_at: null``, until
+retention removes it).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 from airflow_rbak import __version__
 from airflow_rbak.broker import journal as broker_journal
 from airflow_rbak.broker.connection import RabbitMQConnection
-from airflow_rbak.broker.journal import DEFAULT_MAX_MESSAGES, JournalError, JournalStatus
+from airflow_rbak.broker.journal import JournalError, JournalStatus
 from airflow_rbak.broker.management import ManagementClient
 from airflow_rbak.broker.pika_connection import blocking_connection, drop
 from airflow_rbak.codec import BackupManifest, QueueBackup, SegmentWriter
@@ -45,7 +47,6 @@ class ArchiveSettings:
     seconds: float = 60.0
     #: The consumer's prefetch, so at most this many messages per run (AMQP caps a prefetch at 65,535).
     max_messages: int = 50_000
-    journal_max_messages: int = DEFAULT_MAX_MESSAGES
     compression: Compression | str = Compression.ZSTD
     compression_level: int = 3
     segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES
@@ -126,11 +127,15 @@ class JournalArchive:
             gaps.append(_gap(before, after, f"archive {newest.missing_previous}, the previous of the newest archive, "
                                             "is missing"))
         if not state.queue_exists:
+            # Never re-created here: an archive in the location is no permission to journal again (the queue may have
+            # been deleted on purpose). The operator's enable publishes a start mark, and the gap is recorded then.
             if newest.manifest is None:
                 raise JournalError(f"vhost {vhost!r} is not journaled (no {JOURNAL_QUEUE} queue): run `rbak journal enable`")
-            gaps.append(_gap(since, started, f"the journal queue {JOURNAL_QUEUE} was missing (re-created)"))
-            broker_journal.enable(self.connection, vhost, self.settings.journal_max_messages)
-            return gaps
+            raise JournalError(
+                f"the journal queue {JOURNAL_QUEUE} of vhost {vhost!r} is missing (deleted, or the journal disabled "
+                f"with its queue); the newest archive is {newest.manifest.backup_id} (to {newest.to}). Nothing was "
+                "changed on the broker. Run `rbak journal enable` to journal the vhost again: the time since that "
+                "archive's end will be recorded as a gap")
         if not state.bound:
             raise JournalError(f"the journal of vhost {vhost!r} is disabled (not bound to the firehose): run "
                                "`rbak journal enable` to archive it")
@@ -192,6 +197,7 @@ class JournalArchive:
         """The manifest's ``journal`` addition (docs/operations.md)."""
         assert drained.last_mark is not None and drained.first_mark is not None
         start = newest.to if newest.to is not None else (drained.first_seen_mark or drained.first_mark)
+        gaps += drained.gaps
         if drained.records_before_first_mark:
             gaps.append(_gap(0, start, "records came before the journal's first clock mark: their publish time is "
                                        "unknown"))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from airflow_rbak.codec import BackupManifest
 from airflow_rbak.codec.errors import ManifestError
-from airflow_rbak.codec.journal_layout import ARCHIVE_PREFIX, JOURNAL, archive_id, vhost_tag
+from airflow_rbak.codec.journal_layout import ARCHIVE_PREFIX, JOURNAL, archive_id, is_archive, is_archive_id, vhost_tag
 from airflow_rbak.codec.layout import MANIFEST_NAME
 from airflow_rbak.repository.manifest_store import ManifestNotFoundError, ManifestStore
 from airflow_rbak.storage.base import Storage
@@ -24,7 +24,7 @@ def archive_ids(storage: Storage, vhost: str) -> list[str]:
     """The ids of the vhost's archives that have a manifest, oldest first (ids sort by time)."""
     suffix = f"-{vhost_tag(vhost)}/{MANIFEST_NAME}"
     return sorted(info.key.split("/", 1)[0] for info in storage.list(ARCHIVE_PREFIX) if info.key.endswith(suffix)
-                  and info.key.count("/") == 1)
+                  and info.key.count("/") == 1 and is_archive_id(info.key.split("/", 1)[0]))
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,8 @@ def newest_archive(storage: Storage, vhost: str) -> Newest:
         except (ManifestNotFoundError, ManifestError):
             continue
         section = manifest.extensions.get(JOURNAL)
-        if manifest.completed_at is not None and isinstance(section, dict) and section.get("vhost") == vhost \
-                and isinstance(section.get("to"), int):
+        if manifest.completed_at is not None and is_archive(manifest) and isinstance(section, dict) \
+                and section.get("vhost") == vhost and isinstance(section.get("to"), int):
             completed.append(manifest)
     if not completed:
         return Newest(None)

@@ -55,6 +55,8 @@ class Drained:
     #: Delivery tags of messages that were not firehose traces (rejected once the archive is stored).
     foreign: list[int] = field(default_factory=list)
     records_before_first_mark: bool = False
+    #: Gaps the journal itself shows: each start mark read after a lower bound (journaling was off before it).
+    gaps: list[dict[str, Any]] = field(default_factory=list)
     stop_reason: str = ""
 
 
@@ -144,6 +146,11 @@ class JournalDrain:
             self.held.append(record)
             self.held_bytes += len(body) + 512
             return False, False
+        if trace.starts and self.bound is not None:
+            low, high = sorted((self.bound, mark))
+            self.done.gaps.append({"from": low, "to": high, "reason": "the journal was started again (`rbak journal "
+                                   "enable` after it was disabled, or its queue deleted): publishes made while it was "
+                                   "off may be missing"})
         self._settle(mark, method.delivery_tag)
         return mark == final, mark in self.own
 

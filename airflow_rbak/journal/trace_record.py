@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_rbak.broker.journal import CLOCK_EXCHANGE, CLOCK_HEADER
+from airflow_rbak.broker.journal import CLOCK_EXCHANGE, CLOCK_HEADER, START_HEADER
 from airflow_rbak.codec import BackupRecord
 from airflow_rbak.codec.field_table import plain_value
-from airflow_rbak.codec.headers import HeaderValue
+from airflow_rbak.codec.headers import BOOL, HeaderValue
 from airflow_rbak.codec.journal_layout import JOURNAL_QUEUE
 from airflow_rbak.codec.properties import PROPERTIES
 from airflow_rbak.codec.records import BackupProperties, RecordError
@@ -57,6 +57,12 @@ class Trace:
             return None
         value = next((v for k, v in self.headers if k == CLOCK_HEADER), None)
         return value.value if value is not None and value.kind == "Long" else None
+
+    @property
+    def starts(self) -> bool:
+        """True for the start mark of an ``enable`` that found the journal off: what came before may be missing."""
+        return self.clock_ms is not None and any(k == START_HEADER and v.kind == BOOL and v.value is True
+                                                 for k, v in self.headers)
 
     def record(self, vhost: str, delivery_tag: int, redelivered: bool, backed_up_at: int) -> BackupRecord:
         """The record that publishes this message again to the same queues (routing key, CC and BCC)."""

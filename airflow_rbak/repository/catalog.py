@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from airflow_rbak.codec import BackupManifest
-from airflow_rbak.codec.journal_layout import is_archive_id
+from airflow_rbak.codec.journal_layout import is_archive
 from airflow_rbak.codec.layout import compression_from_key, is_location_state, lock_key, manifest_key, segment_file
 from airflow_rbak.display import package_logger, span
 from airflow_rbak.exceptions import RbakError
@@ -66,15 +66,12 @@ class BackupSummary:
     depends_on: tuple[str, ...] = ()
     needed_by: tuple[str, ...] = ()
     compression: tuple[str, ...] = ()
-
-    @property
-    def journal_archive(self) -> bool:
-        """True for an archive run of a vhost's journal: never a snapshot (``latest``, freshness, retention's rules
-        count only snapshots; ``codec/journal_layout.py``)."""
-        return is_archive_id(self.backup_id)
+    #: An archive run of a vhost's journal, as its manifest shows (``journal_layout.is_archive``): never a snapshot
+    #: (``latest``, freshness and retention's rules count only snapshots). A backup whose manifest cannot be read is not.
+    journal_archive: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "journal_archive": self.journal_archive}
+        return asdict(self)
 
 
 def list_backups(storage: Storage, workers: int = 1, *, now_ms: int | None = None,
@@ -169,6 +166,7 @@ def _summary(store: ManifestStore, backup_id: str, stored: dict[str, int], now_m
         problem=problem,
         depends_on=depends_on,
         compression=segment_compressions(manifest),
+        journal_archive=is_archive(manifest),
     )
 
 

@@ -136,6 +136,8 @@ def read_archive(manifest: BackupManifest, vhost: str) -> JournalArchive:
         raise JournalManifestError("no `journal` addition: not a journal archive")
     if addition.get("vhost") != vhost:
         raise JournalManifestError(f"its journal names vhost {str(addition.get('vhost'))[:100]!r}, not {vhost!r}")
+    if not is_archive_id(manifest.backup_id):
+        raise JournalManifestError("its id is not an archive's (journal-<UTC time>-<vhost tag>)")
     if manifest.backup_id.rsplit("-", 1)[-1] != vhost_tag(vhost):
         raise JournalManifestError(f"its id does not end in the tag of vhost {vhost!r} ({vhost_tag(vhost)})")
     previous = addition.get("previous")
@@ -168,7 +170,8 @@ def journal_chain(storage: Storage, vhost: str, *, now_ms: int | None = None) ->
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     stored = {info.key: info.size for info in storage.list(ARCHIVE_PREFIX)}
     tag = vhost_tag(vhost)
-    ids = sorted({k.split("/", 1)[0] for k in stored if "/" in k and k.split("/", 1)[0].endswith(f"-{tag}")})
+    ids = sorted({k.split("/", 1)[0] for k in stored if "/" in k and k.split("/", 1)[0].endswith(f"-{tag}")
+                  and is_archive_id(k.split("/", 1)[0])})
     store = ManifestStore(storage)
     archives: list[JournalArchive] = []
     refused: list[tuple[str, str]] = []
@@ -221,7 +224,7 @@ def journal_vhosts(storage: Storage) -> list[str]:
     whose tag it is; a manifest naming a vhost of another tag names nothing here)."""
     stored = {info.key: info.size for info in storage.list(ARCHIVE_PREFIX)}
     by_tag: dict[str, list[str]] = {}
-    for backup_id in sorted({k.split("/", 1)[0] for k in stored if "/" in k}):
+    for backup_id in sorted({k.split("/", 1)[0] for k in stored if "/" in k and is_archive_id(k.split("/", 1)[0])}):
         by_tag.setdefault(backup_id.rsplit("-", 1)[-1], []).append(backup_id)
     store, found = ManifestStore(storage), []
     for tag, ids in sorted(by_tag.items()):

@@ -26,7 +26,7 @@ from typing import Any
 
 from airflow_rbak.codec import BackupManifest, iter_records
 from airflow_rbak.codec.broker_headers import broker_headers
-from airflow_rbak.codec.journal_layout import JOURNAL_QUEUE, is_archive_id
+from airflow_rbak.codec.journal_layout import JOURNAL_QUEUE, is_archive
 from airflow_rbak.exceptions import RbakError
 from airflow_rbak.repository.catalog import list_backups
 from airflow_rbak.repository.journal_chain import JournalArchive, JournalGap, journal_chain
@@ -59,7 +59,7 @@ def snapshot_manifest(storage: Storage, request: RestoreRequest,
             f"{storage.url} holds no complete backup of vhost(s) {', '.join(request.vhosts)} created before "
             f"journal_until ({until}); give backup_id explicitly or a later journal_until")
     manifest = resolve(storage, request.backup_id)
-    if is_archive_id(manifest.backup_id):
+    if is_archive(manifest):
         raise BackupNotRestorableError(f"{manifest.backup_id!r} is a journal archive, not a snapshot; name a backup")
     if manifest.created_at >= until:
         raise BackupNotRestorableError(f"backup {manifest.backup_id!r} was created at {manifest.created_at}, not before "

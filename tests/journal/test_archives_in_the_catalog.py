@@ -55,3 +55,28 @@ def test_archives_are_never_a_snapshot_and_retention_removes_only_those_no_recov
     assert set(result.removed_because) == {old, a1}
     assert "no recovery to a point in time can use it" in result.removed_because[a1]
     assert {s.backup_id for s in list_backups(storage)} == {new, a2, a3, a4, other}
+
+
+def test_a_backup_is_an_archive_by_its_whole_id_and_its_journal_addition_never_by_the_prefix_alone(tmp_path):
+    storage = open_storage((tmp_path / "loc").as_uri())
+    now = int(time.time() * 1000)
+    t = now - 10 * HOUR
+    old = _write(storage, "nightly-1", t, t + 100)
+    a1 = _write(storage, archive_id("prod", t + HOUR), t + HOUR, t + HOUR + 10, journal=True)
+    a2 = _write(storage, archive_id("prod", t + 2 * HOUR), t + 2 * HOUR, t + 2 * HOUR + 10, journal=True)
+    # another tool's complete backups: one named journal-..., one with an archive's whole id but no journal addition
+    foreign = _write(storage, "journal-weekly-2025-48", t + 3 * HOUR, t + 3 * HOUR + 100)
+    lookalike = _write(storage, archive_id("prod", t + 4 * HOUR), t + 4 * HOUR, t + 4 * HOUR + 100)
+
+    listed = {s.backup_id: s.to_json()["journal_archive"] for s in list_backups(storage)}
+    assert listed == {old: False, a1: True, a2: True, foreign: False, lookalike: False}
+    assert resolve_backup_id(storage, "latest") == lookalike
+    assert measure_freshness(storage, 24, now).backup_id == lookalike
+
+    result = apply_retention(storage, RetentionPolicy(keep_last=2), now_ms=now, protect=None)
+
+    # the snapshot rules keep the two newest snapshots (both another tool's); of the archives before the oldest kept,
+    # the newest stays
+    assert set(result.removed_because) == {old, a1}
+    assert "no recovery to a point in time can use it" in result.removed_because[a1]
+    assert {s.backup_id for s in list_backups(storage)} == {a2, foreign, lookalike}

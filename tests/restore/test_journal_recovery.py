@@ -20,6 +20,7 @@ import pytest
 
 from airflow_rbak.broker import journal
 from airflow_rbak.broker.pika_connection import ConfirmChannel, blocking_connection
+from airflow_rbak.codec.journal_layout import archive_id
 from airflow_rbak.exceptions import ConfigurationError
 from airflow_rbak.repository.journal_chain import journal_chain
 from airflow_rbak.repository.manifest_store import ManifestStore
@@ -228,7 +229,10 @@ def test_planted_archives_are_refused_and_a_broken_link_is_a_gap(broker, vhost, 
     a1 = write_archive(location, vhost, first, None)
     # under this vhost's tag, a manifest naming another vhost: refused, never read as this vhost's
     other = write_archive(location, vhost, ArchiveSpec(s, s + 30_000, [_planted(102, s + 16_000)]), None,
-                          backup_id=a1[:-13] + "0-" + a1[-12:], journal={"vhost": "elsewhere"})
+                          backup_id=archive_id(vhost, s + 10_001), journal={"vhost": "elsewhere"})
+    # a backup whose id only starts like an archive's is a snapshot: the chain never reads it
+    lookalike = write_archive(location, vhost, ArchiveSpec(s, s + 30_000, [_planted(104, s + 16_000)]), None,
+                              backup_id=a1[:-13] + "0-" + a1[-12:], created_at=s - 5000)
     # the second archive's segment key moved into the snapshot's folder: a foreign object, refused
     a2 = write_archive(location, vhost, second, a1)
     storage = open_storage(location)
@@ -243,6 +247,7 @@ def test_planted_archives_are_refused_and_a_broken_link_is_a_gap(broker, vhost, 
     assert "names vhost 'elsewhere'" in refused[other]
     assert "not its own" in refused[a2] or "damaged" in refused[a2], refused[a2]
     assert [a.backup_id for a in chain.archives] == [a1, chain.archives[1].backup_id]
+    assert lookalike not in refused and lookalike not in [a.backup_id for a in chain.archives]
     (gap,) = chain.gaps
     assert (gap.from_ms, gap.to_ms) == (s + 10_000, s + 20_000) and a2 in gap.reason
 
