@@ -120,17 +120,43 @@ def management(connection: RabbitMQConnection) -> tuple[str, tuple[str, str]]:
     return f"{connection.management_base_url}/api", (connection.username, connection.password)
 
 
+class ScratchVhosts:
+    """The bench's vhosts: each one made or named here is deleted when dropped, and on exit whatever is left."""
+
+    def __init__(self, connection: RabbitMQConnection) -> None:
+        self.base, self.auth = management(connection)
+        self.names: list[str] = []
+
+    def __enter__(self) -> ScratchVhosts:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for name in list(self.names):
+            self.drop(name)
+
+    def name(self, prefix: str) -> str:
+        """A new vhost name, deleted later: for a vhost what the bench runs makes (a restore's target)."""
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        self.names.append(name)
+        return name
+
+    def make(self, prefix: str) -> str:
+        """A new, empty vhost."""
+        name = self.name(prefix)
+        requests.put(f"{self.base}/vhosts/{quote(name, safe='')}", auth=self.auth, timeout=30).raise_for_status()
+        return name
+
+    def drop(self, name: str) -> None:
+        """Delete the vhost (the broker's memory back before the next round)."""
+        requests.delete(f"{self.base}/vhosts/{quote(name, safe='')}", auth=self.auth, timeout=300)
+        self.names.remove(name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = bench_args(__doc__.split("\n")[0], 20000).parse_args(argv)
     connection = RabbitMQConnection.from_url(args.amqp_url)
-    base, auth = management(connection)
-    vhost = f"bench-{uuid.uuid4().hex[:8]}"
-    requests.put(f"{base}/vhosts/{vhost}", auth=auth, timeout=30).raise_for_status()
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            return _bench(connection, vhost, Path(tmp), args)
-    finally:
-        requests.delete(f"{base}/vhosts/{quote(vhost, safe='')}", auth=auth, timeout=60)
+    with ScratchVhosts(connection) as scratch, tempfile.TemporaryDirectory() as tmp:
+        return _bench(connection, scratch.make("bench"), Path(tmp), args)
 
 
 def _bench(connection: RabbitMQConnection, vhost: str, tmp: Path, args: argparse.Namespace) -> int:

@@ -32,10 +32,8 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import psutil
 import requests
@@ -45,7 +43,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from backup_e2e import broker_cpu_seconds  # noqa: E402
-from restore import management, pipelined_publish  # noqa: E402
+from restore import ScratchVhosts, management, pipelined_publish  # noqa: E402
 
 from airflow_rbak.backup.run import BackupRun, BackupSettings  # noqa: E402
 from airflow_rbak.broker.connection import RabbitMQConnection  # noqa: E402
@@ -156,19 +154,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="give --before's DAG publish_threads too (a checkout that knows the param)")
     args = parser.parse_args(argv)
     connection = RabbitMQConnection.from_url(args.amqp_url)
-    base, auth = management(connection)
-    source = f"bench-src-{uuid.uuid4().hex[:8]}"
-    made = [source]
-    requests.put(f"{base}/vhosts/{source}", auth=auth, timeout=30).raise_for_status()
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            return _bench(connection, source, Path(tmp), args, made)
-    finally:
-        for vhost in made:
-            requests.delete(f"{base}/vhosts/{quote(vhost, safe='')}", auth=auth, timeout=300)
+    with ScratchVhosts(connection) as scratch, tempfile.TemporaryDirectory() as tmp:
+        return _bench(connection, scratch.make("bench-src"), Path(tmp), args, scratch)
 
 
-def _bench(connection: RabbitMQConnection, source: str, tmp: Path, args: argparse.Namespace, made: list[str]) -> int:
+def _bench(connection: RabbitMQConnection, source: str, tmp: Path, args: argparse.Namespace,
+           scratch: ScratchVhosts) -> int:
     base, auth = management(connection)
     for q in range(args.queues):
         pipelined_publish(connection, source, f"q-{q}", args.count, args.in_flight)
@@ -181,21 +172,18 @@ def _bench(connection: RabbitMQConnection, source: str, tmp: Path, args: argpars
     for r in range(args.repeat):
         row: dict[str, float] = {"load_1m": psutil.getloadavg()[0]}
         for name in (list(trees) if r % 2 == 0 else list(reversed(trees))):
-            target = f"bench-{name}-{r}-{uuid.uuid4().hex[:6]}"
-            made.append(target)
+            target = scratch.name(f"bench-{name}-{r}")
             conf = {"storage_url": location, "backup_id": BACKUP_ID, "vhosts": [source], "vhost_map": {source: target},
                     "restore_definitions": True, "checkpoint_state": str(tmp / f"{target}.db"), "skip_approval": True}
             if name == "after" or args.before_threads:
                 conf["publish_threads"] = args.publish_threads
             measured = dag_restore(trees[name], tmp / f"home-{name}", connection, conf)
             row.update({f"{name}_{k}": v for k, v in measured.items()})
-            requests.delete(f"{base}/vhosts/{quote(target, safe='')}", auth=auth, timeout=300)
-        bare = f"bench-bare-{r}-{uuid.uuid4().hex[:6]}"
-        made.append(bare)
-        requests.put(f"{base}/vhosts/{bare}", auth=auth, timeout=30).raise_for_status()
+            scratch.drop(target)
+        bare = scratch.make(f"bench-bare-{r}")
         measured = bare_at_once(args.amqp_url, connection, bare, args.queues, args.count, args.in_flight)
         row.update({f"bare_{k}": v for k, v in measured.items()})
-        requests.delete(f"{base}/vhosts/{quote(bare, safe='')}", auth=auth, timeout=300)
+        scratch.drop(bare)
         row["load_1m_after"] = psutil.getloadavg()[0]
         rows.append(row)
         print(f"round {r + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(row.items())), flush=True)

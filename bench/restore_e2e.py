@@ -26,9 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
-from urllib.parse import quote
 
 import requests
 
@@ -36,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from restore import bench_args, management, pipelined_publish  # noqa: E402
+from restore import ScratchVhosts, bench_args, management, pipelined_publish  # noqa: E402
 
 from airflow_rbak.backup.run import BackupRun, BackupSettings  # noqa: E402
 from airflow_rbak.broker.connection import RabbitMQConnection  # noqa: E402
@@ -91,19 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=Path, help="another checkout whose `rbak restore` is timed in the same rounds")
     args = parser.parse_args(argv)
     connection = RabbitMQConnection.from_url(args.amqp_url)
-    base, auth = management(connection)
-    source = f"bench-src-{uuid.uuid4().hex[:8]}"
-    made = [source]
-    requests.put(f"{base}/vhosts/{source}", auth=auth, timeout=30).raise_for_status()
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            return _bench(connection, source, Path(tmp), args, made)
-    finally:
-        for vhost in made:
-            requests.delete(f"{base}/vhosts/{quote(vhost, safe='')}", auth=auth, timeout=120)
+    with ScratchVhosts(connection) as scratch, tempfile.TemporaryDirectory() as tmp:
+        return _bench(connection, scratch.make("bench-src"), Path(tmp), args, scratch)
 
 
-def _bench(connection: RabbitMQConnection, source: str, tmp: Path, args: argparse.Namespace, made: list[str]) -> int:
+def _bench(connection: RabbitMQConnection, source: str, tmp: Path, args: argparse.Namespace,
+           scratch: ScratchVhosts) -> int:
     base, auth = management(connection)
     pipelined_publish(connection, source, "source", args.messages, args.in_flight)
     location = (tmp / "backups").as_uri()
@@ -115,16 +106,13 @@ def _bench(connection: RabbitMQConnection, source: str, tmp: Path, args: argpars
         row: dict[str, float] = {}
         order = list(trees) if r % 2 == 0 else list(reversed(trees))
         for name in order:
-            target = f"bench-{name}-{r}-{uuid.uuid4().hex[:6]}"
-            made.append(target)
+            target = scratch.name(f"bench-{name}-{r}")
             measured = rbak_restore(trees[name], location, source, target, broker_url(connection), tmp)
             row.update({f"{name}_{k}": v for k, v in measured.items()})
-            requests.delete(f"{base}/vhosts/{quote(target, safe='')}", auth=auth, timeout=120)
-        bare = f"bench-bare-{r}-{uuid.uuid4().hex[:6]}"
-        made.append(bare)
-        requests.put(f"{base}/vhosts/{bare}", auth=auth, timeout=30).raise_for_status()
+            scratch.drop(target)
+        bare = scratch.make(f"bench-bare-{r}")
         row["bare_seconds"] = pipelined_publish(connection, bare, "bare", args.messages, args.in_flight)
-        requests.delete(f"{base}/vhosts/{quote(bare, safe='')}", auth=auth, timeout=120)
+        scratch.drop(bare)
         rows.append(row)
         print(f"round {r + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(row.items())), flush=True)
     summary = {k: round(statistics.median(row[k] for row in rows), 2) for k in rows[0]}
