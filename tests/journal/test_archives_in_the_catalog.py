@@ -31,13 +31,19 @@ def _write(storage, backup_id: str, created: int, completed: int, vhost: str = "
     return backup_id
 
 
-def test_archives_are_never_a_snapshot_and_retention_removes_only_those_no_recovery_can_use(tmp_path):
+def _a_snapshot_then_two_archives(tmp_path):
+    """A location holding a snapshot 10 hours old, then two archives of vhost prod an hour apart."""
     storage = open_storage((tmp_path / "loc").as_uri())
     now = int(time.time() * 1000)
     t = now - 10 * HOUR
     old = _write(storage, "nightly-1", t, t + 100)
     a1 = _write(storage, archive_id("prod", t + HOUR), t + HOUR, t + HOUR + 10, journal=True)
     a2 = _write(storage, archive_id("prod", t + 2 * HOUR), t + 2 * HOUR, t + 2 * HOUR + 10, journal=True)
+    return storage, now, t, old, a1, a2
+
+
+def test_archives_are_never_a_snapshot_and_retention_removes_only_those_no_recovery_can_use(tmp_path):
+    storage, now, t, old, a1, a2 = _a_snapshot_then_two_archives(tmp_path)
     other = _write(storage, archive_id("test", t + HOUR), t + HOUR, t + HOUR + 10, vhost="test", journal=True)
     new = _write(storage, "nightly-2", t + 3 * HOUR, t + 3 * HOUR + 100)
     a3 = _write(storage, archive_id("prod", t + 4 * HOUR), t + 4 * HOUR, t + 4 * HOUR + 10, journal=True)
@@ -58,12 +64,7 @@ def test_archives_are_never_a_snapshot_and_retention_removes_only_those_no_recov
 
 
 def test_a_backup_is_an_archive_by_its_whole_id_and_its_journal_addition_never_by_the_prefix_alone(tmp_path):
-    storage = open_storage((tmp_path / "loc").as_uri())
-    now = int(time.time() * 1000)
-    t = now - 10 * HOUR
-    old = _write(storage, "nightly-1", t, t + 100)
-    a1 = _write(storage, archive_id("prod", t + HOUR), t + HOUR, t + HOUR + 10, journal=True)
-    a2 = _write(storage, archive_id("prod", t + 2 * HOUR), t + 2 * HOUR, t + 2 * HOUR + 10, journal=True)
+    storage, now, t, old, a1, a2 = _a_snapshot_then_two_archives(tmp_path)
     # another tool's complete backups: one named journal-..., one with an archive's whole id but no journal addition
     foreign = _write(storage, "journal-weekly-2025-48", t + 3 * HOUR, t + 3 * HOUR + 100)
     lookalike = _write(storage, archive_id("prod", t + 4 * HOUR), t + 4 * HOUR, t + 4 * HOUR + 100)
